@@ -1,0 +1,14 @@
+"""onmt_lite_translate: not available yet in this version of onmt_lite."""
+import sys
+
+PROG = "onmt_lite_translate"
+
+
+def main(args=None):
+    print(f"{PROG}: error: this version of onmt_lite does not have translate yet (see the README's status)",
+          file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Data: vocabularies, reading text, the dynamic dictionary for copying, shards, batches."""

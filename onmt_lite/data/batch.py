@@ -1,0 +1,94 @@
+"""Batch: padded, time-major tensors of a group of examples (shapes as in DESIGN.md).
+
+A ``ShardView`` holds one loaded shard and cuts batches out of its flat id tensors with index
+arithmetic (no Python loop over the examples of a batch).
+"""
+import torch
+
+from onmt_lite.data.copy import EX_UNK_ID, one_hot_src_map
+from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+class Batch:
+    """A batch of examples.
+
+    Attributes:
+        src: ``[src_len x batch]`` long, padded with ``<blank>``.
+        src_lengths: ``[batch]`` long.
+        tgt: ``[tgt_len x batch]`` long, ``<s> w1 .. wn </s>`` then padding; None without targets.
+        indices: ``[batch]`` long, each example's line number in its corpus.
+        src_map: copy only, ``[src_len x batch x n_src_words]`` float one-hot of each source position
+            onto its example's vocabulary (rows of padding are zero).
+        alignment: copy only, ``[tgt_len x batch]`` long, each target word's index in its example's
+            vocabulary (0 where it is not in the source, and at ``<s>``, ``</s>`` and padding).
+        src_ex_vocab: copy only, the per-example source vocabularies (lists of words).
+    """
+
+    def __init__(self, src, src_lengths, tgt=None, indices=None, src_map=None, alignment=None,
+                 src_ex_vocab=None):
+        self.src, self.src_lengths, self.tgt, self.indices = src, src_lengths, tgt, indices
+        self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
+
+    @property
+    def batch_size(self):
+        return self.src.size(1)
+
+    def to(self, device):
+        """Move the tensors to ``device`` (in place); returns the batch."""
+        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.to(device))
+        return self
+
+
+def gather_padded(flat, offsets, lengths, ids, pad):
+    """Sequences ``ids`` of a flat tensor, padded: ``[max_len x len(ids)]``."""
+    lens, starts = lengths[ids], offsets[ids]
+    steps = torch.arange(int(lens.max())).unsqueeze(1)
+    positions = (starts.unsqueeze(0) + steps).clamp(max=max(flat.numel() - 1, 0))
+    return flat[positions].masked_fill(steps >= lens.unsqueeze(0), pad)
+
+
+def add_bos_eos(body, lengths, bos, eos, pad):
+    """``[len x batch]`` -> ``[len + 2 x batch]`` with ``bos`` first and ``eos`` after each example."""
+    out = torch.full((body.size(0) + 2, body.size(1)), pad, dtype=body.dtype)
+    out[0] = bos
+    out[1:-1] = body
+    out[lengths + 1, torch.arange(body.size(1))] = eos
+    return out
+
+
+def _offsets(lengths):
+    return torch.cumsum(lengths, 0) - lengths
+
+
+class ShardView:
+    """One loaded shard (see data/shards.py) with fast access to padded batches."""
+
+    def __init__(self, shard):
+        self.shard = shard
+        self.src_lengths, self.tgt_lengths = shard["src_lengths"], shard["tgt_lengths"]
+        self.src_offsets, self.tgt_offsets = _offsets(self.src_lengths), _offsets(self.tgt_lengths)
+        self.has_copy = "src_map" in shard
+
+    def __len__(self):
+        return self.src_lengths.numel()
+
+    def batch(self, ids):
+        """The Batch of the examples ``ids`` (a list of positions in this shard), in that order."""
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        shard = self.shard
+        src_lengths, tgt_lengths = self.src_lengths[ids], self.tgt_lengths[ids]
+        src = gather_padded(shard["src"], self.src_offsets, self.src_lengths, ids, PAD_ID)
+        tgt_body = gather_padded(shard["tgt"], self.tgt_offsets, self.tgt_lengths, ids, PAD_ID)
+        tgt = add_bos_eos(tgt_body, tgt_lengths, BOS_ID, EOS_ID, PAD_ID)
+        batch = Batch(src, src_lengths, tgt, shard["indices"][ids])
+        if self.has_copy:
+            ex_vocab = [shard["src_ex_vocab"][i] for i in ids.tolist()]
+            map_ids = gather_padded(shard["src_map"], self.src_offsets, self.src_lengths, ids, 0)
+            batch.src_map = one_hot_src_map(map_ids, src_lengths, max(len(v) for v in ex_vocab))
+            align = gather_padded(shard["alignment"], self.tgt_offsets, self.tgt_lengths, ids, EX_UNK_ID)
+            batch.alignment = add_bos_eos(align, tgt_lengths, EX_UNK_ID, EX_UNK_ID, EX_UNK_ID)
+            batch.src_ex_vocab = ex_vocab
+        return batch

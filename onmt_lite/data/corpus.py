@@ -1,0 +1,124 @@
+"""Reading parallel text: UTF-8 lines, whitespace or sentencepiece tokens, length filtering.
+
+Every error names the file and line. Tokens are split on any run of whitespace (spaces, tabs), so
+there is never an empty token.
+"""
+import dataclasses
+import itertools
+import os
+
+from onmt_lite.utils.errors import UserError, where
+
+
+def read_lines(path):
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file (line numbers from 1)."""
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise UserError(f"{path}: cannot open ({err.strerror})") from None
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(
+                    f"{where(path, lineno)}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                    f"{err.start + 1})") from None
+            if "\x00" in text:
+                raise UserError(f"{where(path, lineno)}: contains a NUL byte")
+            yield lineno, text
+
+
+def _count_remaining(lines):
+    return sum(1 for _ in lines)
+
+
+def read_parallel(src_path, tgt_path):
+    """Yield ``(line_number, src_text, tgt_text)``; the two files must have the same line count."""
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    n = 0
+    for src, tgt in itertools.zip_longest(src_lines, tgt_lines):
+        if src is None or tgt is None:
+            n_src = n + (src is not None) + _count_remaining(src_lines)
+            n_tgt = n + (tgt is not None) + _count_remaining(tgt_lines)
+            raise UserError(
+                f"parallel files differ in length: {src_path} has {n_src} lines, "
+                f"{tgt_path} has {n_tgt}")
+        n += 1
+        yield src[0], src[1], tgt[1]
+
+
+class Tokenizer:
+    """Text to tokens: optional lowercasing, then whitespace split or a sentencepiece model.
+
+    Args:
+        spm_model: path of a sentencepiece model, or "" for whitespace tokens.
+        lower: lowercase the text first.
+    """
+
+    def __init__(self, spm_model="", lower=False):
+        self.lower = lower
+        self.spm_model = spm_model
+        self._sp = None
+        if spm_model:
+            if not os.path.isfile(spm_model):
+                raise UserError(f"{spm_model}: sentencepiece model not found")
+            import sentencepiece
+
+            try:
+                self._sp = sentencepiece.SentencePieceProcessor(model_file=spm_model)
+            except (RuntimeError, OSError) as err:
+                raise UserError(f"{spm_model}: not a sentencepiece model ({err})") from None
+
+    def __call__(self, text):
+        if self.lower:
+            text = text.lower()
+        if self._sp is not None:
+            return self._sp.encode(text.strip(), out_type=str)
+        return text.split()
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """Counts of one pass over a parallel corpus."""
+
+    read: int = 0
+    kept: int = 0
+    empty: int = 0
+    too_long: int = 0
+    truncated: int = 0
+
+    def summary(self):
+        return (f"{self.read} pairs read, {self.kept} kept, {self.empty} with an empty side skipped, "
+                f"{self.too_long} too long filtered, {self.truncated} truncated")
+
+
+@dataclasses.dataclass
+class LengthLimits:
+    """Truncate first (0: never), then drop pairs longer than the maxima (None: keep all)."""
+
+    src_trunc: int = 0
+    tgt_trunc: int = 0
+    src_max: int = None
+    tgt_max: int = None
+
+
+def tokenized_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats):
+    """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs kept, counting into ``stats``."""
+    for lineno, src_text, tgt_text in read_parallel(src_path, tgt_path):
+        stats.read += 1
+        src, tgt = src_tok(src_text), tgt_tok(tgt_text)
+        if not src or not tgt:
+            stats.empty += 1
+            continue
+        if (limits.src_trunc and len(src) > limits.src_trunc) or (
+                limits.tgt_trunc and len(tgt) > limits.tgt_trunc):
+            stats.truncated += 1
+            src = src[: limits.src_trunc or None]
+            tgt = tgt[: limits.tgt_trunc or None]
+        if (limits.src_max is not None and len(src) > limits.src_max) or (
+                limits.tgt_max is not None and len(tgt) > limits.tgt_max):
+            stats.too_long += 1
+            continue
+        stats.kept += 1
+        yield lineno, src, tgt

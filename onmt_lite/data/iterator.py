@@ -1,0 +1,101 @@
+"""Streaming shards into batches: pools sorted by length, cut by sentences or tokens, shuffled.
+
+The order of the batches depends only on the seed, the epoch and the shard, so a position
+(epoch, shard, batch) is enough to resume exactly where a run stopped.
+"""
+import random
+
+from onmt_lite.data.batch import ShardView
+from onmt_lite.data.shards import load_shard
+
+
+def padded_size(n_examples, max_src, max_tgt, batch_type):
+    """The size of a batch: sentences, or padded tokens of its larger side (target with <s> </s>)."""
+    if batch_type == "sents":
+        return n_examples
+    return n_examples * max(max_src, max_tgt + 2)
+
+
+def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type):
+    """Cut the example positions ``order`` into consecutive groups of at most ``batch_size``.
+
+    An example larger than ``batch_size`` on its own makes a batch of one.
+    """
+    batches, current, max_src, max_tgt = [], [], 0, 0
+    for i in order:
+        new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
+        if current and padded_size(len(current) + 1, new_src, new_tgt, batch_type) > batch_size:
+            batches.append(current)
+            current, new_src, new_tgt = [], src_lengths[i], tgt_lengths[i]
+        current.append(i)
+        max_src, max_tgt = new_src, new_tgt
+    if current:
+        batches.append(current)
+    return batches
+
+
+def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor, rng=None):
+    """Batches (lists of positions) of one shard, bucketed by length inside pools.
+
+    Args:
+        src_lengths, tgt_lengths: lists of ints, one per example.
+        pool_factor: a pool holds this many batches' worth of examples; inside a pool the examples
+            are sorted by (source, target) length before cutting, so batches have little padding.
+        rng: a ``random.Random`` to shuffle the examples and the batches of each pool (training);
+            None keeps the corpus order of the pools (validation, translation).
+    """
+    order = list(range(len(src_lengths)))
+    if rng is not None:
+        rng.shuffle(order)
+    batches = []
+    for pool in cut_batches(order, src_lengths, tgt_lengths, batch_size * pool_factor, batch_type):
+        pool.sort(key=lambda i: (src_lengths[i], tgt_lengths[i]))
+        pool_batches = cut_batches(pool, src_lengths, tgt_lengths, batch_size, batch_type)
+        if rng is not None:
+            rng.shuffle(pool_batches)
+        batches.extend(pool_batches)
+    return batches
+
+
+class BatchIterator:
+    """Batches from a list of shard files, loading one shard at a time.
+
+    Args:
+        paths: shard files, read in this order.
+        batch_size, batch_type ("sents" or "tokens"), pool_factor: as in ``pooled_batches``.
+        shuffle: shuffle examples and batches (with ``seed``, per epoch and shard).
+        repeat: start a new epoch after the last shard (training) instead of stopping.
+    """
+
+    def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
+                 seed=0, repeat=False):
+        self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
+        self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
+        self.epoch, self.shard_index, self.batch_index = 0, 0, 0
+
+    def state_dict(self):
+        """The position of the next batch, as plain data."""
+        return {"epoch": self.epoch, "shard": self.shard_index, "batch": self.batch_index}
+
+    def load_state_dict(self, state):
+        self.epoch, self.shard_index, self.batch_index = state["epoch"], state["shard"], state["batch"]
+
+    def _shard_batches(self, view):
+        rng = random.Random(f"{self.seed}/{self.epoch}/{self.shard_index}") if self.shuffle else None
+        return pooled_batches(view.src_lengths.tolist(), view.tgt_lengths.tolist(), self.batch_size,
+                              self.batch_type, self.pool_factor, rng)
+
+    def __iter__(self):
+        while True:
+            while self.shard_index < len(self.paths):
+                view = ShardView(load_shard(self.paths[self.shard_index]))
+                batches = self._shard_batches(view)
+                while self.batch_index < len(batches):
+                    ids = batches[self.batch_index]
+                    self.batch_index += 1
+                    yield view.batch(ids)
+                self.shard_index, self.batch_index = self.shard_index + 1, 0
+            if not self.repeat:
+                self.shard_index = 0
+                return
+            self.epoch, self.shard_index = self.epoch + 1, 0

@@ -1,0 +1,74 @@
+"""The on-disk format of preprocessed data: vocab files and shards of numericalised examples.
+
+A shard is a dict of plain data, opened with ``torch.load(path, weights_only=True)``:
+    ``src``, ``tgt``: 1-D long tensors, every example's ids one after another (no ``<s>``/``</s>``);
+    ``src_lengths``, ``tgt_lengths``: ``[n_examples]`` long; ``indices``: ``[n_examples]`` long, the
+    example's line number in its corpus (from 1);
+    with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
+    and ``src_ex_vocab``, a list of word lists.
+"""
+import glob
+import os
+import re
+
+import torch
+
+from onmt_lite.utils.errors import UserError
+
+SHARD_FORMAT = "onmt_lite.shard.v1"
+VOCAB_FORMAT = "onmt_lite.vocab.v1"
+
+
+def vocab_path(prefix):
+    return f"{prefix}.vocab.pt"
+
+
+def shard_path(prefix, corpus_type, number):
+    return f"{prefix}.{corpus_type}.{number}.pt"
+
+
+def shard_paths(prefix, corpus_type):
+    """The shard files ``PREFIX.{corpus_type}.N.pt`` in the order of N."""
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + rf"\.{corpus_type}\.(\d+)\.pt$")
+    found = []
+    for path in glob.glob(glob.escape(prefix) + f".{corpus_type}.*.pt"):
+        match = pattern.match(os.path.basename(path))
+        if match:
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def _flat(seqs):
+    flat = [i for seq in seqs for i in seq]
+    return torch.tensor(flat, dtype=torch.long), torch.tensor([len(s) for s in seqs], dtype=torch.long)
+
+
+def make_shard(examples):
+    """Pack a list of example dicts (``src``, ``tgt``, ``index`` id lists; copy fields optional)."""
+    shard = {"format": SHARD_FORMAT}
+    shard["src"], shard["src_lengths"] = _flat([ex["src"] for ex in examples])
+    shard["tgt"], shard["tgt_lengths"] = _flat([ex["tgt"] for ex in examples])
+    shard["indices"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
+    if examples and "src_map" in examples[0]:
+        shard["src_map"], _ = _flat([ex["src_map"] for ex in examples])
+        shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
+        shard["src_ex_vocab"] = [ex["src_ex_vocab"] for ex in examples]
+    return shard
+
+
+def load_plain(path, expected_format, what):
+    """``torch.load(weights_only=True)`` with clear errors for missing, corrupt or foreign files."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: {what} not found")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt or unsafe files
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: cannot load {what} ({first_line})") from None
+    if not isinstance(obj, dict) or obj.get("format") != expected_format:
+        raise UserError(f"{path}: not an onmt_lite {what}")
+    return obj
+
+
+def load_shard(path):
+    return load_plain(path, SHARD_FORMAT, "data shard")

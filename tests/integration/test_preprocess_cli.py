@@ -1,0 +1,148 @@
+"""onmt_lite_preprocess end to end: outputs, counts, and every bad input of the foundation issue."""
+import os
+
+import pytest
+import torch
+
+from onmt_lite.data.shards import shard_paths
+from tests.helpers import run_cli, shared_data, write_lines
+
+
+def load(path):
+    return torch.load(path, weights_only=True)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    src = write_lines(tmp_path / "src.txt", ["the cat sat", "a  dog\tran", "", "the Zed cat"])
+    tgt = write_lines(tmp_path / "tgt.txt", ["die katze", "ein hund lief", "leer", "der Zed"])
+    out = tmp_path / "out"
+    out.mkdir()
+    return src, tgt, out
+
+
+def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
+    src, tgt, out = corpus
+    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-valid_src", src, "-valid_tgt", tgt,
+                     "-save_data", out / "d", "-dynamic_dict", "-shard_size", 2)
+    assert result.returncode == 0, result.stderr
+    assert "4 pairs read, 3 kept, 1 with an empty side skipped" in result.stderr
+    assert sorted(os.listdir(out)) == ["d.train.1.pt", "d.train.2.pt", "d.valid.1.pt", "d.valid.2.pt", "d.vocab.pt"]
+    vocab = load(out / "d.vocab.pt")
+    assert vocab["src"][4:] == ["cat", "the", "Zed", "a", "dog", "ran", "sat"]  # by count, then alphabet
+    assert "" not in vocab["src"] and "" not in vocab["tgt"]
+    shard = load(out / "d.train.2.pt")
+    assert shard["indices"].tolist() == [4]
+    assert shard["src_ex_vocab"] == [["<unk>", "<blank>", "the", "Zed", "cat"]]
+    assert shard["alignment"].tolist() == [0, 3]  # "der" is not in the source, "Zed" is
+
+
+def error_of(result):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
+    return errors[0]
+
+
+def bad_utf8(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"the cat\nthe \xe9 cat\nx\nthe Zed\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing", "missing.txt: cannot open"),
+    ("line_counts", "src.txt has 4 lines, {tmp}/short.txt has 2"),
+    ("utf8_train", "bad.txt:2: not valid UTF-8 (byte 0xe9 at column 5)"),
+    ("utf8_valid", "bad.txt:2: not valid UTF-8"),
+    ("no_directory", "does not exist"),
+    ("unknown_option", "unrecognized arguments: -frobnicate 3"),
+    ("unsupported_option", "option -train_ids is not supported"),
+    ("unsupported_value", "does not support -data_type img"),
+    ("valid_without_tgt", "-valid_src and -valid_tgt go together"),
+    ("all_filtered", "no training pairs left"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path, case, expected):
+    src, tgt, out = corpus
+    args = {"-train_src": src, "-train_tgt": tgt, "-save_data": out / "d"}
+    extra = []
+    if case == "missing":
+        args["-train_tgt"] = tmp_path / "missing.txt"
+    elif case == "line_counts":
+        args["-train_tgt"] = write_lines(tmp_path / "short.txt", ["a", "b"])
+    elif case == "utf8_train":
+        args["-train_src"] = bad_utf8(tmp_path)
+    elif case == "utf8_valid":
+        extra = ["-valid_src", bad_utf8(tmp_path), "-valid_tgt", tgt]
+    elif case == "no_directory":
+        args["-save_data"] = tmp_path / "nowhere" / "d"
+    elif case == "unknown_option":
+        extra = ["-frobnicate", "3"]
+    elif case == "unsupported_option":
+        extra = ["-train_ids", "x"]
+    elif case == "unsupported_value":
+        extra = ["-data_type", "img"]
+    elif case == "valid_without_tgt":
+        extra = ["-valid_src", src]
+    elif case == "all_filtered":
+        extra = ["-src_seq_length", "1"]
+    result = run_cli("preprocess", *[x for kv in args.items() for x in kv], *extra)
+    assert expected.format(tmp=tmp_path) in error_of(result)
+    assert os.listdir(out) == []
+
+
+def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(corpus):
+    src, tgt, out = corpus
+    base = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"]
+    assert run_cli("preprocess", *base, "-shard_size", 1).returncode == 0
+    before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
+    assert "d.vocab.pt already exists (use -overwrite to replace)" in error_of(run_cli("preprocess", *base))
+    assert {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)} == before
+    result = run_cli("preprocess", *base, "-shard_size", 2, "-overwrite")
+    assert result.returncode == 0, result.stderr
+    # the third shard of the first run would be read as training data: it must be gone
+    assert sorted(os.listdir(out)) == ["d.train.1.pt", "d.train.2.pt", "d.vocab.pt"]
+
+
+def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
+    src, tgt, out = corpus
+    config = tmp_path / "run.yaml"
+    config.write_text(f"train_src: {src}\ntrain_tgt: {tgt}\nsave_data: {out}/c\nlower: true\n"
+                      "dynamic_dict: true\nsrc_vocab_size: 3\n")
+    assert run_cli("preprocess", "-config", config).returncode == 0
+    assert run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "l", "-lower",
+                   "-dynamic_dict", "-src_vocab_size", 3).returncode == 0
+    assert load(out / "c.vocab.pt") == load(out / "l.vocab.pt")
+    from_config, from_line = load(out / "c.train.1.pt"), load(out / "l.train.1.pt")
+    assert from_config.keys() == from_line.keys()
+    for key, value in from_config.items():
+        assert torch.equal(value, from_line[key]) if torch.is_tensor(value) else value == from_line[key]
+
+
+def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
+    data = shared_data("toy-ende")
+    base = ["-train_src", f"{data}/src-train.txt", "-train_tgt", f"{data}/tgt-train.txt",
+            "-valid_src", f"{data}/src-val.txt", "-valid_tgt", f"{data}/tgt-val.txt",
+            "-src_vocab_size", 1000, "-tgt_vocab_size", 1000]
+    result = run_cli("preprocess", *base, "-save_data", tmp_path / "q")
+    assert result.returncode == 0, result.stderr
+    vocab = load(tmp_path / "q.vocab.pt")
+    assert len(vocab["src"]) == len(vocab["tgt"]) == 1004
+    result = run_cli("preprocess", *base, "-save_data", tmp_path / "c", "-dynamic_dict", "-shard_size", 1000)
+    assert result.returncode == 0, result.stderr
+    train = shard_paths(str(tmp_path / "c"), "train")
+    assert len(train) == 10
+    assert sum(load(p)["indices"].numel() for p in train) == vocab["counts"]["train"]["examples"]
+    assert all("src_ex_vocab" in load(p) for p in train + shard_paths(str(tmp_path / "c"), "valid"))
+
+
+def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):
+    data = shared_data("g2p-sr")
+    result = run_cli("preprocess", "-train_src", f"{data}/src.train", "-train_tgt", f"{data}/tgt.train",
+                     "-valid_src", f"{data}/src.valid", "-valid_tgt", f"{data}/tgt.valid",
+                     "-save_data", tmp_path / "g")
+    assert result.returncode == 0, result.stderr
+    vocab = load(tmp_path / "g.vocab.pt")
+    assert all(word and not word.isspace() for word in vocab["src"] + vocab["tgt"])
+    assert "8500 pairs read, 8500 kept" in result.stderr

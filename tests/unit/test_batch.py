@@ -1,0 +1,39 @@
+import torch
+
+from onmt_lite.data.batch import ShardView
+from onmt_lite.data.shards import make_shard
+from onmt_lite.data.vocab import Vocab
+from onmt_lite.preprocess import make_example
+
+SRC_VOCAB = Vocab("a b c".split())  # a=4 b=5 c=6
+TGT_VOCAB = Vocab("x y".split())    # x=4 y=5
+PAIRS = [("a b", "x"), ("c Zed c a", "y Zed x q"), ("b", "x y")]
+
+
+def shard_view(dynamic_dict):
+    examples = [make_example(n, s.split(), t.split(), SRC_VOCAB, TGT_VOCAB, dynamic_dict)
+                for n, (s, t) in enumerate(PAIRS, 1)]
+    return ShardView(make_shard(examples))
+
+
+def test_batch_tensors_are_time_major_padded_with_bos_eos():
+    batch = shard_view(False).batch([1, 0])
+    assert torch.equal(batch.src, torch.tensor([[6, 4], [0, 5], [6, 1], [4, 1]]))
+    assert batch.src_lengths.tolist() == [4, 2]
+    # <s>=2 </s>=3 <blank>=1; "Zed" and "q" are unknown to the target vocabulary (0)
+    assert torch.equal(batch.tgt, torch.tensor([[2, 2], [5, 4], [0, 3], [4, 1], [0, 1], [3, 1]]))
+    assert batch.indices.tolist() == [2, 1]
+    assert batch.src_map is None and batch.alignment is None
+
+
+def test_copy_fields_by_hand():
+    batch = shard_view(True).batch([1, 2])
+    # example 2: "c Zed c a" -> vocab [<unk>, <blank>, c, Zed, a]; example 3: "b" -> [<unk>, <blank>, b]
+    assert batch.src_ex_vocab == [["<unk>", "<blank>", "c", "Zed", "a"], ["<unk>", "<blank>", "b"]]
+    expected_map = torch.zeros(4, 2, 5)
+    for pos, idx in enumerate([2, 3, 2, 4]):
+        expected_map[pos, 0, idx] = 1
+    expected_map[0, 1, 2] = 1
+    assert torch.equal(batch.src_map, expected_map)
+    # targets "y Zed x q" and "x y": only "Zed" occurs in a source (index 3); q is OOV and not in it
+    assert torch.equal(batch.alignment, torch.tensor([[0, 0], [0, 0], [3, 0], [0, 0], [0, 0], [0, 0]]))

@@ -1,0 +1,66 @@
+import random
+
+import pytest
+
+from onmt_lite.data.iterator import BatchIterator, cut_batches, padded_size, pooled_batches
+from onmt_lite.data.shards import make_shard
+from onmt_lite.utils.files import save_tensors
+
+rng = random.Random(0)
+SRC_LENGTHS = [rng.randint(1, 30) for _ in range(500)]
+TGT_LENGTHS = [rng.randint(1, 30) for _ in range(500)]
+
+
+def test_token_batches_respect_the_padded_size_and_cover_every_example_once():
+    batches = pooled_batches(SRC_LENGTHS, TGT_LENGTHS, 200, "tokens", 10, random.Random(1))
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        size = padded_size(len(b), max(SRC_LENGTHS[i] for i in b), max(TGT_LENGTHS[i] for i in b), "tokens")
+        assert size <= 200 or len(b) == 1
+
+
+def test_sentence_batches_are_sorted_by_length_inside_a_pool():
+    batches = pooled_batches(SRC_LENGTHS, TGT_LENGTHS, 16, "sents", 500)  # one pool, no shuffling
+    flat = [i for b in batches for i in b]
+    keys = [(SRC_LENGTHS[i], TGT_LENGTHS[i]) for i in flat]
+    assert keys == sorted(keys)
+    assert [len(b) for b in batches] == [16] * 31 + [4]
+
+
+def test_an_example_larger_than_the_batch_stands_alone():
+    assert cut_batches([0, 1, 2], [5, 50, 5], [5, 5, 5], 20, "tokens") == [[0], [1], [2]]
+
+
+@pytest.fixture
+def shard_files(tmp_path):
+    paths = []
+    for n in range(2):
+        examples = [{"index": i, "src": [4] * SRC_LENGTHS[i], "tgt": [5] * TGT_LENGTHS[i]}
+                    for i in range(n * 250, (n + 1) * 250)]
+        paths.append(str(tmp_path / f"d.train.{n + 1}.pt"))
+        save_tensors(make_shard(examples), paths[-1])
+    return paths
+
+
+def test_shuffling_depends_on_seed_only(shard_files):
+    def indices(seed):
+        return [b.indices.tolist() for b in BatchIterator(shard_files, 32, shuffle=True, seed=seed)]
+
+    assert indices(3) == indices(3)
+    assert indices(3) != indices(4)
+    assert sorted(i for b in indices(3) for i in b) == list(range(500))
+
+
+def test_resuming_from_a_saved_position_continues_exactly(shard_files):
+    full = BatchIterator(shard_files, 32, shuffle=True, seed=7, repeat=True)
+    stream = iter(full)
+    expected = [next(stream).indices.tolist() for _ in range(30)]  # crosses a shard and an epoch
+
+    first = BatchIterator(shard_files, 32, shuffle=True, seed=7, repeat=True)
+    stream = iter(first)
+    head = [next(stream).indices.tolist() for _ in range(11)]
+    resumed = BatchIterator(shard_files, 32, shuffle=True, seed=7, repeat=True)
+    resumed.load_state_dict(first.state_dict())
+    stream = iter(resumed)
+    tail = [next(stream).indices.tolist() for _ in range(19)]
+    assert head + tail == expected

@@ -1,0 +1,94 @@
+import pytest
+import yaml
+
+from onmt_lite.opts import build_parser, config_opts, parse, preprocess_opts
+
+REQUIRED = ["-train_src", "a", "-train_tgt", "b", "-save_data", "out"]
+
+
+def parser():
+    return build_parser("prog", [config_opts, preprocess_opts])
+
+
+def test_single_and_double_dash_spellings_are_the_same_option():
+    one = parse(parser(), REQUIRED + ["-src_vocab_size", "7", "-lower"])
+    two = parse(parser(), ["--train_src", "a", "--train_tgt", "b", "--save_data", "out",
+                           "--src_vocab_size", "7", "--lower"])
+    assert vars(one) == vars(two)
+    assert one.src_vocab_size == 7 and one.lower is True
+
+
+def test_defaults_follow_opennmt_py_1x():
+    opt = parse(parser(), REQUIRED)
+    assert (opt.src_vocab_size, opt.tgt_vocab_size, opt.src_seq_length, opt.tgt_seq_length,
+            opt.shard_size, opt.seed, opt.shuffle) == (50000, 50000, 50, 50, 1000000, 3435, 0)
+
+
+def expect_exit_2(args, capsys, match):
+    with pytest.raises(SystemExit) as exc:
+        parse(parser(), args)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert match in err
+    return err
+
+
+def test_abbreviations_are_refused(capsys):
+    expect_exit_2(REQUIRED + ["-src_vocab", "v", "-src_vocab_s", "5"], capsys, "unrecognized arguments")
+
+
+def test_unsupported_opennmt_option_is_refused_by_name(capsys):
+    expect_exit_2(REQUIRED + ["-num_threads", "4"], capsys, "option -num_threads is not supported")
+    expect_exit_2(REQUIRED + ["--src_dir", "imgs"], capsys, "image and audio input are not supported")
+
+
+def test_unsupported_value_is_refused_with_reason(capsys):
+    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys, "does not support -data_type img (image input)")
+
+
+def test_out_of_range_value_is_refused(capsys):
+    expect_exit_2(REQUIRED + ["-shard_size", "0"], capsys, "below the minimum 1")
+
+
+def test_help_gives_defaults(capsys):
+    with pytest.raises(SystemExit):
+        parse(parser(), ["-h"])
+    out = capsys.readouterr().out
+    assert "-src_vocab_size SRC_VOCAB_SIZE, --src_vocab_size SRC_VOCAB_SIZE" in out
+    assert "(default: 50000)" in out
+
+
+def test_yaml_config_equals_command_line(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_size: 9\nlower: true\n"
+                      "dynamic_dict: false\n")
+    from_file = parse(parser(), ["-config", str(config)])
+    from_line = parse(parser(), REQUIRED + ["-src_vocab_size", "9", "-lower"])
+    assert {k: v for k, v in vars(from_file).items() if k != "config"} == {
+        k: v for k, v in vars(from_line).items() if k != "config"}
+
+
+def test_command_line_overrides_config(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_size: 9\n")
+    assert parse(parser(), ["-config", str(config), "-src_vocab_size", "3"]).src_vocab_size == 3
+
+
+def test_unknown_key_in_config_is_refused(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nimage_channel_size: 3\n")
+    expect_exit_2(["-config", str(config)], capsys, "-image_channel_size is not supported")
+
+
+def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsys):
+    saved = tmp_path / "saved.yaml"
+    args = REQUIRED + ["-src_vocab_size", "11", "-share_vocab", "-tgt_seq_length", "7"]
+    with pytest.raises(SystemExit) as exc:
+        parse(parser(), args + ["-save_config", str(saved)])
+    assert exc.value.code == 0
+    assert yaml.safe_load(saved.read_text())["src_vocab_size"] == 11
+    reloaded = parse(parser(), ["-config", str(saved)])
+    original = parse(parser(), args)
+    assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
+        k: v for k, v in vars(original).items() if k != "config"}

