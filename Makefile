@@ -18,7 +18,7 @@ $(VENV)/.demo: $(VENV)/.installed
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[demo]'
 	touch $@
 
-test: install
+test: $(VENV)/.demo
 	$(BIN)/python -m pytest -q
 
 demo: $(VENV)/.demo
