@@ -74,6 +74,7 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
     if dynamic_dict:
         ex_words = copy.source_vocab(src_tokens)
         example["src_ex_vocab"] = ex_words
+        example["src_ex_tgt_ids"] = copy.target_ids(ex_words, tgt_vocab)
         example["src_map"] = copy.copy_ids(src_tokens, ex_words)
         example["alignment"] = copy.alignment_ids(tgt_tokens, ex_words)
     return example

@@ -22,12 +22,15 @@ class Batch:
         alignment: copy only, ``[tgt_len x batch]`` long, each target word's index in its example's
             vocabulary (0 where it is not in the source, and at ``<s>``, ``</s>`` and padding).
         src_ex_vocab: copy only, the per-example source vocabularies (lists of words).
+        src_ex_tgt_ids: copy only, ``[batch x n_src_words]`` long, the target-vocabulary id of each
+            word of each example's source vocabulary (0 = not in the target vocabulary, or padding).
     """
 
     def __init__(self, src, src_lengths, tgt=None, indices=None, src_map=None, alignment=None,
-                 src_ex_vocab=None):
+                 src_ex_vocab=None, src_ex_tgt_ids=None):
         self.src, self.src_lengths, self.tgt, self.indices = src, src_lengths, tgt, indices
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
+        self.src_ex_tgt_ids = src_ex_tgt_ids
 
     @property
     def batch_size(self):
@@ -35,7 +38,7 @@ class Batch:
 
     def to(self, device):
         """Move the tensors to ``device`` (in place); returns the batch."""
-        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment"):
+        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.to(device))
@@ -71,6 +74,9 @@ class ShardView:
         self.src_lengths, self.tgt_lengths = shard["src_lengths"], shard["tgt_lengths"]
         self.src_offsets, self.tgt_offsets = _offsets(self.src_lengths), _offsets(self.tgt_lengths)
         self.has_copy = "src_map" in shard
+        if self.has_copy:
+            self.ex_lengths = torch.tensor([len(v) for v in shard["src_ex_vocab"]], dtype=torch.long)
+            self.ex_offsets = _offsets(self.ex_lengths)
 
     def __len__(self):
         return self.src_lengths.numel()
@@ -87,8 +93,10 @@ class ShardView:
         if self.has_copy:
             ex_vocab = [shard["src_ex_vocab"][i] for i in ids.tolist()]
             map_ids = gather_padded(shard["src_map"], self.src_offsets, self.src_lengths, ids, 0)
-            batch.src_map = one_hot_src_map(map_ids, src_lengths, max(len(v) for v in ex_vocab))
+            ex_tgt_ids = gather_padded(shard["src_ex_tgt_ids"], self.ex_offsets, self.ex_lengths, ids, 0)
+            batch.src_map = one_hot_src_map(map_ids, src_lengths, ex_tgt_ids.size(0))
             align = gather_padded(shard["alignment"], self.tgt_offsets, self.tgt_lengths, ids, EX_UNK_ID)
             batch.alignment = add_bos_eos(align, tgt_lengths, EX_UNK_ID, EX_UNK_ID, EX_UNK_ID)
             batch.src_ex_vocab = ex_vocab
+            batch.src_ex_tgt_ids = ex_tgt_ids.t()
         return batch

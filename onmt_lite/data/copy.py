@@ -3,7 +3,7 @@
 Each example gets its own source vocabulary: ``<unk> <blank>`` then its distinct source words in
 order of first appearance. ``src_map`` gives, for each source position, that word's index in the
 example vocabulary; ``alignment`` gives, for each target word, its index there (0 = not in the
-source).
+source); ``target_ids`` gives each example word's id in the target vocabulary (0 = not in it).
 """
 import torch
 
@@ -34,6 +34,12 @@ def alignment_ids(tgt_tokens, ex_words):
     index = {w: i for i, w in enumerate(ex_words)}
     index.pop(PAD, None)
     return [index.get(t, EX_UNK_ID) if t != UNK else EX_UNK_ID for t in tgt_tokens]
+
+
+def target_ids(ex_words, tgt_vocab):
+    """Each example-vocabulary word's id in the target vocabulary (0 for the specials and for words
+    the target vocabulary lacks): what ``collapse_copy_scores`` adds copy probability onto."""
+    return [0, 0] + [tgt_vocab.lookup(w) for w in ex_words[2:]]
 
 
 def one_hot_src_map(ids, lengths, n_words):

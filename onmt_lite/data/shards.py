@@ -5,7 +5,8 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     ``src_lengths``, ``tgt_lengths``: ``[n_examples]`` long; ``indices``: ``[n_examples]`` long, the
     example's line number in its corpus (from 1);
     with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
-    and ``src_ex_vocab``, a list of word lists.
+    , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words' target-vocabulary
+    ids laid out one example after another (0 where the target vocabulary lacks the word).
 """
 import glob
 import os
@@ -53,6 +54,7 @@ def make_shard(examples):
         shard["src_map"], _ = _flat([ex["src_map"] for ex in examples])
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
         shard["src_ex_vocab"] = [ex["src_ex_vocab"] for ex in examples]
+        shard["src_ex_tgt_ids"], _ = _flat([ex["src_ex_tgt_ids"] for ex in examples])
     return shard
 
 

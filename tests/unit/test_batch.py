@@ -6,7 +6,7 @@ from onmt_lite.data.vocab import Vocab
 from onmt_lite.preprocess import make_example
 
 SRC_VOCAB = Vocab("a b c".split())  # a=4 b=5 c=6
-TGT_VOCAB = Vocab("x y".split())    # x=4 y=5
+TGT_VOCAB = Vocab("x y a".split())  # x=4 y=5 a=6
 PAIRS = [("a b", "x"), ("c Zed c a", "y Zed x q"), ("b", "x y")]
 
 
@@ -36,4 +36,6 @@ def test_copy_fields_by_hand():
     expected_map[0, 1, 2] = 1
     assert torch.equal(batch.src_map, expected_map)
     # targets "y Zed x q" and "x y": only "Zed" occurs in a source (index 3); q is OOV and not in it
+    # the target-vocabulary ids of those words: only "a" is in the target vocabulary
+    assert torch.equal(batch.src_ex_tgt_ids, torch.tensor([[0, 0, 0, 0, 6], [0, 0, 0, 0, 0]]))
     assert torch.equal(batch.alignment, torch.tensor([[0, 0], [0, 0], [3, 0], [0, 0], [0, 0], [0, 0]]))

@@ -27,3 +27,10 @@ def test_one_hot_src_map_by_hand():
     expected[0, 0, 2] = expected[1, 0, 3] = expected[2, 0, 2] = 1
     expected[0, 1, 2] = 1
     assert torch.equal(one_hot, expected)
+
+
+def test_target_ids_map_example_words_into_the_target_vocabulary():
+    from onmt_lite.data.vocab import Vocab
+
+    words = copy.source_vocab("the Zed cat".split())
+    assert copy.target_ids(words, Vocab(["cat", "the"])) == [0, 0, 5, 0, 4]

@@ -1,0 +1,222 @@
+"""Loss computation with memory-saving sharding: the module researchers subclass.
+
+A loss compute object is called once per batch (or per truncated-BPTT window)::
+
+    loss, stats = loss_compute(batch, dec_out, attns, normalization, shard_size, trunc_start, trunc_size)
+
+``dec_out`` is the decoder output ``[T x B x H]`` for prediction positions ``trunc_start ..
+trunc_start + T - 1`` (position t predicts ``batch.tgt[t + 1]``); ``attns`` holds ``[T x B x S]``
+tensors. With ``shard_size == 0`` it returns the summed loss divided by ``normalization`` (the caller
+runs ``backward``). With ``shard_size = k > 0`` it runs the generator and loss k target positions at a
+time, calls ``backward`` on each piece, then backpropagates the gathered gradients once through the
+decoder and encoder, and returns ``(None, stats)``: the gradients equal the unsharded ones, and the
+``[k x B x V]`` log-probabilities of only one shard are alive at a time.
+
+To write your own loss, subclass ``LossComputeBase`` and implement two methods:
+
+* ``_make_shard_state(batch, output, range_, attns)`` returns a dict of tensors (or None) all of whose
+  first dimension is the target positions of ``range_ = (start, end)``; ``output`` and ``attns`` are
+  already cut to that range, the target is ``batch.tgt[start + 1 : end + 1]``. Tensors that need
+  gradients (``output``, attention) are split into shards and their gradients gathered.
+* ``_compute_loss(batch, **shard)`` receives one shard of that dict (same keys) and returns
+  ``(summed loss tensor, Statistics)``. Call ``self.generator`` here, not in the model.
+
+``tests/unit/test_loss.py`` shows a token-weighted NLL written this way in a few lines.
+"""
+import torch
+import torch.nn as nn
+
+from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.models.copy_generator import (CopyGeneratorLoss, NMTCriterion, collapse_copy_scores)
+from onmt_lite.train.statistics import Statistics
+
+
+def filter_shard_state(state, shard_size=None):
+    """Yield the entries of ``state`` whose value is not None.
+
+    Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks are
+    ``torch.split(value, shard_size)`` along dim 0 (target positions), each detached from the graph (a
+    view, no copy) and requiring grad exactly when ``value`` does, so that a shard's backward stops at
+    the chunk and leaves its gradient in ``chunk.grad``.
+    """
+    for key, value in state.items():
+        if value is None:
+            continue
+        if shard_size is None:
+            yield key, value
+            continue
+        chunks = [chunk.detach().requires_grad_(value.requires_grad)
+                  for chunk in torch.split(value, shard_size)]
+        yield key, (value, chunks)
+
+
+def shards(state, shard_size, eval_only=False):
+    """Yield ``state`` one shard of ``shard_size`` target positions at a time, as dicts.
+
+    After the last shard (the caller has called ``backward`` on every shard's loss) the chunks'
+    gradients are concatenated and backpropagated through the original tensors in one
+    ``torch.autograd.backward`` call. Chunks no gradient reached count as zero; a tensor none of
+    whose chunks got a gradient is left out. With ``eval_only`` the whole state is yielded once and
+    nothing is backpropagated.
+    """
+    if eval_only:
+        yield dict(filter_shard_state(state))
+        return
+    split = dict(filter_shard_state(state, shard_size))
+    lengths = {key: value.size(0) for key, (value, _) in split.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"shard state tensors differ in length along dim 0: {lengths}")
+    for i in range(len(next(iter(split.values()))[1])):
+        yield {key: chunks[i] for key, (_, chunks) in split.items()}
+    inputs, grads = [], []
+    for value, chunks in split.values():
+        if not value.requires_grad or all(chunk.grad is None for chunk in chunks):
+            continue
+        inputs.append(value)
+        grads.append(torch.cat([torch.zeros_like(c) if c.grad is None else c.grad for c in chunks]))
+    if inputs:
+        torch.autograd.backward(inputs, grads)
+
+
+def coverage_loss(std_attn, coverage, target_mask):
+    """``sum_s min(attn, coverage)`` per target position ``[T x B]``, 0 where ``target_mask`` is False.
+
+    ``coverage`` is the attention summed over the earlier steps only (See et al. 2017), so the loss
+    is not a constant and has a gradient.
+    """
+    return torch.min(std_attn, coverage).sum(2) * target_mask
+
+
+class LossComputeBase(nn.Module):
+    """Base of the loss computations: range cutting, sharding, normalisation (see the module doc).
+
+    Args:
+        criterion: a module mapping scores and targets to per-token losses.
+        generator: the module mapping decoder outputs to log-probabilities.
+    """
+
+    def __init__(self, criterion, generator):
+        super().__init__()
+        self.criterion, self.generator = criterion, generator
+
+    @property
+    def padding_idx(self):
+        return PAD_ID
+
+    def _make_shard_state(self, batch, output, range_, attns=None):
+        raise NotImplementedError
+
+    def _compute_loss(self, batch, output, target, **kwargs):
+        raise NotImplementedError
+
+    def forward(self, batch, output, attns, normalization=1.0, shard_size=0, trunc_start=0, trunc_size=None):
+        """Loss of ``output`` (prediction positions ``trunc_start ..``) against ``batch.tgt``.
+
+        Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when ``shard_size``
+        is positive (the backward pass has then been run).
+        """
+        if trunc_size is None:
+            trunc_size = batch.tgt.size(0) - 1 - trunc_start
+        if output.size(0) != trunc_size:
+            raise ValueError(f"output has {output.size(0)} positions, the range has {trunc_size}")
+        state = self._make_shard_state(batch, output, (trunc_start, trunc_start + trunc_size), attns)
+        if shard_size == 0:
+            loss, stats = self._compute_loss(batch, **state)
+            return loss / float(normalization), stats
+        total = Statistics()
+        for shard in shards(state, shard_size):
+            loss, stats = self._compute_loss(batch, **shard)
+            (loss / float(normalization)).backward()
+            total.update(stats)
+        return None, total
+
+    def _target(self, batch, range_):
+        """The target words predicted at positions ``range_``: ``[end - start x B]``."""
+        return batch.tgt[range_[0] + 1: range_[1] + 1]
+
+    def _stats(self, nll_sum, pred, target):
+        """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
+        non_pad = target != self.padding_idx
+        return Statistics(nll_sum.item(), non_pad.sum().item(), ((pred == target) & non_pad).sum().item())
+
+
+def _coverage_state(attns, lambda_coverage):
+    if lambda_coverage == 0:
+        return {}
+    if "coverage" not in attns:
+        raise ValueError("-lambda_coverage needs a model trained with -coverage_attn")
+    return {"std_attn": attns["std"], "coverage_attn": attns["coverage"]}
+
+
+class NMTLossCompute(LossComputeBase):
+    """Negative log-likelihood (or label-smoothed) of the target, plus ``lambda_coverage`` times the
+    coverage loss of each target token."""
+
+    def __init__(self, criterion, generator, lambda_coverage=0.0):
+        super().__init__(criterion, generator)
+        self.lambda_coverage = lambda_coverage
+
+    def _make_shard_state(self, batch, output, range_, attns=None):
+        return {"output": output, "target": self._target(batch, range_),
+                **_coverage_state(attns, self.lambda_coverage)}
+
+    def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None):
+        log_probs = self.generator(output.reshape(-1, output.size(2)))
+        gold = target.reshape(-1)
+        loss, nll = self.criterion(log_probs, gold)
+        if std_attn is not None:
+            loss = loss + self.lambda_coverage * coverage_loss(
+                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)
+        stats = self._stats(nll.sum(), log_probs.detach().argmax(1), gold)
+        return loss.sum(), stats
+
+
+class CopyGeneratorLossCompute(LossComputeBase):
+    """The copy loss (see ``CopyGeneratorLoss``) plus ``lambda_coverage`` times the coverage loss of
+    each target token. With ``normalize_by_length`` each sentence's loss is divided by its length."""
+
+    def __init__(self, criterion, generator, vocab_size, normalize_by_length=False, lambda_coverage=0.0):
+        super().__init__(criterion, generator)
+        self.vocab_size, self.normalize_by_length = vocab_size, normalize_by_length
+        self.lambda_coverage = lambda_coverage
+
+    def _make_shard_state(self, batch, output, range_, attns=None):
+        if batch.alignment is None:
+            raise ValueError("copy attention needs batches with alignment (preprocess with -dynamic_dict)")
+        return {"output": output, "target": self._target(batch, range_), "copy_attn": attns["copy"],
+                "align": batch.alignment[range_[0] + 1: range_[1] + 1],
+                **_coverage_state(attns, self.lambda_coverage)}
+
+    def _compute_loss(self, batch, output, target, copy_attn, align, std_attn=None, coverage_attn=None):
+        n_pos, n_batch = target.shape
+        log_probs = self.generator(output.reshape(n_pos * n_batch, -1),
+                                   copy_attn.reshape(n_pos * n_batch, -1), batch.src_map)
+        gold, gold_align = target.reshape(-1), align.reshape(-1)
+        loss, nll = self.criterion(log_probs, gold_align, gold)
+        if std_attn is not None:
+            loss = loss + self.lambda_coverage * coverage_loss(
+                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)
+        stats = self._copy_stats(nll, log_probs.detach(), gold, gold_align, batch)
+        if self.normalize_by_length:
+            lengths = (batch.tgt[1:] != self.padding_idx).sum(0).to(loss.dtype)  # whole sentences
+            return (loss.view(n_pos, n_batch) / lengths).sum(), stats
+        return loss.sum(), stats
+
+    def _copy_stats(self, nll, log_probs, gold, gold_align, batch):
+        """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry."""
+        n_rows = log_probs.size(0)
+        ex_ids = batch.src_ex_tgt_ids.repeat(n_rows // batch.batch_size, 1)
+        pred = collapse_copy_scores(log_probs.exp(), ex_ids, self.vocab_size).argmax(1)
+        copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
+        extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)
+        return self._stats(nll.sum(), pred, extended_gold)
+
+
+def build_loss_compute(model, tgt_vocab, opt, train=True):
+    """The loss compute for ``model`` from the options (label smoothing only when ``train``)."""
+    smoothing = opt.label_smoothing if train else 0.0
+    if opt.copy_attn:
+        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, smoothing)
+        return CopyGeneratorLossCompute(criterion, model.generator, len(tgt_vocab),
+                                        opt.copy_loss_by_seqlength, opt.lambda_coverage)
+    return NMTLossCompute(NMTCriterion(smoothing), model.generator, opt.lambda_coverage)

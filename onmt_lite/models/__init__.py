@@ -1,0 +1,1 @@
+"""The model: embeddings, RNN encoder, attention, RNN decoders, generators, and the builder."""

@@ -1,0 +1,92 @@
+"""build_model: options and vocabularies -> NMTModel (with its generator), initialised."""
+import types
+
+import torch
+import torch.nn as nn
+
+from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator
+from onmt_lite.models.embeddings import Embeddings
+from onmt_lite.models.model import NMTModel
+from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
+from onmt_lite.models.rnn_encoder import RNNEncoder
+from onmt_lite.utils.errors import UserError
+
+
+def model_dims(opt):
+    """Resolve -word_vec_size, -layers and -rnn_size (when > 0) into per-side sizes; check them."""
+    dims = types.SimpleNamespace(
+        src_emb=opt.word_vec_size if opt.word_vec_size > 0 else opt.src_word_vec_size,
+        tgt_emb=opt.word_vec_size if opt.word_vec_size > 0 else opt.tgt_word_vec_size,
+        enc_layers=opt.layers if opt.layers > 0 else opt.enc_layers,
+        dec_layers=opt.layers if opt.layers > 0 else opt.dec_layers,
+        enc_rnn=opt.rnn_size if opt.rnn_size > 0 else opt.enc_rnn_size,
+        dec_rnn=opt.rnn_size if opt.rnn_size > 0 else opt.dec_rnn_size)
+    if dims.enc_rnn != dims.dec_rnn:
+        raise UserError(f"-enc_rnn_size {dims.enc_rnn} and -dec_rnn_size {dims.dec_rnn} differ: "
+                        "attention needs one hidden size (use -rnn_size)")
+    if dims.enc_layers != dims.dec_layers and not opt.bridge:
+        raise UserError(f"-enc_layers {dims.enc_layers} and -dec_layers {dims.dec_layers} differ: "
+                        "the decoder starts from the encoder's final state (add -bridge)")
+    if opt.encoder_type == "brnn" and dims.enc_rnn % 2:
+        raise UserError(f"-encoder_type brnn needs an even -rnn_size (got {dims.enc_rnn})")
+    if opt.share_decoder_embeddings and dims.tgt_emb != dims.dec_rnn:
+        raise UserError(f"-share_decoder_embeddings needs -tgt_word_vec_size ({dims.tgt_emb}) "
+                        f"equal to -rnn_size ({dims.dec_rnn})")
+    return dims
+
+
+def build_embeddings(opt, dims, vocabs):
+    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout)
+    if opt.share_embeddings:
+        if vocabs["src"] != vocabs["tgt"]:
+            raise UserError("-share_embeddings needs one vocabulary for both sides "
+                            "(preprocess with -share_vocab)")
+        if dims.src_emb != dims.tgt_emb:
+            raise UserError("-share_embeddings needs equal source and target word vector sizes")
+        return src, src
+    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout)
+
+
+def build_decoder(opt, dims, embeddings):
+    decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
+    return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout,
+                         embeddings, coverage_attn=opt.coverage_attn, copy_attn=opt.copy_attn,
+                         reuse_copy_attn=opt.reuse_copy_attn, copy_attn_type=opt.copy_attn_type)
+
+
+def initialise(model, opt, src_emb, tgt_emb):
+    """-param_init uniform (and/or -param_init_glorot), zero padding rows, pretrained, frozen."""
+    with torch.no_grad():
+        for param in model.parameters():
+            if opt.param_init != 0:
+                param.uniform_(-opt.param_init, opt.param_init)
+            if opt.param_init_glorot and param.dim() > 1:
+                nn.init.xavier_uniform_(param)
+        for emb in (src_emb, tgt_emb):
+            emb.weight[PAD_ID].zero_()
+    for emb, path, fix in ((src_emb, opt.pre_word_vecs_enc, opt.fix_word_vecs_enc),
+                           (tgt_emb, opt.pre_word_vecs_dec, opt.fix_word_vecs_dec)):
+        if path:
+            emb.load_pretrained(path)
+        if fix:
+            emb.freeze()
+
+
+def build_model(opt, vocabs):
+    """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
+    dims = model_dims(opt)
+    src_emb, tgt_emb = build_embeddings(opt, dims, vocabs)
+    encoder = RNNEncoder(opt.rnn_type, opt.encoder_type == "brnn", dims.enc_layers, dims.enc_rnn,
+                         opt.dropout, src_emb, bridge_layers=dims.dec_layers if opt.bridge else None)
+    decoder = build_decoder(opt, dims, tgt_emb)
+    if opt.copy_attn:
+        generator = CopyGenerator(dims.dec_rnn, len(vocabs["tgt"]))
+    else:
+        generator = NMTGenerator(dims.dec_rnn, len(vocabs["tgt"]))
+    model = NMTModel(encoder, decoder, generator)
+    initialise(model, opt, src_emb, tgt_emb)
+    if opt.share_decoder_embeddings:
+        output_layer = generator.linear if opt.copy_attn else generator[0]
+        output_layer.weight = tgt_emb.weight
+    return model

@@ -1,0 +1,119 @@
+"""Generators (decoder output -> log-probabilities) and their criteria, with and without copying.
+
+Shapes: N rows (target positions x batch, time-major), H hidden, V target vocabulary,
+S source length, B batch, n words in the largest per-example source vocabulary.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from onmt_lite.data.vocab import PAD_ID, UNK_ID
+
+TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
+
+
+def smoothed(nll, fixed_log_probs, label_smoothing, pad_idx=PAD_ID):
+    """``(1 - eps) * nll + eps * (mean of -log p over the fixed vocabulary, padding excluded)``."""
+    if label_smoothing == 0:
+        return nll
+    vocab_size = fixed_log_probs.size(1)
+    not_pad = torch.ones(vocab_size, dtype=torch.bool, device=nll.device)
+    not_pad[pad_idx] = False
+    uniform = -fixed_log_probs.masked_fill(~not_pad, 0).sum(1) / (vocab_size - 1)
+    return (1 - label_smoothing) * nll + label_smoothing * uniform
+
+
+class NMTGenerator(nn.Sequential):
+    """``[N x H]`` -> ``[N x V]`` log-probabilities (Linear + LogSoftmax)."""
+
+    def __init__(self, hidden_size, vocab_size):
+        super().__init__(nn.Linear(hidden_size, vocab_size), nn.LogSoftmax(dim=-1))
+
+
+class NMTCriterion(nn.Module):
+    """Per-token negative log-likelihood (optionally label-smoothed), 0 on padding."""
+
+    def __init__(self, label_smoothing=0.0, pad_idx=PAD_ID):
+        super().__init__()
+        self.label_smoothing, self.pad_idx = label_smoothing, pad_idx
+
+    def forward(self, log_probs, target):
+        """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``)."""
+        pad = target == self.pad_idx
+        nll = -log_probs.gather(1, target.masked_fill(pad, UNK_ID).unsqueeze(1)).squeeze(1)
+        nll = nll.masked_fill(pad, 0)
+        loss = smoothed(nll, log_probs, self.label_smoothing, self.pad_idx).masked_fill(pad, 0)
+        return loss, nll
+
+
+class CopyGenerator(nn.Module):
+    """Pointer-generator (See et al. 2017) over the target vocabulary plus each example's source words.
+
+    ``p_copy = sigmoid(w·h)``; the output is ``[(1 - p_copy) softmax(W h) ; p_copy * attn @ src_map]``,
+    returned as log-probabilities ``[N x V + n]``. The padding word gets probability 0.
+    """
+
+    def __init__(self, hidden_size, vocab_size, pad_idx=PAD_ID):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, vocab_size)
+        self.linear_copy = nn.Linear(hidden_size, 1)
+        self.pad_idx = pad_idx
+
+    def forward(self, hidden, attn, src_map):
+        """``hidden`` ``[N x H]``, ``attn`` ``[N x S]`` (copy attention), ``src_map`` ``[S x B x n]``."""
+        logits = self.linear(hidden)
+        logits[:, self.pad_idx] = float("-inf")
+        gate = self.linear_copy(hidden)
+        log_vocab = F.log_softmax(logits, dim=-1) + F.logsigmoid(-gate)
+        src_len, batch, n_words = src_map.shape
+        per_example = attn.view(-1, batch, src_len).transpose(0, 1)  # [B x T x S]
+        copy_prob = torch.bmm(per_example, src_map.transpose(0, 1)).transpose(0, 1).reshape(-1, n_words)
+        log_copy = torch.log(copy_prob.clamp_min(TINY)) + F.logsigmoid(gate)
+        return torch.cat([log_vocab, log_copy], dim=1)
+
+
+class CopyGeneratorLoss(nn.Module):
+    """Per-token copy loss: ``-log(p_vocab(w) + p_copy(w))``, 0 on padding.
+
+    A target word that is in the source (alignment > 0) and in the vocabulary gets both terms; one that
+    is in the source but out of the vocabulary (target ``<unk>``) gets the copy term alone; one that is
+    not in the source gets the vocabulary term alone. With ``force_copy``, a word in the source always
+    gets the copy term alone. Label smoothing spreads its mass over the fixed vocabulary.
+    """
+
+    def __init__(self, vocab_size, force_copy=False, label_smoothing=0.0, pad_idx=PAD_ID, unk_idx=UNK_ID):
+        super().__init__()
+        self.vocab_size, self.force_copy, self.label_smoothing = vocab_size, force_copy, label_smoothing
+        self.pad_idx, self.unk_idx = pad_idx, unk_idx
+
+    def forward(self, log_probs, align, target):
+        """``log_probs`` ``[N x V + n]``, ``align`` ``[N]``, ``target`` ``[N]`` -> (loss, nll), ``[N]`` each."""
+        pad = target == self.pad_idx
+        vocab_lp = log_probs.gather(1, target.masked_fill(pad, self.unk_idx).unsqueeze(1)).squeeze(1)
+        copy_lp = log_probs.gather(1, (align + self.vocab_size).unsqueeze(1)).squeeze(1)
+        copyable = align != self.unk_idx
+        use_vocab = ~copyable if self.force_copy else ~copyable | (target != self.unk_idx)
+        neg_inf = torch.full_like(vocab_lp, float("-inf"))
+        both = torch.stack([torch.where(use_vocab, vocab_lp, neg_inf), torch.where(copyable, copy_lp, neg_inf)])
+        nll = -torch.logsumexp(both, dim=0).masked_fill(pad, 0)
+        fixed = log_probs[:, : self.vocab_size]
+        loss = smoothed(nll, fixed, self.label_smoothing, self.pad_idx).masked_fill(pad, 0)
+        return loss, nll
+
+
+def collapse_copy_scores(probs, src_ex_tgt_ids, vocab_size):
+    """Move the copy probability of each source word onto its entry in the fixed vocabulary.
+
+    Args:
+        probs: ``[... x V + n]`` probabilities (not log).
+        src_ex_tgt_ids: target-vocabulary id of each example word, broadcastable to ``probs[..., V:]``
+            (0 = not in the vocabulary: that copy entry stays where it is).
+    Returns:
+        probabilities of the same shape and the same total: copy entries of words in the
+        vocabulary become 0 and their mass is added to the word's vocabulary entry.
+    """
+    fixed, copy = probs[..., :vocab_size], probs[..., vocab_size:]
+    ids = src_ex_tgt_ids.expand_as(copy)
+    in_vocab = ids != 0
+    fixed = fixed.scatter_add(-1, ids, copy * in_vocab)
+    return torch.cat([fixed, copy.masked_fill(in_vocab, 0)], dim=-1)

@@ -1,0 +1,31 @@
+"""NMTModel: encoder + decoder (the generator is called by the loss, shard by shard)."""
+import torch.nn as nn
+
+
+class NMTModel(nn.Module):
+    """An encoder-decoder model.
+
+    ``forward`` runs the whole target; ``encode`` and ``decode`` expose the steps with an explicit
+    DecoderState, for truncated BPTT (decode window by window, ``state.detach()`` between) and for
+    translation (decode one position at a time).
+    """
+
+    def __init__(self, encoder, decoder, generator):
+        super().__init__()
+        self.encoder, self.decoder, self.generator = encoder, decoder, generator
+
+    def encode(self, src, lengths):
+        """``src`` ``[S x B]`` -> memory_bank ``[S x B x H]``, lengths ``[B]``, the first DecoderState."""
+        final, memory_bank, lengths = self.encoder(src, lengths)
+        return memory_bank, lengths, self.decoder.init_state(final, memory_bank)
+
+    def decode(self, tgt, memory_bank, lengths, state):
+        """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState."""
+        return self.decoder(tgt, memory_bank, state, lengths)
+
+    def forward(self, src, tgt, lengths):
+        """Teacher-forced pass: ``tgt`` ``[T x B]`` is ``<s> .. </s>``; returns dec_out
+        ``[T-1 x B x H]`` (position t predicts ``tgt[t+1]``) and attns (``[T-1 x B x S]`` each)."""
+        memory_bank, lengths, state = self.encode(src, lengths)
+        dec_out, attns, _ = self.decode(tgt[:-1], memory_bank, lengths, state)
+        return dec_out, attns

@@ -1,0 +1,176 @@
+"""RNN decoders with global attention: input feeding (stepped) or standard (one RNN call).
+
+Both take and return an explicit ``DecoderState``; nothing about a sequence is stored on the module,
+so beam search can reorder a state with ``state.map`` and truncated BPTT can cut it with
+``state.detach``. Shapes: T target positions, B batch, S source positions, H hidden size.
+"""
+import torch
+import torch.nn as nn
+
+from onmt_lite.models.attention import GlobalAttention
+
+
+class DecoderState:
+    """The decoder's state between calls.
+
+    Attributes:
+        hidden: tuple of ``[layers x B x H]`` (``(h, c)`` for LSTM, ``(h,)`` for GRU).
+        input_feed: ``[B x H]``, the previous attentional output (input-feed decoder), or None.
+        coverage: ``[B x S]``, the sum of the attention of all earlier steps, or None.
+    """
+
+    def __init__(self, hidden, input_feed=None, coverage=None):
+        self.hidden, self.input_feed, self.coverage = tuple(hidden), input_feed, coverage
+
+    def map(self, fn):
+        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
+        return DecoderState(tuple(fn(h, 1) for h in self.hidden),
+                            None if self.input_feed is None else fn(self.input_feed, 0),
+                            None if self.coverage is None else fn(self.coverage, 0))
+
+    def detach(self):
+        """The same state cut from the graph (between truncated BPTT windows)."""
+        return self.map(lambda t, dim: t.detach())
+
+
+class StackedCells(nn.Module):
+    """``num_layers`` LSTM or GRU cells stepped together, dropout between layers."""
+
+    def __init__(self, rnn_type, num_layers, input_size, hidden_size, dropout):
+        super().__init__()
+        cell = nn.LSTMCell if rnn_type == "LSTM" else nn.GRUCell
+        self.is_lstm = rnn_type == "LSTM"
+        self.cells = nn.ModuleList(
+            cell(input_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, hidden):
+        """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``."""
+        new_states = []
+        for i, cell in enumerate(self.cells):
+            if self.is_lstm:
+                layer_state = cell(x, (hidden[0][i], hidden[1][i]))
+            else:
+                layer_state = (cell(x, hidden[0][i]),)
+            x = layer_state[0]
+            if i + 1 < len(self.cells):
+                x = self.dropout(x)
+            new_states.append(layer_state)
+        return x, tuple(torch.stack(states) for states in zip(*new_states))
+
+
+class RNNDecoderBase(nn.Module):
+    """What both decoders share: embeddings, attention, copy attention, state initialisation.
+
+    Args:
+        rnn_type, num_layers, hidden_size, dropout: of the RNN (dropout also on the output).
+        attn_type: "dot", "general" or "mlp".
+        embeddings: an ``Embeddings`` module.
+        coverage_attn: feed coverage into the attention and return ``attns["coverage"]``.
+        copy_attn: return ``attns["copy"]`` (``reuse_copy_attn``: the standard attention itself;
+            else a separate attention of type ``copy_attn_type``).
+    """
+
+    def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings,
+                 coverage_attn=False, copy_attn=False, reuse_copy_attn=False, copy_attn_type=None):
+        super().__init__()
+        self.embeddings, self.hidden_size = embeddings, hidden_size
+        self.dropout = nn.Dropout(dropout)
+        self.attn = GlobalAttention(hidden_size, attn_type, coverage=coverage_attn)
+        self.coverage_attn = coverage_attn
+        self.copy_attn = copy_attn
+        self.copy_attention = None
+        if copy_attn and not reuse_copy_attn:
+            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type)
+
+    def init_state(self, encoder_final, memory_bank):
+        """The first state: the encoder's final states, a zero input feed, zero coverage."""
+        src_len, batch, _ = memory_bank.shape
+        zeros = memory_bank.new_zeros
+        return DecoderState(encoder_final, zeros(batch, self.hidden_size),
+                            zeros(batch, src_len) if self.coverage_attn else None)
+
+    def _attend(self, query, memory, lengths, keys, coverage):
+        """Attention of ``query`` ``[B x T x H]``; with coverage, one position at a time.
+
+        Returns attn_h ``[B x T x H]``, align ``[B x T x S]``, the coverage before each position
+        ``[B x T x S]`` (or None) and the coverage after the last one.
+        """
+        if coverage is None:
+            attn_h, align = self.attn(query, memory, lengths, keys=keys)
+            return attn_h, align, None, None
+        outs, aligns, covs = [], [], []
+        for t in range(query.size(1)):
+            covs.append(coverage)
+            attn_h, align = self.attn(query[:, t:t + 1], memory, lengths, coverage.unsqueeze(1), keys)
+            coverage = coverage + align.squeeze(1)
+            outs.append(attn_h)
+            aligns.append(align)
+        return torch.cat(outs, 1), torch.cat(aligns, 1), torch.stack(covs, 1), coverage
+
+    def _attns(self, dec_out, align, covs, memory, lengths):
+        """The ``attns`` dict, time-major ``[T x B x S]`` tensors."""
+        attns = {"std": align.transpose(0, 1)}
+        if covs is not None:
+            attns["coverage"] = covs.transpose(0, 1)
+        if self.copy_attn:
+            if self.copy_attention is None:
+                attns["copy"] = attns["std"]
+            else:
+                _, copy_align = self.copy_attention(dec_out, memory, lengths)
+                attns["copy"] = copy_align.transpose(0, 1)
+        return attns
+
+
+class InputFeedRNNDecoder(RNNDecoderBase):
+    """Stacked cells stepped one target position at a time, the previous attentional output
+    concatenated to each input (Luong et al. 2015)."""
+
+    def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
+        super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
+        self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size,
+                                hidden_size, dropout)
+
+    def forward(self, tgt, memory_bank, state, memory_lengths):
+        """Decode ``tgt`` ``[T x B]`` from ``state``.
+
+        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
+        """
+        memory = memory_bank.transpose(0, 1)
+        keys = self.attn.memory_keys(memory)
+        hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
+        outs, aligns, covs = [], [], []
+        for emb_t in self.embeddings(tgt):
+            rnn_out, hidden = self.rnn(torch.cat([emb_t, feed], 1), hidden)
+            attn_h, align, cov_before, coverage = self._attend(
+                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage)
+            feed = self.dropout(attn_h.squeeze(1))
+            outs.append(feed)
+            aligns.append(align)
+            covs.append(cov_before)
+        dec_out = torch.stack(outs, 1)  # [B x T x H]
+        covs = torch.cat(covs, 1) if coverage is not None else None
+        attns = self._attns(dec_out, torch.cat(aligns, 1), covs, memory, memory_lengths)
+        return dec_out.transpose(0, 1), attns, DecoderState(hidden, feed, coverage)
+
+
+class StdRNNDecoder(RNNDecoderBase):
+    """One ``nn.LSTM``/``nn.GRU`` call over the whole target, then attention over all positions
+    (position by position only when coverage makes the attention sequential)."""
+
+    def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
+        super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
+        self.is_lstm = rnn_type == "LSTM"
+        self.rnn = getattr(nn, rnn_type)(embeddings.word_vec_size, hidden_size, num_layers,
+                                         dropout=dropout if num_layers > 1 else 0.0)
+
+    def forward(self, tgt, memory_bank, state, memory_lengths):
+        """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
+        rnn_out, hidden = self.rnn(self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
+        hidden = hidden if self.is_lstm else (hidden,)
+        memory = memory_bank.transpose(0, 1)
+        attn_h, align, covs, coverage = self._attend(
+            rnn_out.transpose(0, 1), memory, memory_lengths, self.attn.memory_keys(memory), state.coverage)
+        dec_out = self.dropout(attn_h)
+        attns = self._attns(dec_out, align, covs, memory, memory_lengths)
+        return dec_out.transpose(0, 1), attns, DecoderState(hidden, dec_out[:, -1], coverage)

@@ -1,0 +1,1 @@
+"""Training: the trainer, optimisers and schedules, checkpoints, statistics."""

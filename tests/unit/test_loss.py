@@ -1,0 +1,175 @@
+"""The loss API: sharding is exact, truncation is exact in value, coverage, and a researcher's subclass."""
+import pytest
+import torch
+
+from onmt_lite.loss import LossComputeBase, build_loss_compute, coverage_loss, filter_shard_state, shards
+from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs
+
+CASES = {
+    "nmt": [],
+    "nmt-smoothing": ["-label_smoothing", 0.1],
+    "nmt-coverage": ["-coverage_attn", "-lambda_coverage", 0.7],
+    "nmt-coverage-smoothing-std-decoder": ["-coverage_attn", "-lambda_coverage", 0.7, "-label_smoothing", 0.2,
+                                           "-input_feed", 0],
+    "copy": ["-copy_attn"],
+    "copy-smoothing": ["-copy_attn", "-label_smoothing", 0.1],
+    "copy-coverage": ["-copy_attn", "-coverage_attn", "-lambda_coverage", 0.5],
+    "copy-coverage-smoothing-std-decoder": ["-copy_attn", "-coverage_attn", "-lambda_coverage", 0.5,
+                                            "-label_smoothing", 0.1, "-input_feed", 0],
+    "copy-reuse-force-coverage": ["-copy_attn", "-reuse_copy_attn", "-copy_attn_force", "-coverage_attn",
+                                  "-lambda_coverage", 1.0],
+    "copy-by-seqlength": ["-copy_attn", "-copy_loss_by_seqlength", "-copy_attn_type", "dot"],
+}
+
+
+def forward_and_loss(model, opt, batch, shard_size):
+    model.zero_grad()
+    loss_compute = build_loss_compute(model, TGT_VOCAB, opt)
+    dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+    loss, stats = loss_compute(batch, dec_out, attns, normalization=batch.batch_size, shard_size=shard_size)
+    if shard_size == 0:
+        loss.backward()
+    else:
+        assert loss is None
+    return grads(model), stats
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("shard_size", [1, 3, 100])
+def test_sharded_gradients_and_statistics_equal_the_unsharded_ones(case, shard_size):
+    model, opt = make_model(*CASES[case])
+    batch = make_batch(random_pairs(4, seed=2))
+    expected_grads, expected_stats = forward_and_loss(model, opt, batch, 0)
+    actual_grads, actual_stats = forward_and_loss(model, opt, batch, shard_size)
+    assert all(g.abs().sum() > 0 for g in expected_grads.values() if g.numel() > 1 and g.dim() > 1)
+    assert_grads_equal(expected_grads, actual_grads)
+    assert actual_stats == expected_stats
+    assert expected_stats.n_words == sum(len(t) + 1 for _, t in random_pairs(4, seed=2))
+
+
+@pytest.mark.parametrize("case", ["nmt-coverage-smoothing-std-decoder", "copy-coverage", "copy-by-seqlength"])
+@pytest.mark.parametrize("trunc_size", [1, 2, 5])
+def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
+    model, opt = make_model(*CASES[case])
+    batch = make_batch(random_pairs(4, seed=3))
+    loss_compute = build_loss_compute(model, TGT_VOCAB, opt)
+    with torch.no_grad():
+        dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+        full, full_stats = loss_compute(batch, dec_out, attns)
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        total, n_words, n_positions = 0.0, 0, batch.tgt.size(0) - 1
+        for start in range(0, n_positions, trunc_size):
+            window = batch.tgt[start: min(start + trunc_size, n_positions)]
+            dec_out, attns, state = model.decode(window, memory_bank, lengths, state)
+            loss, stats = loss_compute(batch, dec_out, attns, trunc_start=start, trunc_size=window.size(0))
+            state = state.detach()
+            total, n_words = total + loss, n_words + stats.n_words
+    torch.testing.assert_close(total, full)
+    assert n_words == full_stats.n_words
+
+
+def test_truncation_with_sharding_gives_the_same_gradients_as_truncation_alone():
+    model, opt = make_model(*CASES["copy-coverage"])
+    batch = make_batch(random_pairs(3, seed=4))
+    loss_compute = build_loss_compute(model, TGT_VOCAB, opt)
+    results = []
+    for shard_size in (0, 2):
+        model.zero_grad()
+        state = None
+        for start in range(0, batch.tgt.size(0) - 1, 4):
+            # as the trainer does: encode again for each window, carry the detached decoder state
+            memory_bank, lengths, first_state = model.encode(batch.src, batch.src_lengths)
+            window = batch.tgt[start: min(start + 4, batch.tgt.size(0) - 1)]
+            dec_out, attns, state = model.decode(window, memory_bank, lengths, state or first_state)
+            loss, _ = loss_compute(batch, dec_out, attns, 3.0, shard_size, start, window.size(0))
+            if loss is not None:
+                loss.backward()
+            state = state.detach()
+        results.append(grads(model))
+    assert_grads_equal(results[0], results[1])
+
+
+def test_coverage_is_the_attention_of_earlier_steps_and_its_loss_has_a_gradient():
+    model, opt = make_model("-coverage_attn", "-lambda_coverage", 1.0)
+    batch = make_batch(random_pairs(3, seed=5))
+    _, attns = model(batch.src, batch.tgt, batch.src_lengths)
+    earlier = torch.cumsum(attns["std"], 0) - attns["std"]
+    torch.testing.assert_close(attns["coverage"], earlier)
+    penalty = coverage_loss(attns["std"], attns["coverage"], batch.tgt[1:] != 1).sum()
+    penalty.backward()
+    assert penalty.item() > 0
+    assert model.decoder.attn.linear_in.weight.grad.abs().sum() > 0
+    # the 1.x definition (coverage including the current step) makes the loss a constant
+    included = torch.cumsum(attns["std"], 0)
+    constant = coverage_loss(attns["std"], included, batch.tgt[1:] != 1).sum()
+    assert constant.item() == pytest.approx((batch.tgt[1:] != 1).sum().item())
+
+
+def test_coverage_loss_is_zero_when_attention_never_overlaps():
+    std = torch.eye(4).unsqueeze(1)  # step t attends position t only: [4 x 1 x 4]
+    coverage = torch.cumsum(std, 0) - std
+    assert coverage_loss(std, coverage, torch.ones(4, 1, dtype=torch.bool)).sum().item() == 0
+
+
+def test_filter_shard_state_without_shard_size_yields_values_unsplit():
+    value = torch.zeros(5, 2, requires_grad=True)
+    assert list(filter_shard_state({"a": value, "b": None})) == [("a", value)]
+    (key, (original, chunks)), = filter_shard_state({"a": value}, 2)
+    assert key == "a" and original is value and [c.shape[0] for c in chunks] == [2, 2, 1]
+    assert all(c.requires_grad and c.grad_fn is None for c in chunks)
+
+
+def test_shards_skip_tensors_no_gradient_reached_and_eval_only_yields_everything_once():
+    x = torch.randn(5, 3, requires_grad=True)
+    used, unused, first_only, target = x * 2, x * 3, x * 5, torch.arange(5)
+    state = {"used": used, "unused": unused, "first_only": first_only, "target": target, "none": None}
+    for i, shard in enumerate(shards(state, 2)):
+        assert set(shard) == {"used", "unused", "first_only", "target"}
+        loss = (shard["used"].sum(1) * shard["target"]).sum()
+        if i == 0:  # later chunks of "first_only" get no gradient at all
+            loss = loss + shard["first_only"].sum()
+        loss.backward()
+    expected = 2 * torch.arange(5.0).unsqueeze(1).expand(5, 3).clone()
+    expected[:2] += 5
+    torch.testing.assert_close(x.grad, expected)
+    whole = list(shards(state, 2, eval_only=True))
+    assert len(whole) == 1 and whole[0]["used"] is used and "none" not in whole[0]
+    with pytest.raises(ValueError, match="differ in length"):
+        list(shards({"a": torch.zeros(4), "b": torch.zeros(3)}, 2))
+
+
+class TokenWeightedNLL(LossComputeBase):
+    """A researcher's loss: NLL where each target word has its own weight."""
+
+    def __init__(self, generator, weights):
+        super().__init__(criterion=None, generator=generator)
+        self.weights = weights
+
+    def _make_shard_state(self, batch, output, range_, attns=None):
+        return {"output": output, "target": self._target(batch, range_)}
+
+    def _compute_loss(self, batch, output, target):
+        log_probs = self.generator(output.reshape(-1, output.size(2)))
+        gold = target.reshape(-1)
+        nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1).masked_fill(gold == self.padding_idx, 0)
+        return (nll * self.weights[gold]).sum(), self._stats(nll.sum(), log_probs.argmax(1), gold)
+
+
+def test_a_researchers_subclass_trains_a_step_with_sharding_exactly_as_without():
+    weights = torch.linspace(0.5, 2.0, len(TGT_VOCAB), dtype=torch.float64)
+    batch = make_batch(random_pairs(4, seed=6))
+    params_after = []
+    for shard_size in (0, 2):
+        model, _ = make_model(seed=1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        loss_compute = TokenWeightedNLL(model.generator, weights)
+        dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+        loss, stats = loss_compute(batch, dec_out, attns, normalization=4, shard_size=shard_size)
+        if loss is not None:
+            loss.backward()
+        optimizer.step()
+        params_after.append({name: p.detach().clone() for name, p in model.named_parameters()})
+        assert stats.n_words == (batch.tgt[1:] != 1).sum().item()
+    assert_grads_equal(params_after[0], params_after[1], rtol=1e-9)
+    before, _ = make_model(seed=1)
+    assert not torch.equal(dict(before.named_parameters())["generator.0.weight"], params_after[0]["generator.0.weight"])
