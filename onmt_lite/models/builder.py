@@ -13,6 +13,19 @@ from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.utils.errors import UserError
 
 
+COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
+
+
+def check_options(opt):
+    """Refuse options that would have no effect in this combination."""
+    if opt.lambda_coverage and not opt.coverage_attn:
+        raise UserError("-lambda_coverage needs -coverage_attn")
+    if not opt.copy_attn:
+        for name in COPY_ONLY_OPTIONS:
+            if getattr(opt, name):
+                raise UserError(f"-{name} needs -copy_attn")
+
+
 def model_dims(opt):
     """Resolve -word_vec_size, -layers and -rnn_size (when > 0) into per-side sizes; check them."""
     dims = types.SimpleNamespace(
@@ -75,6 +88,7 @@ def initialise(model, opt, src_emb, tgt_emb):
 
 def build_model(opt, vocabs):
     """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
+    check_options(opt)
     dims = model_dims(opt)
     src_emb, tgt_emb = build_embeddings(opt, dims, vocabs)
     encoder = RNNEncoder(opt.rnn_type, opt.encoder_type == "brnn", dims.enc_layers, dims.enc_rnn,

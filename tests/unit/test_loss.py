@@ -122,10 +122,13 @@ def test_filter_shard_state_without_shard_size_yields_values_unsplit():
 def test_shards_skip_tensors_no_gradient_reached_and_eval_only_yields_everything_once():
     x = torch.randn(5, 3, requires_grad=True)
     used, unused, first_only, target = x * 2, x * 3, x * 5, torch.arange(5)
-    state = {"used": used, "unused": unused, "first_only": first_only, "target": target, "none": None}
+    weights = torch.full((5,), 2.0)  # a float state tensor that needs no gradient
+    state = {"used": used, "unused": unused, "first_only": first_only, "target": target, "weights": weights,
+             "none": None}
     for i, shard in enumerate(shards(state, 2)):
-        assert set(shard) == {"used", "unused", "first_only", "target"}
-        loss = (shard["used"].sum(1) * shard["target"]).sum()
+        assert set(shard) == {"used", "unused", "first_only", "target", "weights"}
+        assert not shard["weights"].requires_grad
+        loss = (shard["used"].sum(1) * shard["target"] * shard["weights"] / 2).sum()
         if i == 0:  # later chunks of "first_only" get no gradient at all
             loss = loss + shard["first_only"].sum()
         loss.backward()
@@ -173,3 +176,15 @@ def test_a_researchers_subclass_trains_a_step_with_sharding_exactly_as_without()
     assert_grads_equal(params_after[0], params_after[1], rtol=1e-9)
     before, _ = make_model(seed=1)
     assert not torch.equal(dict(before.named_parameters())["generator.0.weight"], params_after[0]["generator.0.weight"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-lambda_coverage", 1.0], "-lambda_coverage needs -coverage_attn"),
+    (["-reuse_copy_attn"], "-reuse_copy_attn needs -copy_attn"),
+    (["-copy_loss_by_seqlength"], "-copy_loss_by_seqlength needs -copy_attn"),
+])
+def test_loss_options_without_their_feature_are_refused(args, message):
+    from onmt_lite.utils.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        make_model(*args)

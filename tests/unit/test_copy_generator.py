@@ -1,0 +1,88 @@
+"""The copy generator, its loss and the collapse of copy scores, against hand-built distributions."""
+import math
+
+import pytest
+import torch
+
+from onmt_lite.loss import build_loss_compute
+from onmt_lite.models.copy_generator import CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_scores
+from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
+
+V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2
+
+
+def hand_distribution():
+    probs = torch.tensor([[0.05, 0.0, 0.05, 0.1, 0.2, 0.1, 0.0, 0.0, 0.5]] * 4, dtype=torch.float64)
+    return probs, probs.log()
+
+
+def test_copy_distribution_sums_to_one_and_gives_padding_nothing():
+    torch.manual_seed(0)
+    generator = CopyGenerator(5, 9).double()
+    batch = make_batch(random_pairs(3))
+    src_map = batch.src_map  # [S x 3 x n]
+    padded = torch.arange(src_map.size(0)) >= batch.src_lengths.repeat(4).unsqueeze(1)  # rows: t * 3 + b
+    scores = torch.randn(4 * 3, src_map.size(0), dtype=torch.float64).masked_fill(padded, float("-inf"))
+    attn = torch.softmax(scores, -1)
+    probs = generator(torch.randn(4 * 3, 5, dtype=torch.float64), attn, src_map).exp()
+    torch.testing.assert_close(probs.sum(1), torch.ones(12, dtype=torch.float64))
+    assert (probs[:, 1] == 0).all()
+
+
+def test_copy_loss_cases_by_hand():
+    probs, log_probs = hand_distribution()
+    target = torch.tensor([4, 0, 5, 1])  # in vocab and source; unknown but copyable; not in source; padding
+    align = torch.tensor([2, 2, 0, 0])
+    _, nll = CopyGeneratorLoss(V)(log_probs, align, target)
+    expected = [-math.log(0.2 + 0.5), -math.log(0.5), -math.log(0.1), 0.0]
+    torch.testing.assert_close(nll, torch.tensor(expected, dtype=torch.float64))
+    _, forced = CopyGeneratorLoss(V, force_copy=True)(log_probs, align, target)
+    torch.testing.assert_close(forced[0], torch.tensor(-math.log(0.5), dtype=torch.float64))
+
+
+def test_label_smoothing_is_applied_to_the_copy_loss():
+    probs, log_probs = hand_distribution()
+    target, align = torch.tensor([4, 0, 5, 1]), torch.tensor([2, 2, 0, 0])
+    loss, nll = CopyGeneratorLoss(V, label_smoothing=0.1)(log_probs, align, target)
+    fixed = [0, 2, 3, 4, 5]  # the fixed vocabulary but padding (probability 0 at <blank>)
+    spread = -sum(math.log(probs[0, j].item()) if probs[0, j] > 0 else 0 for j in fixed) / (V - 1)
+    torch.testing.assert_close(loss[:3], 0.9 * nll[:3] + 0.1 * spread)
+    assert loss[3] == 0
+    nmt_loss, nmt_nll = NMTCriterion(label_smoothing=0.1)(log_probs[:, :V], target)
+    torch.testing.assert_close(nmt_loss[:3], 0.9 * nmt_nll[:3] + 0.1 * spread)
+
+
+def test_collapse_moves_copy_mass_onto_vocabulary_words_and_keeps_the_total():
+    probs, _ = hand_distribution()
+    probs[:, V + 1] = 0.0
+    probs[:, V + 2] = 0.3
+    probs[:, V] = 0.2
+    ids = torch.tensor([[0, 0, 4]])  # example word 2 is "a" (id 4); words 0, 1 are specials
+    collapsed = collapse_copy_scores(probs, ids, V)
+    assert collapsed[0, 4].item() == pytest.approx(0.2 + 0.3)
+    assert collapsed[0, V + 2].item() == 0 and collapsed[0, V].item() == pytest.approx(0.2)
+    torch.testing.assert_close(collapsed.sum(1), probs.sum(1))
+
+
+def test_collapse_over_a_real_batch_keeps_totals_per_row():
+    model, opt = make_model("-copy_attn")
+    batch = make_batch(random_pairs(4, seed=3))
+    dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+    rows = dec_out.size(0) * dec_out.size(1)
+    probs = model.generator(dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map).exp()
+    collapsed = collapse_copy_scores(probs.view(dec_out.size(0), 4, -1), batch.src_ex_tgt_ids, len(TGT_VOCAB))
+    torch.testing.assert_close(collapsed.sum(-1), probs.view(dec_out.size(0), 4, -1).sum(-1))
+    in_vocab = batch.src_ex_tgt_ids != 0
+    assert (collapsed[..., len(TGT_VOCAB):][in_vocab.expand(dec_out.size(0), -1, -1)] == 0).all()
+
+
+def test_an_unknown_target_word_found_in_the_source_gets_a_finite_loss_and_gradient():
+    pairs = [(["oov1", "s1", "oov2"], ["oov2", "t0", "oov1"]), (["s2"], ["oov9"])]
+    model, opt = make_model("-copy_attn", "-copy_attn_force")
+    batch = make_batch(pairs)
+    assert batch.alignment[1:4, 0].tolist() == [4, 0, 2] and (batch.tgt[1:4, 0] != 0).tolist() == [False, True, False]
+    dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+    loss, stats = build_loss_compute(model, TGT_VOCAB, opt)(batch, dec_out, attns)
+    loss.backward()
+    assert math.isfinite(loss.item()) and stats.n_words == 6
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

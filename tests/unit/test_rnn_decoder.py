@@ -1,0 +1,64 @@
+"""Decoders: stepping one position at a time equals the whole-sequence call; state map and detach."""
+import pytest
+import torch
+
+from tests.model_helpers import make_batch, make_model, random_pairs
+
+DECODERS = {
+    "input-feed-lstm": ["-input_feed", 1],
+    "input-feed-gru-mlp": ["-input_feed", 1, "-rnn_type", "GRU", "-global_attention", "mlp"],
+    "std-lstm": ["-input_feed", 0],
+    "std-gru-dot": ["-input_feed", 0, "-rnn_type", "GRU", "-global_attention", "dot"],
+}
+EXTRAS = {"plain": [], "copy-coverage": ["-copy_attn", "-coverage_attn"]}
+
+
+@pytest.mark.parametrize("extra", EXTRAS)
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_step_by_step_decoding_equals_the_whole_sequence(decoder, extra):
+    model, _ = make_model(*DECODERS[decoder], *EXTRAS[extra])
+    batch = make_batch(random_pairs(3, seed=7))
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        whole, whole_attns, whole_state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
+        outs, attns = [], {k: [] for k in whole_attns}
+        for t in range(batch.tgt.size(0) - 1):
+            out, step_attns, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state)
+            outs.append(out)
+            for key, value in step_attns.items():
+                attns[key].append(value)
+    torch.testing.assert_close(torch.cat(outs), whole)
+    for key in whole_attns:
+        torch.testing.assert_close(torch.cat(attns[key]), whole_attns[key])
+    for mine, theirs in zip(state.hidden, whole_state.hidden):
+        torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_state_map_reorders_the_batch(decoder):
+    model, _ = make_model(*DECODERS[decoder], "-coverage_attn")
+    pairs = random_pairs(3, seed=8)
+    order = [2, 0, 1]
+    batch, reordered = make_batch(pairs), make_batch(pairs, order)
+    index = torch.tensor(order)
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        _, _, state = model.decode(batch.tgt[:2], memory_bank, lengths, state)
+        mapped = state.map(lambda t, dim: t.index_select(dim, index))
+        out, _, _ = model.decode(batch.tgt[2:3, index], memory_bank[:, index], lengths[index], mapped)
+        memory_r, lengths_r, state_r = model.encode(reordered.src, reordered.src_lengths)
+        _, _, state_r = model.decode(reordered.tgt[:2], memory_r, lengths_r, state_r)
+        expected, _, _ = model.decode(reordered.tgt[2:3], memory_r, lengths_r, state_r)
+    torch.testing.assert_close(out[:, :, :], expected[:, :, :])
+
+
+def test_detach_keeps_values_and_cuts_the_graph():
+    model, _ = make_model("-coverage_attn")
+    batch = make_batch(random_pairs(2))
+    memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+    _, _, state = model.decode(batch.tgt[:2], memory_bank, lengths, state)
+    detached = state.detach()
+    for before, after in zip(state.hidden + (state.input_feed, state.coverage),
+                             detached.hidden + (detached.input_feed, detached.coverage)):
+        assert before.grad_fn is not None and after.grad_fn is None
+        assert torch.equal(before, after)
