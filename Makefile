@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO := data/cmudict
+DEMO_STEPS ?= 2000
 
 .PHONY: install test demo clean
 
@@ -25,8 +26,12 @@ demo: $(VENV)/.demo
 	$(BIN)/python tools/prepare_cmudict.py -output_dir $(DEMO)
 	$(BIN)/onmt_lite_preprocess -train_src $(DEMO)/src-train.txt -train_tgt $(DEMO)/tgt-train.txt \
 		-valid_src $(DEMO)/src-valid.txt -valid_tgt $(DEMO)/tgt-valid.txt \
-		-save_data $(DEMO)/demo -dynamic_dict -overwrite
-	@echo "Demo data in $(DEMO)/:"; ls -l $(DEMO)
+		-save_data $(DEMO)/demo -overwrite
+	$(BIN)/onmt_lite_train -data $(DEMO)/demo -save_model $(DEMO)/model -log_file $(DEMO)/train.log \
+		-encoder_type brnn -layers 2 -rnn_size 256 -word_vec_size 64 -global_attention general \
+		-optim adam -learning_rate 0.002 -dropout 0.2 -batch_size 64 -seed 1 \
+		-train_steps $(DEMO_STEPS) -valid_steps 500 -save_checkpoint_steps 500 -keep_checkpoint 1 -report_every 100
+	@echo "Demo data, model and log in $(DEMO)/:"; ls -l $(DEMO)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

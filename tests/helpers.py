@@ -27,3 +27,61 @@ def write_lines(path, lines):
     with open(path, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
     return str(path)
+
+
+def reversal_corpus(directory, n_train=300, n_valid=40, seed=0, vocab=20):
+    """A small task a model can learn: the target is the source reversed. Returns the file paths."""
+    import random
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    paths = {}
+    for split, n in (("train", n_train), ("valid", n_valid)):
+        sources = [[rng.choice(words) for _ in range(rng.randint(2, 7))] for _ in range(n)]
+        paths[f"src_{split}"] = write_lines(os.path.join(directory, f"src-{split}.txt"), [" ".join(s) for s in sources])
+        paths[f"tgt_{split}"] = write_lines(os.path.join(directory, f"tgt-{split}.txt"),
+                                            [" ".join(reversed(s)) for s in sources])
+    return paths
+
+
+def preprocess_in_process(directory, *extra, **corpus_args):
+    """Preprocess a reversal corpus into ``directory/data``; returns the -data prefix."""
+    from onmt_lite.opts import build_parser, config_opts, parse, preprocess_opts
+    from onmt_lite.preprocess import preprocess
+
+    paths = reversal_corpus(directory, **corpus_args)
+    prefix = os.path.join(directory, "data")
+    opt = parse(build_parser("p", [config_opts, preprocess_opts]), [
+        "-train_src", paths["src_train"], "-train_tgt", paths["tgt_train"], "-valid_src", paths["src_valid"],
+        "-valid_tgt", paths["tgt_valid"], "-save_data", prefix, "-overwrite", *map(str, extra)])
+    preprocess(opt)
+    return prefix
+
+
+TINY_MODEL = ["-rnn_size", "16", "-word_vec_size", "8", "-layers", "1", "-batch_size", "8"]
+
+
+def train_in_process(data, save_model, *args):
+    """Run training in this process with ``args``; returns (options, list of logged step lines)."""
+    from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
+    from onmt_lite.train.main import train
+    from onmt_lite.utils.logging import init_logger
+
+    log = f"{save_model}.log"
+    opt = parse(build_parser("t", [config_opts, model_opts, train_opts]),
+                ["-data", data, "-save_model", save_model, "-log_file", log, *map(str, args)])
+    init_logger(log)
+    train(opt)
+    with open(log, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return opt, lines
+
+
+def step_losses(lines):
+    """``{step: "acc ...; ppl ...; xent ..."}`` from logged training lines."""
+    out = {}
+    for line in lines:
+        if "] Step " in line:
+            step = int(line.split("] Step ")[1].split("/")[0])
+            out[step] = ";".join(line.split(";")[1:4])
+    return out

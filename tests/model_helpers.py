@@ -16,7 +16,7 @@ VOCABS = {"src": SRC_VOCAB, "tgt": TGT_VOCAB}
 
 def model_options(*args):
     """Parsed model and training options: small sizes, no dropout, plus ``args``."""
-    base = ["-rnn_size", "8", "-word_vec_size", "6", "-layers", "2", "-dropout", "0"]
+    base = ["-data", "unused", "-rnn_size", "8", "-word_vec_size", "6", "-layers", "2", "-dropout", "0"]
     return parse(build_parser("test", [model_opts, train_opts]), base + [str(a) for a in args])
 
 

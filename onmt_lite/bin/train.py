@@ -1,13 +1,17 @@
-"""onmt_lite_train: not available yet in this version of onmt_lite."""
-import sys
+"""onmt_lite_train: train a model on preprocessed data (see onmt_lite.train.main)."""
+from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
+from onmt_lite.train.main import train
+from onmt_lite.utils.errors import run_command
+from onmt_lite.utils.logging import init_logger
 
 PROG = "onmt_lite_train"
 
 
+@run_command(PROG)
 def main(args=None):
-    print(f"{PROG}: error: this version of onmt_lite does not have train yet (see the README's status)",
-          file=sys.stderr)
-    sys.exit(2)
+    opt = parse(build_parser(PROG, [config_opts, model_opts, train_opts], __doc__), args)
+    init_logger(opt.log_file)
+    train(opt)
 
 
 if __name__ == "__main__":

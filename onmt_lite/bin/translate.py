@@ -1,13 +1,17 @@
-"""onmt_lite_translate: not available yet in this version of onmt_lite."""
-import sys
+"""onmt_lite_translate: translate text with a trained model or an ensemble (see onmt_lite.translate.run)."""
+from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
+from onmt_lite.translate.run import translate
+from onmt_lite.utils.errors import run_command
+from onmt_lite.utils.logging import init_logger
 
 PROG = "onmt_lite_translate"
 
 
+@run_command(PROG)
 def main(args=None):
-    print(f"{PROG}: error: this version of onmt_lite does not have translate yet (see the README's status)",
-          file=sys.stderr)
-    sys.exit(2)
+    opt = parse(build_parser(PROG, [config_opts, translate_opts], __doc__), args)
+    init_logger(opt.log_file)
+    translate(opt)
 
 
 if __name__ == "__main__":

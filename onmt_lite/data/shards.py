@@ -72,5 +72,15 @@ def load_plain(path, expected_format, what):
     return obj
 
 
+REQUIRED_KEYS = ("src", "src_lengths", "tgt", "tgt_lengths", "indices")
+COPY_KEYS = ("src_map", "alignment", "src_ex_vocab", "src_ex_tgt_ids")
+
+
 def load_shard(path):
-    return load_plain(path, SHARD_FORMAT, "data shard")
+    """A shard, checked for the keys batching needs."""
+    shard = load_plain(path, SHARD_FORMAT, "data shard")
+    needed = REQUIRED_KEYS + (COPY_KEYS if "src_map" in shard else ())
+    missing = [key for key in needed if key not in shard]
+    if missing:
+        raise UserError(f"{path}: data shard lacks {', '.join(missing)} (preprocess the data again)")
+    return shard

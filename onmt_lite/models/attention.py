@@ -18,10 +18,11 @@ class GlobalAttention(nn.Module):
     Scores: ``dot`` q·m, ``general`` (W q)·m, ``mlp`` v·tanh(W_q q + W_m m [+ w_c cov]). With
     ``coverage``, the running coverage (sum of the attention of earlier steps) enters the score: inside
     the tanh for ``mlp`` (See et al. 2017), as ``w_c * cov`` added to the score for dot/general.
-    Output: ``attn_h = tanh(W_out [context; q])``. Weights on padded positions are exactly 0.
+    Output: ``attn_h = tanh(W_out [context; q])`` (None with ``output_layer=False``, for an attention
+    whose weights alone are used, such as copy attention). Weights on padded positions are exactly 0.
     """
 
-    def __init__(self, dim, attn_type="general", coverage=False):
+    def __init__(self, dim, attn_type="general", coverage=False, output_layer=True):
         super().__init__()
         if attn_type not in ("dot", "general", "mlp"):
             raise ValueError(f"unknown attention type {attn_type}")
@@ -33,7 +34,7 @@ class GlobalAttention(nn.Module):
             self.linear_query = nn.Linear(dim, dim, bias=True)
             self.v = nn.Linear(dim, 1, bias=False)
         self.linear_cover = nn.Linear(1, dim if attn_type == "mlp" else 1, bias=False) if coverage else None
-        self.linear_out = nn.Linear(dim * 2, dim, bias=attn_type == "mlp")
+        self.linear_out = nn.Linear(dim * 2, dim, bias=attn_type == "mlp") if output_layer else None
 
     def memory_keys(self, memory):
         """What the score needs of the memory ``[B x S x H]``, computed once per sequence."""
@@ -72,6 +73,8 @@ class GlobalAttention(nn.Module):
         scores = self.score(query, keys, coverage)
         mask = length_mask(memory_lengths, memory.size(1)).unsqueeze(1)  # [B x 1 x S]
         align = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        if self.linear_out is None:
+            return None, align
         context = torch.bmm(align, memory)
         attn_h = self.linear_out(torch.cat([context, query], dim=-1))
         return torch.tanh(attn_h), align

@@ -81,7 +81,7 @@ class RNNDecoderBase(nn.Module):
         self.copy_attn = copy_attn
         self.copy_attention = None
         if copy_attn and not reuse_copy_attn:
-            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type)
+            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type, output_layer=False)
 
     def init_state(self, encoder_final, memory_bank):
         """The first state: the encoder's final states, a zero input feed, zero coverage."""

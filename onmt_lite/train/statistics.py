@@ -9,16 +9,19 @@ class Statistics:
     Attributes:
         loss: summed negative log-likelihood (the unsmoothed cross-entropy, in nats).
         n_words: target words counted. n_correct: of them, those the model's argmax predicts.
+        n_src_words: source words of the batches (for throughput; set by the trainer).
     """
 
-    def __init__(self, loss=0.0, n_words=0, n_correct=0):
+    def __init__(self, loss=0.0, n_words=0, n_correct=0, n_src_words=0):
         self.loss, self.n_words, self.n_correct = float(loss), int(n_words), int(n_correct)
+        self.n_src_words = int(n_src_words)
         self.start_time = time.time()
 
     def update(self, other):
         self.loss += other.loss
         self.n_words += other.n_words
         self.n_correct += other.n_correct
+        self.n_src_words += other.n_src_words
         return self
 
     def xent(self):

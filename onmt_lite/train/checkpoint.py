@@ -1,0 +1,117 @@
+"""Checkpoints: plain data and CPU tensors, written atomically, opened with weights_only=True.
+
+A checkpoint is a dict: ``model`` and ``generator`` state dicts, ``vocab`` (``{"src": [...], "tgt":
+[...]}``), ``opt`` (the options as a plain dict), ``optim`` (Optimizer.state_dict), ``step``, ``rng``
+(torch and Python generator states), ``data`` (the training iterator's position), ``trainer``
+(early-stopping and best-score state) and ``preprocess`` (how the text was tokenized: ``lower``,
+``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way).
+"""
+import os
+import random
+
+import torch
+
+from onmt_lite.data.shards import load_plain
+from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import save_tensors
+
+CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
+GENERATOR_PREFIX = "generator."
+
+
+def checkpoint_path(prefix, step):
+    return f"{prefix}_step_{step}.pt"
+
+
+def best_path(prefix):
+    return f"{prefix}_best.pt"
+
+
+def split_state(model):
+    """``(model state without the generator, generator state)``, as CPU tensors."""
+    model_state, generator_state = {}, {}
+    for key, value in model.state_dict().items():
+        if key.startswith(GENERATOR_PREFIX):
+            generator_state[key[len(GENERATOR_PREFIX):]] = value.detach().cpu()
+        else:
+            model_state[key] = value.detach().cpu()
+    return model_state, generator_state
+
+
+def rng_state():
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state):
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+PREPROCESS_KEYS = ("lower", "src_spm", "tgt_spm", "dynamic_dict")
+
+
+def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, trainer_state, preprocess=None):
+    model_state, generator_state = split_state(model)
+    return {"format": CHECKPOINT_FORMAT, "model": model_state, "generator": generator_state,
+            "vocab": {side: vocab.to_plain() for side, vocab in vocabs.items()}, "opt": dict(opt_dict),
+            "optim": optim_state, "step": step, "rng": rng_state(), "data": data_state,
+            "trainer": trainer_state,
+            "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS}}
+
+
+class CheckpointWriter:
+    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of them (-1: all)."""
+
+    def __init__(self, prefix, keep=-1):
+        self.prefix, self.keep, self.written = prefix, keep, []
+        directory = os.path.dirname(os.path.abspath(prefix))
+        if not os.path.isdir(directory):
+            raise UserError(f"-save_model {prefix}: directory {directory} does not exist")
+
+    def save(self, checkpoint):
+        path = checkpoint_path(self.prefix, checkpoint["step"])
+        save_tensors(checkpoint, path)
+        if path in self.written:
+            self.written.remove(path)
+        self.written.append(path)
+        while self.keep > 0 and len(self.written) > self.keep:
+            old = self.written.pop(0)
+            if os.path.exists(old):
+                os.remove(old)
+        return path
+
+    def save_best(self, checkpoint):
+        path = best_path(self.prefix)
+        save_tensors(checkpoint, path)
+        return path
+
+
+def load_checkpoint(path):
+    """Open a checkpoint with ``weights_only=True``; clear errors for missing, corrupt or foreign files."""
+    checkpoint = load_plain(path, CHECKPOINT_FORMAT, "checkpoint")
+    missing = [k for k in ("model", "generator", "vocab", "opt", "step") if k not in checkpoint]
+    if missing:
+        raise UserError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    return checkpoint
+
+
+def restore_model(model, checkpoint, path):
+    """Load the checkpoint's weights into ``model``; a mismatch of names or shapes is a UserError."""
+    state = dict(checkpoint["model"])
+    state.update({GENERATOR_PREFIX + k: v for k, v in checkpoint["generator"].items()})
+    expected = model.state_dict()
+    unknown = sorted(set(state) - set(expected))
+    absent = sorted(set(expected) - set(state))
+    if unknown or absent:
+        raise UserError(f"{path}: weights do not match the model its options describe "
+                        f"(unexpected: {unknown[:3]}, missing: {absent[:3]})")
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise UserError(f"{path}: {key} has shape {tuple(value.shape)}, the model's options give "
+                            f"{tuple(expected[key].shape)}")
+    model.load_state_dict(state)

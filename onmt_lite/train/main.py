@@ -1,0 +1,142 @@
+"""train(opt): what ``onmt_lite_train`` does, from parsed options to the last checkpoint.
+
+Every check of the inputs (data, checkpoint, contradictory options) happens before the first step.
+On ``-train_from``, the model's architecture comes from the checkpoint; ``-reset_optim`` decides
+whether the optimizer settings, moments and schedule position come from it too.
+"""
+import argparse
+import random
+
+import torch
+
+from onmt_lite.data.iterator import BatchIterator
+from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_path
+from onmt_lite.data.vocab import Vocab
+from onmt_lite.loss import build_loss_compute
+from onmt_lite.models.builder import build_model, model_dims
+from onmt_lite.opts import build_parser, model_opts
+from onmt_lite.train.checkpoint import CheckpointWriter, build_checkpoint, load_checkpoint, restore_model, set_rng_state
+from onmt_lite.train.early_stopping import EarlyStopping
+from onmt_lite.train.optim import Optimizer
+from onmt_lite.train.report import Reporter
+from onmt_lite.train.trainer import Trainer, TrainingRun
+from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.logging import logger
+
+OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
+                 "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
+                 "decay_steps")
+
+
+def model_option_names():
+    parser = build_parser("names", [model_opts])
+    return [a.dest for a in parser._actions if a.option_strings and a.dest != "help"]
+
+
+def load_data(opt):
+    """The vocab record and the train/valid shard paths of ``-data``."""
+    record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
+    train = shard_paths(opt.data, "train")
+    if not train:
+        raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt")
+    vocabs = {"src": Vocab.from_plain(record["src"]), "tgt": Vocab.from_plain(record["tgt"])}
+    return record, vocabs, train, shard_paths(opt.data, "valid")
+
+
+def choose_device(opt):
+    if opt.world_size > 1 or len(opt.gpu_ranks) > 1:
+        raise UserError("training with several processes (-world_size > 1) is not available yet")
+    gpu = opt.gpu_ranks[0] if opt.gpu_ranks else opt.gpu
+    if gpu < 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
+        raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
+                        f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
+    return torch.device("cuda", gpu)
+
+
+def resolve_options(opt, checkpoint, record):
+    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint."""
+    opt = argparse.Namespace(**vars(opt))
+    if checkpoint is not None:
+        names = model_option_names()
+        if opt.reset_optim in ("none", "states"):
+            names += list(OPTIM_OPTIONS)
+        for name in names:
+            if name in checkpoint["opt"]:
+                setattr(opt, name, checkpoint["opt"][name])
+        opt.seed = checkpoint["opt"]["seed"]
+    elif opt.seed <= 0:
+        opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
+    if opt.copy_attn and not record.get("dynamic_dict"):
+        raise UserError(f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)")
+    return opt
+
+
+def check_resume(checkpoint, vocabs, path):
+    for side in ("src", "tgt"):
+        if checkpoint["vocab"][side] != vocabs[side].to_plain():
+            raise UserError(f"{path}: its {side} vocabulary ({len(checkpoint['vocab'][side])} words) differs "
+                            f"from the one of -data ({len(vocabs[side])} words)")
+
+
+def plain_options(opt):
+    return {k: v for k, v in vars(opt).items() if k not in ("config", "save_config")}
+
+
+def restore_optimizer(optim, checkpoint, reset_optim):
+    if reset_optim == "all" or "optim" not in checkpoint:
+        return
+    optim.load_state_dict(checkpoint["optim"], moments=reset_optim in ("none", "keep_states"), schedule=True)
+
+
+def train(opt):
+    """Train as the options say; returns the step reached."""
+    record, vocabs, train_paths, valid_paths = load_data(opt)
+    checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
+    if checkpoint is not None:
+        check_resume(checkpoint, vocabs, opt.train_from)
+    opt = resolve_options(opt, checkpoint, record)
+    device = choose_device(opt)
+    writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint)
+    torch.manual_seed(opt.seed)
+    random.seed(opt.seed)
+    logger.info(f"seed {opt.seed}; device {device}; data {opt.data}: {len(train_paths)} train, "
+                f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
+    model = build_model(opt, vocabs)
+    if checkpoint is not None:
+        restore_model(model, checkpoint, opt.train_from)
+    model.to(device)
+    optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
+    optim.log_groups(logger.info)
+    trainer = Trainer(model, build_loss_compute(model, vocabs["tgt"], opt), build_loss_compute(
+        model, vocabs["tgt"], opt, train=False), optim, device, opt.accum_count, opt.max_generator_batches,
+        opt.truncated_decoder, opt.normalization)
+    train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
+                               seed=opt.seed, repeat=True)
+    early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
+    step = 0
+    if checkpoint is not None:
+        restore_optimizer(optim, checkpoint, opt.reset_optim)
+        step = checkpoint["step"]
+        train_iter.load_state_dict(checkpoint["data"])
+        early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
+        set_rng_state(checkpoint["rng"])
+        logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
+    if step >= opt.train_steps:
+        logger.info(f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}")
+        return step
+
+    def make_checkpoint(at_step):
+        return build_checkpoint(model, vocabs, plain_options(opt), at_step, optim.state_dict(),
+                                train_iter.state_dict(), {"early_stopping": early_stopping.state_dict()}, record)
+
+    def valid_batches():
+        return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor)
+
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
+    reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard else None)
+    run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
+                      valid_batches if valid_paths else None)
+    return run.run(train_iter, step)

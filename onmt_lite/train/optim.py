@@ -1,0 +1,163 @@
+"""The optimizer: parameter groups (-lr_mult, -freeze), learning-rate schedules, clipping.
+
+The optimizer state is saved by parameter name, so a checkpoint restores into a model whose groups
+were cut differently (fine-tuning with another -freeze or -lr_mult).
+"""
+import fnmatch
+import math
+
+import torch
+
+from onmt_lite.utils.errors import UserError
+
+
+def parse_lr_mult(specs):
+    """``["encoder.*=0.1", ...]`` -> ``[("encoder.*", 0.1), ...]``."""
+    parsed = []
+    for spec in specs:
+        pattern, sep, factor = spec.rpartition("=")
+        try:
+            value = float(factor)
+        except ValueError:
+            value = None
+        if not sep or not pattern or value is None or value < 0:
+            raise UserError(f"-lr_mult {spec}: expected PATTERN=FACTOR with a factor >= 0")
+        parsed.append((pattern, value))
+    return parsed
+
+
+def parameter_groups(model, lr_mult=(), freeze=()):
+    """Trainable parameters grouped by learning-rate factor; ``freeze`` patterns stop updates.
+
+    A parameter takes the factor of the first ``lr_mult`` pattern its name matches (1.0 if none).
+    Every pattern must match at least one parameter. Returns a list of
+    ``{"names": [...], "params": [...], "lr_mult": f}`` in order of first appearance.
+    """
+    named = list(model.named_parameters())
+    for option, patterns in (("-freeze", list(freeze)), ("-lr_mult", [p for p, _ in lr_mult])):
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(name, pattern) for name, _ in named):
+                raise UserError(f"{option} {pattern}: no parameter name matches (names look like "
+                                f"{named[0][0]}, {named[-1][0]})")
+    groups = {}
+    for name, param in named:
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in freeze):
+            param.requires_grad_(False)
+        if not param.requires_grad:
+            continue
+        factor = next((f for pattern, f in lr_mult if fnmatch.fnmatchcase(name, pattern)), 1.0)
+        group = groups.setdefault(factor, {"names": [], "params": [], "lr_mult": factor})
+        group["names"].append(name)
+        group["params"].append(param)
+    if not groups:
+        raise UserError("-freeze leaves no parameter to train")
+    return list(groups.values())
+
+
+class Schedule:
+    """The learning-rate factor at each optimizer step (steps count from 1).
+
+    ``none``: 1.x step decay, ``decay ** ((step - start_decay_steps) // decay_steps + 1)`` from
+    ``start_decay_steps`` on; ``noam``: ``model_size^-0.5 * min(step^-0.5, step * warmup^-1.5)``;
+    ``rsqrt``: ``1 / sqrt(max(step, warmup))``; ``plateau``: multiplied by ``decay`` after every
+    validation that did not improve.
+    """
+
+    def __init__(self, method, decay, start_decay_steps, decay_steps, warmup_steps, model_size):
+        self.method, self.decay, self.start, self.every = method, decay, start_decay_steps, decay_steps
+        self.warmup, self.model_size = max(warmup_steps, 1), model_size
+        self.plateau_scale = 1.0
+
+    def __call__(self, step):
+        if self.method == "noam":
+            return self.model_size ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
+        if self.method == "rsqrt":
+            return 1.0 / math.sqrt(max(step, self.warmup))
+        if self.method == "plateau":
+            return self.plateau_scale
+        return self.decay ** (max(step - self.start + self.every, 0) // self.every)
+
+    def validated(self, improved):
+        if self.method == "plateau" and not improved:
+            self.plateau_scale *= self.decay
+
+
+def make_torch_optimizer(name, param_groups, lr, opt):
+    kwargs = {"weight_decay": opt.weight_decay}
+    if name == "sgd":
+        return torch.optim.SGD(param_groups, lr=lr, **kwargs)
+    if name == "adagrad":
+        return torch.optim.Adagrad(param_groups, lr=lr, initial_accumulator_value=opt.adagrad_accumulator_init,
+                                   **kwargs)
+    if name == "adadelta":
+        return torch.optim.Adadelta(param_groups, lr=lr, **kwargs)
+    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    return optimizer_class(param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, **kwargs)
+
+
+class Optimizer:
+    """A torch optimizer with schedule, clipping and per-group learning-rate factors.
+
+    Args:
+        model: the model (its trainable parameters are grouped by ``parameter_groups``).
+        opt: options with ``optim``, ``learning_rate``, schedule, clipping, ``lr_mult``, ``freeze``.
+        model_size: the hidden size (for the noam schedule).
+    """
+
+    def __init__(self, model, opt, model_size):
+        self.groups = parameter_groups(model, parse_lr_mult(opt.lr_mult), opt.freeze)
+        self.base_lr, self.max_grad_norm = opt.learning_rate, opt.max_grad_norm
+        self.schedule = Schedule(opt.decay_method, opt.learning_rate_decay, opt.start_decay_steps,
+                                 opt.decay_steps, opt.warmup_steps, model_size)
+        self.decay_step = 0
+        torch_groups = [{"params": g["params"], "lr": self.base_lr * g["lr_mult"]} for g in self.groups]
+        self.optimizer = make_torch_optimizer(opt.optim, torch_groups, self.base_lr, opt)
+        self.names = {id(p): n for g in self.groups for n, p in zip(g["names"], g["params"])}
+        self.params = [p for g in self.groups for p in g["params"]]
+
+    def learning_rate(self):
+        """The base learning rate of the next step (before per-group factors)."""
+        return self.base_lr * self.schedule(self.decay_step + 1)
+
+    def zero_grad(self):
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self):
+        """Clip, set the scheduled learning rates, update."""
+        lr = self.learning_rate()
+        self.decay_step += 1
+        for torch_group, group in zip(self.optimizer.param_groups, self.groups):
+            torch_group["lr"] = lr * group["lr_mult"]
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        self.optimizer.step()
+
+    def state_dict(self):
+        """Plain data: the schedule position and each parameter's optimizer state by name."""
+        state = {self.names[id(p)]: dict(s) for p, s in self.optimizer.state.items()}
+        return {"decay_step": self.decay_step, "plateau_scale": self.schedule.plateau_scale, "state": state}
+
+    def load_state_dict(self, saved, moments=True, schedule=True):
+        """Restore the schedule position and/or the per-parameter moments."""
+        if schedule:
+            self.decay_step, self.schedule.plateau_scale = saved["decay_step"], saved["plateau_scale"]
+        if not moments:
+            return
+        by_name = {self.names[id(p)]: p for p in self.params}
+        for name, state in saved["state"].items():
+            param = by_name.get(name)
+            if param is None:
+                continue  # frozen now, or not in this model
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
+                    raise UserError(f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
+                                    f"the parameter {tuple(param.shape)}")
+            # moments go to the parameter's device; Adam's scalar step count stays a CPU tensor
+            self.optimizer.state[param] = {
+                k: (v.to(param.device, copy=True) if v.dim() > 0 else v.clone()) if torch.is_tensor(v) else v
+                for k, v in state.items()}
+
+    def log_groups(self, log):
+        for group in self.groups:
+            n_values = sum(p.numel() for p in group["params"])
+            log(f"parameter group: lr x {group['lr_mult']:g}, {len(group['params'])} tensors, {n_values} values")

@@ -1,0 +1,120 @@
+"""The training loop: accumulation, truncated BPTT, sharded loss, validation, checkpoints.
+
+One optimizer step takes ``accum_count`` batches. Their loss is divided once by the total number of
+sentences (or target tokens) of all of them, so the step equals one batch that many times larger.
+With ``truncated_decoder`` K each batch is decoded K target positions at a time: the source is
+encoded again for every window (its graph is freed by each window's backward), the decoder state is
+carried over and detached, and the loss covers exactly that window's positions.
+"""
+import torch
+
+from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.train.statistics import Statistics
+from onmt_lite.utils.logging import logger
+
+
+def normalization(batches, method):
+    """The divisor of a step's loss: sentences, or non-padding target tokens, over ``batches``."""
+    if method == "sents":
+        return sum(b.batch_size for b in batches)
+    return sum(int((b.tgt[1:] != PAD_ID).sum()) for b in batches)
+
+
+class Trainer:
+    """Runs training steps for a model.
+
+    Args:
+        model: the NMTModel. loss_compute / valid_loss_compute: LossComputeBase objects.
+        optim: an ``Optimizer``. device: where batches go.
+        accum_count, shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``),
+        norm_method ("sents" or "tokens"): as the options of the same names.
+    """
+
+    def __init__(self, model, loss_compute, valid_loss_compute, optim, device, accum_count=1, shard_size=0,
+                 trunc_size=0, norm_method="sents"):
+        self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
+        self.optim, self.device = optim, device
+        self.accum_count, self.shard_size, self.trunc_size = accum_count, shard_size, trunc_size
+        self.norm_method = norm_method
+
+    def forward_backward(self, batch, norm):
+        """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
+        stats = Statistics(n_src_words=int(batch.src_lengths.sum()))
+        n_positions = batch.tgt.size(0) - 1
+        window = self.trunc_size or n_positions
+        state = None
+        for start in range(0, n_positions, window):
+            memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths)
+            tgt_in = batch.tgt[start: min(start + window, n_positions)]
+            dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
+                                                      first_state if state is None else state)
+            loss, window_stats = self.loss_compute(batch, dec_out, attns, norm, self.shard_size, start,
+                                                   tgt_in.size(0))
+            if loss is not None:
+                loss.backward()
+            stats.update(window_stats)
+            state = state.detach()
+        return stats
+
+    def train_step(self, batches):
+        """One optimizer step over ``batches`` (a list of ``accum_count`` batches)."""
+        self.model.train()
+        batches = [b.to(self.device) for b in batches]
+        norm = normalization(batches, self.norm_method)
+        self.optim.zero_grad()
+        stats = Statistics()
+        for batch in batches:
+            stats.update(self.forward_backward(batch, norm))
+        self.optim.step()
+        return stats
+
+    def validate(self, batches):
+        """Statistics of the model on ``batches`` (eval mode, no gradients, no label smoothing)."""
+        self.model.eval()
+        stats = Statistics()
+        with torch.no_grad():
+            for batch in batches:
+                batch = batch.to(self.device)
+                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths)
+                _, batch_stats = self.valid_loss_compute(batch, dec_out, attns)
+                stats.update(batch_stats)
+        self.model.train()
+        return stats
+
+
+class TrainingRun:
+    """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints."""
+
+    def __init__(self, trainer, opt, reporter, writer, early_stopping, make_checkpoint, valid_batches=None):
+        self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
+        self.early_stopping, self.make_checkpoint, self.valid_batches = early_stopping, make_checkpoint, valid_batches
+
+    def run(self, train_iter, step):
+        """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
+        opt, batches = self.opt, iter(train_iter)
+        report_stats = Statistics()
+        while step < opt.train_steps:
+            lr = self.trainer.optim.learning_rate()
+            stats = self.trainer.train_step([next(batches) for _ in range(opt.accum_count)])
+            step += 1
+            report_stats.update(stats)
+            if step % opt.report_every == 0:
+                self.reporter.training(step, report_stats, lr)
+                report_stats = Statistics()
+            stop = self.valid_batches is not None and step % opt.valid_steps == 0 and self.validate(step)
+            if step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop:
+                logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
+            if stop:
+                logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
+                break
+        return step
+
+    def validate(self, step):
+        """Validate, update early stopping and the best checkpoint; returns True to stop."""
+        stats = self.trainer.validate(self.valid_batches())
+        improved = self.early_stopping.update(stats)
+        self.trainer.optim.schedule.validated(improved)
+        self.reporter.validation(step, stats)
+        if improved:
+            self.writer.save_best(self.make_checkpoint(step))
+        return self.early_stopping.should_stop()

@@ -1,0 +1,1 @@
+"""Translation: search (greedy, sampling, beam), penalties, the Translator."""

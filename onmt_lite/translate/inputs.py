@@ -1,0 +1,52 @@
+"""Text to translate: read, tokenized as in training, batched by length, empty lines set aside."""
+from onmt_lite.data.batch import ShardView
+from onmt_lite.data.corpus import Tokenizer, read_lines
+from onmt_lite.data.iterator import pooled_batches
+from onmt_lite.data.shards import make_shard
+from onmt_lite.preprocess import make_example
+from onmt_lite.utils.errors import UserError
+
+
+def read_file_lines(path):
+    """All lines of a UTF-8 file (errors name the file and line)."""
+    return [text for _, text in read_lines(path)]
+
+
+class TextBatches:
+    """Batches of source lines (and optional targets), in length order; ``indices`` say the line.
+
+    Args:
+        sources: list of strings. targets: list of strings or None.
+        vocabs: ``{"src": Vocab, "tgt": Vocab}``. tokenizers: (source, target) Tokenizer.
+        copy: build the copy data (dynamic dictionary).
+    """
+
+    def __init__(self, sources, targets, vocabs, tokenizers, copy):
+        if targets is not None and len(targets) != len(sources):
+            raise UserError(f"-src has {len(sources)} lines but -tgt has {len(targets)}")
+        self.n_lines = len(sources)
+        self.src_tokens = [tokenizers[0](line) for line in sources]
+        tgt_tokens = [tokenizers[1](line) for line in targets] if targets is not None else None
+        self.has_target = targets is not None
+        examples, self.lines = [], []
+        for i, tokens in enumerate(self.src_tokens):
+            if tokens:  # an empty source gives an empty output line, without running the model
+                examples.append(make_example(i, tokens, tgt_tokens[i] if tgt_tokens else [],
+                                             vocabs["src"], vocabs["tgt"], copy))
+                self.lines.append(i)
+        self.view = ShardView(make_shard(examples)) if examples else None
+
+    def batches(self, batch_size, batch_type):
+        """Yield Batch objects; ``batch.indices`` holds each example's line number (from 0)."""
+        if self.view is None:
+            return
+        for ids in pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(), batch_size,
+                                  batch_type, pool_factor=64):
+            yield self.view.batch(ids)
+
+
+def build_tokenizers(preprocess, src_spm="", tgt_spm=""):
+    """Source and target tokenizers as in training, sentencepiece models overridable."""
+    lower = bool(preprocess.get("lower"))
+    return (Tokenizer(src_spm or preprocess.get("src_spm") or "", lower),
+            Tokenizer(tgt_spm or preprocess.get("tgt_spm") or "", lower))

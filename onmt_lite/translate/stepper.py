@@ -1,0 +1,71 @@
+"""One decoding step of a model or an ensemble, over ``rows = batch x beam``.
+
+``ModelStepper`` holds the encoder output and the DecoderState of one model tiled over the beam;
+``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
+the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
+``[rows x S]``; ``reorder(rows)`` follows the search's choice of rows.
+"""
+import math
+
+import torch
+
+from onmt_lite.data.vocab import UNK_ID
+from onmt_lite.models.copy_generator import collapse_copy_scores
+
+
+def tile(tensor, times, dim):
+    return tensor.repeat_interleave(times, dim=dim)
+
+
+class ModelStepper:
+    def __init__(self, model, batch, beam_size, vocab_size):
+        self.model, self.vocab_size, self.copy = model, vocab_size, batch.src_map is not None
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        self.memory_bank, self.lengths = tile(memory_bank, beam_size, 1), tile(lengths, beam_size, 0)
+        self.state = state.map(lambda t, dim: tile(t, beam_size, dim))
+        if self.copy:
+            self.src_map = tile(batch.src_map, beam_size, 1)
+            self.ex_ids = tile(batch.src_ex_tgt_ids, beam_size, 0)
+
+    def step(self, tokens):
+        inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
+        dec_out, attns, self.state = self.model.decode(inputs, self.memory_bank, self.lengths, self.state)
+        attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
+        if not self.copy:
+            return self.model.generator(dec_out[0]), attns
+        scores = self.model.generator(dec_out[0], attns["copy"], self.src_map).exp()
+        return collapse_copy_scores(scores, self.ex_ids, self.vocab_size).log(), attns
+
+    def reorder(self, rows, memory_rows=None):
+        """Follow the search: state rows ``rows``; with ``memory_rows`` the batch also shrank."""
+        self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
+        if memory_rows is not None:
+            self.memory_bank = self.memory_bank.index_select(1, memory_rows)
+            self.lengths = self.lengths.index_select(0, memory_rows)
+            if self.copy:
+                self.src_map = self.src_map.index_select(1, memory_rows)
+                self.ex_ids = self.ex_ids.index_select(0, memory_rows)
+
+
+class EnsembleStepper:
+    """Several models decoding together: log-probabilities averaged in log space (or in probability
+    space with ``raw_probs``), attention averaged."""
+
+    def __init__(self, steppers, raw_probs=False):
+        self.steppers, self.raw_probs = steppers, raw_probs
+
+    def step(self, tokens):
+        outputs = [s.step(tokens) for s in self.steppers]
+        if len(outputs) == 1:
+            return outputs[0]
+        log_probs = torch.stack([lp for lp, _ in outputs])
+        if self.raw_probs:
+            averaged = torch.logsumexp(log_probs, 0) - math.log(len(outputs))
+        else:
+            averaged = log_probs.mean(0)
+        attns = {name: torch.stack([a[name] for _, a in outputs]).mean(0) for name in outputs[0][1]}
+        return averaged, attns
+
+    def reorder(self, rows, memory_rows=None):
+        for stepper in self.steppers:
+            stepper.reorder(rows, memory_rows)

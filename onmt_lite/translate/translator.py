@@ -1,0 +1,160 @@
+"""Translator: load checkpoints once, translate lists of strings, with scores and attention.
+
+    from onmt_lite import Translator
+    translator = Translator.load(["model_step_1000.pt"], beam_size=5)
+    for result in translator.translate(["h e l l o"]):
+        print(result.hypotheses[0], result.scores[0])
+"""
+import dataclasses
+
+import torch
+
+from onmt_lite.data.vocab import BOS_ID, EOS_ID, UNK_ID, Vocab
+from onmt_lite.models.builder import build_model
+from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
+from onmt_lite.train.checkpoint import load_checkpoint, restore_model
+from onmt_lite.translate.inputs import TextBatches, build_tokenizers
+from onmt_lite.translate.search import Search, SearchOptions
+from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
+from onmt_lite.utils.errors import UserError
+
+
+@dataclasses.dataclass
+class Result:
+    """The translations of one input line: n-best texts, scores and log-probabilities, token lists,
+    attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given."""
+    source: list
+    hypotheses: list
+    scores: list
+    log_probs: list
+    tokens: list
+    attention: list
+    gold_score: float = None
+    gold_words: int = 0
+
+
+def load_models(paths, device):
+    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies."""
+    models, first = [], None
+    for path in paths:
+        checkpoint = load_checkpoint(path)
+        if first is None:
+            first = checkpoint
+        elif checkpoint["vocab"] != first["vocab"]:
+            raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
+        vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
+        opt = _options(checkpoint["opt"], path)
+        model = build_model(opt, vocabs)
+        restore_model(model, checkpoint, path)
+        model.to(device).eval()
+        model.copy_attn = bool(opt.copy_attn)
+        models.append(model)
+    copies = {m.copy_attn for m in models}
+    if len(copies) > 1:
+        raise UserError("an ensemble cannot mix copy-attention and plain models")
+    return models, vocabs, first.get("preprocess") or {}
+
+
+def _options(plain, path):
+    import argparse
+
+    from onmt_lite.opts import build_parser, model_opts, train_opts
+
+    defaults = {a.dest: a.default for a in build_parser("x", [model_opts, train_opts])._actions if a.option_strings}
+    missing = [k for k in ("rnn_size", "encoder_type", "copy_attn") if k not in plain]
+    if missing:
+        raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
+    return argparse.Namespace(**{**defaults, **plain, "dropout": 0.0})
+
+
+class Translator:
+    """Translate with one model or an ensemble. Options are those of ``onmt_lite_translate``."""
+
+    def __init__(self, models, vocabs, preprocess, search_options, replace_unk=False, phrase_table=None,
+                 batch_size=30, batch_type="sents", avg_raw_probs=False, src_spm="", tgt_spm="", device="cpu"):
+        self.models, self.vocabs, self.search_options = models, vocabs, search_options
+        self.copy = models[0].copy_attn
+        self.tokenizers = build_tokenizers(preprocess, src_spm, tgt_spm)
+        self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
+        self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
+        self.device = torch.device(device)
+
+    @classmethod
+    def load(cls, paths, device="cpu", **kwargs):
+        models, vocabs, preprocess = load_models(list(paths), torch.device(device))
+        search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
+        search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
+        rest = {k: v for k, v in kwargs.items() if k not in search_keys}
+        return cls(models, vocabs, preprocess, search, device=device, **rest)
+
+    def translate(self, sources, targets=None):
+        """Translate a list of strings; returns one ``Result`` per string, in order."""
+        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
+        results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
+        search = Search(self.search_options, BOS_ID, EOS_ID)
+        with torch.no_grad():
+            for batch in inputs.batches(self.batch_size, self.batch_type):
+                batch.to(self.device)
+                self._translate_batch(batch, search, results)
+                if inputs.has_target:
+                    self._gold(batch, results)
+        for result in results:
+            if not result.hypotheses:  # an empty source line
+                result.hypotheses, result.scores, result.log_probs = [""], [0.0], [0.0]
+                result.tokens, result.attention = [[]], [None]
+        return results
+
+    def _translate_batch(self, batch, search, results):
+        beam = 1 if self.search_options.sampling else self.search_options.beam_size
+        steppers = [ModelStepper(m, batch, beam, len(self.vocabs["tgt"])) for m in self.models]
+        stepper = EnsembleStepper(steppers, self.avg_raw_probs)
+        nbest = search.run(stepper, batch.batch_size, batch.src_lengths)
+        for b, hyps in enumerate(nbest):
+            line = int(batch.indices[b])
+            ex_words = batch.src_ex_vocab[b] if self.copy else None
+            for hyp in hyps:
+                words = self._words(hyp, results[line].source, ex_words)
+                result = results[line]
+                result.tokens.append(words)
+                result.hypotheses.append(self._detokenize(words))
+                result.scores.append(hyp.score)
+                result.log_probs.append(hyp.log_prob)
+                result.attention.append(hyp.attention.get("std"))
+
+    def _words(self, hyp, src_tokens, ex_words):
+        """Token ids to words: copied words from the source, ``<unk>`` replaced when asked."""
+        itos, vocab_size = self.vocabs["tgt"].itos, len(self.vocabs["tgt"])
+        align = hyp.attention.get("copy" if self.copy else "std")
+        words = []
+        for position, token in enumerate(hyp.tokens):
+            if token >= vocab_size:
+                words.append(ex_words[token - vocab_size])
+            elif token == UNK_ID and self.replace_unk and align is not None:
+                source_word = src_tokens[int(align[position, :len(src_tokens)].argmax())]
+                words.append(self.phrase_table.get(source_word, source_word))
+            else:
+                words.append(itos[token])
+        return words
+
+    def _detokenize(self, words):
+        sp = self.tokenizers[1]._sp
+        return sp.decode(words) if sp is not None else " ".join(words)
+
+    def _gold(self, batch, results):
+        """Log-probability of each gold target (copy-aware), averaged over the ensemble."""
+        totals = torch.zeros(batch.batch_size)
+        target = batch.tgt[1:]
+        for model in self.models:
+            dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+            rows = dec_out.size(0) * dec_out.size(1)
+            if self.copy:
+                log_probs = model.generator(dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map)
+                _, nll = CopyGeneratorLoss(len(self.vocabs["tgt"]))(log_probs, batch.alignment[1:].reshape(-1),
+                                                                    target.reshape(-1))
+            else:
+                _, nll = NMTCriterion()(model.generator(dec_out.reshape(rows, -1)), target.reshape(-1))
+            totals -= nll.view_as(target).sum(0).cpu() / len(self.models)
+        words = (target != 1).sum(0)
+        for b in range(batch.batch_size):
+            line = int(batch.indices[b])
+            results[line].gold_score, results[line].gold_words = float(totals[b]), int(words[b])

@@ -1,0 +1,113 @@
+"""onmt_lite_train end to end: 1.x command lines, exact resume, checkpoints, early stopping, bad input."""
+import os
+
+import pytest
+import torch
+
+from onmt_lite.train.checkpoint import load_checkpoint
+from tests.helpers import TINY_MODEL, preprocess_in_process, run_cli, step_losses, train_in_process
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    prefixes = {}
+    for kind, extra in (("plain", []), ("copy", ["-dynamic_dict"])):
+        prefixes[kind] = preprocess_in_process(str(tmp_path_factory.mktemp(kind)), *extra)
+    return prefixes
+
+
+def error_of(result):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "Step 1/" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind,extra", [("plain", []), ("copy", ["-copy_attn"])])
+def test_the_opennmt_py_1x_command_line_runs_unchanged(data, tmp_path, kind, extra):
+    result = run_cli("train", "-data", data[kind], "-rnn_size", 2, "-batch_size", 10, "-word_vec_size", 5,
+                     "-report_every", 5, "-rnn_size", 10, "-train_steps", 10, *extra, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Step 5/10" in result.stderr and "Step 10/10" in result.stderr
+    checkpoint = torch.load(tmp_path / "model_step_10.pt", weights_only=True)
+    assert checkpoint["step"] == 10 and checkpoint["opt"]["rnn_size"] == 10
+    assert checkpoint["model"]["encoder.rnn.weight_hh_l0"].shape == (40, 10)
+
+
+def test_a_resumed_run_gives_the_same_losses_as_an_uninterrupted_one(data, tmp_path):
+    args = [*TINY_MODEL, "-optim", "adam", "-learning_rate", "0.01", "-dropout", "0.3", "-accum_count", 2,
+            "-report_every", 1, "-valid_steps", 3, "-save_checkpoint_steps", 4, "-seed", 7, "-pool_factor", 2]
+    _, full = train_in_process(data["plain"], str(tmp_path / "full"), *args, "-train_steps", 8)
+    _, first = train_in_process(data["plain"], str(tmp_path / "part"), *args, "-train_steps", 4)
+    _, second = train_in_process(data["plain"], str(tmp_path / "part"), *args, "-train_steps", 8,
+                                 "-train_from", tmp_path / "part_step_4.pt")
+    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    assert sorted(full_losses) == list(range(1, 9))
+    assert resumed == full_losses
+    assert any("resuming from" in line and "at step 4" in line for line in second)
+    assert len(set(full_losses.values())) == 8  # the steps really differ
+
+
+@pytest.mark.parametrize("reset,expected_lr", [("none", 0.5 / 5 ** 0.5), ("all", 0.5)])
+def test_reset_optim_decides_where_the_schedule_continues(data, tmp_path, reset, expected_lr):
+    args = [*TINY_MODEL, "-learning_rate", 0.5, "-decay_method", "rsqrt", "-warmup_steps", 1, "-report_every", 1]
+    train_in_process(data["plain"], str(tmp_path / "m"), *args, "-train_steps", 4)
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *args, "-train_steps", 5,
+                                "-train_from", tmp_path / "m_step_4.pt", "-reset_optim", reset)
+    step5 = next(line for line in lines if "] Step 5/5" in line)
+    assert f"lr: {expected_lr:.5g};" in step5
+
+
+def test_checkpoints_are_plain_data_and_only_the_newest_are_kept(data, tmp_path):
+    train_in_process(data["copy"], str(tmp_path / "m"), *TINY_MODEL, "-copy_attn", "-train_steps", 6,
+                     "-save_checkpoint_steps", 2, "-keep_checkpoint", 2, "-valid_steps", 2)
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".pt")) == ["m_best.pt", "m_step_4.pt", "m_step_6.pt"]
+    checkpoint = torch.load(tmp_path / "m_step_6.pt", weights_only=True)
+    assert set(checkpoint) >= {"model", "generator", "vocab", "opt", "optim", "step", "rng", "data"}
+    assert all(t.device.type == "cpu" for t in checkpoint["model"].values())
+    assert checkpoint["vocab"]["src"][:4] == ["<unk>", "<blank>", "<s>", "</s>"]
+    assert "linear_copy.weight" in checkpoint["generator"]
+
+
+def test_early_stopping_stops_and_says_so(data, tmp_path):
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-learning_rate", 0,
+                                "-train_steps", 50, "-valid_steps", 2, "-early_stopping", 2)
+    assert any("early stopping at step 6" in line for line in lines)
+    assert os.path.exists(tmp_path / "m_step_6.pt") and not os.path.exists(tmp_path / "m_step_8.pt")
+    assert load_checkpoint(str(tmp_path / "m_best.pt"))["step"] == 2
+
+
+def test_training_learns_the_reversal_task(data, tmp_path):
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), "-rnn_size", 64, "-word_vec_size", 32,
+                                "-layers", 1, "-batch_size", 32, "-optim", "adam", "-learning_rate", 0.01,
+                                "-dropout", 0, "-train_steps", 300, "-valid_steps", 300, "-seed", 1)
+    validation = next(line for line in lines if "Validation at step 300" in line)
+    assert float(validation.split("accuracy ")[1].split(",")[0]) > 95  # 98.6 when measured
+
+
+def test_bad_inputs_are_refused_before_training(data, tmp_path):
+    base = ["-rnn_size", 4, "-word_vec_size", 4, "-train_steps", 2, "-save_model", tmp_path / "m"]
+    assert "no training shards" in error_of(run_cli("train", "-data", tmp_path / "none", *base))
+    assert "preprocessed with -dynamic_dict" in error_of(run_cli("train", "-data", data["plain"], *base, "-copy_attn"))
+    assert "-share_embeddings needs one vocabulary" in error_of(
+        run_cli("train", "-data", data["plain"], *base, "-share_embeddings"))
+    assert "CUDA device 0 requested" in error_of(run_cli("train", "-data", data["plain"], *base, "-gpu_ranks", 0)) \
+        or torch.cuda.is_available()
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"PK\x03\x04 not really a checkpoint")
+    assert "cannot load checkpoint" in error_of(run_cli("train", "-data", data["plain"], *base, "-train_from", corrupt))
+    assert run_cli("train", "-data", data["plain"], *base).returncode == 0
+    other = preprocess_in_process(str(tmp_path), vocab=25)
+    assert "vocabulary" in error_of(run_cli("train", "-data", other, *base, "-train_from", tmp_path / "m_step_2.pt"))
+
+
+def test_tensorboard_writes_scalars_or_says_plainly_that_it_cannot(data, tmp_path):
+    import importlib.util
+
+    board = tmp_path / "board"
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-train_steps", 2,
+                                "-report_every", 1, "-tensorboard", "-tensorboard_log_dir", board)
+    if importlib.util.find_spec("tensorboard") is None:
+        assert any("the tensorboard package is not installed (pip install tensorboard)" in line for line in lines)
+        assert not board.exists()
+    else:
+        assert any(name.startswith("events.out.tfevents") for name in os.listdir(board))

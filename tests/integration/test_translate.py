@@ -1,0 +1,156 @@
+"""onmt_lite_translate end to end on models trained here on the reversal task."""
+import os
+
+import pytest
+import torch
+
+from onmt_lite import Translator
+from onmt_lite.data.iterator import BatchIterator
+from onmt_lite.data.shards import shard_paths
+from onmt_lite.loss import build_loss_compute
+from onmt_lite.translate.translator import load_models
+from onmt_lite.train.trainer import Trainer
+from tests.helpers import preprocess_in_process, run_cli, train_in_process, write_lines
+
+SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
+         "-learning_rate", 0.01, "-dropout", 0, "-train_steps", 300, "-valid_steps", 300, "-seed", 1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A plain model; a copy model whose target vocabulary lacks most words (they must be copied); a
+    plain model with that small vocabulary (it can only write <unk> for them)."""
+    out = {}
+    for kind, pre, extra in (("plain", [], []), ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn"]),
+                             ("unk", ["-tgt_vocab_size", 6], [])):
+        directory = str(tmp_path_factory.mktemp(kind))
+        prefix = preprocess_in_process(directory, *pre)
+        train_in_process(prefix, os.path.join(directory, "m"), *SMALL, *extra)
+        out[kind] = {"model": os.path.join(directory, "m_step_300.pt"), "data": prefix,
+                     "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
+    return out
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def exact_match(hypotheses, references):
+    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
+@pytest.mark.parametrize("kind,minimum", [("plain", 0.85), ("copy", 0.95)])  # measured: 0.925 and 1.0
+def test_the_trained_models_translate_held_out_lines(models, tmp_path, kind, minimum):
+    m = models[kind]
+    result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", tmp_path / "out.txt")
+    assert result.returncode == 0, result.stderr
+    assert exact_match(lines(tmp_path / "out.txt"), lines(m["tgt"])) >= minimum
+
+
+def test_copy_model_writes_words_outside_its_vocabulary(models):
+    translator = Translator.load([models["copy"]["model"]])
+    out_of_vocabulary = [w for w in lines(models["copy"]["src"])[0].split() if w not in translator.vocabs["tgt"]]
+    assert out_of_vocabulary
+    assert set(out_of_vocabulary) <= set(translator.translate([lines(models["copy"]["src"])[0]])[0].hypotheses[0].split())
+
+
+@pytest.mark.parametrize("kind", ["plain", "copy"])
+def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
+    m = models[kind]
+    outputs = []
+    for size in (1, 64):
+        path = tmp_path / f"b{size}.txt"
+        assert run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", path, "-batch_size", size,
+                       "-n_best", 2).returncode == 0
+        outputs.append(lines(path))
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 2 * len(lines(m["src"]))
+
+
+def test_the_opennmt_py_1x_command_lines(models, tmp_path):
+    m = models["plain"]
+    beam = run_cli("translate", "-model", m["model"], "-src", m["src"], "-verbose", "-batch_size", 10,
+                   "-beam_size", 10, "-tgt", m["tgt"], "-out", tmp_path / "trans")
+    assert beam.returncode == 0, beam.stderr
+    assert "GOLD AVG SCORE" in beam.stderr and "PRED AVG SCORE" in beam.stderr and "SENT 1:" in beam.stderr
+    assert "BLEU = " in beam.stderr and "nrefs:1" in beam.stderr and "chrF2 = " in beam.stderr
+    sampled = run_cli("translate", "-model", m["model"], "-src", m["src"], "-beam_size", 1, "-seed", 1,
+                      "-random_sampling_topk=-1", "-random_sampling_temp=0.0001", "-out", tmp_path / "sampled")
+    greedy = run_cli("translate", "-model", m["model"], "-src", m["src"], "-beam_size", 1, "-out", tmp_path / "greedy")
+    assert sampled.returncode == 0 and greedy.returncode == 0, sampled.stderr
+    assert lines(tmp_path / "sampled") == lines(tmp_path / "greedy")
+    ensemble = run_cli("translate", "-model", m["model"], m["model"], "-src", m["src"], "-out", tmp_path / "ens")
+    assert ensemble.returncode == 0
+    single = run_cli("translate", "-model", m["model"], "-src", m["src"], "-out", tmp_path / "single")
+    assert single.returncode == 0 and lines(tmp_path / "ens") == lines(tmp_path / "single")
+
+
+def test_empty_and_very_long_lines(models, tmp_path):
+    source = write_lines(tmp_path / "src.txt", ["w1 w2", "", "w3 " * 3000, "   ", "w4"])
+    result = run_cli("translate", "-model", models["copy"]["model"], "-src", source, "-output", tmp_path / "o.txt",
+                     "-max_length", 20)
+    assert result.returncode == 0, result.stderr
+    output = lines(tmp_path / "o.txt")
+    assert len(output) == 5 and output[1] == "" and output[3] == "" and output[0] and output[4]
+
+
+def test_replace_unk_uses_the_attention_and_the_phrase_table(models):
+    m = models["unk"]
+    src, tgt = lines(m["src"]), lines(m["tgt"])
+    plain = [r.hypotheses[0] for r in Translator.load([m["model"]]).translate(src)]
+    assert sum("<unk>" in h for h in plain) > len(src) / 2
+    replaced = [r.hypotheses[0] for r in Translator.load([m["model"]], replace_unk=True).translate(src)]
+    assert not any("<unk>" in h for h in replaced)
+    assert exact_match(replaced, tgt) > exact_match(plain, tgt) + 0.5
+    translator = Translator.load([m["model"]], replace_unk=True)
+    oov = next(f"w{i}" for i in range(20) if f"w{i}" not in translator.vocabs["tgt"])
+    translator.phrase_table = {oov: "MAPPED"}
+    for result, without_table in zip(translator.translate(src), replaced):
+        assert result.hypotheses[0].split() == ["MAPPED" if w == oov else w for w in without_table.split()]
+
+
+def test_gold_scores_equal_the_validation_loss_of_training(models):
+    for kind in ("plain", "copy"):
+        m = models[kind]
+        results = Translator.load([m["model"]]).translate(lines(m["src"]), lines(m["tgt"]))
+        gold_total = sum(r.gold_score for r in results)
+        model_list, vocabs, _ = load_models([m["model"]], torch.device("cpu"))
+        opt = type("O", (), {"copy_attn": kind == "copy", "copy_attn_force": False, "copy_loss_by_seqlength": False,
+                             "lambda_coverage": 0.0, "label_smoothing": 0.0})
+        loss = build_loss_compute(model_list[0], vocabs["tgt"], opt, train=False)
+        stats = Trainer(model_list[0], loss, loss, None, torch.device("cpu")).validate(
+            BatchIterator(shard_paths(m["data"], "valid"), 7))
+        assert gold_total == pytest.approx(-stats.loss, rel=1e-5)
+        assert sum(r.gold_words for r in results) == stats.n_words
+
+
+def test_python_api_returns_hypotheses_scores_and_attention(models):
+    translator = Translator.load([models["plain"]["model"]], beam_size=3, n_best=3)
+    result = translator.translate(["w1 w2 w3"])[0]
+    assert len(result.hypotheses) == 3 and result.scores == sorted(result.scores, reverse=True)
+    assert result.attention[0].shape == (len(result.tokens[0]) + 1, 3)
+    torch.testing.assert_close(result.attention[0].sum(1), torch.ones(len(result.tokens[0]) + 1))
+
+
+def error_of(result):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_bad_input_is_refused_with_one_line(models, tmp_path):
+    m = models["plain"]
+    base = ["-src", m["src"], "-output", tmp_path / "o.txt"]
+    assert "checkpoint not found" in error_of(run_cli("translate", "-model", tmp_path / "none.pt", *base))
+    corrupt = write_lines(tmp_path / "bad.pt", ["not a model"])
+    assert "cannot load checkpoint" in error_of(run_cli("translate", "-model", corrupt, *base))
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"w1 w2\nw3 \xff\n")
+    assert "bad.txt:2: not valid UTF-8" in error_of(run_cli("translate", "-model", m["model"], "-src", bad,
+                                                            "-output", tmp_path / "o.txt"))
+    assert "-n_best 6 is larger than -beam_size 5" in error_of(run_cli("translate", "-model", m["model"], *base,
+                                                                       "-n_best", 6))
+    assert "needs -beam_size 1" in error_of(run_cli("translate", "-model", m["model"], *base,
+                                                    "-random_sampling_topk", 5))
+    assert "vocabularies differ" in error_of(run_cli("translate", "-model", m["model"], models["copy"]["model"], *base))
+    assert not os.path.exists(tmp_path / "o.txt")

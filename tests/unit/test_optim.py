@@ -1,0 +1,72 @@
+"""Learning-rate schedules by hand; optimizer state saved by name; early stopping."""
+import math
+
+import pytest
+import torch
+
+from onmt_lite.train.early_stopping import EarlyStopping
+from onmt_lite.train.optim import Optimizer, Schedule, parse_lr_mult
+from onmt_lite.train.statistics import Statistics
+from onmt_lite.utils.errors import UserError
+from tests.model_helpers import make_model
+from tests.unit.test_trainer import optim_options
+
+
+def test_step_decay_follows_opennmt_py_1x():
+    schedule = Schedule("none", 0.5, start_decay_steps=10, decay_steps=5, warmup_steps=0, model_size=1)
+    assert [schedule(s) for s in (1, 9, 10, 14, 15, 20)] == [1, 1, 0.5, 0.5, 0.25, 0.125]
+
+
+def test_noam_and_rsqrt_by_hand():
+    noam = Schedule("noam", 0.5, 0, 1, warmup_steps=4, model_size=16)
+    assert noam(1) == pytest.approx(16 ** -0.5 * 1 * 4 ** -1.5)
+    assert noam(16) == pytest.approx(16 ** -0.5 * 16 ** -0.5)
+    rsqrt = Schedule("rsqrt", 0.5, 0, 1, warmup_steps=4, model_size=1)
+    assert (rsqrt(1), rsqrt(16)) == (0.5, 0.25)
+
+
+def test_plateau_decays_after_each_validation_without_improvement():
+    schedule = Schedule("plateau", 0.3, 0, 1, 0, 1)
+    schedule.validated(True)
+    schedule.validated(False)
+    schedule.validated(False)
+    assert schedule(100) == pytest.approx(0.09)
+
+
+def test_lr_mult_specs_are_parsed_and_checked():
+    assert parse_lr_mult(["encoder.*=0.5", "a=b=2"]) == [("encoder.*", 0.5), ("a=b", 2.0)]
+    for bad in ("encoder.*", "=2", "x=fast", "x=-1"):
+        with pytest.raises(UserError):
+            parse_lr_mult([bad])
+
+
+def test_optimizer_state_restores_by_parameter_name_into_differently_grouped_models():
+    model, _ = make_model()
+    optim = Optimizer(model, optim_options(optim="adam"), 8)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optim.step()
+    saved = optim.state_dict()
+    other, _ = make_model()
+    regrouped = Optimizer(other, optim_options(optim="adam", lr_mult=["generator.*=2"], freeze=["encoder.*"]), 8)
+    regrouped.load_state_dict(saved)
+    by_name = dict(other.named_parameters())
+    state = regrouped.optimizer.state[by_name["decoder.attn.linear_in.weight"]]
+    torch.testing.assert_close(state["exp_avg"], saved["state"]["decoder.attn.linear_in.weight"]["exp_avg"])
+    assert by_name["encoder.rnn.weight_hh_l0"] not in regrouped.optimizer.state
+    assert regrouped.decay_step == 1
+
+
+def stats_with(ppl, accuracy):
+    return Statistics(loss=math.log(ppl) * 100, n_words=100, n_correct=accuracy)
+
+
+def test_early_stopping_counts_validations_without_any_improvement():
+    stopper = EarlyStopping(2, ["ppl", "accuracy"])
+    assert stopper.update(stats_with(10, 50)) is True
+    assert stopper.update(stats_with(12, 60)) is False and stopper.stalled == 0  # accuracy improved
+    stopper.update(stats_with(11, 55))
+    assert not stopper.should_stop()
+    stopper.update(stats_with(10.5, 60))
+    assert stopper.should_stop()
+    assert EarlyStopping(0, None).criteria == ["ppl"] and not EarlyStopping(0, None).should_stop()

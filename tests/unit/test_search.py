@@ -1,0 +1,130 @@
+"""The decode loop against brute force on a small Markov model: beam, greedy, sampling, constraints."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from onmt_lite.translate.penalties import length_penalty
+from onmt_lite.translate.search import Search, SearchOptions, block_ngrams
+
+BOS, EOS, V, MAX = 2, 3, 7, 4  # tokens 4..6 are words; <unk>/<blank> (0, 1) get no probability
+
+
+def markov_table(seed):
+    """log p(next | example, last token, step) for 2 examples: [2 x V x MAX x V]."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, V, MAX, V, generator=g) * 2
+    logits[..., :3] = float("-inf")  # never <unk>, <blank>, <s>
+    return torch.log_softmax(logits, -1)
+
+
+class MarkovStepper:
+    """A stepper whose rows remember their example and step; reorder follows the search."""
+
+    def __init__(self, table, batch_size, beam):
+        self.table, self.step_no = table, 0
+        self.example = torch.arange(batch_size).repeat_interleave(beam)
+
+    def step(self, tokens):
+        log_probs = self.table[self.example, tokens, self.step_no].clone()
+        self.step_no += 1
+        return log_probs, {"std": torch.full((tokens.numel(), 3), 1 / 3)}
+
+    def reorder(self, rows, memory_rows=None):
+        self.example = self.example[rows]
+
+
+def brute_force(table, example, penalty="none", alpha=0.0, min_length=0):
+    """Every sequence ending in </s> within MAX steps, best first: [(score, tokens)]."""
+    found = []
+    for length in range(1, MAX + 1):
+        for words in itertools.product(range(4, V), repeat=length - 1):
+            sequence, last, total = list(words) + [EOS], BOS, 0.0
+            for step, token in enumerate(sequence):
+                total += table[example, last, step, token].item()
+                last = token
+            if length - 1 >= min_length:
+                found.append((total / length_penalty(penalty, float(length), alpha), list(words)))
+    # sequences forced to end at MAX without </s>
+    for words in itertools.product(range(4, V), repeat=MAX):
+        last, total = BOS, 0.0
+        for step, token in enumerate(words):
+            total += table[example, last, step, token].item()
+            last = token
+        found.append((total / length_penalty(penalty, float(MAX), alpha), list(words)))
+    return sorted(found, key=lambda x: -x[0])
+
+
+def run(table, **options):
+    opts = SearchOptions(max_length=MAX, **options)
+    beam = 1 if opts.sampling else opts.beam_size
+    return Search(opts, BOS, EOS).run(MarkovStepper(table, 2, beam), 2, torch.tensor([3, 3]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("penalty,alpha", [("none", 0.0), ("wu", 0.9), ("avg", 0.0)])
+def test_a_wide_beam_returns_the_exact_n_best_list(seed, penalty, alpha):
+    table = markov_table(seed)
+    nbest = run(table, beam_size=V ** MAX, n_best=5, length_penalty=penalty, alpha=alpha)
+    for example in range(2):
+        expected = brute_force(table, example, penalty, alpha)[:5]
+        assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
+        for hyp, (score, _) in zip(nbest[example], expected):
+            assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_first_of_an_n_best_list_is_the_1_best(seed):
+    table = markov_table(seed)
+    one, five = run(table, beam_size=5, n_best=1), run(table, beam_size=5, n_best=5)
+    for example in range(2):
+        assert one[example][0].tokens == five[example][0].tokens
+        scores = [h.score for h in five[example]]
+        assert scores == sorted(scores, reverse=True) and len(scores) == 5
+
+
+def test_greedy_follows_the_argmax_chain():
+    table = markov_table(3)
+    result = run(table, beam_size=1)
+    for example in range(2):
+        last, tokens = BOS, []
+        for step in range(MAX):
+            token = int(table[example, last, step].argmax())
+            if token == EOS:
+                break
+            tokens.append(token)
+            last = token
+        assert result[example][0].tokens == tokens
+
+
+def test_sampling_at_a_tiny_temperature_is_greedy_and_otherwise_draws_from_the_distribution():
+    table = markov_table(4)
+    greedy = run(table, beam_size=1)
+    sampled = run(table, beam_size=1, sampling=True, sampling_topk=0, sampling_temp=1e-4)
+    assert [h[0].tokens for h in sampled] == [h[0].tokens for h in greedy]
+    torch.manual_seed(0)
+    draws = {tuple(run(table, beam_size=1, sampling=True, sampling_topk=0)[0][0].tokens) for _ in range(40)}
+    assert len(draws) > 1
+
+
+def test_min_and_max_length_and_ratio_are_respected():
+    table = markov_table(5)
+    wide = run(table, beam_size=V ** MAX, n_best=3, min_length=2)
+    for example, hyps in enumerate(wide):
+        assert [h.tokens for h in hyps] == [t for _, t in brute_force(table, example, min_length=2)[:3]]
+        assert all(len(h.tokens) >= 2 for h in hyps)
+    short = Search(SearchOptions(beam_size=3, max_length=MAX, ratio=0.5), BOS, EOS).run(
+        MarkovStepper(table, 2, 3), 2, torch.tensor([2, 4]))
+    assert all(len(h.tokens) <= 1 for h in short[0]) and all(len(h.tokens) <= 2 for h in short[1])
+
+
+def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
+    seqs = torch.tensor([[4, 5, 4], [4, 6, 5]])
+    blocked = block_ngrams(torch.zeros(2, V), seqs, 2, ())
+    assert math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()  # "4 5" seen; last is 4
+    assert torch.isfinite(blocked[1]).all()
+    assert torch.isfinite(block_ngrams(torch.zeros(2, V), seqs, 2, (5,))).all()  # n-grams with 5 exempt
+    table = markov_table(6)
+    for hyps in run(table, beam_size=4, n_best=2, block_ngram_repeat=1):
+        assert all(len(set(h.tokens)) == len(h.tokens) for h in hyps)

@@ -1,0 +1,104 @@
+"""Trainer steps: accumulation equals a larger batch, truncation, freezing, per-group learning rates."""
+import argparse
+
+import pytest
+import torch
+
+from onmt_lite.loss import build_loss_compute
+from onmt_lite.train.optim import Optimizer
+from onmt_lite.train.trainer import Trainer, normalization
+from onmt_lite.utils.errors import UserError
+from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs
+
+
+def optim_options(**overrides):
+    values = dict(optim="sgd", learning_rate=1.0, adam_beta1=0.9, adam_beta2=0.999, adagrad_accumulator_init=0,
+                  weight_decay=0.0, max_grad_norm=0.0, decay_method="none", warmup_steps=1,
+                  learning_rate_decay=0.5, start_decay_steps=10 ** 9, decay_steps=1, lr_mult=[], freeze=[])
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def make_trainer(*model_args, accum=1, shard=0, trunc=0, norm="sents", seed=0, **optim_overrides):
+    model, opt = make_model(*model_args, seed=seed)
+    optim = Optimizer(model, optim_options(**optim_overrides), 8)
+    loss = build_loss_compute(model, TGT_VOCAB, opt)
+    return Trainer(model, loss, loss, optim, torch.device("cpu"), accum, shard, trunc, norm), model
+
+
+def params(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("norm", ["sents", "tokens"])
+@pytest.mark.parametrize("model_args,shard", [([], 0), (["-copy_attn", "-coverage_attn", "-lambda_coverage", 1], 2)])
+def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_args, shard):
+    first, second = random_pairs(3, seed=11), random_pairs(4, seed=12)
+    accumulated, model_a = make_trainer(*model_args, accum=2, shard=shard, norm=norm)
+    accumulated.train_step([make_batch(first), make_batch(second)])
+    single, model_b = make_trainer(*model_args, accum=1, shard=shard, norm=norm)
+    single.train_step([make_batch(first + second)])
+    assert_grads_equal(params(model_b), params(model_a), rtol=1e-9)
+    initial = params(make_model(*model_args)[0])
+    assert all(not torch.equal(initial[name], value) for name, value in params(model_a).items())
+
+
+def test_normalization_counts_sentences_or_target_tokens():
+    batches = [make_batch([(["s1"], ["t1", "t2"])]), make_batch([(["s1"], ["t1"]), (["s2"], ["t0", "t1", "t2"])])]
+    assert normalization(batches, "sents") == 3
+    assert normalization(batches, "tokens") == (2 + 1) + (1 + 1) + (3 + 1)  # words and </s>
+
+
+def test_truncation_keeps_the_loss_and_generator_gradient_but_cuts_recurrent_gradients():
+    batch = make_batch(random_pairs(3, seed=13, min_len=6))
+    results = {}
+    for trunc in (0, 2):
+        trainer, model = make_trainer(trunc=trunc)
+        model.zero_grad()
+        stats = trainer.forward_backward(batch, 3)
+        results[trunc] = (stats, grads(model))
+    assert results[0][0] == results[2][0]
+    generator = {k: v for k, v in results[0][1].items() if k.startswith("generator")}
+    assert_grads_equal(generator, {k: v for k, v in results[2][1].items() if k.startswith("generator")})
+    assert not torch.allclose(results[0][1]["decoder.rnn.cells.0.weight_hh"], results[2][1]["decoder.rnn.cells.0.weight_hh"])
+
+
+def test_frozen_parameters_stay_bit_identical_and_the_rest_moves():
+    trainer, model = make_trainer(freeze=["encoder.*", "*.embeddings.*"], optim="adam", learning_rate=0.01)
+    before = params(model)
+    for seed in range(3):
+        trainer.train_step([make_batch(random_pairs(4, seed=seed))])
+    after = params(model)
+    frozen = [n for n in before if n.startswith("encoder.") or ".embeddings." in n]
+    assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)
+    assert all(not torch.equal(before[n], after[n]) for n in before if n not in frozen)
+
+
+def test_lr_mult_scales_each_groups_update():
+    batch = make_batch(random_pairs(4, seed=14))
+    reference, model = make_trainer(learning_rate=0.5)
+    start = params(model)
+    model.zero_grad()
+    reference.forward_backward(batch, 4)
+    gradient = grads(model)
+    trainer, model = make_trainer(learning_rate=0.5, lr_mult=["generator.*=0.1", "encoder.rnn.*=0"])
+    trainer.train_step([batch])
+    after = params(model)
+    for name, value in after.items():
+        factor = 0.1 if name.startswith("generator.") else 0.0 if name.startswith("encoder.rnn.") else 1.0
+        torch.testing.assert_close(value, start[name] - 0.5 * factor * gradient[name], msg=name)
+
+
+def test_patterns_that_match_nothing_are_refused():
+    with pytest.raises(UserError, match="-freeze decoder.nothing.*: no parameter name matches"):
+        make_trainer(freeze=["decoder.nothing.*"])
+    with pytest.raises(UserError, match="-lr_mult"):
+        make_trainer(lr_mult=["encoder.*"])
+
+
+def test_validation_runs_in_eval_mode_without_gradients():
+    trainer, model = make_trainer("-dropout", "0.5")
+    batches = [make_batch(random_pairs(4, seed=15))]
+    first, second = trainer.validate(batches), trainer.validate(batches)
+    assert first == second and first.n_words > 0
+    assert model.training and all(p.grad is None for p in model.parameters())
