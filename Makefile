@@ -31,7 +31,10 @@ demo: $(VENV)/.demo
 		-encoder_type brnn -layers 2 -rnn_size 256 -word_vec_size 64 -global_attention general \
 		-optim adam -learning_rate 0.002 -dropout 0.2 -batch_size 64 -seed 1 \
 		-train_steps $(DEMO_STEPS) -valid_steps 500 -save_checkpoint_steps 500 -keep_checkpoint 1 -report_every 100
-	@echo "Demo data, model and log in $(DEMO)/:"; ls -l $(DEMO)
+	$(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src $(DEMO)/src-test.txt \
+		-tgt $(DEMO)/tgt-test.txt -output $(DEMO)/pred-test.txt -beam_size 5 -batch_size 64 -report_time
+	$(BIN)/python tools/g2p_scores.py -src $(DEMO)/src-test.txt -hyp $(DEMO)/pred-test.txt -ref $(DEMO)/tgt-test.txt
+	@echo "Demo data, model, log and predictions in $(DEMO)/:"; ls -l $(DEMO)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

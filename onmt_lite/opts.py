@@ -309,8 +309,10 @@ def train_opts(parser):
     add(group, "early_stopping", type=int_at_least(0), default=0,
         help="Stop after N validations without improvement (0: never)")
     add(group, "early_stopping_criteria", nargs="*", default=None,
-        type=choice("early_stopping_criteria", ["ppl", "accuracy"]),
+        type=choice("early_stopping_criteria", ["ppl", "accuracy", "BLEU", "chrF"]),
         help="Validation scores to watch (default: ppl); the first also picks SAVE_MODEL_best.pt")
+    add(group, "valid_metrics", nargs="*", default=[], type=choice("valid_metrics", ["BLEU", "chrF"]),
+        help="Also decode the validation set greedily at each validation and log these sacrebleu scores")
 
     group = parser.add_argument_group("Optimization")
     add(group, "optim", default="sgd", type=choice("optim", ["sgd", "adagrad", "adadelta", "adam", "adamw"],

@@ -67,10 +67,13 @@ def build_vocabs(opt, src_tok, tgt_tok, limits):
     return src_file, tgt_file
 
 
-def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict):
-    """One example as plain id lists (plus the copy data with ``dynamic_dict``)."""
+def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False):
+    """One example as plain id lists (plus the copy data with ``dynamic_dict``, and the target words
+    themselves with ``keep_target``: validation references for BLEU)."""
     example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
                "tgt": tgt_vocab.numericalize(tgt_tokens)}
+    if keep_target:
+        example["tgt_tokens"] = list(tgt_tokens)
     if dynamic_dict:
         ex_words = copy.source_vocab(src_tokens)
         example["src_ex_vocab"] = ex_words
@@ -84,7 +87,8 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, op
     """Write the shards of one corpus into ``staged``; returns (CorpusStats, number of shards)."""
     stats = CorpusStats()
     pairs = tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats)
-    examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict) for n, s, t in pairs)
+    examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict, keep_target=corpus_type == "valid")
+                for n, s, t in pairs)
     if corpus_type == "train" and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)

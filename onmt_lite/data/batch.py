@@ -31,6 +31,7 @@ class Batch:
         self.src, self.src_lengths, self.tgt, self.indices = src, src_lengths, tgt, indices
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
+        self.tgt_tokens = None  # validation batches: the reference words
 
     @property
     def batch_size(self):
@@ -99,4 +100,6 @@ class ShardView:
             batch.alignment = add_bos_eos(align, tgt_lengths, EX_UNK_ID, EX_UNK_ID, EX_UNK_ID)
             batch.src_ex_vocab = ex_vocab
             batch.src_ex_tgt_ids = ex_tgt_ids.t()
+        if "tgt_tokens" in shard:
+            batch.tgt_tokens = [shard["tgt_tokens"][i] for i in ids.tolist()]
         return batch

@@ -6,7 +6,8 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     example's line number in its corpus (from 1);
     with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
     , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words' target-vocabulary
-    ids laid out one example after another (0 where the target vocabulary lacks the word).
+    ids laid out one example after another (0 where the target vocabulary lacks the word);
+    validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training).
 """
 import glob
 import os
@@ -55,6 +56,8 @@ def make_shard(examples):
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
         shard["src_ex_vocab"] = [ex["src_ex_vocab"] for ex in examples]
         shard["src_ex_tgt_ids"], _ = _flat([ex["src_ex_tgt_ids"] for ex in examples])
+    if examples and "tgt_tokens" in examples[0]:
+        shard["tgt_tokens"] = [ex["tgt_tokens"] for ex in examples]
     return shard
 
 

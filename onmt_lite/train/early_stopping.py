@@ -1,16 +1,13 @@
-"""Early stopping on validation scores (perplexity: lower is better; accuracy: higher)."""
+"""Early stopping on validation scores (perplexity: lower is better; accuracy, BLEU, chrF: higher)."""
 
-HIGHER_IS_BETTER = {"ppl": False, "accuracy": True}
-
-
-def score(stats, criterion):
-    return stats.ppl() if criterion == "ppl" else stats.accuracy()
+HIGHER_IS_BETTER = {"ppl": False, "accuracy": True, "BLEU": True, "chrF": True}
 
 
 class EarlyStopping:
     """Counts validations without improvement of any criterion; ``patience`` 0 never stops.
 
-    ``update`` returns whether the first criterion improved (that picks the best checkpoint).
+    ``update(scores)`` takes ``{criterion: value}`` and returns whether the first criterion improved
+    (that picks the best checkpoint).
     """
 
     def __init__(self, patience, criteria):
@@ -24,10 +21,10 @@ class EarlyStopping:
             return True
         return value > best if HIGHER_IS_BETTER[criterion] else value < best
 
-    def update(self, stats):
+    def update(self, scores):
         improved = {}
         for criterion in self.criteria:
-            value = score(stats, criterion)
+            value = scores[criterion]
             improved[criterion] = self._better(criterion, value)
             if improved[criterion]:
                 self.best[criterion] = value

@@ -20,6 +20,7 @@ from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.trainer import Trainer, TrainingRun
+from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -35,10 +36,10 @@ def model_option_names():
 
 def load_data(opt):
     """The vocab record and the train/valid shard paths of ``-data``."""
-    record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
     train = shard_paths(opt.data, "train")
     if not train:
-        raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt")
+        raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt (run onmt_lite_preprocess)")
+    record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
     vocabs = {"src": Vocab.from_plain(record["src"]), "tgt": Vocab.from_plain(record["tgt"])}
     return record, vocabs, train, shard_paths(opt.data, "valid")
 
@@ -97,6 +98,7 @@ def train(opt):
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
     opt = resolve_options(opt, checkpoint, record)
+    check_criteria(opt)
     device = choose_device(opt)
     writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint)
     torch.manual_seed(opt.seed)
@@ -117,12 +119,16 @@ def train(opt):
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = 0
     if checkpoint is not None:
-        restore_optimizer(optim, checkpoint, opt.reset_optim)
         step = checkpoint["step"]
-        train_iter.load_state_dict(checkpoint["data"])
-        early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
-        set_rng_state(checkpoint["rng"])
-        logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
+        if all(key in checkpoint for key in ("optim", "data", "trainer", "rng")):
+            restore_optimizer(optim, checkpoint, opt.reset_optim)
+            train_iter.load_state_dict(checkpoint["data"])
+            early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
+            set_rng_state(checkpoint["rng"])
+            logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
+        else:
+            logger.info(f"{opt.train_from} holds weights only (a released or averaged model): continuing from "
+                        f"step {step} with a new optimizer and the data from its start")
     if step >= opt.train_steps:
         logger.info(f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}")
         return step
@@ -137,6 +143,7 @@ def train(opt):
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
     reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard else None)
+    scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics else None
     run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
-                      valid_batches if valid_paths else None)
+                      valid_batches if valid_paths else None, scorer)
     return run.run(train_iter, step)

@@ -85,9 +85,11 @@ class Trainer:
 class TrainingRun:
     """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints."""
 
-    def __init__(self, trainer, opt, reporter, writer, early_stopping, make_checkpoint, valid_batches=None):
+    def __init__(self, trainer, opt, reporter, writer, early_stopping, make_checkpoint, valid_batches=None,
+                 metric_scorer=None):
         self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
         self.early_stopping, self.make_checkpoint, self.valid_batches = early_stopping, make_checkpoint, valid_batches
+        self.metric_scorer = metric_scorer
 
     def run(self, train_iter, step):
         """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
@@ -112,9 +114,13 @@ class TrainingRun:
     def validate(self, step):
         """Validate, update early stopping and the best checkpoint; returns True to stop."""
         stats = self.trainer.validate(self.valid_batches())
-        improved = self.early_stopping.update(stats)
+        scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
+        if self.metric_scorer is not None:
+            metric_scores, extra = self.metric_scorer(self.valid_batches())
+            scores.update(metric_scores)
+        improved = self.early_stopping.update(scores)
         self.trainer.optim.schedule.validated(improved)
-        self.reporter.validation(step, stats)
+        self.reporter.validation(step, stats, extra)
         if improved:
             self.writer.save_best(self.make_checkpoint(step))
         return self.early_stopping.should_stop()

@@ -47,9 +47,8 @@ def load_models(paths, device):
         model = build_model(opt, vocabs)
         restore_model(model, checkpoint, path)
         model.to(device).eval()
-        model.copy_attn = bool(opt.copy_attn)
         models.append(model)
-    copies = {m.copy_attn for m in models}
+    copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")
     return models, vocabs, first.get("preprocess") or {}
@@ -73,7 +72,7 @@ class Translator:
     def __init__(self, models, vocabs, preprocess, search_options, replace_unk=False, phrase_table=None,
                  batch_size=30, batch_type="sents", avg_raw_probs=False, src_spm="", tgt_spm="", device="cpu"):
         self.models, self.vocabs, self.search_options = models, vocabs, search_options
-        self.copy = models[0].copy_attn
+        self.copy = models[0].decoder.copy_attn
         self.tokenizers = build_tokenizers(preprocess, src_spm, tgt_spm)
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
@@ -104,19 +103,27 @@ class Translator:
                 result.tokens, result.attention = [[]], [None]
         return results
 
-    def _translate_batch(self, batch, search, results):
+    def decode_batch(self, batch, search=None, sources=None):
+        """n-best ``(words, Hypothesis)`` lists of the examples of ``batch``, in batch order."""
+        search = search or Search(self.search_options, BOS_ID, EOS_ID)
         beam = 1 if self.search_options.sampling else self.search_options.beam_size
         steppers = [ModelStepper(m, batch, beam, len(self.vocabs["tgt"])) for m in self.models]
-        stepper = EnsembleStepper(steppers, self.avg_raw_probs)
-        nbest = search.run(stepper, batch.batch_size, batch.src_lengths)
+        nbest = search.run(EnsembleStepper(steppers, self.avg_raw_probs), batch.batch_size, batch.src_lengths)
+        out = []
         for b, hyps in enumerate(nbest):
-            line = int(batch.indices[b])
             ex_words = batch.src_ex_vocab[b] if self.copy else None
-            for hyp in hyps:
-                words = self._words(hyp, results[line].source, ex_words)
+            source = sources[int(batch.indices[b])] if sources is not None else None
+            out.append([(self._words(hyp, source, ex_words), hyp) for hyp in hyps])
+        return out
+
+    def _translate_batch(self, batch, search, results):
+        sources = [r.source for r in results]
+        for b, nbest in enumerate(self.decode_batch(batch, search, sources)):
+            line = int(batch.indices[b])
+            for words, hyp in nbest:
                 result = results[line]
                 result.tokens.append(words)
-                result.hypotheses.append(self._detokenize(words))
+                result.hypotheses.append(self.detokenize(words))
                 result.scores.append(hyp.score)
                 result.log_probs.append(hyp.log_prob)
                 result.attention.append(hyp.attention.get("std"))
@@ -129,14 +136,15 @@ class Translator:
         for position, token in enumerate(hyp.tokens):
             if token >= vocab_size:
                 words.append(ex_words[token - vocab_size])
-            elif token == UNK_ID and self.replace_unk and align is not None:
+            elif token == UNK_ID and self.replace_unk and align is not None and src_tokens is not None:
                 source_word = src_tokens[int(align[position, :len(src_tokens)].argmax())]
                 words.append(self.phrase_table.get(source_word, source_word))
             else:
                 words.append(itos[token])
         return words
 
-    def _detokenize(self, words):
+    def detokenize(self, words):
+        """Output words as text (sentencepiece pieces decoded)."""
         sp = self.tokenizers[1]._sp
         return sp.decode(words) if sp is not None else " ".join(words)
 

@@ -88,8 +88,10 @@ def test_bad_inputs_are_refused_before_training(data, tmp_path):
     base = ["-rnn_size", 4, "-word_vec_size", 4, "-train_steps", 2, "-save_model", tmp_path / "m"]
     assert "no training shards" in error_of(run_cli("train", "-data", tmp_path / "none", *base))
     assert "preprocessed with -dynamic_dict" in error_of(run_cli("train", "-data", data["plain"], *base, "-copy_attn"))
+    os.makedirs(tmp_path / "small")
+    different = preprocess_in_process(str(tmp_path / "small"), "-tgt_vocab_size", 5)
     assert "-share_embeddings needs one vocabulary" in error_of(
-        run_cli("train", "-data", data["plain"], *base, "-share_embeddings"))
+        run_cli("train", "-data", different, *base, "-share_embeddings"))
     assert "CUDA device 0 requested" in error_of(run_cli("train", "-data", data["plain"], *base, "-gpu_ranks", 0)) \
         or torch.cuda.is_available()
     corrupt = tmp_path / "corrupt.pt"
@@ -111,3 +113,28 @@ def test_tensorboard_writes_scalars_or_says_plainly_that_it_cannot(data, tmp_pat
         assert not board.exists()
     else:
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(board))
+
+
+def test_valid_metrics_log_bleu_and_chrf_and_drive_early_stopping(data, tmp_path):
+    _, lines = train_in_process(data["copy"], str(tmp_path / "m"), *TINY_MODEL, "-copy_attn", "-train_steps", 4,
+                                "-valid_steps", 2, "-valid_metrics", "BLEU", "chrF",
+                                "-early_stopping_criteria", "BLEU", "-early_stopping", 5)
+    validations = [line for line in lines if "Validation at step" in line]
+    assert len(validations) == 2
+    assert all("BLEU = " in line and "chrF2 = " in line and "nrefs:1" in line for line in validations)
+    assert load_checkpoint(str(tmp_path / "m_best.pt"))["step"] in (2, 4)
+    result = run_cli("train", "-data", data["plain"], *TINY_MODEL, "-early_stopping_criteria", "chrF",
+                     "-save_model", tmp_path / "x")
+    assert "-early_stopping_criteria chrF needs -valid_metrics chrF" in error_of(result)
+
+
+def test_training_continues_from_a_checkpoint_without_training_state(data, tmp_path):
+    train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-train_steps", 2)
+    checkpoint = torch.load(tmp_path / "m_step_2.pt", weights_only=True)
+    for key in ("optim", "rng", "data", "trainer"):
+        del checkpoint[key]
+    torch.save(checkpoint, tmp_path / "released.pt")
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-train_steps", 3,
+                                "-train_from", tmp_path / "released.pt")
+    assert any("holds weights only" in line for line in lines)
+    assert torch.load(tmp_path / "m_step_3.pt", weights_only=True)["step"] == 3

@@ -1,0 +1,34 @@
+import importlib.util
+import os
+
+import pytest
+
+from tests.helpers import REPO, write_lines
+
+spec = importlib.util.spec_from_file_location("g2p_scores", os.path.join(REPO, "tools", "g2p_scores.py"))
+g2p_scores = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(g2p_scores)
+
+
+def test_edit_distance_by_hand():
+    assert g2p_scores.edit_distance("K AE T".split(), "K AE T".split()) == 0
+    assert g2p_scores.edit_distance("K AE T".split(), "K AH T S".split()) == 2
+    assert g2p_scores.edit_distance([], "A B".split()) == 2
+
+
+def test_scores_by_hand():
+    accuracy, per = g2p_scores.scores([["K", "AE", "T"], ["D", "AO"]], [["K", "AE", "T"], ["D", "AO", "G"]])
+    assert accuracy == 50.0 and per == pytest.approx(100 * 1 / 6)
+
+
+def test_command_prints_scores_and_examples(tmp_path, capsys):
+    hyp = write_lines(tmp_path / "h", ["K AE T", "D AO"])
+    ref = write_lines(tmp_path / "r", ["K AE T", "D AO G"])
+    src = write_lines(tmp_path / "s", ["c a t", "d o g"])
+    g2p_scores.main(["-hyp", hyp, "-ref", ref, "-src", src])
+    out = capsys.readouterr().out
+    assert "word accuracy 50.00%, phone error rate 16.67% (2 words)" in out
+    assert "ok  cat" in out and "ERR dog" in out
+    with pytest.raises(SystemExit) as exc:
+        g2p_scores.main(["-hyp", hyp, "-ref", write_lines(tmp_path / "one", ["X"])])
+    assert exc.value.code == 2

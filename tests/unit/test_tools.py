@@ -1,0 +1,289 @@
+"""The scripts in tools/: scoring, checkpoint averaging and release, embeddings, vocabularies, spm."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from onmt_lite.data.shards import VOCAB_FORMAT
+from onmt_lite.data.vocab import SPECIALS, Vocab
+from onmt_lite.train.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
+from onmt_lite.utils.files import save_tensors
+from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, shared_data, train_in_process, write_lines
+
+TOOLS = ["bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
+         "create_vocabulary", "spm_train"]
+_loaded = {}
+
+
+def tool(name):
+    """The module tools/NAME.py, loaded by path (tools/ is not a package)."""
+    if name not in _loaded:
+        spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(REPO, "tools", f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _loaded[name] = module
+    return _loaded[name]
+
+
+def run(name, *args):
+    """Run the tool's main with ``args``."""
+    return tool(name).main([str(a) for a in args])
+
+
+def fails(capsys, name, *args):
+    """Run the tool, expect exit status 2 and return its one stderr line."""
+    with pytest.raises(SystemExit) as exc:
+        run(name, *args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("name", TOOLS)
+def test_help_runs_as_a_script(name):
+    result = subprocess.run([sys.executable, os.path.join(REPO, "tools", f"{name}.py"), "-h"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert f"usage: {name}.py" in result.stdout
+
+
+# --- bleu.py ---------------------------------------------------------------------------------------
+
+HYP = ["the cat sat on the mat .", "a quick brown fox jumps", "hello , world !"]
+REF = ["the cat sat on a mat .", "the quick brown fox jumped", "Hello , world !"]
+
+
+def test_bleu_of_identical_files_is_100(tmp_path, capsys):
+    hyp = write_lines(tmp_path / "h.txt", HYP)
+    run("bleu", "-hyp", hyp, "-ref", hyp, "-metrics", "BLEU", "chrF", "TER")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("|")[0] for line in lines] == ["BLEU", "chrF2", "TER"]
+    assert " = 100.00 " in lines[0] and "tok:13a" in lines[0] and lines[1].endswith(" = 100.00")
+    assert lines[2].endswith(" = 0.00")
+
+
+@pytest.mark.parametrize("tokenize", ["13a", "none"])
+def test_bleu_matches_sacrebleu(tmp_path, capsys, tokenize):
+    import sacrebleu
+
+    hyp, ref = write_lines(tmp_path / "h.txt", HYP), write_lines(tmp_path / "r.txt", REF)
+    run("bleu", "-hyp", hyp, "-ref", ref, "-tokenize", tokenize, "-lowercase")
+    expected = sacrebleu.corpus_bleu(HYP, [REF], tokenize=tokenize, lowercase=True)
+    out = capsys.readouterr().out
+    assert f" = {expected.score:.2f} " in out and "case:lc" in out and f"tok:{tokenize}" in out
+
+
+def test_bleu_refuses_different_line_counts(tmp_path, capsys):
+    hyp, ref = write_lines(tmp_path / "h.txt", HYP), write_lines(tmp_path / "r.txt", REF[:2])
+    err = fails(capsys, "bleu", "-hyp", hyp, "-ref", ref)
+    assert "h.txt has 3 lines" in err and "r.txt has 2" in err
+    assert "not/there.txt" in fails(capsys, "bleu", "-hyp", "not/there.txt", "-ref", ref)
+    assert "-tokenize" in fails(capsys, "bleu", "-hyp", hyp, "-ref", hyp, "-tokenize", "moses")
+
+
+# --- average_models.py -----------------------------------------------------------------------------
+
+def fake_checkpoint(path, scale, step, vocab=("<unk>", "<blank>", "<s>", "</s>", "a")):
+    base = torch.arange(6, dtype=torch.float32).view(2, 3)
+    save_tensors({"format": CHECKPOINT_FORMAT, "model": {"w": base * scale, "n": torch.tensor([7])},
+                  "generator": {"g": torch.full((2,), float(scale))},
+                  "vocab": {"src": list(vocab), "tgt": list(vocab)},
+                  "opt": {"step_opt": step}, "optim": {"x": 1}, "step": step, "rng": {}, "data": {}, "trainer": {},
+                  "preprocess": {"lower": False}}, str(path))
+    return str(path)
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    paths = [fake_checkpoint(tmp_path / f"c{i}.pt", scale, step)
+             for i, (scale, step) in enumerate([(1.0, 10), (2.0, 20), (6.0, 30)])]
+    run("average_models", "-models", *paths, "-output", tmp_path / "avg.pt")
+    avg = torch.load(tmp_path / "avg.pt", weights_only=True)
+    assert torch.equal(avg["model"]["w"], torch.arange(6, dtype=torch.float32).view(2, 3) * 3)
+    assert torch.equal(avg["generator"]["g"], torch.full((2,), 3.0))
+    assert torch.equal(avg["model"]["n"], torch.tensor([7]))
+    assert avg["step"] == 30 and avg["opt"] == {"step_opt": 30}
+    assert not {"optim", "rng", "data", "trainer"} & set(avg)
+    load_checkpoint(str(tmp_path / "avg.pt"))
+
+
+def test_average_refuses_mismatches(tmp_path, capsys):
+    a = fake_checkpoint(tmp_path / "a.pt", 1.0, 1)
+    b = fake_checkpoint(tmp_path / "b.pt", 1.0, 2, vocab=("<unk>", "<blank>", "<s>", "</s>", "b"))
+    assert "vocabularies differ" in fails(capsys, "average_models", "-models", a, b, "-output", tmp_path / "o.pt")
+    c = torch.load(a, weights_only=True)
+    c["model"]["w"] = torch.zeros(3, 2)
+    save_tensors(c, str(tmp_path / "c.pt"))
+    err = fails(capsys, "average_models", "-models", a, tmp_path / "c.pt", "-output", tmp_path / "o.pt")
+    assert "model tensor w has shape (3, 2)" in err
+    assert not os.path.exists(tmp_path / "o.pt")
+
+
+# --- tools on a real (tiny) checkpoint -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """``(data prefix, checkpoint path)`` of a 2-step tiny model on the reversal corpus."""
+    directory = tmp_path_factory.mktemp("tools")
+    prefix = preprocess_in_process(str(directory))
+    train_in_process(prefix, str(directory / "m"), *TINY_MODEL, "-train_steps", 2)
+    return prefix, str(directory / "m_step_2.pt")
+
+
+def translations(path):
+    from onmt_lite import Translator
+
+    results = Translator.load([path], min_length=3, max_length=5, n_best=2).translate(["w1 w2 w3", "w4"])
+    return [(r.hypotheses, r.scores) for r in results]
+
+
+def test_release_drops_training_state_and_translates_the_same(trained, tmp_path):
+    _, ckpt = trained
+    run("release_model", "-model", ckpt, "-output", tmp_path / "r.pt")
+    released = torch.load(tmp_path / "r.pt", weights_only=True)
+    assert not {"optim", "rng", "data", "trainer"} & set(released)
+    assert released["vocab"] == load_checkpoint(ckpt)["vocab"]
+    assert translations(str(tmp_path / "r.pt")) == translations(ckpt)
+
+
+def test_release_fp16_halves_weights_and_still_translates(trained, tmp_path):
+    from onmt_lite import Translator
+
+    _, ckpt = trained
+    run("release_model", "-model", ckpt, "-output", tmp_path / "h.pt", "-fp16")
+    half, full = torch.load(tmp_path / "h.pt", weights_only=True), load_checkpoint(ckpt)
+    for part in ("model", "generator"):
+        for name, tensor in full[part].items():
+            assert half[part][name].dtype == torch.float16
+            assert torch.equal(half[part][name], tensor.half())
+    assert os.path.getsize(tmp_path / "h.pt") < os.path.getsize(ckpt)
+    hyp = Translator.load([str(tmp_path / "h.pt")], min_length=2).translate(["w1 w2"])[0].hypotheses[0]
+    assert isinstance(hyp, str) and len(hyp.split()) >= 2
+
+
+def test_average_of_a_checkpoint_with_itself_translates_the_same(trained, tmp_path):
+    _, ckpt = trained
+    run("average_models", "-models", ckpt, ckpt, "-output", tmp_path / "a.pt")
+    assert translations(str(tmp_path / "a.pt")) == translations(ckpt)
+
+
+def test_extract_embeddings_writes_the_checkpoint_tables(trained, tmp_path):
+    _, ckpt = trained
+    checkpoint = load_checkpoint(ckpt)
+    run("extract_embeddings", "-model", ckpt, "-output_dir", tmp_path / "emb")
+    for side, enc_dec in (("src", "encoder"), ("tgt", "decoder")):
+        with open(tmp_path / "emb" / f"{side}_embeddings.txt", encoding="utf-8") as f:
+            rows = [line.split() for line in f]
+        weight = checkpoint["model"][f"{enc_dec}.embeddings.lut.weight"]
+        assert [r[0] for r in rows] == checkpoint["vocab"][side] and rows[0][0] == "<unk>"
+        assert {len(r) for r in rows} == {weight.shape[1] + 1}
+        assert torch.equal(torch.tensor([[float(v) for v in r[1:]] for r in rows]), weight)
+
+
+# --- embeddings_to_torch.py -----------------------------------------------------------------------
+
+def read_vectors(path):
+    with open(path, encoding="utf-8") as f:
+        return {fields[0]: torch.tensor([float(v) for v in fields[1:]]) for fields in map(str.split, f)}
+
+
+def test_embeddings_to_torch_on_sample_glove(tmp_path, capsys):
+    glove = shared_data("embeddings", "sample_glove.txt")
+    vectors = read_vectors(glove)
+    words = {"src": list(SPECIALS) + ["the", "zebra", "of", "said"], "tgt": list(SPECIALS) + ["in", "nothing"]}
+    dict_file = str(tmp_path / "d.vocab.pt")
+    save_tensors({"format": VOCAB_FORMAT, **words}, dict_file)
+    run("embeddings_to_torch", "-emb_file_enc", glove, "-emb_file_dec", glove, "-dict_file", dict_file,
+        "-output_file", tmp_path / "emb")
+    out = capsys.readouterr().out
+    assert "enc: found 3 of 8" in out and "dec: found 1 of 6" in out
+    for side in ("enc", "dec"):
+        tensor = torch.load(tmp_path / f"emb.{side}.pt", weights_only=True)
+        side_words = words["src" if side == "enc" else "tgt"]
+        assert tensor.dtype == torch.float32 and tensor.shape == (len(side_words), 100)
+        for row, word in zip(tensor, side_words):
+            assert torch.equal(row, vectors.get(word, torch.zeros(100)))
+
+
+def test_pretrained_word2vec_vectors_are_loaded_by_training(trained, tmp_path, capsys):
+    prefix, _ = trained
+    w2v = write_lines(tmp_path / "w2v.txt", ["3 8", "w3  " + " ".join(str(i / 8) for i in range(8)),
+                                             "w1\t" + " ".join(str(-i) for i in range(8)) + "  ",
+                                             "absent " + " ".join(["1.5"] * 8)])
+    run("embeddings_to_torch", "-emb_file_enc", w2v, "-emb_file_dec", w2v, "-dict_file", f"{prefix}.vocab.pt",
+        "-output_file", tmp_path / "pre")
+    assert "enc: found 2 of 24" in capsys.readouterr().out
+    train_in_process(prefix, str(tmp_path / "p"), *TINY_MODEL, "-pre_word_vecs_enc", tmp_path / "pre.enc.pt",
+                     "-fix_word_vecs_enc", "-train_steps", 1, "-valid_steps", 100)
+    checkpoint = load_checkpoint(str(tmp_path / "p_step_1.pt"))
+    vocab = Vocab.from_plain(checkpoint["vocab"]["src"])
+    weight = checkpoint["model"]["encoder.embeddings.lut.weight"]
+    assert torch.equal(weight[vocab.lookup("w3")], torch.arange(8) / 8)
+    assert torch.equal(weight[vocab.lookup("w1")], -torch.arange(8.0))
+    assert torch.equal(weight[vocab.lookup("w2")], torch.zeros(8))
+
+
+def test_embeddings_to_torch_refuses_ragged_lines(tmp_path, capsys):
+    bad = write_lines(tmp_path / "bad.txt", ["a 1 2 3", "b 1 2"])
+    dict_file = str(tmp_path / "d.vocab.pt")
+    save_tensors({"format": VOCAB_FORMAT, "src": list(SPECIALS) + ["a"], "tgt": list(SPECIALS)}, dict_file)
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_enc", bad, "-emb_file_dec", bad, "-dict_file", dict_file,
+                "-output_file", tmp_path / "o")
+    assert "bad.txt:2: 2 values, the first vector has 3" in err
+    assert not os.path.exists(tmp_path / "o.enc.pt")
+
+
+# --- create_vocabulary.py --------------------------------------------------------------------------
+
+def test_create_vocabulary_counts_and_orders(tmp_path):
+    a = write_lines(tmp_path / "a.txt", ["b a  c", "c\tb d", ""])
+    b = write_lines(tmp_path / "b.txt", ["c e <unk>", "é"])
+    out = tmp_path / "v.txt"
+    run("create_vocabulary", "-file", a, b, "-out_file", out)
+    assert out.read_text(encoding="utf-8") == "c 3\nb 2\na 1\nd 1\ne 1\né 1\n"
+    run("create_vocabulary", "-file", a, b, "-out_file", out, "-size", 3)
+    assert out.read_text(encoding="utf-8") == "c 3\nb 2\na 1\n"
+    run("create_vocabulary", "-file", a, b, "-out_file", out, "-min_frequency", 2)
+    assert Vocab.from_file(str(out), 0).itos == list(SPECIALS) + ["c", "b"]
+
+
+def test_create_vocabulary_refuses_bad_input(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xff\n")
+    err = fails(capsys, "create_vocabulary", "-file", bad, "-out_file", tmp_path / "v")
+    assert "bad.txt:2: not valid UTF-8" in err
+    assert "-size" in fails(capsys, "create_vocabulary", "-file", bad, "-out_file", tmp_path / "v", "-size", "-1")
+
+
+# --- spm_train.py ----------------------------------------------------------------------------------
+
+def spm_corpus(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    words = ["lowest", "newer", "wider", "low", "new", "wide", "slower", "older"]
+    return write_lines(tmp_path / "c.txt", [" ".join(rng.choice(words) for _ in range(6)) for _ in range(200)])
+
+
+def test_spm_train_writes_a_model_that_round_trips(tmp_path, capsys):
+    import sentencepiece
+
+    corpus = spm_corpus(tmp_path)
+    run("spm_train", "-input", corpus, "-model_prefix", tmp_path / "sp", "-vocab_size", 30, "-model_type", "bpe")
+    assert capsys.readouterr().out.split() == [f"{tmp_path}/sp.model", f"{tmp_path}/sp.vocab"]
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    assert processor.get_piece_size() == 30
+    text = "newest lower wide"
+    assert processor.decode(processor.encode(text)) == text
+    with open(tmp_path / "sp.vocab", encoding="utf-8") as f:
+        assert len(f.readlines()) == 30
+
+
+def test_spm_train_too_large_vocabulary_is_one_line(tmp_path, capsys):
+    corpus = spm_corpus(tmp_path)
+    err = fails(capsys, "spm_train", "-input", corpus, "-model_prefix", tmp_path / "sp", "-vocab_size", 5000)
+    assert err.startswith("spm_train.py: error: sentencepiece: ") and "5000" in err
+    assert sorted(os.listdir(tmp_path)) == ["c.txt"]

@@ -1,0 +1,63 @@
+#!/usr/bin/env python
+"""Make a checkpoint smaller for translation: drop the training state, optionally store float16.
+
+    python tools/release_model.py -model run_step_10000.pt -output release.pt [-fp16]
+
+The checkpoint is loaded onto the CPU (a checkpoint saved on a GPU machine works anywhere). The
+optimizer, random-generator, data-position and trainer state are removed, so the released file
+translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
+float16 (half the size); translating loads those values into the float32 model.
+"""
+import os
+
+from onmt_lite.opts import OptionParser, add, parse
+from onmt_lite.utils.errors import UserError, run_command
+from onmt_lite.utils.files import save_tensors
+
+PROG = "release_model.py"
+TRAINING_STATE = ("optim", "rng", "data", "trainer")
+
+
+def build_parser():
+    """The option parser of release_model.py."""
+    parser = OptionParser(PROG, "Drop the training state of a checkpoint (optionally store float16).")
+    group = parser.add_argument_group("Release")
+    add(group, "model", required=True, help="The checkpoint to release")
+    add(group, "output", required=True, help="The released checkpoint to write")
+    add(group, "fp16", action="store_true", help="Store floating-point weights as float16")
+    return parser
+
+
+def to_half(state):
+    """``state`` with its floating-point tensors converted to float16."""
+    import torch
+
+    return {name: t.to(torch.float16) if t.is_floating_point() else t for name, t in state.items()}
+
+
+def release(checkpoint, fp16=False):
+    """The checkpoint without its training state, with float16 weights if ``fp16``."""
+    released = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE}
+    if fp16:
+        for part in ("model", "generator"):
+            released[part] = to_half(released[part])
+    return released
+
+
+@run_command(PROG)
+def main(argv=None):
+    """Run release_model.py with ``argv`` (default: the command line)."""
+    opt = parse(build_parser(), argv)
+    # imported after parsing, so that -h does not load torch
+    from onmt_lite.train.checkpoint import load_checkpoint
+
+    directory = os.path.dirname(os.path.abspath(opt.output))
+    if not os.path.isdir(directory):
+        raise UserError(f"-output {opt.output}: directory {directory} does not exist")
+    checkpoint = load_checkpoint(opt.model)  # map_location="cpu"
+    save_tensors(release(checkpoint, opt.fp16), opt.output)
+    print(f"released {opt.model} as {opt.output}" + (" (float16)" if opt.fp16 else ""))
+
+
+if __name__ == "__main__":
+    main()
