@@ -11,17 +11,13 @@ from onmt_lite.data import copy, shards
 from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenized_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs
+from onmt_lite.utils.files import StagedOutputs, require_directory
 from onmt_lite.utils.logging import logger
 
 
 def check_outputs(save_data, overwrite):
     """Refuse a missing output directory, or existing outputs without ``overwrite``."""
-    directory = os.path.dirname(os.path.abspath(save_data))
-    if not os.path.isdir(directory):
-        raise UserError(f"-save_data {save_data}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise UserError(f"-save_data {save_data}: directory {directory} is not writable")
+    require_directory(save_data, "-save_data")
     existing = [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
     existing += shards.shard_paths(save_data, "train") + shards.shard_paths(save_data, "valid")
     if existing and not overwrite:

@@ -10,11 +10,10 @@ stored in the first checkpoint's dtype); other tensors must be equal in all chec
 keeps the ``vocab``, ``opt``, ``preprocess`` and ``step`` of the last checkpoint and has no training
 state (``optim``, ``rng``, ``data`` and ``trainer`` are removed): it is for translating, not resuming.
 """
-import os
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.files import require_directory, save_tensors
 
 PROG = "average_models.py"
 PARTS = ("model", "generator")
@@ -82,9 +81,7 @@ def average_checkpoints(paths):
 def main(argv=None):
     """Run average_models.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
-    directory = os.path.dirname(os.path.abspath(opt.output))
-    if not os.path.isdir(directory):
-        raise UserError(f"-output {opt.output}: directory {directory} does not exist")
+    require_directory(opt.output, "-output")
     save_tensors(average_checkpoints(opt.models), opt.output)
     print(f"averaged {len(opt.models)} checkpoints into {opt.output}")
 

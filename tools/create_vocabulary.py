@@ -8,13 +8,12 @@ a line, most frequent first, ties in alphabetical order (by code point); the spe
 ``<unk> <blank> <s> </s>`` are left out (preprocessing adds them itself).
 """
 import collections
-import os
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.data.vocab import SPECIALS
 from onmt_lite.opts import OptionParser, add, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import write_text
+from onmt_lite.utils.files import require_directory, write_text
 
 PROG = "create_vocabulary.py"
 
@@ -52,9 +51,7 @@ def ranked_words(counter, size=0, min_frequency=1):
 def main(argv=None):
     """Run create_vocabulary.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
-    directory = os.path.dirname(os.path.abspath(opt.out_file))
-    if not os.path.isdir(directory):
-        raise UserError(f"-out_file {opt.out_file}: directory {directory} does not exist")
+    require_directory(opt.out_file, "-out_file")
     counter = count_files(opt.file)
     words = ranked_words(counter, opt.size, opt.min_frequency)
     if not words:

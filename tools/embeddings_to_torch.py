@@ -12,12 +12,11 @@ first. ``PREFIX.enc.pt`` and ``PREFIX.dec.pt`` are float32 tensors ``[len(vocab)
 order of the source and target vocabularies of ``-dict_file`` (the ``.vocab.pt`` file of
 onmt_lite_preprocess): the file's vector for each word found and zeros for the others.
 """
-import os
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command, where
-from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.files import require_directory, save_tensors
 
 PROG = "embeddings_to_torch.py"
 
@@ -91,9 +90,7 @@ def main(argv=None):
     # imported after parsing, so that -h does not load torch
     from onmt_lite.data.shards import VOCAB_FORMAT, load_plain
 
-    directory = os.path.dirname(os.path.abspath(opt.output_file))
-    if not os.path.isdir(directory):
-        raise UserError(f"-output_file {opt.output_file}: directory {directory} does not exist")
+    require_directory(opt.output_file, "-output_file")
     vocab = load_plain(opt.dict_file, VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
     tensors = {"enc": convert(opt.emb_file_enc, vocab["src"], "enc"),
                "dec": convert(opt.emb_file_dec, vocab["tgt"], "dec")}

@@ -8,11 +8,10 @@ optimizer, random-generator, data-position and trainer state are removed, so the
 translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
 float16 (half the size); translating loads those values into the float32 model.
 """
-import os
 
 from onmt_lite.opts import OptionParser, add, parse
-from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.errors import run_command
+from onmt_lite.utils.files import require_directory, save_tensors
 
 PROG = "release_model.py"
 TRAINING_STATE = ("optim", "rng", "data", "trainer")
@@ -51,9 +50,7 @@ def main(argv=None):
     # imported after parsing, so that -h does not load torch
     from onmt_lite.train.checkpoint import load_checkpoint
 
-    directory = os.path.dirname(os.path.abspath(opt.output))
-    if not os.path.isdir(directory):
-        raise UserError(f"-output {opt.output}: directory {directory} does not exist")
+    require_directory(opt.output, "-output")
     checkpoint = load_checkpoint(opt.model)  # map_location="cpu"
     save_tensors(release(checkpoint, opt.fp16), opt.output)
     print(f"released {opt.model} as {opt.output}" + (" (float16)" if opt.fp16 else ""))

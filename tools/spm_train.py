@@ -10,6 +10,7 @@ errors (such as a ``-vocab_size`` too large for a small corpus) are reported in 
 import os
 
 from onmt_lite.opts import OptionParser, add, choice, float_in, int_at_least, parse
+from onmt_lite.utils.files import require_directory
 from onmt_lite.utils.errors import UserError, run_command
 
 PROG = "spm_train.py"
@@ -64,9 +65,7 @@ def main(argv=None):
     for path in opt.input:
         if not os.path.isfile(path):
             raise UserError(f"{path}: input file not found")
-    directory = os.path.dirname(os.path.abspath(opt.model_prefix))
-    if not os.path.isdir(directory):
-        raise UserError(f"-model_prefix {opt.model_prefix}: directory {directory} does not exist")
+    require_directory(opt.model_prefix, "-model_prefix")
     for path in train(opt.input, opt.model_prefix, opt.vocab_size, opt.model_type, opt.character_coverage):
         print(path)
 

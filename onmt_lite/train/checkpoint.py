@@ -13,7 +13,7 @@ import torch
 
 from onmt_lite.data.shards import load_plain
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.files import require_directory, save_tensors
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
 GENERATOR_PREFIX = "generator."
@@ -69,9 +69,7 @@ class CheckpointWriter:
 
     def __init__(self, prefix, keep=-1):
         self.prefix, self.keep, self.written = prefix, keep, []
-        directory = os.path.dirname(os.path.abspath(prefix))
-        if not os.path.isdir(directory):
-            raise UserError(f"-save_model {prefix}: directory {directory} does not exist")
+        require_directory(prefix, "-save_model")
 
     def save(self, checkpoint):
         path = checkpoint_path(self.prefix, checkpoint["step"])

@@ -8,6 +8,8 @@ import contextlib
 import os
 import tempfile
 
+from onmt_lite.utils.errors import UserError
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -18,6 +20,17 @@ def _temp_name(path):
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the mode open() would
     return tmp
+
+
+def require_directory(path, option):
+    """The directory that ``path`` will be written in; a UserError naming ``option`` if it is missing
+    or not writable."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"{option} {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UserError(f"{option} {path}: directory {directory} is not writable")
+    return directory
 
 
 @contextlib.contextmanager

@@ -1,0 +1,78 @@
+"""Options of the model (onmt_lite_train; a checkpoint carries them)."""
+from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+
+
+def _model_embeddings_opts(parser):
+    group = parser.add_argument_group("Model: embeddings")
+    add(group, "model_type", default="text", type=choice(
+        "model_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        help="Type of the source input")
+    add(group, "word_vec_size", type=int, default=-1, help="Word embedding size for both sides, if > 0")
+    add(group, "src_word_vec_size", type=int_at_least(1), default=500, help="Source word embedding size")
+    add(group, "tgt_word_vec_size", type=int_at_least(1), default=500, help="Target word embedding size")
+    add(group, "share_embeddings", action="store_true",
+        help="One embedding table for source and target (needs -share_vocab data)")
+    add(group, "share_decoder_embeddings", action="store_true",
+        help="Tie the generator's output weights to the decoder embeddings")
+    add(group, "pre_word_vecs_enc", default="",
+        help="Pretrained source embeddings: a [vocab x dim] tensor file (tools/embeddings_to_torch.py)")
+    add(group, "pre_word_vecs_dec", default="", help="Pretrained target embeddings, as -pre_word_vecs_enc")
+    add(group, "fix_word_vecs_enc", action="store_true", help="Do not update the source embeddings")
+    add(group, "fix_word_vecs_dec", action="store_true", help="Do not update the target embeddings")
+
+
+def _model_encoder_and_decoder_opts(parser):
+    group = parser.add_argument_group("Model: encoder and decoder")
+    add(group, "encoder_type", default="rnn", type=choice(
+        "encoder_type", ["rnn", "brnn"], dict.fromkeys(
+            ["transformer", "cnn", "mean", "img", "audio"], "onmt_lite has RNN encoders only")),
+        help="rnn (unidirectional) or brnn (bidirectional: -rnn_size is split over the directions)")
+    add(group, "decoder_type", default="rnn", type=choice(
+        "decoder_type", ["rnn"], dict.fromkeys(["transformer", "cnn"], "onmt_lite has RNN decoders only")),
+        help="Decoder type")
+    add(group, "layers", type=int, default=-1, help="Layers of encoder and decoder, if > 0")
+    add(group, "enc_layers", type=int_at_least(1), default=2, help="Encoder layers")
+    add(group, "dec_layers", type=int_at_least(1), default=2, help="Decoder layers")
+    add(group, "rnn_size", type=int, default=-1, help="Hidden size of encoder and decoder, if > 0")
+    add(group, "enc_rnn_size", type=int_at_least(1), default=500, help="Encoder hidden size")
+    add(group, "dec_rnn_size", type=int_at_least(1), default=500, help="Decoder hidden size")
+    add(group, "rnn_type", default="LSTM", type=choice(
+        "rnn_type", ["LSTM", "GRU"], {"SRU": "SRU cells are not supported"}), help="LSTM or GRU")
+    add(group, "input_feed", type=int, choices=[0, 1], default=1,
+        help="Feed the previous attentional output into the next decoder step (1) or not (0)")
+    add(group, "bridge", action="store_true",
+        help="A learned layer between the encoder's final state and the decoder's first state")
+
+
+def _model_attention_and_generator_opts(parser):
+    group = parser.add_argument_group("Model: attention and generator")
+    add(group, "global_attention", default="general", type=choice(
+        "global_attention", ["dot", "general", "mlp"], {"none": "attention cannot be switched off"}),
+        help="dot, general (Luong) or mlp (Bahdanau)")
+    add(group, "global_attention_function", default="softmax", type=choice(
+        "global_attention_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
+        help="Attention normalisation")
+    add(group, "generator_function", default="softmax", type=choice(
+        "generator_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
+        help="Output normalisation")
+    add(group, "copy_attn", action="store_true",
+        help="Copy attention (pointer-generator); needs -dynamic_dict data")
+    add(group, "copy_attn_type", default=None, type=choice("copy_attn_type", ["dot", "general", "mlp"]),
+        help="Copy attention type (default: as -global_attention)")
+    add(group, "reuse_copy_attn", action="store_true", help="Use the standard attention as copy attention")
+    add(group, "copy_attn_force", action="store_true",
+        help="A target word found in the source is always scored through copying")
+    add(group, "copy_loss_by_seqlength", action="store_true", help="Divide the copy loss by sentence length")
+    add(group, "coverage_attn", action="store_true", help="Coverage attention (See et al. 2017)")
+    add(group, "lambda_coverage", type=float_in(0, float("inf")), default=0.0,
+        help="Weight of the coverage loss (needs -coverage_attn)")
+    add(group, "param_init", type=float_in(0, float("inf")), default=0.1,
+        help="Initialise parameters uniformly in [-x, x] (0: keep PyTorch's initialisation)")
+    add(group, "param_init_glorot", action="store_true", help="Glorot (Xavier) initialisation of matrices")
+
+
+def model_opts(parser):
+    """Embeddings, encoder and decoder, attention and generator."""
+    _model_embeddings_opts(parser)
+    _model_encoder_and_decoder_opts(parser)
+    _model_attention_and_generator_opts(parser)

@@ -1,0 +1,176 @@
+"""The option parser: -name and --name spellings, YAML configs, one-line errors, unsupported options."""
+import argparse
+import sys
+
+import configargparse
+import yaml
+
+from onmt_lite.utils.files import write_text
+
+# OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user.
+UNSUPPORTED_OPTIONS = {
+    **dict.fromkeys(
+        ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
+         "n_stft", "audio_enc_pooling"],
+        "image and audio input are not supported (text only)"),
+    **dict.fromkeys(
+        ["train_ids", "train_align", "valid_align", "data_ids", "data_weights"],
+        "one training corpus per run; several weighted corpora are not supported"),
+    **dict.fromkeys(
+        ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
+        "source word features are not supported"),
+    **dict.fromkeys(
+        ["position_encoding", "heads", "transformer_ff", "max_relative_positions", "self_attn_type",
+         "aan_useffn", "lambda_align", "alignment_layer", "alignment_heads",
+         "full_context_alignment", "cnn_kernel_width", "context_gate"],
+        "onmt_lite has RNN encoders and decoders only"),
+    "vocab_size_multiple": "vocabulary padding to a multiple is not supported",
+    "num_threads": "preprocessing runs in one process; the option has no effect here",
+    "subword_prefix": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
+    "subword_prefix_is_joiner": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
+    "log_file_level": "the log file records INFO and above",
+    "brnn": "use -encoder_type brnn",
+    "epochs": "use -train_steps",
+    "single_pass": "training runs for -train_steps steps",
+    "queue_size": "batches are produced in the training process",
+    "gpu_verbose_level": "not needed",
+    "average_decay": "exponential moving averages of weights are not supported",
+    "average_every": "exponential moving averages of weights are not supported",
+    "exp_host": "Crayon logging is not supported (use -tensorboard)",
+    "exp": "Crayon logging is not supported (use -tensorboard)",
+    "dropout_steps": "dropout is fixed during training",
+    "attention_dropout": "onmt_lite has RNN encoders and decoders only",
+    "dump_beam": "beam dumps are not supported",
+    "stepwise_penalty": "penalties are applied to finished hypotheses only",
+    "fp32": "translation runs in the model's precision",
+    "max_sent_length": "use -max_length",
+}
+
+
+def _plain_help(text, default):
+    if default in (None, "", [], False):
+        return text
+    return f"{text} (default: {default})"
+
+
+def add(group, name, *aliases, help, **kwargs):  # noqa: A002  (argparse's own keyword)
+    """Add option ``-name``/``--name`` (plus ``aliases``) with its default in the help text."""
+    flags = [f"-{name}", f"--{name}"] + list(aliases)
+    default = kwargs.get("default")
+    if kwargs.get("action") == "store_true":
+        default = None
+    group.add_argument(*flags, help=_plain_help(help, default), **kwargs)
+
+
+def choice(option, allowed, unsupported=None):
+    """A ``type=`` that accepts one of ``allowed``; a known-but-unsupported value gets its reason."""
+    unsupported = unsupported or {}
+
+    def parse(value):
+        if value in allowed:
+            return value
+        if value in unsupported:
+            raise argparse.ArgumentTypeError(
+                f"onmt_lite does not support -{option} {value} ({unsupported[value]}); "
+                f"choose from {', '.join(allowed)}")
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}; choose from {', '.join(allowed)}")
+
+    parse.__name__ = option
+    return parse
+
+
+def int_at_least(minimum):
+    def parse(value):
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{number} is below the minimum {minimum}")
+        return number
+
+    parse.__name__ = f"int>={minimum}"
+    return parse
+
+
+def float_in(low, high):
+    def parse(value):
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{number} is outside [{low}, {high}]")
+        return number
+
+    parse.__name__ = f"float in [{low}, {high}]"
+    return parse
+
+
+class OptionParser(configargparse.ArgumentParser):
+    """configargparse with YAML configs, one-line errors (exit 2) and no abbreviations."""
+
+    def __init__(self, prog, description=None):
+        super().__init__(
+            prog=prog,
+            description=description,
+            config_file_parser_class=configargparse.YAMLConfigFileParser,
+            formatter_class=argparse.HelpFormatter,
+            allow_abbrev=False,
+        )
+
+    def _get_option_tuples(self, option_string):
+        # argparse (3.11) matches single-dash abbreviations even with allow_abbrev=False:
+        # "-src_vocab_s 5" would set -src_vocab_size. Only exact option names are accepted.
+        return []
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def config_opts(parser):
+    group = parser.add_argument_group("Config")
+    group.add_argument("-config", "--config", is_config_file_arg=True,
+                       help="Read options from this YAML file (keys are option names)")
+    add(group, "save_config", default=None,
+        help="Write the options as a YAML config to this file and exit")
+
+
+def build_parser(prog, groups, description=None):
+    """A parser for ``prog`` holding the option ``groups`` (functions such as ``preprocess_opts``)."""
+    parser = OptionParser(prog, description)
+    for add_group in groups:
+        add_group(parser)
+    return parser
+
+
+def _refuse_unknown(parser, unknown):
+    for token in unknown:
+        name = token.lstrip("-").split("=", 1)[0]
+        if token.startswith("-") and name in UNSUPPORTED_OPTIONS:
+            parser.error(f"option -{name} is not supported by onmt_lite: {UNSUPPORTED_OPTIONS[name]}")
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+
+
+def config_dict(parser, opt):
+    """The options of ``opt`` as a plain dict keyed by option name, without the config options."""
+    values = {}
+    for action in parser._actions:
+        if action.dest in ("help", "config", "save_config") or not action.option_strings:
+            continue
+        values[action.dest] = getattr(opt, action.dest)
+    return values
+
+
+def parse(parser, args=None):
+    """Parse ``args`` (default ``sys.argv[1:]``); handle ``-save_config``; refuse unknown options."""
+    opt, unknown = parser.parse_known_args(args)
+    if unknown:
+        _refuse_unknown(parser, unknown)
+    if getattr(opt, "save_config", None):
+        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None}
+        write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
+        print(f"Wrote config file to {opt.save_config}")
+        sys.exit(0)
+    return opt

@@ -1,0 +1,57 @@
+"""Options of onmt_lite_preprocess."""
+from onmt_lite.opts.parser import add, choice, int_at_least
+
+
+def preprocess_opts(parser):
+    group = parser.add_argument_group("Data")
+    add(group, "data_type", default="text", type=choice(
+        "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        help="Type of the source input")
+    add(group, "train_src", required=True, help="Training source text, one sentence a line")
+    add(group, "train_tgt", required=True, help="Training target text, one sentence a line")
+    add(group, "valid_src", default="", help="Validation source text")
+    add(group, "valid_tgt", default="", help="Validation target text")
+    add(group, "save_data", required=True,
+        help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt, PREFIX.valid.N.pt")
+    add(group, "shard_size", type=int_at_least(1), default=1000000,
+        help="Examples per shard file")
+    add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")
+    add(group, "shuffle", type=int, choices=[0, 1], default=0,
+        help="Shuffle the training examples (with -seed) before writing them")
+
+    group = parser.add_argument_group("Vocab")
+    add(group, "src_vocab", default="",
+        help="Source vocabulary file, one word a line (a count may follow the word)")
+    add(group, "tgt_vocab", default="", help="Target vocabulary file, as -src_vocab")
+    add(group, "src_vocab_size", type=int_at_least(0), default=50000,
+        help="Maximum source vocabulary size, not counting the special tokens")
+    add(group, "tgt_vocab_size", type=int_at_least(0), default=50000,
+        help="Maximum target vocabulary size, not counting the special tokens")
+    add(group, "src_words_min_frequency", type=int_at_least(0), default=0,
+        help="Keep source words seen at least this often")
+    add(group, "tgt_words_min_frequency", type=int_at_least(0), default=0,
+        help="Keep target words seen at least this often")
+    add(group, "share_vocab", action="store_true", help="One vocabulary for source and target")
+    add(group, "dynamic_dict", action="store_true",
+        help="Store the per-example source vocabulary and alignment that copy attention needs")
+
+    group = parser.add_argument_group("Pruning and tokenization")
+    add(group, "src_seq_length", type=int_at_least(1), default=50,
+        help="Drop training pairs whose source is longer")
+    add(group, "tgt_seq_length", type=int_at_least(1), default=50,
+        help="Drop training pairs whose target is longer")
+    add(group, "src_seq_length_trunc", type=int_at_least(0), default=0,
+        help="Truncate sources to this many tokens (0: no truncation)")
+    add(group, "tgt_seq_length_trunc", type=int_at_least(0), default=0,
+        help="Truncate targets to this many tokens (0: no truncation)")
+    add(group, "filter_valid", action="store_true",
+        help="Apply the length filter to the validation data too")
+    add(group, "lower", action="store_true", help="Lowercase the text")
+    add(group, "src_spm", default="", help="Sentencepiece model applied to the source text")
+    add(group, "tgt_spm", default="", help="Sentencepiece model applied to the target text")
+
+    group = parser.add_argument_group("Logging and randomness")
+    add(group, "seed", type=int, default=3435, help="Random seed (for -shuffle)")
+    add(group, "report_every", type=int_at_least(1), default=100000,
+        help="Log progress every this many lines read")
+    add(group, "log_file", default="", help="Also write the log to this file")

@@ -1,0 +1,87 @@
+"""Options of onmt_lite_train (besides the model options)."""
+from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+
+
+def _general_opts(parser):
+    group = parser.add_argument_group("General")
+    add(group, "data", required=True, help="Prefix of the preprocessed data (PREFIX.vocab.pt, PREFIX.train.N.pt)")
+    add(group, "save_model", default="model", help="Checkpoints are written to SAVE_MODEL_step_N.pt")
+    add(group, "save_checkpoint_steps", type=int_at_least(1), default=5000, help="Save a checkpoint every N steps")
+    add(group, "keep_checkpoint", type=int, default=-1, help="Keep only the last N checkpoints (-1: all)")
+    add(group, "train_from", default="", help="Continue training from this checkpoint")
+    add(group, "reset_optim", default="none", type=choice("reset_optim", ["none", "all", "states", "keep_states"]),
+        help="With -train_from: none (resume everything), all (new optimizer and schedule), states (new "
+             "optimizer moments, checkpoint settings), keep_states (checkpoint moments, new settings)")
+    add(group, "seed", type=int, default=-1, help="Random seed (-1: draw one and log it)")
+    add(group, "gpu_ranks", type=int, nargs="*", default=[], help="Train on this CUDA device (one rank)")
+    add(group, "gpu", type=int, default=-1, help="Train on this CUDA device (-1: CPU)")
+    add(group, "world_size", type=int_at_least(1), default=1, help="Number of processes")
+    add(group, "log_file", default="", help="Also write the log to this file")
+    add(group, "report_every", type=int_at_least(1), default=50, help="Log statistics every N steps")
+    add(group, "tensorboard", action="store_true", help="Write scalars for TensorBoard (needs tensorboard)")
+    add(group, "tensorboard_log_dir", default="runs/onmt", help="TensorBoard log directory")
+
+
+def _batches_and_steps_opts(parser):
+    group = parser.add_argument_group("Batches and steps")
+    add(group, "train_steps", type=int_at_least(1), default=100000, help="Total training steps (absolute)")
+    add(group, "batch_size", type=int_at_least(1), default=64, help="Sentences or tokens (-batch_type) a batch")
+    add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]),
+        help="Count -batch_size in sentences or padded tokens")
+    add(group, "normalization", default="sents", type=choice("normalization", ["sents", "tokens"]),
+        help="Divide the loss by the number of sentences or target tokens of the step")
+    add(group, "pool_factor", type=int_at_least(1), default=8192,
+        help="Sort this many batches' worth of examples by length before cutting batches")
+    add(group, "accum_count", type=int_at_least(1), default=1,
+        help="Accumulate gradients over N batches before an optimizer step")
+    add(group, "max_generator_batches", type=int_at_least(0), default=32,
+        help="Run generator and loss this many target positions at a time (0: all at once)")
+    add(group, "truncated_decoder", type=int_at_least(0), default=0,
+        help="Truncated BPTT: backpropagate through windows of N target positions (0: off)")
+    add(group, "valid_steps", type=int_at_least(1), default=10000, help="Validate every N steps")
+    add(group, "valid_batch_size", type=int_at_least(1), default=32, help="Validation batch size")
+    add(group, "early_stopping", type=int_at_least(0), default=0,
+        help="Stop after N validations without improvement (0: never)")
+    add(group, "early_stopping_criteria", nargs="*", default=None,
+        type=choice("early_stopping_criteria", ["ppl", "accuracy", "BLEU", "chrF"]),
+        help="Validation scores to watch (default: ppl); the first also picks SAVE_MODEL_best.pt")
+    add(group, "valid_metrics", nargs="*", default=[], type=choice("valid_metrics", ["BLEU", "chrF"]),
+        help="Also decode the validation set greedily at each validation and log these sacrebleu scores")
+
+
+def _optimization_opts(parser):
+    group = parser.add_argument_group("Optimization")
+    add(group, "optim", default="sgd", type=choice("optim", ["sgd", "adagrad", "adadelta", "adam", "adamw"],
+                                                   {"sparseadam": "sparse updates are not supported",
+                                                    "adafactor": "adafactor is not supported",
+                                                    "fusedadam": "fused Adam is GPU/apex only"}),
+        help="Optimizer")
+    add(group, "learning_rate", type=float_in(0, float("inf")), default=1.0, help="Base learning rate")
+    add(group, "adam_beta1", type=float_in(0, 1), default=0.9, help="Adam beta1")
+    add(group, "adam_beta2", type=float_in(0, 1), default=0.999, help="Adam beta2")
+    add(group, "adagrad_accumulator_init", type=float_in(0, float("inf")), default=0.0,
+        help="Initial Adagrad accumulator value")
+    add(group, "weight_decay", type=float_in(0, float("inf")), default=0.0, help="Weight decay (L2; decoupled for adamw)")
+    add(group, "max_grad_norm", type=float_in(0, float("inf")), default=5.0,
+        help="Clip the gradient norm to this (0: no clipping)")
+    add(group, "decay_method", default="none", type=choice("decay_method", ["none", "noam", "rsqrt", "plateau"],
+                                                           {"noamwd": "use noam"}),
+        help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no improvement)")
+    add(group, "warmup_steps", type=int_at_least(0), default=4000, help="Warm-up steps for noam and rsqrt")
+    add(group, "learning_rate_decay", type=float_in(0, 1), default=0.5,
+        help="Decay factor of the step decay and of plateau")
+    add(group, "start_decay_steps", type=int_at_least(0), default=50000, help="Step decay: start at this step")
+    add(group, "decay_steps", type=int_at_least(1), default=10000, help="Step decay: decay every N steps")
+    add(group, "lr_mult", nargs="*", default=[],
+        help="PATTERN=FACTOR ...: scale the learning rate of parameters whose names match the glob")
+    add(group, "freeze", nargs="*", default=[], help="PATTERN ...: do not update parameters whose names match")
+    add(group, "dropout", type=float_in(0, 1), default=0.3, help="Dropout probability")
+    add(group, "label_smoothing", type=float_in(0, 1), default=0.0,
+        help="Label smoothing: this much probability mass spread over the vocabulary")
+
+
+def train_opts(parser):
+    """General, batches and steps, optimization."""
+    _general_opts(parser)
+    _batches_and_steps_opts(parser)
+    _optimization_opts(parser)

@@ -1,0 +1,63 @@
+"""Options of onmt_lite_translate."""
+from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+
+
+def _model_and_data_opts(parser):
+    group = parser.add_argument_group("Model and data")
+    add(group, "model", nargs="+", required=True, help="Checkpoint(s); several make an ensemble")
+    add(group, "src", required=True, help="Source text to translate, one sentence a line")
+    add(group, "tgt", default="", help="Reference translations: gold scores, BLEU and chrF")
+    add(group, "output", "-out", default="pred.txt", help="Where to write the translations")
+    add(group, "src_spm", default="", help="Sentencepiece model for the source (default: as in training)")
+    add(group, "tgt_spm", default="", help="Sentencepiece model to decode the output (default: as in training)")
+    add(group, "avg_raw_probs", action="store_true",
+        help="Average an ensemble's probabilities instead of its log-probabilities")
+    add(group, "data_type", default="text", type=choice(
+        "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        help="Type of the source input")
+
+
+def _search_opts(parser):
+    group = parser.add_argument_group("Search")
+    add(group, "beam_size", type=int_at_least(1), default=5, help="Beam size")
+    add(group, "n_best", type=int_at_least(1), default=1, help="Output the N best translations of each line")
+    add(group, "min_length", type=int_at_least(0), default=0, help="Minimum output length (tokens)")
+    add(group, "max_length", type=int_at_least(1), default=100, help="Maximum output length (tokens)")
+    add(group, "ratio", type=float_in(0, float("inf")), default=0.0,
+        help="Also end hypotheses at RATIO times the source length (0: off)")
+    add(group, "length_penalty", default="none", type=choice("length_penalty", ["none", "wu", "avg"]),
+        help="Length penalty of finished hypotheses")
+    add(group, "alpha", type=float, default=0.0, help="Length penalty parameter (wu)")
+    add(group, "coverage_penalty", default="none", type=choice("coverage_penalty", ["none", "wu", "summary"]),
+        help="Coverage penalty of finished hypotheses")
+    add(group, "beta", type=float, default=0.0, help="Coverage penalty weight")
+    add(group, "block_ngram_repeat", type=int_at_least(0), default=0, help="Forbid repeating n-grams of this size")
+    add(group, "ignore_when_blocking", nargs="+", default=[],
+        help="Tokens that do not count when blocking repeated n-grams")
+    add(group, "replace_unk", action="store_true",
+        help="Replace <unk> with the source word of highest attention (copy attention for copy models)")
+    add(group, "phrase_table", default="",
+        help="With -replace_unk: a file of 'source|||target' lines to translate replaced words")
+    add(group, "random_sampling_topk", type=int, default=1,
+        help="Sample from the K most likely tokens (-1: all; 1: greedy search); needs -beam_size 1")
+    add(group, "random_sampling_temp", type=float_in(0, float("inf")), default=1.0,
+        help="Temperature of random sampling")
+    add(group, "seed", type=int, default=829, help="Random seed (sampling)")
+
+
+def _efficiency_and_logging_opts(parser):
+    group = parser.add_argument_group("Efficiency and logging")
+    add(group, "batch_size", type=int_at_least(1), default=30, help="Sentences or tokens a batch")
+    add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]), help="sents or tokens")
+    add(group, "gpu", type=int, default=-1, help="CUDA device (-1: CPU)")
+    add(group, "verbose", action="store_true", help="Log each sentence, its translations and scores")
+    add(group, "attn_debug", action="store_true", help="Log the attention of each 1-best translation")
+    add(group, "report_time", action="store_true", help="Log the time taken and the speed")
+    add(group, "log_file", default="", help="Also write the log to this file")
+
+
+def translate_opts(parser):
+    """Model and data, search, efficiency and logging."""
+    _model_and_data_opts(parser)
+    _search_opts(parser)
+    _efficiency_and_logging_opts(parser)
