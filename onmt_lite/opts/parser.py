@@ -41,7 +41,6 @@ UNSUPPORTED_OPTIONS = {
     "dropout_steps": "dropout is fixed during training",
     "attention_dropout": "onmt_lite has RNN encoders and decoders only",
     "dump_beam": "beam dumps are not supported",
-    "stepwise_penalty": "penalties are applied to finished hypotheses only",
     "fp32": "translation runs in the model's precision",
     "max_sent_length": "use -max_length",
 }

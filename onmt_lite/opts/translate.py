@@ -31,6 +31,8 @@ def _search_opts(parser):
     add(group, "coverage_penalty", default="none", type=choice("coverage_penalty", ["none", "wu", "summary"]),
         help="Coverage penalty of finished hypotheses")
     add(group, "beta", type=float, default=0.0, help="Coverage penalty weight")
+    add(group, "stepwise_penalty", action="store_true",
+        help="Apply the coverage penalty at every step, not only to finished hypotheses")
     add(group, "block_ngram_repeat", type=int_at_least(0), default=0, help="Forbid repeating n-grams of this size")
     add(group, "ignore_when_blocking", nargs="+", default=[],
         help="Tokens that do not count when blocking repeated n-grams")

@@ -20,7 +20,7 @@ def search_options(opt, vocab):
     return SearchOptions(
         beam_size=opt.beam_size, n_best=opt.n_best, min_length=opt.min_length, max_length=opt.max_length,
         ratio=opt.ratio, length_penalty=opt.length_penalty, alpha=opt.alpha, coverage_penalty=opt.coverage_penalty,
-        beta=opt.beta, block_ngram_repeat=opt.block_ngram_repeat,
+        beta=opt.beta, stepwise_penalty=opt.stepwise_penalty, block_ngram_repeat=opt.block_ngram_repeat,
         ignore_when_blocking=tuple(vocab.lookup(w) for w in opt.ignore_when_blocking),
         sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling)
 

@@ -27,6 +27,7 @@ class SearchOptions:
     alpha: float = 0.0
     coverage_penalty: str = "none"
     beta: float = 0.0
+    stepwise_penalty: bool = False
     block_ngram_repeat: int = 0
     ignore_when_blocking: tuple = ()
     sampling_topk: int = 0
@@ -87,6 +88,7 @@ class BeamState:
         self.src_mask = None
         self.max_lengths = max_lengths
         self.src_lengths = src_lengths
+        self.penalty = torch.zeros(batch_size, beam_size, device=device)  # coverage penalty in the scores
         self.n_finished = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.nth_best = torch.full((batch_size,), NEG_INF, device=device)  # score of the n-th best finished
 
@@ -94,6 +96,7 @@ class BeamState:
         """Keep rows ``select`` ``[B*K]``, append ``tokens`` ``[B x K]``, record attention."""
         self.seqs = torch.cat([self.seqs[select], tokens.view(-1, 1)], 1)
         self.scores = scores
+        self.penalty = self.penalty.view(-1)[select].view_as(scores)
         for name, value in attn.items():
             step = value[select].unsqueeze(0)
             self.attn[name] = step if name not in self.attn else torch.cat([self.attn[name][:, select], step])
@@ -104,6 +107,7 @@ class BeamState:
         """Keep only the examples ``examples`` (positions among the current ones); returns row indices."""
         rows = (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=examples.device)).view(-1)
         self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
+        self.penalty = self.penalty[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = self.coverage[rows]
         self.max_lengths, self.src_lengths = self.max_lengths[examples], self.src_lengths[examples]
@@ -117,13 +121,24 @@ class Search:
     def __init__(self, opts, bos, eos):
         self.opts, self.bos, self.eos = opts, bos, eos
 
-    def _final_scores(self, state, rows_scores, length):
-        """Finishing scores of the current rows: log-prob / length penalty - coverage penalty."""
-        o = self.opts
+    def _coverage_penalty(self, state):
+        """The coverage penalty of every row ``[B x K]`` (padded source positions excluded)."""
         mask = (torch.arange(state.coverage.size(1), device=state.coverage.device).unsqueeze(0)
                 < state.src_lengths.repeat_interleave(state.K).unsqueeze(1))
-        penalty = coverage_penalty(o.coverage_penalty, state.coverage, o.beta, mask).view_as(rows_scores)
-        return rows_scores / length_penalty(o.length_penalty, float(length), o.alpha) - penalty
+        return coverage_penalty(self.opts.coverage_penalty, state.coverage, self.opts.beta, mask).view_as(state.scores)
+
+    def _stepwise(self, state):
+        """-stepwise_penalty: keep the current coverage penalty inside the running scores."""
+        penalty = self._coverage_penalty(state)
+        state.scores = state.scores + state.penalty - penalty
+        state.penalty = penalty
+
+    def _final_scores(self, state, length):
+        """Finishing scores of the rows: score / length penalty - coverage penalty (stepwise: the
+        penalty is already in the score)."""
+        o = self.opts
+        scaled = state.scores / length_penalty(o.length_penalty, float(length), o.alpha)
+        return scaled if o.stepwise_penalty else scaled - self._coverage_penalty(state)
 
     def _select(self, state, log_probs):
         """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``."""
@@ -145,14 +160,14 @@ class Search:
         ended &= state.scores > NEG_INF
         if not ended.any():
             return ended
-        final = self._final_scores(state, state.scores, step + 1)
+        final = self._final_scores(state, step + 1)
         for b, k in ended.nonzero().tolist():
             row, original = b * state.K + k, state.example[b].item()
             seq = state.seqs[row, 1:]
             length = seq.numel() - int(seq[-1].item() == self.eos)
             attention = {name: value[:, row] for name, value in state.attn.items()}
-            finished[original].append(Hypothesis(seq[:length].tolist(), final[b, k].item(),
-                                                  state.scores[b, k].item(), attention))
+            log_prob = (state.scores[b, k] + state.penalty[b, k]).item()
+            finished[original].append(Hypothesis(seq[:length].tolist(), final[b, k].item(), log_prob, attention))
             finished[original].sort(key=lambda h: -h.score)
             state.n_finished[b] += 1
             if len(finished[original]) >= self.opts.n_best:
@@ -161,7 +176,9 @@ class Search:
 
     def _done(self, state):
         """Examples that cannot improve: enough finished hypotheses and no live row able to beat them."""
-        best_alive = state.scores.max(1).values
+        # the log-probability alone bounds the final score: penalties are never negative (with
+        # -stepwise_penalty the penalty in the running score may still shrink)
+        best_alive = (state.scores + state.penalty).max(1).values
         bound = best_alive / length_penalty(self.opts.length_penalty, float(self.opts.max_length), self.opts.alpha)
         if self.opts.length_penalty == "none":
             bound = best_alive
@@ -182,6 +199,8 @@ class Search:
                 log_probs = block_ngrams(log_probs, state.seqs[:, 1:], o.block_ngram_repeat, o.ignore_when_blocking)
             select, tokens, scores = self._select(state, log_probs)
             state.advance(select, tokens, scores, attn)
+            if o.stepwise_penalty:
+                self._stepwise(state)
             ended = self._finish(state, tokens, finished, step)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)

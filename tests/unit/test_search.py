@@ -128,3 +128,44 @@ def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     table = markov_table(6)
     for hyps in run(table, beam_size=4, n_best=2, block_ngram_repeat=1):
         assert all(len(set(h.tokens)) == len(h.tokens) for h in hyps)
+
+
+class FocusedStepper(MarkovStepper):
+    """Attention that depends on the last token, so coverage penalties differ between hypotheses."""
+
+    def step(self, tokens):
+        log_probs, _ = super().step(tokens)
+        attn = torch.nn.functional.one_hot(tokens % 3, 3).float() * 0.8 + 0.2 / 3
+        return log_probs, {"std": attn}
+
+
+def brute_force_with_coverage(table, example, beta, stepwise):
+    """Scores with a wu coverage penalty of attention rows one_hot(last token % 3) * 0.8 + 0.2 / 3."""
+    found = []
+    for length in range(1, MAX + 2):
+        for words in itertools.product(range(4, V), repeat=length - 1):
+            sequence = list(words) + ([EOS] if length <= MAX else [])
+            if len(sequence) > MAX:
+                sequence = sequence[:MAX]
+            last, total, coverage = BOS, 0.0, torch.zeros(3)
+            for step, token in enumerate(sequence):
+                total += table[example, last, step, token].item()
+                coverage += torch.nn.functional.one_hot(torch.tensor(last % 3), 3).float() * 0.8 + 0.2 / 3
+                last = token
+            penalty = beta * -coverage.clamp(max=1.0).log().sum().item()
+            found.append((total - penalty, [t for t in sequence if t != EOS]))
+    unique = {tuple(tokens): score for score, tokens in found}
+    return sorted(((s, list(t)) for t, s in unique.items()), key=lambda x: -x[0])
+
+
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_coverage_penalty_ranking_equals_brute_force(stepwise):
+    table = markov_table(7)
+    opts = SearchOptions(max_length=MAX, beam_size=V ** MAX, n_best=3, coverage_penalty="wu", beta=0.5,
+                         stepwise_penalty=stepwise)
+    nbest = Search(opts, BOS, EOS).run(FocusedStepper(table, 2, V ** MAX), 2, torch.tensor([3, 3]))
+    for example in range(2):
+        expected = brute_force_with_coverage(table, example, 0.5, stepwise)[:3]
+        assert [h.tokens for h in nbest[example]] == [t for _, t in expected]
+        for hyp, (score, _) in zip(nbest[example], expected):
+            assert hyp.score == pytest.approx(score, abs=1e-4)
