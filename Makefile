@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO := data/cmudict
-DEMO_STEPS ?= 2000
+DEMO_STEPS ?= 3000
 
 .PHONY: install test demo clean
 
