@@ -71,8 +71,9 @@ def translate(opt):
 
 
 def report(opt, results, sources, targets, elapsed):
-    pred_total = sum(r.log_probs[0] for r in results)
-    pred_words = sum(len(r.tokens[0]) + 1 for r in results if sources and r.tokens[0] is not None)
+    translated = [r for r in results if r.source]  # empty lines are not decoded
+    pred_total = sum(r.log_probs[0] for r in translated)
+    pred_words = sum(len(r.tokens[0]) + 1 for r in translated)  # words and </s>
     for i, result in enumerate(results):
         if opt.verbose:
             logger.info(f"SENT {i + 1}: {result.source}")

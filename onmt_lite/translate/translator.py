@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from onmt_lite.data.vocab import BOS_ID, EOS_ID, UNK_ID, Vocab
+from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.models.builder import build_model
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.train.checkpoint import load_checkpoint, restore_model
@@ -162,7 +162,7 @@ class Translator:
             else:
                 _, nll = NMTCriterion()(model.generator(dec_out.reshape(rows, -1)), target.reshape(-1))
             totals -= nll.view_as(target).sum(0).cpu() / len(self.models)
-        words = (target != 1).sum(0)
+        words = (target != PAD_ID).sum(0)
         for b in range(batch.batch_size):
             line = int(batch.indices[b])
             results[line].gold_score, results[line].gold_words = float(totals[b]), int(words[b])

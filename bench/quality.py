@@ -1,0 +1,190 @@
+"""Quality side by side: onmt_lite and OpenNMT-py 3.5.1, same settings, same data, same machine.
+
+    bench/quality.sh g2p      # g2p-sr, the same wall-clock budget each (-minutes, default 10)
+    bench/quality.sh ende     # toy-ende, 1,000 steps each, with and without copy attention
+
+g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
+match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
+attention, input feed, Adam 0.001, batch 64, vocabulary 20000); BLEU (sacrebleu, 13a) of beam-5
+output on src-val.txt. The peer is installed by ../shared/bench/install_opennmt_py.sh. A table is
+printed and the figures are written to bench/results/quality_TASK.json.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(REPO), "shared")
+LITE_BIN = os.path.dirname(sys.executable)
+
+
+# OpenNMT-py 3.5.1 pickles argparse.Namespace into its checkpoints, which torch >= 2.6 refuses to load
+# by default (weights_only=True); the peer's own commands get torch's documented override.
+PEER_ENV = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+
+
+def run(cmd, log, timeout=None):
+    """Run ``cmd`` with output to ``log``; a timeout ends it (that is the wall-clock budget)."""
+    start = time.time()
+    env = PEER_ENV if "peer" in str(cmd[0]) or "opennmt" in str(cmd[0]) else None
+    with open(log, "w") as out:
+        try:
+            subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=True,
+                           env=env)
+        except subprocess.TimeoutExpired:
+            pass
+    return time.time() - start
+
+
+def newest_checkpoint(pattern):
+    """The checkpoint with the highest step number that torch can open."""
+    import torch
+
+    def step(path):
+        return int(re.search(r"_step_(\d+)\.pt$", path).group(1))
+
+    for path in sorted(glob.glob(pattern), key=step, reverse=True):
+        try:
+            torch.load(path, map_location="cpu", weights_only=False)
+            return path, step(path)
+        except Exception:  # a checkpoint cut by the time limit
+            continue
+    raise SystemExit(f"no usable checkpoint matches {pattern}")
+
+
+def normalised_copy(path, work):
+    """The file with whitespace runs collapsed (OpenNMT-py 3.5.1 crashes on them)."""
+    out = os.path.join(work, os.path.basename(path))
+    with open(path, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as g:
+        g.writelines(" ".join(line.split()) + "\n" for line in f)
+    return out
+
+
+def peer_config(path, data, model_args, train_args, work):
+    lines = [f"save_data: {work}/peer", f"src_vocab: {work}/peer.vocab.src", f"tgt_vocab: {work}/peer.vocab.tgt",
+             "overwrite: true", "data:", "  corpus_1:", f"    path_src: {data['src_train']}",
+             f"    path_tgt: {data['tgt_train']}", "  valid:", f"    path_src: {data['src_valid']}",
+             f"    path_tgt: {data['tgt_valid']}", f"save_model: {work}/peer_model"]
+    lines += [f"{k}: {v}" for k, v in {**model_args, **train_args}.items()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def lite_args(model_args, train_args):
+    renamed = {"hidden_size": "rnn_size", "copy_attn": "copy_attn"}
+    args = []
+    for key, value in {**model_args, **train_args}.items():
+        if key in ("src_vocab_size", "tgt_vocab_size"):
+            continue
+        name = renamed.get(key, key)
+        args += [f"-{name}"] if value is True else [f"-{name}", str(value)]
+    return args
+
+
+def train_both(task, data, peer_data, model_args, train_args, budget, work, peer):
+    """Train onmt_lite and the peer; returns {toolkit: (checkpoint, step, seconds)}."""
+    pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
+           "-valid_src", data["src_valid"], "-valid_tgt", data["tgt_valid"], "-save_data", f"{work}/lite",
+           "-overwrite", "-src_seq_length", 200, "-tgt_seq_length", 200]
+    if "src_vocab_size" in model_args:
+        pre += ["-src_vocab_size", model_args["src_vocab_size"], "-tgt_vocab_size", model_args["tgt_vocab_size"]]
+    if model_args.get("copy_attn"):
+        pre += ["-dynamic_dict"]
+    run(pre, f"{work}/lite_preprocess.log")
+    seconds = run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/lite_model",
+                   *lite_args(model_args, train_args)], f"{work}/lite_train.log", budget)
+    lite = (*newest_checkpoint(f"{work}/lite_model_step_*.pt"), seconds)
+    peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
+    run([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1], f"{work}/peer_vocab.log")
+    seconds = run([f"{peer}/bin/onmt_train", "-config", f"{work}/peer.yaml"], f"{work}/peer_train.log", budget)
+    return {"onmt_lite": lite, "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"), seconds)}
+
+
+def translate_both(models, src, work, peer):
+    outputs = {}
+    for toolkit, (checkpoint, _, _) in models.items():
+        out = f"{work}/{toolkit}.pred"
+        binary = f"{LITE_BIN}/onmt_lite_translate" if toolkit == "onmt_lite" else f"{peer}/bin/onmt_translate"
+        run([binary, "-model", checkpoint, "-src", src, "-output", out, "-beam_size", 5, "-batch_size", 32],
+            f"{work}/{toolkit}_translate.log")
+        with open(out, encoding="utf-8") as f:
+            outputs[toolkit] = [" ".join(line.split()) for line in f]
+    return outputs
+
+
+def score(task, outputs, ref_path):
+    with open(ref_path, encoding="utf-8") as f:
+        refs = [" ".join(line.split()) for line in f]
+    if task == "g2p":
+        return {t: 100.0 * sum(h == r for h, r in zip(hyps, refs)) / len(refs) for t, hyps in outputs.items()}
+    from sacrebleu.metrics import BLEU
+
+    return {t: BLEU().corpus_score(hyps, [refs]).score for t, hyps in outputs.items()}
+
+
+def report(task, label, models, scores, metric):
+    print(f"\n{task} {label}")
+    print(f"{'toolkit':<12} {'steps':>7} {'train s':>8} {metric:>14}")
+    for toolkit, (_, step, seconds) in models.items():
+        print(f"{toolkit:<12} {step:>7} {seconds:>8.0f} {scores[toolkit]:>14.2f}")
+    ratio = scores["onmt_lite"] / max(scores["OpenNMT-py"], 1e-9)
+    print(f"onmt_lite / OpenNMT-py: {ratio:.3f}")
+    return {"task": task, "setting": label, "metric": metric, "ratio": ratio,
+            "toolkits": {t: {"checkpoint_step": s, "train_seconds": sec, metric: scores[t]}
+                         for t, (_, s, sec) in models.items()}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", choices=["g2p", "ende"])
+    parser.add_argument("-minutes", type=float, default=10.0, help="g2p: wall-clock training budget each")
+    parser.add_argument("-steps", type=int, default=1000, help="ende: training steps each")
+    parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py venv")
+    parser.add_argument("-work", default="/tmp/onmt_lite_quality")
+    parser.add_argument("-only", choices=["copy", "nocopy"], help="ende: run one of the two settings")
+    opt = parser.parse_args()
+    if not os.path.isdir(SHARED):
+        raise SystemExit(f"needs {SHARED}")
+    if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
+        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+    results = []
+    if opt.task == "g2p":
+        d = os.path.join(SHARED, "data", "g2p-sr")
+        data = {"src_train": f"{d}/src.train", "tgt_train": f"{d}/tgt.train", "src_valid": f"{d}/src.valid",
+                "tgt_valid": f"{d}/tgt.valid"}
+        settings = [("beam 5, exact match", {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2,
+                                             "hidden_size": 256, "word_vec_size": 128})]
+        train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "train_steps": 1000000,
+                      "valid_steps": 1000000, "save_checkpoint_steps": 250, "seed": 1}
+        budget, metric, ref = opt.minutes * 60, "exact match %", data["tgt_valid"]
+    else:
+        d = os.path.join(SHARED, "data", "toy-ende")
+        data = {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
+                "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
+        base = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
+                "global_attention": "general", "input_feed": 1, "src_vocab_size": 20000, "tgt_vocab_size": 20000}
+        settings = [("no copy, BLEU beam 5", base), ("copy_attn, BLEU beam 5", {**base, "copy_attn": True})]
+        settings = [s for s in settings if opt.only is None or (opt.only == "copy") == ("copy_attn" in s[1])]
+        train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "train_steps": opt.steps,
+                      "valid_steps": 1000000, "save_checkpoint_steps": opt.steps, "seed": 1}
+        budget, metric, ref = None, "BLEU", data["tgt_valid"]
+    for label, model_args in settings:
+        work = os.path.join(opt.work, opt.task, re.sub(r"\W+", "_", label))
+        os.makedirs(work, exist_ok=True)
+        peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
+        models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer)
+        outputs = translate_both(models, data["src_valid"], work, opt.peer)
+        results.append(report(opt.task, label, models, score(opt.task, outputs, ref), metric))
+        os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
+        suffix = f"_{opt.only}" if opt.only else ""
+        with open(os.path.join(REPO, "bench", "results", f"quality_{opt.task}{suffix}.json"), "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
