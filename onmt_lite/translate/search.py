@@ -54,13 +54,17 @@ def block_ngrams(log_probs, seqs, n, ignore):
         return log_probs
     grams = seqs.unfold(1, n, 1)  # [R x (t - n + 1) x n]
     current = seqs[:, seqs.size(1) - n + 1:]  # the last n - 1 tokens: [R x n - 1]
-    repeated = (grams[:, :, :-1] == current.unsqueeze(1)).all(2) if n > 1 else torch.ones_like(grams[:, :, 0], dtype=torch.bool)
+    if n > 1:
+        repeated = (grams[:, :, :-1] == current.unsqueeze(1)).all(2)
+    else:
+        repeated = torch.ones_like(grams[:, :, 0], dtype=torch.bool)
     if ignore:
         ignored = torch.tensor(sorted(ignore), device=seqs.device)
         repeated &= ~torch.isin(grams, ignored).any(2)
-    blocked = torch.zeros_like(log_probs, dtype=torch.bool)
-    blocked.scatter_(1, grams[:, :, -1], repeated)
-    return log_probs.masked_fill(blocked, NEG_INF)
+    # several n-grams can end in the same token: count the hits (a plain scatter_ would let any one win)
+    hits = torch.zeros(log_probs.shape, dtype=torch.long, device=log_probs.device)
+    hits.scatter_add_(1, grams[:, :, -1], repeated.long())
+    return log_probs.masked_fill(hits > 0, NEG_INF)
 
 
 def sample(log_probs, topk, temperature):

@@ -125,6 +125,9 @@ def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     assert math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()  # "4 5" seen; last is 4
     assert torch.isfinite(blocked[1]).all()
     assert torch.isfinite(block_ngrams(torch.zeros(2, V), seqs, 2, (5,))).all()  # n-grams with 5 exempt
+    # "4 5" must be blocked after "... 4" although "6 5", which also ends in 5, is not a repeat
+    colliding = block_ngrams(torch.zeros(1, V), torch.tensor([[4, 5, 6, 5, 4]]), 2, ())
+    assert math.isinf(colliding[0, 5]) and torch.isfinite(colliding[0, [4, 6]]).all()
     table = markov_table(6)
     for hyps in run(table, beam_size=4, n_best=2, block_ngram_repeat=1):
         assert all(len(set(h.tokens)) == len(h.tokens) for h in hyps)
