@@ -14,10 +14,10 @@ refused by name, with the reason.
 """
 from onmt_lite.opts.model import model_opts
 from onmt_lite.opts.parser import (UNSUPPORTED_OPTIONS, OptionParser, add, build_parser, choice, config_dict,
-                                   config_opts, float_in, int_at_least, parse)
+                                   config_opts, float_in, int_at_least, option_defaults, parse)
 from onmt_lite.opts.preprocess import preprocess_opts
 from onmt_lite.opts.train import train_opts
 from onmt_lite.opts.translate import translate_opts
 
 __all__ = ["UNSUPPORTED_OPTIONS", "OptionParser", "add", "build_parser", "choice", "config_dict", "config_opts",
-           "float_in", "int_at_least", "parse", "preprocess_opts", "model_opts", "train_opts", "translate_opts"]
+           "float_in", "int_at_least", "option_defaults", "parse", "preprocess_opts", "model_opts", "train_opts", "translate_opts"]

@@ -144,6 +144,12 @@ def build_parser(prog, groups, description=None):
     return parser
 
 
+def option_defaults(groups):
+    """``{name: default}`` of every option the groups define (e.g. to complete a checkpoint's options)."""
+    parser = build_parser("defaults", groups)
+    return {a.dest: a.default for a in parser._actions if a.option_strings and a.dest != "help"}
+
+
 def _refuse_unknown(parser, unknown):
     for token in unknown:
         name = token.lstrip("-").split("=", 1)[0]

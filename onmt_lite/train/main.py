@@ -14,7 +14,7 @@ from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_p
 from onmt_lite.data.vocab import Vocab
 from onmt_lite.loss import build_loss_compute
 from onmt_lite.models.builder import build_model, model_dims
-from onmt_lite.opts import build_parser, model_opts
+from onmt_lite.opts import model_opts, option_defaults
 from onmt_lite.train.checkpoint import CheckpointWriter, build_checkpoint, load_checkpoint, restore_model, set_rng_state
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
@@ -27,11 +27,6 @@ from onmt_lite.utils.logging import logger
 OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
                  "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
                  "decay_steps")
-
-
-def model_option_names():
-    parser = build_parser("names", [model_opts])
-    return [a.dest for a in parser._actions if a.option_strings and a.dest != "help"]
 
 
 def load_data(opt):
@@ -60,7 +55,7 @@ def resolve_options(opt, checkpoint, record):
     """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint."""
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
-        names = model_option_names()
+        names = list(option_defaults([model_opts]))
         if opt.reset_optim in ("none", "states"):
             names += list(OPTIM_OPTIONS)
         for name in names:

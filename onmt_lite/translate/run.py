@@ -1,4 +1,5 @@
 """translate(opt): what ``onmt_lite_translate`` does: read, translate, write, score."""
+import math
 import time
 
 import torch
@@ -46,8 +47,8 @@ def bleu_and_chrf(hypotheses, references):
 
 
 def log_scores(name, total, words):
-    logger.info(f"{name} AVG SCORE: {total / max(words, 1):.4f}, {name} PPL: "
-                f"{torch.exp(torch.tensor(-total / max(words, 1))).item():.4f}")
+    average = total / max(words, 1)
+    logger.info(f"{name} AVG SCORE: {average:.4f}, {name} PPL: {math.exp(min(-average, 100)):.4f}")
 
 
 def translate(opt):

@@ -184,8 +184,6 @@ class Search:
         # -stepwise_penalty the penalty in the running score may still shrink)
         best_alive = (state.scores + state.penalty).max(1).values
         bound = best_alive / length_penalty(self.opts.length_penalty, float(self.opts.max_length), self.opts.alpha)
-        if self.opts.length_penalty == "none":
-            bound = best_alive
         return ((state.n_finished >= self.opts.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
 
     def run(self, stepper, batch_size, src_lengths):

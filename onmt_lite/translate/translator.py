@@ -57,9 +57,9 @@ def load_models(paths, device):
 def _options(plain, path):
     import argparse
 
-    from onmt_lite.opts import build_parser, model_opts, train_opts
+    from onmt_lite.opts import model_opts, option_defaults, train_opts
 
-    defaults = {a.dest: a.default for a in build_parser("x", [model_opts, train_opts])._actions if a.option_strings}
+    defaults = option_defaults([model_opts, train_opts])
     missing = [k for k in ("rnn_size", "encoder_type", "copy_attn") if k not in plain]
     if missing:
         raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
