@@ -23,6 +23,21 @@ def run_cli(command, *args, cwd=None):
                           capture_output=True, text=True, cwd=cwd)
 
 
+_tools = {}
+
+
+def tool(name):
+    """The module tools/NAME.py, loaded by path (tools/ is not a package)."""
+    import importlib.util
+
+    if name not in _tools:
+        spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(REPO, "tools", f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _tools[name] = module
+    return _tools[name]
+
+
 def write_lines(path, lines):
     with open(path, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))

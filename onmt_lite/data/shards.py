@@ -16,6 +16,7 @@ import re
 import torch
 
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import load_tensors
 
 SHARD_FORMAT = "onmt_lite.shard.v1"
 VOCAB_FORMAT = "onmt_lite.vocab.v1"
@@ -62,14 +63,8 @@ def make_shard(examples):
 
 
 def load_plain(path, expected_format, what):
-    """``torch.load(weights_only=True)`` with clear errors for missing, corrupt or foreign files."""
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: {what} not found")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for corrupt or unsafe files
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}: cannot load {what} ({first_line})") from None
+    """``torch.load(weights_only=True)`` of an onmt_lite file whose ``format`` is ``expected_format``."""
+    obj = load_tensors(path, what)
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         raise UserError(f"{path}: not an onmt_lite {what}")
     return obj

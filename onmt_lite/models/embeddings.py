@@ -4,6 +4,7 @@ import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import load_tensors
 
 
 class Embeddings(nn.Module):
@@ -24,10 +25,7 @@ class Embeddings(nn.Module):
 
     def load_pretrained(self, path):
         """Copy a ``[vocab x d]`` tensor file (d <= dim) into the first d columns of the table."""
-        try:
-            vectors = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise UserError(f"{path}: cannot load pretrained embeddings ({err})") from None
+        vectors = load_tensors(path, "pretrained embeddings file")
         if not torch.is_tensor(vectors) or vectors.dim() != 2:
             raise UserError(f"{path}: pretrained embeddings must be a [vocab x dim] tensor")
         rows, cols = vectors.shape

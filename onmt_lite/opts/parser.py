@@ -5,6 +5,7 @@ import sys
 import configargparse
 import yaml
 
+from onmt_lite.utils.errors import UserError, set_debug
 from onmt_lite.utils.files import write_text
 
 # OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user.
@@ -117,6 +118,8 @@ class OptionParser(configargparse.ArgumentParser):
             formatter_class=argparse.HelpFormatter,
             allow_abbrev=False,
         )
+        self.add_argument("-debug", "--debug", action="store_true",
+                          help="On an error, print the Python traceback as well as the one-line message")
 
     def _get_option_tuples(self, option_string):
         # argparse (3.11) matches single-dash abbreviations even with allow_abbrev=False:
@@ -150,6 +153,23 @@ def option_defaults(groups):
     return {a.dest: a.default for a in parser._actions if a.option_strings and a.dest != "help"}
 
 
+def check_values(groups, values, source):
+    """Check option ``values`` (a plain dict, e.g. a checkpoint's options) as the command line would:
+    types, ranges and choices of every option the groups define; a UserError naming ``source``."""
+    parser = build_parser("check", groups)
+    for action in parser._actions:
+        if action.dest not in values or values[action.dest] is None or not action.option_strings:
+            continue
+        value = values[action.dest]
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            try:
+                parsed = action.type(item if isinstance(item, str) else str(item)) if action.type else item
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+                raise UserError(f"{source}: option -{action.dest} {item!r} is not valid ({err})") from None
+            if action.choices is not None and parsed not in action.choices:
+                raise UserError(f"{source}: option -{action.dest} {item!r} is not one of {list(action.choices)}")
+
+
 def _refuse_unknown(parser, unknown):
     for token in unknown:
         name = token.lstrip("-").split("=", 1)[0]
@@ -162,7 +182,7 @@ def config_dict(parser, opt):
     """The options of ``opt`` as a plain dict keyed by option name, without the config options."""
     values = {}
     for action in parser._actions:
-        if action.dest in ("help", "config", "save_config") or not action.option_strings:
+        if action.dest in ("help", "config", "save_config", "debug") or not action.option_strings:
             continue
         values[action.dest] = getattr(opt, action.dest)
     return values
@@ -173,6 +193,7 @@ def parse(parser, args=None):
     opt, unknown = parser.parse_known_args(args)
     if unknown:
         _refuse_unknown(parser, unknown)
+    set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         values = {k: v for k, v in config_dict(parser, opt).items() if v is not None}
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))

@@ -6,14 +6,18 @@ A checkpoint is a dict: ``model`` and ``generator`` state dicts, ``vocab`` (``{"
 (early-stopping and best-score state) and ``preprocess`` (how the text was tokenized: ``lower``,
 ``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way).
 """
+import argparse
 import os
 import random
 
 import torch
 
 from onmt_lite.data.shards import load_plain
+from onmt_lite.models.builder import build_model
+from onmt_lite.opts import check_values, model_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import require_directory, save_tensors
+from onmt_lite.utils.files import remove_stale_temporaries, require_directory, save_tensors
+from onmt_lite.utils.logging import logger
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
 GENERATOR_PREFIX = "generator."
@@ -70,6 +74,13 @@ class CheckpointWriter:
     def __init__(self, prefix, keep=-1):
         self.prefix, self.keep, self.written = prefix, keep, []
         require_directory(prefix, "-save_model")
+        for stale in remove_stale_temporaries(checkpoint_path(prefix, "*")) + remove_stale_temporaries(
+                best_path(prefix)):
+            logger.info(f"removed {stale}, left by an interrupted checkpoint write")
+
+    def last_path(self):
+        """The newest checkpoint this writer saved, or None."""
+        return self.written[-1] if self.written else None
 
     def save(self, checkpoint):
         path = checkpoint_path(self.prefix, checkpoint["step"])
@@ -113,3 +124,17 @@ def restore_model(model, checkpoint, path):
             raise UserError(f"{path}: {key} has shape {tuple(value.shape)}, the model's options give "
                             f"{tuple(expected[key].shape)}")
     model.load_state_dict(state)
+
+
+def model_from_checkpoint(opt, vocabs, checkpoint, path):
+    """The model that options ``opt`` describe, with ``checkpoint``'s weights. Pretrained embedding
+    files are not read again (the weights hold them). Options that cannot build a model, and weights
+    that do not fit it, are a UserError naming the checkpoint and the mismatch."""
+    check_values([model_opts], vars(opt), path)
+    opt = argparse.Namespace(**{**vars(opt), "pre_word_vecs_enc": "", "pre_word_vecs_dec": ""})
+    try:
+        model = build_model(opt, vocabs)
+    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
+        raise UserError(f"{path}: its options do not describe a model ({type(err).__name__}: {err})") from None
+    restore_model(model, checkpoint, path)
+    return model

@@ -15,7 +15,8 @@ from onmt_lite.data.vocab import Vocab
 from onmt_lite.loss import build_loss_compute
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.opts import model_opts, option_defaults
-from onmt_lite.train.checkpoint import CheckpointWriter, build_checkpoint, load_checkpoint, restore_model, set_rng_state
+from onmt_lite.train.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
+                                        set_rng_state)
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
@@ -100,9 +101,10 @@ def train(opt):
     random.seed(opt.seed)
     logger.info(f"seed {opt.seed}; device {device}; data {opt.data}: {len(train_paths)} train, "
                 f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
-    model = build_model(opt, vocabs)
     if checkpoint is not None:
-        restore_model(model, checkpoint, opt.train_from)
+        model = model_from_checkpoint(opt, vocabs, checkpoint, opt.train_from)
+    else:
+        model = build_model(opt, vocabs)
     model.to(device)
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)

@@ -11,6 +11,10 @@ import torch
 from onmt_lite.utils.errors import UserError
 
 
+class NonFiniteError(ArithmeticError):
+    """A NaN or infinite loss or gradient: the step is not applied."""
+
+
 def parse_lr_mult(specs):
     """``["encoder.*=0.1", ...]`` -> ``[("encoder.*", 0.1), ...]``."""
     parsed = []
@@ -123,14 +127,22 @@ class Optimizer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def step(self):
-        """Clip, set the scheduled learning rates, update."""
+        """Check and clip the gradients, set the scheduled learning rates, update; returns the
+        gradient norm before clipping. A NaN or infinite gradient raises NonFiniteError before any
+        parameter or schedule changes."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        total_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        norm = float(total_norm)
+        if not math.isfinite(norm):
+            raise NonFiniteError(f"the gradient norm is {norm}")
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.max_grad_norm, total_norm)
         lr = self.learning_rate()
         self.decay_step += 1
         for torch_group, group in zip(self.optimizer.param_groups, self.groups):
             torch_group["lr"] = lr * group["lr_mult"]
-        if self.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
+        return norm
 
     def state_dict(self):
         """Plain data: the schedule position and each parameter's optimizer state by name."""

@@ -5,11 +5,22 @@ sentences (or target tokens) of all of them, so the step equals one batch that m
 With ``truncated_decoder`` K each batch is decoded K target positions at a time: the source is
 encoded again for every window (its graph is freed by each window's backward), the decoder state is
 carried over and detached, and the loss covers exactly that window's positions.
+
+Faults: a NaN or infinite loss or gradient stops training before the step is applied (the weights
+and the checkpoints on disk stay good). SIGINT or SIGTERM ends the current step, saves a checkpoint
+and exits with 128 + the signal number; a second signal stops at once.
 """
+import contextlib
+import math
+import signal
+import threading
+
 import torch
 
 from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.train.optim import NonFiniteError
 from onmt_lite.train.statistics import Statistics
+from onmt_lite.utils.errors import Stopped, UserError
 from onmt_lite.utils.logging import logger
 
 
@@ -65,6 +76,8 @@ class Trainer:
         stats = Statistics()
         for batch in batches:
             stats.update(self.forward_backward(batch, norm))
+        if not math.isfinite(stats.loss):
+            raise NonFiniteError(f"the loss is {stats.loss}")
         self.optim.step()
         return stats
 
@@ -93,19 +106,32 @@ class TrainingRun:
 
     def run(self, train_iter, step):
         """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
+        with _StopSignals() as signals:
+            return self._run(train_iter, step, signals)
+
+    def _run(self, train_iter, step, signals):
         opt, batches = self.opt, iter(train_iter)
         report_stats = Statistics()
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
-            stats = self.trainer.train_step([next(batches) for _ in range(opt.accum_count)])
+            try:
+                stats = self.trainer.train_step([next(batches) for _ in range(opt.accum_count)])
+            except NonFiniteError as err:
+                last = self.writer.last_path() or opt.train_from or "none was written"
+                raise UserError(f"step {step + 1}: {err}; training stopped without applying this step "
+                                f"(last good checkpoint: {last})") from None
             step += 1
             report_stats.update(stats)
             if step % opt.report_every == 0:
                 self.reporter.training(step, report_stats, lr)
                 report_stats = Statistics()
             stop = self.valid_batches is not None and step % opt.valid_steps == 0 and self.validate(step)
-            if step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop:
+            if step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or signals.received:
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
+            if signals.received:
+                name = signal.Signals(signals.received).name
+                raise Stopped(f"stopped by {name} at step {step}; resume with -train_from "
+                              f"{self.writer.last_path()}", 128 + signals.received)
             if stop:
                 logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
                 break
@@ -124,3 +150,29 @@ class TrainingRun:
         if improved:
             self.writer.save_best(self.make_checkpoint(step))
         return self.early_stopping.should_stop()
+
+
+class _StopSignals(contextlib.AbstractContextManager):
+    """While active, SIGINT and SIGTERM set ``received`` (the signal number) instead of killing the
+    process, so that the loop can save a checkpoint first; a second signal raises KeyboardInterrupt.
+    Outside the main thread (where handlers cannot be set) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received, self._previous = 0, {}
+
+    def _handle(self, signum, frame):
+        if self.received:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return False

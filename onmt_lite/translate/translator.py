@@ -10,9 +10,8 @@ import dataclasses
 import torch
 
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from onmt_lite.models.builder import build_model
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
-from onmt_lite.train.checkpoint import load_checkpoint, restore_model
+from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
@@ -43,9 +42,7 @@ def load_models(paths, device):
         elif checkpoint["vocab"] != first["vocab"]:
             raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
         vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
-        opt = _options(checkpoint["opt"], path)
-        model = build_model(opt, vocabs)
-        restore_model(model, checkpoint, path)
+        model = model_from_checkpoint(_options(checkpoint["opt"], path), vocabs, checkpoint, path)
         model.to(device).eval()
         models.append(model)
     copies = {m.decoder.copy_attn for m in models}

@@ -1,10 +1,33 @@
-"""The error type for bad input, and the wrapper that turns it into exit status 2."""
+"""Errors and how a command reports them.
+
+``run_command`` wraps a command's ``main``: a UserError (bad input: a file, an option, the data, a
+file that cannot be written) prints ``NAME: error: MESSAGE`` and exits 2; a signal that stopped
+training cleanly (``Stopped``) exits 128 + the signal number; any other exception is an internal
+error: one line and exit 1. ``-debug`` (or ``set_debug(True)``) shows the Python traceback instead.
+"""
 import functools
 import sys
+import traceback
+
+_DEBUG = False
 
 
 class UserError(Exception):
     """Bad input from the user (file, option or data): reported as one line, exit status 2."""
+
+
+class Stopped(Exception):
+    """A run ended early, cleanly, on a signal; ``exit_code`` is 128 + the signal number."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def set_debug(debug):
+    """Show tracebacks of errors (the -debug option)."""
+    global _DEBUG
+    _DEBUG = bool(debug)
 
 
 def where(path, line=None):
@@ -12,8 +35,12 @@ def where(path, line=None):
     return f"{path}:{line}" if line is not None else str(path)
 
 
+def _one_line(text):
+    return " ".join(str(text).split())
+
+
 def run_command(name):
-    """Decorate a command's ``main``: a UserError prints ``name: error: message`` and exits 2."""
+    """Decorate a command's ``main`` so that every error is one line on stderr and an exit status."""
 
     def decorate(main):
         @functools.wraps(main)
@@ -21,11 +48,19 @@ def run_command(name):
             try:
                 return main(*args, **kwargs)
             except UserError as err:
-                print(f"{name}: error: {err}", file=sys.stderr)
-                sys.exit(2)
+                code, message = 2, f"error: {_one_line(err)}"
+            except Stopped as err:
+                code, message = err.exit_code, _one_line(err)
             except KeyboardInterrupt:
-                print(f"{name}: interrupted", file=sys.stderr)
-                sys.exit(130)
+                code, message = 130, "interrupted"
+            except Exception as err:  # noqa: BLE001  (any other failure is reported, not dumped)
+                code = 1
+                message = (f"internal error: {type(err).__name__}: {_one_line(err)} "
+                           f"(run with -debug for the traceback)")
+            if _DEBUG:
+                traceback.print_exc()
+            print(f"{name}: {message}", file=sys.stderr)
+            sys.exit(code)
 
         return wrapped
 

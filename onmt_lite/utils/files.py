@@ -1,25 +1,44 @@
-"""Writing files so that nothing half-written is ever left under a final name.
+"""Reading and writing files safely: tensors only, and nothing half-written under a final name.
 
-``atomic_path`` gives a temporary name beside the target and renames it into place on success.
-``StagedOutputs`` does the same for a group of files that must appear together (preprocess shards):
-all are renamed at the end, or all are removed if anything fails.
+Every file is written under a temporary name beside its target (``.NAME.XXXX.tmp``), flushed to
+disk, and renamed into place only when the whole write succeeded. ``StagedOutputs`` does the same for
+a group of files that must appear together (preprocess shards): all are renamed at the end, or all
+are removed if anything fails. A failed write (full disk, file size limit, read-only directory) is a
+UserError naming the file and the reason.
 """
 import contextlib
+import glob
+import io
 import os
+import re
 import tempfile
 
 from onmt_lite.utils.errors import UserError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+TEMP_SUFFIX = ".tmp"
 
 
 def _temp_name(path):
     directory, base = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=TEMP_SUFFIX, dir=directory)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the mode open() would
     return tmp
+
+
+def remove_stale_temporaries(path_pattern):
+    """Remove temporary files left by a killed writer of files matching ``path_pattern`` (a glob);
+    returns their paths."""
+    directory, base = os.path.split(os.path.abspath(path_pattern))
+    stale = glob.glob(os.path.join(glob.escape(directory), f".{base}.*{TEMP_SUFFIX}"))
+    for path in stale:
+        os.remove(path)
+    return stale
 
 
 def require_directory(path, option):
@@ -31,6 +50,27 @@ def require_directory(path, option):
     if not os.access(directory, os.W_OK):
         raise UserError(f"{option} {path}: directory {directory} is not writable")
     return directory
+
+
+def _write_bytes(tmp, data, final):
+    """Write ``data`` to ``tmp`` and flush it to disk; a UserError naming ``final`` on failure."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise UserError(f"{final}: cannot write ({err.strerror})") from None
+
+
+def _serialize(obj):
+    """``torch.save`` into memory (so that a failed write reports its OS error, which torch's own
+    file writer hides)."""
+    import torch  # imported here so that text-only tools do not pay for loading torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getbuffer()
 
 
 @contextlib.contextmanager
@@ -45,19 +85,43 @@ def atomic_path(path):
             os.remove(tmp)
 
 
+def write_bytes(data, path):
+    """Write ``data`` (bytes) to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        _write_bytes(tmp, data, path)
+
+
 def save_tensors(obj, path):
     """``torch.save`` plain data and tensors to ``path`` atomically."""
-    import torch  # imported here so that text-only tools do not pay for loading torch
+    write_bytes(_serialize(obj), path)
 
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+
+def load_tensors(path, what):
+    """``torch.load(path, weights_only=True)``: tensors and plain data only. A missing, corrupt or
+    truncated file, or one that holds other pickled Python objects (which could run code when
+    unpickled), is a UserError naming the file and calling it ``what``."""
+    import pickle
+
+    import torch
+
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: {what} not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        code = re.search(r"GLOBAL (\S+)|unrecognized function (\S+)", str(err))
+        if code:
+            raise UserError(f"{path}: refused: the {what} holds pickled Python objects ({code.group(1) or code.group(2)}"
+                            f"), not only tensors and plain data (onmt_lite never unpickles code)") from None
+        reason = str(err).split("WeightsUnpickler error:")[-1]
+    except Exception as err:  # noqa: BLE001  (torch raises several types for corrupt files)
+        reason = str(err) or type(err).__name__
+    raise UserError(f"{path}: cannot load {what}: corrupt or truncated ({reason.strip().splitlines()[0]})")
 
 
 def write_text(path, text):
     """Write a UTF-8 text file atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+    write_bytes(text.encode("utf-8"), path)
 
 
 class StagedOutputs:
@@ -75,9 +139,7 @@ class StagedOutputs:
         return tmp
 
     def save(self, obj, final):
-        import torch
-
-        torch.save(obj, self.path_for(final))
+        _write_bytes(self.path_for(final), _serialize(obj), final)
 
     def final_paths(self):
         return [final for _, final in self._staged]

@@ -2,6 +2,8 @@
 import logging
 import sys
 
+from onmt_lite.utils.errors import UserError
+
 logger = logging.getLogger("onmt_lite")
 
 
@@ -15,9 +17,13 @@ def init_logger(log_file=None, level=logging.INFO):
     console.setFormatter(fmt)
     logger.addHandler(console)
     if log_file:
-        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        try:
+            file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"-log_file {log_file}: cannot open ({err.strerror})") from None
         file_handler.setFormatter(fmt)
         logger.addHandler(file_handler)
+    logging.raiseExceptions = False  # a log line that cannot be written (disk full) is dropped, not dumped
     logger.setLevel(level)
     logger.propagate = False
     return logger

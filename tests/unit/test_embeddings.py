@@ -58,7 +58,7 @@ def test_load_pretrained_rejects_an_unreadable_file(tmp_path):
     (tmp_path / "words.txt").write_text("the 0.1 0.2 0.3\n")
     with pytest.raises(UserError, match=r"words\.txt: cannot load pretrained embeddings"):
         Embeddings(10, 5).load_pretrained(tmp_path / "words.txt")
-    with pytest.raises(UserError, match="cannot load"):
+    with pytest.raises(UserError, match=r"missing\.pt: pretrained embeddings file not found"):
         Embeddings(10, 5).load_pretrained(tmp_path / "missing.pt")
 
 

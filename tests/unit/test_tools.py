@@ -1,5 +1,4 @@
 """The scripts in tools/: scoring, checkpoint averaging and release, embeddings, vocabularies, spm."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,21 +10,10 @@ from onmt_lite.data.shards import VOCAB_FORMAT
 from onmt_lite.data.vocab import SPECIALS, Vocab
 from onmt_lite.train.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
 from onmt_lite.utils.files import save_tensors
-from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, shared_data, train_in_process, write_lines
+from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, shared_data, tool, train_in_process, write_lines
 
 TOOLS = ["bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
          "create_vocabulary", "spm_train"]
-_loaded = {}
-
-
-def tool(name):
-    """The module tools/NAME.py, loaded by path (tools/ is not a package)."""
-    if name not in _loaded:
-        spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(REPO, "tools", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _loaded[name] = module
-    return _loaded[name]
 
 
 def run(name, *args):

@@ -74,13 +74,18 @@ def test_frozen_parameters_stay_bit_identical_and_the_rest_moves():
     assert all(not torch.equal(before[n], after[n]) for n in before if n not in frozen)
 
 
-def test_lr_mult_scales_each_groups_update():
-    batch = make_batch(random_pairs(4, seed=14))
-    reference, model = make_trainer(learning_rate=0.5)
+def start_and_gradient(batch):
+    """The initial parameters of the test model and their gradient on ``batch`` (normalised by 4)."""
+    reference, model = make_trainer()
     start = params(model)
     model.zero_grad()
     reference.forward_backward(batch, 4)
-    gradient = grads(model)
+    return start, grads(model)
+
+
+def test_lr_mult_scales_each_groups_update():
+    batch = make_batch(random_pairs(4, seed=14))
+    start, gradient = start_and_gradient(batch)
     trainer, model = make_trainer(learning_rate=0.5, lr_mult=["generator.*=0.1", "encoder.rnn.*=0"])
     trainer.train_step([batch])
     after = params(model)
@@ -102,3 +107,38 @@ def test_validation_runs_in_eval_mode_without_gradients():
     first, second = trainer.validate(batches), trainer.validate(batches)
     assert first == second and first.n_words > 0
     assert model.training and all(p.grad is None for p in model.parameters())
+
+
+def test_max_grad_norm_scales_the_whole_gradient_to_that_norm_and_leaves_smaller_ones_alone():
+    batch = make_batch(random_pairs(4, seed=15))
+    start, gradient = start_and_gradient(batch)
+    norm = torch.cat([g.flatten() for g in gradient.values()]).norm().item()
+    for max_norm, expected_factor in ((norm / 4, 0.25), (norm * 4, 1.0)):
+        trainer, model = make_trainer(learning_rate=1.0, max_grad_norm=max_norm)
+        trainer.train_step([batch])
+        after = params(model)
+        for name in after:
+            torch.testing.assert_close(after[name], start[name] - expected_factor * gradient[name], msg=name,
+                                       rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("poison", ["loss", "gradient"])
+def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison):
+    from onmt_lite.train.optim import NonFiniteError
+
+    trainer, model = make_trainer(optim="adam", learning_rate=0.01)
+    trainer.train_step([make_batch(random_pairs(4, seed=16))])
+    before, schedule_step = params(model), trainer.optim.decay_step
+    moments = {k: v["exp_avg"].clone() for k, v in trainer.optim.state_dict()["state"].items()}
+    if poison == "loss":
+        with torch.no_grad():
+            model.generator[0].bias[3] = float("nan")  # every prediction's softmax turns NaN
+    else:
+        model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
+    with pytest.raises(NonFiniteError, match="nan|inf"):
+        trainer.train_step([make_batch(random_pairs(4, seed=17))])
+    after = params(model)
+    assert all(torch.equal(before[n], after[n]) or (poison == "loss" and n == "generator.0.bias")
+               for n in before)
+    assert trainer.optim.decay_step == schedule_step
+    assert all(torch.equal(moments[k], v["exp_avg"]) for k, v in trainer.optim.state_dict()["state"].items())

@@ -1,0 +1,218 @@
+"""Faults during training: SIGKILL at any moment, SIGINT/SIGTERM, NaN losses, files carrying code."""
+import glob
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from onmt_lite.train.checkpoint import load_checkpoint
+from tests.helpers import preprocess_in_process, run_cli, step_losses
+
+# Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.
+MODEL = ["-rnn_size", 128, "-word_vec_size", 64, "-layers", 1, "-batch_size", 8, "-optim", "adam",
+         "-learning_rate", 0.01, "-report_every", 1, "-seed", 5]
+STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return preprocess_in_process(str(tmp_path_factory.mktemp("faults")))
+
+
+def start_train(data, prefix, *args):
+    """Start onmt_lite_train in the background, logging to PREFIX.log."""
+    log = f"{prefix}.log"
+    command = [sys.executable, "-m", "onmt_lite.bin.train", "-data", data, "-save_model", prefix, "-log_file", log,
+               *map(str, MODEL), *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def train(data, prefix, *args):
+    """Run onmt_lite_train to the end; returns {step: losses} from its log."""
+    proc = start_train(data, prefix, *args)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    return read_losses(prefix)
+
+
+def read_losses(prefix):
+    with open(f"{prefix}.log", encoding="utf-8") as f:
+        return step_losses(f.read().splitlines())
+
+
+def wait_for_step(prefix, step, proc, timeout=120):
+    """Block until PREFIX.log reports ``step`` (or the process ends)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(f"{prefix}.log") and step in read_losses(prefix):
+            return
+        time.sleep(0.01)
+
+
+def checkpoints(prefix):
+    """``{step: path}`` of the checkpoints under PREFIX."""
+    paths = glob.glob(f"{glob.escape(prefix)}_step_*.pt")
+    return {int(re.search(r"_step_(\d+)\.pt$", p).group(1)): p for p in paths}
+
+
+def temporaries(prefix):
+    return glob.glob(os.path.join(glob.escape(os.path.dirname(prefix)), ".*.tmp"))
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """The losses of an uninterrupted run of STEPS steps, checkpointing every step."""
+    return train(data, str(tmp_path_factory.mktemp("reference") / "m"), "-train_steps", STEPS,
+                 "-save_checkpoint_steps", 1)
+
+
+def check_after_kill_and_resume(data, prefix, reference):
+    """Every checkpoint loads; resuming from the newest reaches the reference losses. Returns its step."""
+    saved = checkpoints(prefix)
+    for step, path in saved.items():
+        assert load_checkpoint(path)["step"] == step
+        torch.load(path, weights_only=True)
+    if not saved or max(saved) == STEPS:
+        return None
+    newest = max(saved)
+    resumed = train(data, prefix, "-train_steps", STEPS, "-save_checkpoint_steps", 1, "-train_from", saved[newest])
+    assert {s: resumed[s] for s in range(newest + 1, STEPS + 1)} == \
+        {s: reference[s] for s in range(newest + 1, STEPS + 1)}
+    assert temporaries(prefix) == []  # what the killed writer left was cleaned up
+    return newest
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_leaves_loadable_checkpoints_and_an_exact_resume(data, tmp_path, reference):
+    rng = random.Random(1)
+    resumed_from = []
+    for trial in range(3):
+        prefix = str(tmp_path / f"kill{trial}" / "m")
+        os.makedirs(os.path.dirname(prefix))
+        proc = start_train(data, prefix, "-train_steps", STEPS, "-save_checkpoint_steps", 1)
+        wait_for_step(prefix, 1, proc)
+        time.sleep(rng.uniform(0, 0.25))
+        proc.kill()
+        proc.wait()
+        resumed_from.append(check_after_kill_and_resume(data, prefix, reference))
+    assert sum(step is not None for step in resumed_from) >= 2, resumed_from
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_checkpoint_write_leaves_no_partial_checkpoint(data, tmp_path, reference):
+    for attempt in range(5):
+        prefix = str(tmp_path / f"write{attempt}" / "m")
+        os.makedirs(os.path.dirname(prefix))
+        proc = start_train(data, prefix, "-train_steps", STEPS, "-save_checkpoint_steps", 1)
+        wait_for_step(prefix, 2, proc)
+        while proc.poll() is None and not temporaries(prefix):
+            pass
+        proc.kill()
+        proc.wait()
+        if temporaries(prefix):  # killed while a checkpoint was being written
+            break
+    else:
+        pytest.fail("never caught a checkpoint write in 5 attempts")
+    assert check_after_kill_and_resume(data, prefix, reference) is not None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(data, tmp_path, signum):
+    prefix = str(tmp_path / "m")
+    proc = start_train(data, prefix, "-train_steps", 10 ** 6, "-save_checkpoint_steps", 10 ** 6)
+    wait_for_step(prefix, 3, proc)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, stderr
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(rf"onmt_lite_train: stopped by {signal.Signals(signum).name} at step (\d+); "
+                         rf"resume with -train_from (\S+)", last)
+    assert match, last
+    step, path = int(match.group(1)), match.group(2)
+    assert path == f"{prefix}_step_{step}.pt" and load_checkpoint(path)["step"] == step
+    assert "Traceback" not in stderr
+    resumed = train(data, prefix, "-train_steps", step + 2, "-train_from", path)
+    full = train(data, str(tmp_path / "full"), "-train_steps", step + 2)
+    assert (resumed[step + 1], resumed[step + 2]) == (full[step + 1], full[step + 2])
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_checkpoints(data, tmp_path):
+    prefix = str(tmp_path / "m")
+    proc = start_train(data, prefix, "-train_steps", 50, "-save_checkpoint_steps", 1, "-optim", "sgd",
+                       "-learning_rate", 1e37)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2, stderr
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"onmt_lite_train: error: step (\d+): the (loss|gradient norm) is (nan|inf); training "
+                         r"stopped without applying this step \(last good checkpoint: (.+)\)", last)
+    assert match, last
+    bad_step = int(match.group(1))
+    saved = checkpoints(prefix)
+    assert sorted(saved) == list(range(1, bad_step))
+    expected_last = saved[bad_step - 1] if bad_step > 1 else "none was written"
+    assert match.group(4) == expected_last
+    for path in saved.values():
+        assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
+
+
+class _MakesAFile:
+    """Unpickling this object creates ``path``: what a malicious model or data file could do."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data, tmp_path):
+    marker = tmp_path / "marker"
+    crafted = str(tmp_path / "crafted.pt")
+    torch.save({"format": "onmt_lite.checkpoint.v1", "step": 1, "model": _MakesAFile(str(marker))}, crafted)
+    src = tmp_path / "src.txt"
+    src.write_text("w1 w2\n")
+    # A -data prefix whose vocabulary file is the crafted file.
+    os.symlink(crafted, f"{tmp_path}/evil.vocab.pt")
+    os.symlink(f"{data}.train.0.pt", f"{tmp_path}/evil.train.0.pt")
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "tools")
+    runs = {
+        "translate": run_cli("translate", "-model", crafted, "-src", src, "-output", tmp_path / "o.txt"),
+        "train -train_from": run_cli("train", "-data", data, "-save_model", tmp_path / "t", "-train_from", crafted),
+        "train -data": run_cli("train", "-data", tmp_path / "evil", "-save_model", tmp_path / "t"),
+        "train -pre_word_vecs_enc": run_cli("train", "-data", data, "-save_model", tmp_path / "t",
+                                            "-pre_word_vecs_enc", crafted),
+    }
+    for tool, args in (("average_models", ["-models", crafted, crafted, "-output", tmp_path / "a.pt"]),
+                       ("release_model", ["-model", crafted, "-output", tmp_path / "r.pt"]),
+                       ("extract_embeddings", ["-model", crafted, "-output_dir", tmp_path]),
+                       ("embeddings_to_torch", ["-emb_file_enc", src, "-emb_file_dec", src, "-dict_file", crafted,
+                                                "-output_file", tmp_path / "e"])):
+        runs[tool] = subprocess.run([sys.executable, os.path.join(tools, f"{tool}.py"), *map(str, args)],
+                                    capture_output=True, text=True)
+    for name, result in runs.items():
+        assert result.returncode == 2, (name, result.stderr)
+        assert "refused" in result.stderr and "pickled Python objects" in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not marker.exists()
+
+
+def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tmp_path):
+    train(data, str(tmp_path / "m"), "-train_steps", 1)
+    checkpoint = load_checkpoint(str(tmp_path / "m_step_1.pt"))
+    src = tmp_path / "src.txt"
+    src.write_text("w1 w2\n")
+    for change, expected in ((("rnn_size", 64), r"has shape \(\d+, \d+\), the model's options give \(\d+, \d+\)"),
+                             (("encoder_type", "mean"), r"option -encoder_type .mean. is not valid"),
+                             (("rnn_type", "GRU"), r"has shape")):
+        bad = dict(checkpoint, opt={**checkpoint["opt"], change[0]: change[1]})
+        torch.save(bad, tmp_path / "bad.pt")
+        result = run_cli("translate", "-model", tmp_path / "bad.pt", "-src", src, "-output", tmp_path / "o.txt")
+        assert result.returncode == 2, result.stderr
+        assert re.search(expected, result.stderr.strip().splitlines()[-1]), (change, result.stderr)
+    assert not (tmp_path / "o.txt").exists()
