@@ -39,6 +39,18 @@ def _one_line(text):
     return " ".join(str(text).split())
 
 
+def _report(err):
+    """``(exit status, message)`` for an exception that ended a command."""
+    if isinstance(err, UserError):
+        return 2, f"error: {_one_line(err)}"
+    if isinstance(err, Stopped):
+        return err.exit_code, _one_line(err)
+    if isinstance(err, KeyboardInterrupt):
+        return 130, "interrupted"
+    hint = "" if _DEBUG else " (run with -debug for the traceback)"
+    return 1, f"internal error: {type(err).__name__}: {_one_line(err)}{hint}"
+
+
 def run_command(name):
     """Decorate a command's ``main`` so that every error is one line on stderr and an exit status."""
 
@@ -47,20 +59,12 @@ def run_command(name):
         def wrapped(*args, **kwargs):
             try:
                 return main(*args, **kwargs)
-            except UserError as err:
-                code, message = 2, f"error: {_one_line(err)}"
-            except Stopped as err:
-                code, message = err.exit_code, _one_line(err)
-            except KeyboardInterrupt:
-                code, message = 130, "interrupted"
-            except Exception as err:  # noqa: BLE001  (any other failure is reported, not dumped)
-                code = 1
-                message = (f"internal error: {type(err).__name__}: {_one_line(err)} "
-                           f"(run with -debug for the traceback)")
-            if _DEBUG:
-                traceback.print_exc()
-            print(f"{name}: {message}", file=sys.stderr)
-            sys.exit(code)
+            except (KeyboardInterrupt, Exception) as err:  # noqa: BLE001  (every failure is reported)
+                code, message = _report(err)
+                if _DEBUG:
+                    traceback.print_exception(err)
+                print(f"{name}: {message}", file=sys.stderr)
+                sys.exit(code)
 
         return wrapped
 
