@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO := data/cmudict
-DEMO_STEPS ?= 3000
+DEMO_STEPS ?= 5000
 
 .PHONY: install test demo clean
 
@@ -34,7 +34,17 @@ demo: $(VENV)/.demo
 	$(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src $(DEMO)/src-test.txt \
 		-tgt $(DEMO)/tgt-test.txt -output $(DEMO)/pred-test.txt -beam_size 5 -batch_size 64 -report_time
 	$(BIN)/python tools/g2p_scores.py -src $(DEMO)/src-test.txt -hyp $(DEMO)/pred-test.txt -ref $(DEMO)/tgt-test.txt
-	@echo "Demo data, model, log and predictions in $(DEMO)/:"; ls -l $(DEMO)
+	$(BIN)/python tools/plot_training.py -log $(DEMO)/train.log -output $(DEMO)/training.png
+	@echo
+	@echo "Model:       $(DEMO)/model_step_$(DEMO_STEPS).pt (best on validation: $(DEMO)/model_best.pt)"
+	@echo "Log, plot:   $(DEMO)/train.log, $(DEMO)/training.png"
+	@echo "Predictions: $(DEMO)/pred-test.txt (references: $(DEMO)/tgt-test.txt)"
+	@echo
+	@echo "Go on training to step 10000:"
+	@echo "  $(BIN)/onmt_lite_train -data $(DEMO)/demo -save_model $(DEMO)/model -log_file $(DEMO)/train.log -dropout 0.2 -train_from $(DEMO)/model_step_$(DEMO_STEPS).pt -train_steps 10000 -valid_steps 500 -save_checkpoint_steps 500"
+	@echo "Translate new words (letters separated by spaces, one word a line):"
+	@echo "  echo 'h e l l o' > words.txt"
+	@echo "  $(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src words.txt -output phones.txt && cat phones.txt"
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

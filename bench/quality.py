@@ -65,6 +65,13 @@ def normalised_copy(path, work):
     return out
 
 
+def write_results(name, figures):
+    """Write ``figures`` to bench/results/NAME.json."""
+    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
+    with open(os.path.join(REPO, "bench", "results", f"{name}.json"), "w") as f:
+        json.dump(figures, f, indent=2)
+
+
 def peer_config(path, data, model_args, train_args, work):
     lines = [f"save_data: {work}/peer", f"src_vocab: {work}/peer.vocab.src", f"tgt_vocab: {work}/peer.vocab.tgt",
              "overwrite: true", "data:", "  corpus_1:", f"    path_src: {data['src_train']}",
@@ -180,10 +187,7 @@ def main():
         models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer)
         outputs = translate_both(models, data["src_valid"], work, opt.peer)
         results.append(report(opt.task, label, models, score(opt.task, outputs, ref), metric))
-        os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
-        suffix = f"_{opt.only}" if opt.only else ""
-        with open(os.path.join(REPO, "bench", "results", f"quality_{opt.task}{suffix}.json"), "w") as f:
-            json.dump(results, f, indent=2)
+        write_results(f"quality_{opt.task}" + (f"_{opt.only}" if opt.only else ""), results)
 
 
 if __name__ == "__main__":

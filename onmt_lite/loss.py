@@ -21,14 +21,23 @@ To write your own loss, subclass ``LossComputeBase`` and implement two methods:
 * ``_compute_loss(batch, **shard)`` receives one shard of that dict (same keys) and returns
   ``(summed loss tensor, Statistics)``. Call ``self.generator`` here, not in the model.
 
-``tests/unit/test_loss.py`` shows a token-weighted NLL written this way in a few lines.
+``onmt_lite_train -loss_class MODULE:CLASS`` (or ``path/to/file.py:CLASS``) trains with such a class; it
+is built by its ``from_options(model, tgt_vocab, opt, train)`` class method, which by default passes
+the standard criterion (label-smoothed NLL while training) and the model's generator to
+``__init__(criterion, generator)``. ``docs/research.md`` walks through writing one (a focal loss,
+``examples/focal_loss.py``) and testing it; ``tests/unit/test_loss.py`` shows a token-weighted NLL.
 """
+import importlib
+import importlib.util
+import os
+
 import torch
 import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.copy_generator import (CopyGeneratorLoss, NMTCriterion, collapse_copy_scores)
 from onmt_lite.train.statistics import Statistics
+from onmt_lite.utils.errors import UserError
 
 
 def filter_shard_state(state, shard_size=None):
@@ -99,6 +108,16 @@ class LossComputeBase(nn.Module):
         super().__init__()
         self.criterion, self.generator = criterion, generator
 
+    @classmethod
+    def from_options(cls, model, tgt_vocab, opt, train=True):
+        """The loss compute for ``model`` and the training options ``opt``: by default
+        ``cls(NMTCriterion(label smoothing if train else 0), model.generator)``. Override it when
+        ``__init__`` takes other arguments (a copy model's generator needs a copy-aware loss)."""
+        if opt.copy_attn:
+            raise UserError(f"-loss_class {cls.__name__}: a copy-attention model needs a loss built on "
+                            f"CopyGeneratorLossCompute (or a from_options that builds one)")
+        return cls(NMTCriterion(opt.label_smoothing if train else 0.0), model.generator)
+
     @property
     def padding_idx(self):
         return PAD_ID
@@ -156,6 +175,10 @@ class NMTLossCompute(LossComputeBase):
         super().__init__(criterion, generator)
         self.lambda_coverage = lambda_coverage
 
+    @classmethod
+    def from_options(cls, model, tgt_vocab, opt, train=True):
+        return cls(NMTCriterion(opt.label_smoothing if train else 0.0), model.generator, opt.lambda_coverage)
+
     def _make_shard_state(self, batch, output, range_, attns=None):
         return {"output": output, "target": self._target(batch, range_),
                 **_coverage_state(attns, self.lambda_coverage)}
@@ -179,6 +202,11 @@ class CopyGeneratorLossCompute(LossComputeBase):
         super().__init__(criterion, generator)
         self.vocab_size, self.normalize_by_length = vocab_size, normalize_by_length
         self.lambda_coverage = lambda_coverage
+
+    @classmethod
+    def from_options(cls, model, tgt_vocab, opt, train=True):
+        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, opt.label_smoothing if train else 0.0)
+        return cls(criterion, model.generator, len(tgt_vocab), opt.copy_loss_by_seqlength, opt.lambda_coverage)
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         if batch.alignment is None:
@@ -212,11 +240,34 @@ class CopyGeneratorLossCompute(LossComputeBase):
         return self._stats(nll.sum(), pred, extended_gold)
 
 
+def load_loss_class(spec):
+    """The class named by ``-loss_class``: ``package.module:Class`` or ``path/to/file.py:Class``."""
+    location, sep, name = spec.rpartition(":")
+    if not sep or not location or not name:
+        raise UserError(f"-loss_class {spec}: expected MODULE:CLASS or FILE.py:CLASS")
+    try:
+        if location.endswith(".py"):
+            if not os.path.isfile(location):
+                raise UserError(f"-loss_class {spec}: {location} not found")
+            module_spec = importlib.util.spec_from_file_location(f"onmt_lite_user_loss_{abs(hash(location))}",
+                                                                 location)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(location)
+    except ImportError as err:
+        raise UserError(f"-loss_class {spec}: cannot import {location} ({err})") from None
+    cls = getattr(module, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LossComputeBase)):
+        raise UserError(f"-loss_class {spec}: {location} has no LossComputeBase subclass named {name}")
+    return cls
+
+
 def build_loss_compute(model, tgt_vocab, opt, train=True):
-    """The loss compute for ``model`` from the options (label smoothing only when ``train``)."""
-    smoothing = opt.label_smoothing if train else 0.0
-    if opt.copy_attn:
-        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, smoothing)
-        return CopyGeneratorLossCompute(criterion, model.generator, len(tgt_vocab),
-                                        opt.copy_loss_by_seqlength, opt.lambda_coverage)
-    return NMTLossCompute(NMTCriterion(smoothing), model.generator, opt.lambda_coverage)
+    """The loss compute for ``model`` from the options: ``-loss_class`` if given, else the copy loss
+    for copy models and the NLL otherwise (label smoothing only when ``train``)."""
+    if getattr(opt, "loss_class", ""):
+        cls = load_loss_class(opt.loss_class)
+    else:
+        cls = CopyGeneratorLossCompute if opt.copy_attn else NMTLossCompute
+    return cls.from_options(model, tgt_vocab, opt, train)

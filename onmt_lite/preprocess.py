@@ -13,6 +13,7 @@ from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs, require_directory
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.progress import Progress, count_lines
 
 
 def check_outputs(save_data, overwrite):
@@ -25,12 +26,23 @@ def check_outputs(save_data, overwrite):
     return existing
 
 
+def with_progress(pairs, stats, src_path, desc):
+    """Yield ``pairs`` while showing the lines read (``stats.read``) out of the lines of ``src_path``."""
+    done = 0
+    with Progress(count_lines(src_path), "lines", desc) as progress:
+        for pair in pairs:
+            progress.update(stats.read - done)
+            done = stats.read
+            yield pair
+        progress.update(stats.read - done)
+
+
 def count_training_words(opt, src_tok, tgt_tok, limits):
     """Word counts of the filtered training pairs: (source Counter, target Counter)."""
     src_counter, tgt_counter = count_words(()), count_words(())
     stats = CorpusStats()
-    for _, src_tokens, tgt_tokens in tokenized_pairs(
-            opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats):
+    pairs = tokenized_pairs(opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats)
+    for _, src_tokens, tgt_tokens in with_progress(pairs, stats, opt.train_src, "vocabulary"):
         src_counter.update(src_tokens)
         tgt_counter.update(tgt_tokens)
     if stats.kept == 0:
@@ -82,7 +94,8 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
 def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, opt, staged):
     """Write the shards of one corpus into ``staged``; returns (CorpusStats, number of shards)."""
     stats = CorpusStats()
-    pairs = tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats)
+    pairs = with_progress(tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats), stats, src_path,
+                          corpus_type)
     examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict, keep_target=corpus_type == "valid")
                 for n, s, t in pairs)
     if corpus_type == "train" and opt.shuffle:

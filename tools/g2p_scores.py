@@ -5,7 +5,7 @@
 
 Word accuracy is the share of words whose phones are all right; the phone error rate is the edit
 distance (insertions, deletions, substitutions) between predicted and reference phones, summed over
-the words, over the number of reference phones.
+the words, over the number of reference phones; BLEU is sacrebleu's corpus BLEU over phones.
 """
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, parse
@@ -33,6 +33,14 @@ def scores(hypotheses, references):
     return 100.0 * correct / max(len(references), 1), 100.0 * errors / max(phones, 1)
 
 
+def phone_bleu(hypotheses, references):
+    """Corpus BLEU (sacrebleu) with each phone as a word."""
+    from sacrebleu.metrics import BLEU
+
+    join = [" ".join(tokens) for tokens in hypotheses], [" ".join(tokens) for tokens in references]
+    return BLEU(tokenize="none").corpus_score(join[0], [join[1]]).score
+
+
 def read_tokens(path):
     return [text.split() for _, text in read_lines(path)]
 
@@ -50,7 +58,9 @@ def main(argv=None):
     if len(hypotheses) != len(references):
         raise UserError(f"{opt.hyp} has {len(hypotheses)} lines, {opt.ref} has {len(references)}")
     accuracy, per = scores(hypotheses, references)
-    print(f"word accuracy {accuracy:.2f}%, phone error rate {per:.2f}% ({len(references)} words)")
+    bleu = phone_bleu(hypotheses, references)
+    print(f"word accuracy {accuracy:.2f}%, phone error rate {per:.2f}%, BLEU {bleu:.2f} over phones "
+          f"({len(references)} words)")
     words = ["".join(w) for w in read_tokens(opt.src)] if opt.src else [""] * len(references)
     for word, hyp, ref in list(zip(words, hypotheses, references))[: opt.examples]:
         mark = "ok " if hyp == ref else "ERR"

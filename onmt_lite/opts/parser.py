@@ -44,6 +44,27 @@ UNSUPPORTED_OPTIONS = {
     "dump_beam": "beam dumps are not supported",
     "fp32": "translation runs in the model's precision",
     "max_sent_length": "use -max_length",
+    "max_shard_size": "deprecated in 1.x; use -shard_size",
+    **dict.fromkeys(
+        ["model_dtype", "loss_scale", "apex_opt_level"],
+        "mixed-precision (fp16) training is not supported yet; models train in float32"),
+    **dict.fromkeys(
+        ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
+        "the GGNN (graph) encoder is not part of onmt_lite (RNN encoders only)"),
+    "src_vocab": "the vocabularies come from -data (this is the GGNN encoder's option in training)",
+    **dict.fromkeys(
+        ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
+    "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
+    **dict.fromkeys(
+        ["gpu_backend", "master_ip", "master_port"],
+        "training with several processes (torch.distributed) is not available yet"),
+    "batch_size_multiple": "token batches are not rounded to a multiple (a setting for fp16 in 1.x)",
+    "accum_steps": "-accum_count is one number; a schedule of it is not supported",
+    "tgt_prefix": "decoding with a target prefix is not supported",
+    "shard_size": "translation does not split -src into shards",
+    **dict.fromkeys(
+        ["report_align", "align_debug"],
+        "guided alignment (transformer alignment heads) is not supported; -attn_debug logs the attention"),
 }
 
 

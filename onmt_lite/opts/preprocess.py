@@ -13,8 +13,8 @@ def preprocess_opts(parser):
     add(group, "valid_tgt", default="", help="Validation target text")
     add(group, "save_data", required=True,
         help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt, PREFIX.valid.N.pt")
-    add(group, "shard_size", type=int_at_least(1), default=1000000,
-        help="Examples per shard file")
+    add(group, "shard_size", type=int_at_least(0), default=1000000,
+        help="Examples per shard file (0: all in one shard)")
     add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")
     add(group, "shuffle", type=int, choices=[0, 1], default=0,
         help="Shuffle the training examples (with -seed) before writing them")

@@ -76,6 +76,9 @@ def _optimization_opts(parser):
         help="PATTERN=FACTOR ...: scale the learning rate of parameters whose names match the glob")
     add(group, "freeze", nargs="*", default=[], help="PATTERN ...: do not update parameters whose names match")
     add(group, "dropout", type=float_in(0, 1), default=0.3, help="Dropout probability")
+    add(group, "loss_class", default="",
+        help="Train and validate with this LossComputeBase subclass: MODULE:CLASS or FILE.py:CLASS "
+             "(see docs/research.md)")
     add(group, "label_smoothing", type=float_in(0, 1), default=0.0,
         help="Label smoothing: this much probability mass spread over the vocabulary")
 

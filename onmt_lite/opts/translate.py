@@ -15,6 +15,10 @@ def _model_and_data_opts(parser):
     add(group, "data_type", default="text", type=choice(
         "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
         help="Type of the source input")
+    for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
+        add(group, name, action="store_true",
+            help="Accepted for OpenNMT-py 1.x command lines; not needed: copy models build each line's "
+                 "source vocabulary themselves and the vocabularies come from the model")
 
 
 def _search_opts(parser):
@@ -52,8 +56,15 @@ def _efficiency_and_logging_opts(parser):
     add(group, "batch_size", type=int_at_least(1), default=30, help="Sentences or tokens a batch")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]), help="sents or tokens")
     add(group, "gpu", type=int, default=-1, help="CUDA device (-1: CPU)")
+    add(group, "threads", type=int_at_least(0), default=0,
+        help="CPU threads for the tensor operations (0: PyTorch's default, one per core)")
+    add(group, "quantize", default="none", type=choice("quantize", ["none", "int8"]),
+        help="int8: dynamic int8 quantisation of the linear and recurrent layers (CPU; faster, "
+             "slightly different output)")
     add(group, "verbose", action="store_true", help="Log each sentence, its translations and scores")
     add(group, "attn_debug", action="store_true", help="Log the attention of each 1-best translation")
+    add(group, "attn_plot", default="",
+        help="Write an attention heatmap PNG per input line into DIR (needs matplotlib)", metavar="DIR")
     add(group, "report_time", action="store_true", help="Log the time taken and the speed")
     add(group, "log_file", default="", help="Also write the log to this file")
 

@@ -4,12 +4,14 @@ import time
 
 import torch
 
+from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.translate.translator import Translator, load_models
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import write_text
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.progress import Progress
 
 
 def search_options(opt, vocab):
@@ -56,17 +58,24 @@ def translate(opt):
     device = "cpu" if opt.gpu < 0 else f"cuda:{opt.gpu}"
     if opt.gpu >= 0 and not torch.cuda.is_available():
         raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
+    if opt.attn_plot:
+        prepare_directory(opt.attn_plot)
     torch.manual_seed(opt.seed)
+    if opt.threads:
+        torch.set_num_threads(opt.threads)
     sources = read_file_lines(opt.src)
     targets = read_file_lines(opt.tgt) if opt.tgt else None
-    models, vocabs, preprocess = load_models(opt.model, torch.device(device))
+    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize)
     translator = Translator(models, vocabs, preprocess, search_options(opt, vocabs["tgt"]), opt.replace_unk,
                             read_phrase_table(opt.phrase_table) if opt.phrase_table else None, opt.batch_size,
                             opt.batch_type, opt.avg_raw_probs, opt.src_spm, opt.tgt_spm, device)
     start = time.time()
-    results = translator.translate(sources, targets)
+    with Progress(len(sources), "lines", "translate") as progress:
+        results = translator.translate(sources, targets, progress.update)
     elapsed = time.time() - start
     write_text(opt.output, "".join(h + "\n" for r in results for h in r.hypotheses))
+    if opt.attn_plot:
+        write_attention_plots(results, opt.attn_plot)
     report(opt, results, sources, targets, elapsed)
     return results
 

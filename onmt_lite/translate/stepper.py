@@ -3,7 +3,8 @@
 ``ModelStepper`` holds the encoder output and the DecoderState of one model tiled over the beam;
 ``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
 the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
-``[rows x S]``; ``reorder(rows)`` follows the search's choice of rows.
+``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models);
+``reorder(rows)`` follows the search's choice of rows.
 """
 import math
 
@@ -19,7 +20,7 @@ def tile(tensor, times, dim):
 
 class ModelStepper:
     def __init__(self, model, batch, beam_size, vocab_size):
-        self.model, self.vocab_size, self.copy = model, vocab_size, batch.src_map is not None
+        self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         self.memory_bank, self.lengths = tile(memory_bank, beam_size, 1), tile(lengths, beam_size, 0)
         self.state = state.map(lambda t, dim: tile(t, beam_size, dim))
@@ -34,6 +35,7 @@ class ModelStepper:
         if not self.copy:
             return self.model.generator(dec_out[0]), attns
         scores = self.model.generator(dec_out[0], attns["copy"], self.src_map).exp()
+        attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
         return collapse_copy_scores(scores, self.ex_ids, self.vocab_size).log(), attns
 
     def reorder(self, rows, memory_rows=None):

@@ -8,6 +8,7 @@
 import dataclasses
 
 import torch
+import torch.nn as nn
 
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
@@ -21,7 +22,9 @@ from onmt_lite.utils.errors import UserError
 @dataclasses.dataclass
 class Result:
     """The translations of one input line: n-best texts, scores and log-probabilities, token lists,
-    attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given."""
+    attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given.
+    For copy models also the copy attention ``[out_len x src_len]`` and the probability of copying
+    ``[out_len x 1]`` per hypothesis (None otherwise)."""
     source: list
     hypotheses: list
     scores: list
@@ -30,10 +33,27 @@ class Result:
     attention: list
     gold_score: float = None
     gold_words: int = 0
+    copy_attention: list = dataclasses.field(default_factory=list)
+    p_copy: list = dataclasses.field(default_factory=list)
 
 
-def load_models(paths, device):
-    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies."""
+def quantize_int8(model):
+    """The model with its linear and recurrent layers dynamically quantised to int8 (CPU inference:
+    int8 weights, activations quantised on the fly); embeddings stay float."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell}, dtype=torch.qint8)
+
+
+def load_models(paths, device, quantize="none"):
+    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies.
+    ``quantize="int8"`` quantises each model for the CPU (see ``quantize_int8``)."""
+    if quantize == "int8" and torch.device(device).type != "cpu":
+        raise UserError("-quantize int8 is for CPU translation; leave out -gpu")
     models, first = [], None
     for path in paths:
         checkpoint = load_checkpoint(path)
@@ -44,7 +64,7 @@ def load_models(paths, device):
         vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
         model = model_from_checkpoint(_options(checkpoint["opt"], path), vocabs, checkpoint, path)
         model.to(device).eval()
-        models.append(model)
+        models.append(quantize_int8(model) if quantize == "int8" else model)
     copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")
@@ -76,28 +96,37 @@ class Translator:
         self.device = torch.device(device)
 
     @classmethod
-    def load(cls, paths, device="cpu", **kwargs):
-        models, vocabs, preprocess = load_models(list(paths), torch.device(device))
+    def load(cls, paths, device="cpu", quantize="none", **kwargs):
+        models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize)
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess, search, device=device, **rest)
 
-    def translate(self, sources, targets=None):
-        """Translate a list of strings; returns one ``Result`` per string, in order."""
+    def translate(self, sources, targets=None, progress=None):
+        """Translate a list of strings; returns one ``Result`` per string, in order.
+
+        ``progress``, if given, is called with the number of lines just finished: once with the
+        empty lines (not decoded), then after each batch; the numbers add up to ``len(sources)``.
+        """
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         search = Search(self.search_options, BOS_ID, EOS_ID)
+        if progress is not None and inputs.n_lines > len(inputs.lines):
+            progress(inputs.n_lines - len(inputs.lines))
         with torch.no_grad():
             for batch in inputs.batches(self.batch_size, self.batch_type):
                 batch.to(self.device)
                 self._translate_batch(batch, search, results)
                 if inputs.has_target:
                     self._gold(batch, results)
+                if progress is not None:
+                    progress(batch.batch_size)
         for result in results:
             if not result.hypotheses:  # an empty source line
                 result.hypotheses, result.scores, result.log_probs = [""], [0.0], [0.0]
                 result.tokens, result.attention = [[]], [None]
+                result.copy_attention, result.p_copy = [None], [None]
         return results
 
     def decode_batch(self, batch, search=None, sources=None):
@@ -124,6 +153,8 @@ class Translator:
                 result.scores.append(hyp.score)
                 result.log_probs.append(hyp.log_prob)
                 result.attention.append(hyp.attention.get("std"))
+                result.copy_attention.append(hyp.attention.get("copy"))
+                result.p_copy.append(hyp.attention.get("p_copy"))
 
     def _words(self, hyp, src_tokens, ex_words):
         """Token ids to words: copied words from the source, ``<unk>`` replaced when asked."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from onmt_lite.data.shards import shard_paths
-from tests.helpers import run_cli, shared_data, write_lines
+from tests.helpers import preprocess_in_process, run_cli, shared_data, write_lines
 
 
 def load(path):
@@ -146,3 +146,10 @@ def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):
     vocab = load(tmp_path / "g.vocab.pt")
     assert all(word and not word.isspace() for word in vocab["src"] + vocab["tgt"])
     assert "8500 pairs read, 8500 kept" in result.stderr
+
+
+def test_shard_size_0_writes_one_shard_as_in_1x(tmp_path):
+    from onmt_lite.data.shards import shard_paths
+
+    prefix = preprocess_in_process(str(tmp_path), "-shard_size", 0, n_train=300)
+    assert len(shard_paths(prefix, "train")) == 1

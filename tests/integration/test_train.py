@@ -115,8 +115,9 @@ def test_tensorboard_writes_scalars_or_says_plainly_that_it_cannot(data, tmp_pat
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(board))
 
 
-def test_valid_metrics_log_bleu_and_chrf_and_drive_early_stopping(data, tmp_path):
-    _, lines = train_in_process(data["copy"], str(tmp_path / "m"), *TINY_MODEL, "-copy_attn", "-train_steps", 4,
+@pytest.mark.parametrize("copy", [["-copy_attn"], []])  # a plain model on -dynamic_dict data too
+def test_valid_metrics_log_bleu_and_chrf_and_drive_early_stopping(data, tmp_path, copy):
+    _, lines = train_in_process(data["copy"], str(tmp_path / "m"), *TINY_MODEL, *copy, "-train_steps", 4,
                                 "-valid_steps", 2, "-valid_metrics", "BLEU", "chrF",
                                 "-early_stopping_criteria", "BLEU", "-early_stopping", 5)
     validations = [line for line in lines if "Validation at step" in line]

@@ -48,6 +48,22 @@ def test_the_trained_models_translate_held_out_lines(models, tmp_path, kind, min
     assert exact_match(lines(tmp_path / "out.txt"), lines(m["tgt"])) >= minimum
 
 
+@pytest.mark.parametrize("kind", ["plain", "copy"])
+def test_int8_quantised_translation_stays_close_to_float(models, tmp_path, kind):
+    m = models[kind]
+    outputs = {}
+    for quantize in ("none", "int8"):
+        path = tmp_path / f"{quantize}.txt"
+        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", path, "-quantize", quantize,
+                         "-threads", 1)
+        assert result.returncode == 0, result.stderr
+        outputs[quantize] = exact_match(lines(path), lines(m["tgt"]))
+    assert abs(outputs["int8"] - outputs["none"]) <= 0.05, outputs
+    quantized, _, _ = load_models([m["model"]], torch.device("cpu"), "int8")
+    dynamic = {type(m).__name__ for m in quantized[0].modules() if "quantized.dynamic" in type(m).__module__}
+    assert {"Linear", "LSTM", "LSTMCell"} <= dynamic, dynamic
+
+
 def test_copy_model_writes_words_outside_its_vocabulary(models):
     translator = Translator.load([models["copy"]["model"]])
     out_of_vocabulary = [w for w in lines(models["copy"]["src"])[0].split() if w not in translator.vocabs["tgt"]]

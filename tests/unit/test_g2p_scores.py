@@ -1,6 +1,8 @@
 import importlib.util
 import os
 
+import math
+
 import pytest
 
 from tests.helpers import REPO, write_lines
@@ -27,8 +29,14 @@ def test_command_prints_scores_and_examples(tmp_path, capsys):
     src = write_lines(tmp_path / "s", ["c a t", "d o g"])
     g2p_scores.main(["-hyp", hyp, "-ref", ref, "-src", src])
     out = capsys.readouterr().out
-    assert "word accuracy 50.00%, phone error rate 16.67% (2 words)" in out
+    assert "word accuracy 50.00%, phone error rate 16.67%, BLEU" in out and "(2 words)" in out
     assert "ok  cat" in out and "ERR dog" in out
     with pytest.raises(SystemExit) as exc:
         g2p_scores.main(["-hyp", hyp, "-ref", write_lines(tmp_path / "one", ["X"])])
     assert exc.value.code == 2
+
+
+def test_bleu_over_phones_by_hand():
+    # Every n-gram of the hypothesis matches; only the brevity penalty exp(1 - 6/5) remains.
+    bleu = g2p_scores.phone_bleu([["K", "AE", "T", "S", "IH"]], [["K", "AE", "T", "S", "IH", "Z"]])
+    assert bleu == pytest.approx(100 * math.exp(1 - 6 / 5))

@@ -48,7 +48,7 @@ def test_unsupported_value_is_refused_with_reason(capsys):
 
 
 def test_out_of_range_value_is_refused(capsys):
-    expect_exit_2(REQUIRED + ["-shard_size", "0"], capsys, "below the minimum 1")
+    expect_exit_2(REQUIRED + ["-shard_size", "-1"], capsys, "below the minimum 0")
 
 
 def test_help_gives_defaults(capsys):

@@ -13,7 +13,7 @@ from onmt_lite.utils.files import save_tensors
 from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, shared_data, tool, train_in_process, write_lines
 
 TOOLS = ["bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
-         "create_vocabulary", "spm_train"]
+         "create_vocabulary", "spm_train", "plot_training"]
 
 
 def run(name, *args):

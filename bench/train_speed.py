@@ -1,0 +1,116 @@
+"""Training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1, side by side on toy-ende.
+
+    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard|copy|no_input_feed]
+
+The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
+embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
+-input_feed 0. Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
+the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
+own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory its ``ru_maxrss``. The
+table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
+The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, normalised_copy, peer_config,  # noqa: E402
+                     write_results)
+
+BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
+        "global_attention": "general", "input_feed": 1, "dropout": 0.3}
+CONFIGS = {"standard": BASE, "copy": {**BASE, "copy_attn": True}, "no_input_feed": {**BASE, "input_feed": 0}}
+RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
+
+
+def run_measured(command, log, env=None):
+    """Run ``command`` with output to ``log``; returns its peak resident memory in MiB."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{command[0]} failed: see {log}")
+    return usage.ru_maxrss / 1024
+
+
+def target_rate(log, warmup):
+    """Mean target tokens/s of the reports after ``warmup`` steps."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        rates = [float(m.group(3)) for m in map(RATE.search, f) if m and int(m.group(1)) > warmup]
+    if not rates:
+        raise SystemExit(f"{log}: no Step lines after step {warmup}")
+    return statistics.mean(rates)
+
+
+def prepare(config, model_args, work, peer, data):
+    """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration)."""
+    pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
+           "-save_data", f"{work}/lite", "-overwrite", "-src_vocab_size", 20000, "-tgt_vocab_size", 20000,
+           "-src_seq_length", 200, "-tgt_seq_length", 200] + (["-dynamic_dict"] if config == "copy" else [])
+    run_measured(pre, f"{work}/lite_preprocess.log")
+    peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
+    train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "valid_steps": 1000000,
+                  "save_checkpoint_steps": 1000000, "report_every": 10, "seed": 1,
+                  "src_vocab_size": 20000, "tgt_vocab_size": 20000}
+    peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
+    run_measured([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
+                 f"{work}/peer_vocab.log", PEER_ENV)
+    return train_args
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-steps", type=int, default=200)
+    parser.add_argument("-warmup", type=int, default=20)
+    parser.add_argument("-rounds", type=int, default=2)
+    parser.add_argument("-only", choices=list(CONFIGS))
+    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument("-work", default="/tmp/onmt_lite_train_speed")
+    opt = parser.parse_args()
+    if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
+        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+    d = os.path.join(SHARED, "data", "toy-ende")
+    data = {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
+            "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
+    total = opt.warmup + opt.steps
+    rows = []
+    for config, model_args in CONFIGS.items():
+        if opt.only and config != opt.only:
+            continue
+        work = os.path.join(opt.work, config)
+        os.makedirs(work, exist_ok=True)
+        train_args = prepare(config, model_args, work, opt.peer, data)
+        runs = {"onmt_lite": [], "OpenNMT-py": []}
+        for r in range(opt.rounds):  # A B A B: both toolkits see the same machine state
+            for toolkit in runs:
+                log = f"{work}/{'lite' if toolkit == 'onmt_lite' else 'peer'}_train_{r}.log"
+                if toolkit == "onmt_lite":
+                    args = lite_args(model_args, train_args)
+                    command = [f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model",
+                               f"{work}/lite_model", *args, "-train_steps", total]
+                    memory = run_measured(command, log)
+                else:
+                    command = [f"{opt.peer}/bin/onmt_train", "-config", f"{work}/peer.yaml", "-train_steps", total]
+                    memory = run_measured(command, log, PEER_ENV)
+                runs[toolkit].append({"tgt_tok_s": target_rate(log, opt.warmup), "peak_mib": memory})
+        row = {"config": config}
+        for toolkit, values in runs.items():
+            row[toolkit] = {"tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),
+                            "peak_mib": statistics.median(v["peak_mib"] for v in values), "runs": values}
+        row["speed_ratio"] = row["onmt_lite"]["tgt_tok_s"] / row["OpenNMT-py"]["tgt_tok_s"]
+        row["memory_ratio"] = row["onmt_lite"]["peak_mib"] / row["OpenNMT-py"]["peak_mib"]
+        rows.append(row)
+        print(f"\n{config}: {opt.steps} steps after {opt.warmup} warm-up, medians of {opt.rounds} rounds (A B A B)")
+        print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9}")
+        for toolkit in runs:
+            print(f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f}")
+        print(f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x")
+        write_results("train_speed" + (f"_{opt.only}" if opt.only else ""), rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+#!/usr/bin/env python
+"""Write the table of OpenNMT-py 1.x options and their status in onmt_lite (for README.md).
+
+    python tools/options_table.py -output options.md
+    python tools/options_table.py -readme README.md
+
+``docs/opennmt_py_1x_options.txt`` lists every option of OpenNMT-py 1.x's ``preprocess.py``,
+``train.py`` and ``translate.py``. The status of each is derived from onmt_lite's own parser of the
+same command (built with the option groups of ``onmt_lite/bin/*.py``):
+
+- **same**: the parser accepts the option (a few words from ``NOTES`` may follow);
+- **changed**: the parser accepts it, but it behaves differently: ``CHANGED`` below says how;
+- **not supported**: the parser refuses it by name; the note is its reason in ``UNSUPPORTED_OPTIONS``
+  (``onmt_lite/opts/parser.py``), the same text the command prints;
+- **new**: an option of the onmt_lite command that 1.x's command lacks, with its help text.
+
+A 1.x option that onmt_lite neither accepts nor lists in ``UNSUPPORTED_OPTIONS``, or an entry of
+``CHANGED``/``NOTES`` that names no accepted 1.x option, is an error (exit status 2) naming them.
+
+With ``-readme FILE`` the table replaces the text between the lines ``<!-- options-table:begin -->``
+and ``<!-- options-table:end -->`` of FILE; with ``-output FILE`` it is written to FILE; with neither
+it is printed.
+"""
+import collections
+import os
+import sys
+
+from onmt_lite.opts import (UNSUPPORTED_OPTIONS, OptionParser, add, config_opts, model_opts, parse,
+                            preprocess_opts, train_opts, translate_opts)
+from onmt_lite.opts import build_parser as build_command_parser
+from onmt_lite.utils.errors import UserError, run_command, where
+from onmt_lite.utils.files import require_directory, write_text
+
+PROG = "options_table.py"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE = os.path.join(REPO, "docs", "opennmt_py_1x_options.txt")
+BEGIN = "<!-- options-table:begin -->"
+END = "<!-- options-table:end -->"
+
+# command: (onmt_lite command, its option groups as in onmt_lite/bin/*.py, the OpenNMT-py 1.x script)
+COMMANDS = {
+    "preprocess": ("onmt_lite_preprocess", (config_opts, preprocess_opts), "preprocess.py"),
+    "train": ("onmt_lite_train", (config_opts, model_opts, train_opts), "train.py"),
+    "translate": ("onmt_lite_translate", (config_opts, translate_opts), "translate.py"),
+}
+
+# 1.x options that onmt_lite accepts but that behave differently, and how. A key is an option name
+# (for every command that accepts it) or "command:name" (for that command only, tried first).
+CHANGED = {
+    # preprocess
+    "data_type": "only `text`; `img`, `audio` and `vec` are refused",
+    "train_src": "one file (1.x takes several, named by -train_ids)",
+    "train_tgt": "one file (1.x takes several)",
+    "src_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
+    "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
+    "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
+    # model
+    "model_type": "only `text`; `img`, `audio` and `vec` are refused",
+    "encoder_type": "`rnn` or `brnn`; `transformer`, `cnn`, `mean` and `ggnn` are refused",
+    "decoder_type": "only `rnn`; `transformer` and `cnn` are refused",
+    "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
+    "global_attention": "`dot`, `general` or `mlp`; `none` is refused",
+    "global_attention_function": "only `softmax`; `sparsemax` is refused",
+    "generator_function": "only `softmax`; `sparsemax` is refused",
+    "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
+    # train
+    "gpu_ranks": "at most one rank: one process on one device",
+    "world_size": "only 1: training with several processes is not available",
+    "accum_count": "one number (1.x takes a list that changes at the -accum_steps)",
+    "dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
+    "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
+    "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
+    "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "
+                               "picks SAVE_MODEL_best.pt",
+    "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
+                       "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
+}
+
+# A few words on options that are the same.
+NOTES = {
+    "train:seed": "-1 draws a seed and logs it",
+    "translate:tgt": "also logs BLEU and chrF",
+    "translate:model": "several make an ensemble",
+    "translate:dynamic_dict": "accepted; not needed (copy models always build their source vocabularies)",
+    "translate:share_vocab": "accepted; not needed (the vocabularies come from the model)",
+}
+
+
+def build_parser():
+    """The option parser of options_table.py."""
+    parser = OptionParser(PROG, "Write the table of OpenNMT-py 1.x options and their status in onmt_lite.")
+    group = parser.add_argument_group("Table")
+    add(group, "reference", default="",
+        help="The list of OpenNMT-py 1.x options, one 'COMMAND NAME' a line "
+             "(default: docs/opennmt_py_1x_options.txt of this checkout)")
+    add(group, "output", default="", help="Write the markdown table to this file")
+    add(group, "readme", default="",
+        help=f"Replace the text between the lines {BEGIN} and {END} of this file with the table")
+    return parser
+
+
+def read_reference(path):
+    """``{command: [option name, ...]}`` from the 1.x option list at ``path``, in file order."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read the option list ({err.strerror or err})") from None
+    reference = {command: [] for command in COMMANDS}
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in COMMANDS:
+            raise UserError(f"{where(path, lineno)}: expected 'COMMAND NAME' with COMMAND one of "
+                            f"{', '.join(COMMANDS)}, got {line!r}")
+        command, name = fields[0], fields[1].lstrip("-")
+        if name in reference[command]:
+            raise UserError(f"{where(path, lineno)}: {command} {name} is listed twice")
+        reference[command].append(name)
+    return reference
+
+
+def command_parser(command):
+    """onmt_lite's option parser of ``command`` (preprocess, train or translate)."""
+    prog, groups, _ = COMMANDS[command]
+    return build_command_parser(prog, list(groups))
+
+
+def option_actions(parser):
+    """``{name: argparse action}`` of every ``-name`` the parser accepts (not ``-h``), in parser order."""
+    actions = {}
+    for action in parser._actions:
+        for string in action.option_strings:
+            if not string.startswith("--") and string != "-h":
+                actions[string[1:]] = action
+    return actions
+
+
+def _lookup(table, command, name):
+    """``(key, text)`` of the entry of ``table`` for ``name`` in ``command``, or ``(None, None)``."""
+    for key in (f"{command}:{name}", name):
+        if key in table:
+            return key, table[key]
+    return None, None
+
+
+def _one_line(text):
+    return " ".join(str(text or "").split())
+
+
+def command_rows(command, names):
+    """``(rows, unknown, used)`` for one command: rows ``(option, status, note)``, the 1.x options that
+    onmt_lite neither accepts nor refuses by name, and the CHANGED/NOTES keys used."""
+    actions = option_actions(command_parser(command))
+    rows, unknown, used = [], [], set()
+    for name in names:
+        if name in actions:
+            key, changed = _lookup(CHANGED, command, name)
+            if changed:
+                used.add(("CHANGED", key))
+                rows.append((f"-{name}", "changed", changed))
+                continue
+            key, note = _lookup(NOTES, command, name)
+            if note:
+                used.add(("NOTES", key))
+            rows.append((f"-{name}", "same", note or ""))
+        elif name in UNSUPPORTED_OPTIONS:
+            rows.append((f"-{name}", "not supported", UNSUPPORTED_OPTIONS[name]))
+        else:
+            unknown.append(name)
+    listed = set(names)
+    for name, action in actions.items():
+        if name in listed:
+            continue
+        aliases = [s[1:] for s in action.option_strings
+                   if not s.startswith("--") and s != f"-{name}" and s[1:] in listed]
+        note = f"another spelling of -{aliases[0]}" if aliases else _one_line(action.help)
+        rows.append((f"-{name}", "new", note))
+    return rows, unknown, used
+
+
+def table_rows(reference):
+    """``{command: rows}`` for every command; a UserError if an option is unaccounted for."""
+    tables, unknown, used = {}, [], set()
+    for command, names in reference.items():
+        rows, missing, keys = command_rows(command, names)
+        tables[command] = rows
+        unknown += [f"{command} -{name}" for name in missing]
+        used |= keys
+    if unknown:
+        raise UserError(f"{len(unknown)} OpenNMT-py 1.x option(s) are neither accepted by onmt_lite nor "
+                        f"refused by name (add them to UNSUPPORTED_OPTIONS in onmt_lite/opts/parser.py "
+                        f"with the reason): {', '.join(unknown)}")
+    stale = [f"{kind}[{key!r}]" for kind, table in (("CHANGED", CHANGED), ("NOTES", NOTES))
+             for key in table if (kind, key) not in used]
+    if stale:
+        raise UserError(f"these entries of {PROG} name no OpenNMT-py 1.x option that onmt_lite accepts: "
+                        f"{', '.join(stale)}")
+    return tables
+
+
+def _cell(text):
+    return text.replace("|", "\\|")
+
+
+def render(reference):
+    """The markdown tables (every command) for the 1.x option list ``reference``."""
+    tables = table_rows(reference)
+    counts = {command: collections.Counter(status for _, status, _ in rows) for command, rows in tables.items()}
+    out = [
+        f"Generated by `tools/{PROG}` from `docs/opennmt_py_1x_options.txt` (every option of OpenNMT-py "
+        "1.2.0, the last 1.x release) and onmt_lite's own option parsers. **same**: accepted with the same "
+        "meaning; **changed**: accepted, but it behaves differently (the note says how); **not supported**: "
+        "refused by name, with the reason shown, and exit status 2; **new**: onmt_lite only. Every option "
+        "is also spelled `--name`. onmt_lite reads and writes its own data and checkpoint files, not "
+        "OpenNMT-py's.",
+        "",
+        "| command | 1.x options | same | changed | not supported | new in onmt_lite |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for command, (prog, _, script) in COMMANDS.items():
+        c = counts[command]
+        out.append(f"| `{prog}` (1.x `{script}`) | {len(reference[command])} | {c['same']} | {c['changed']} "
+                   f"| {c['not supported']} | {c['new']} |")
+    for command, (prog, _, script) in COMMANDS.items():
+        out += ["", f"### `{prog}` (OpenNMT-py 1.x `{script}`)", "",
+                "| option | status | note |", "| --- | --- | --- |"]
+        out += [f"| `{option}` | {status} | {_cell(note)} |" for option, status, note in tables[command]]
+    return "\n".join(out) + "\n"
+
+
+def _marker_line(lines, marker, path):
+    found = [i for i, line in enumerate(lines) if line.strip() == marker]
+    if len(found) != 1:
+        raise UserError(f"{path}: expected one line {marker}, found {len(found)}")
+    return found[0]
+
+
+def readme_section(text, path="README"):
+    """The text between the marker lines of ``text`` (a UserError naming ``path`` if they are missing)."""
+    lines = text.splitlines(keepends=True)
+    begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
+    if end < begin:
+        raise UserError(f"{path}: the line {END} comes before {BEGIN}")
+    return "".join(lines[begin + 1:end])
+
+
+def replace_section(text, table, path="README"):
+    """``text`` with the section between its marker lines replaced by ``table`` (blank lines around it)."""
+    readme_section(text, path)
+    lines = text.splitlines(keepends=True)
+    begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
+    if not lines[begin].endswith("\n"):
+        lines[begin] += "\n"
+    return "".join(lines[:begin + 1]) + "\n" + table + "\n" + "".join(lines[end:])
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
+
+
+@run_command(PROG)
+def main(argv=None):
+    """Run options_table.py with ``argv`` (default: the command line)."""
+    opt = parse(build_parser(), argv)
+    if opt.output and opt.readme:
+        raise UserError("give -output or -readme, not both")
+    if opt.readme:
+        text = _read_text(opt.readme)
+        readme_section(text, opt.readme)  # the markers are checked before anything else is done
+    table = render(read_reference(opt.reference or REFERENCE))
+    if opt.readme:
+        updated = replace_section(text, table, opt.readme)
+        if updated == text:
+            print(f"{opt.readme} is up to date")
+        else:
+            write_text(opt.readme, updated)
+            print(f"updated the options table in {opt.readme}")
+    elif opt.output:
+        require_directory(opt.output, "-output")
+        write_text(opt.output, table)
+        print(f"wrote the options table to {opt.output}")
+    else:
+        sys.stdout.write(table)
+
+
+if __name__ == "__main__":
+    main()
