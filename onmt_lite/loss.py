@@ -143,10 +143,15 @@ class LossComputeBase(nn.Module):
             loss, stats = self._compute_loss(batch, **state)
             return loss / float(normalization), stats
         total = Statistics()
-        for shard in shards(state, shard_size):
-            loss, stats = self._compute_loss(batch, **shard)
-            (loss / float(normalization)).backward()
-            total.update(stats)
+        device_type = output.device.type
+        autocast = torch.is_autocast_enabled(device_type)  # -model_dtype: losses under autocast, backward not
+        dtype = torch.get_autocast_dtype(device_type)
+        with torch.autocast(device_type, enabled=False):  # the gathered backward runs after the last shard
+            for shard in shards(state, shard_size):
+                with torch.autocast(device_type, dtype=dtype, enabled=autocast):
+                    loss, stats = self._compute_loss(batch, **shard)
+                (loss / float(normalization)).backward()
+                total.update(stats)
         return None, total
 
     def _target(self, batch, range_):

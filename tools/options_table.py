@@ -72,6 +72,8 @@ CHANGED = {
     "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "
                                "picks SAVE_MODEL_best.pt",
+    "model_dtype": "adds `bf16` (mixed precision that runs on CPUs); `fp16` needs a CUDA device and keeps "
+                   "loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
                        "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
 }

@@ -46,8 +46,8 @@ UNSUPPORTED_OPTIONS = {
     "max_sent_length": "use -max_length",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
-        ["model_dtype", "loss_scale", "apex_opt_level"],
-        "mixed-precision (fp16) training is not supported yet; models train in float32"),
+        ["loss_scale", "apex_opt_level"],
+        "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported"),
     **dict.fromkeys(
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
         "the GGNN (graph) encoder is not part of onmt_lite (RNN encoders only)"),

@@ -76,6 +76,9 @@ def _optimization_opts(parser):
         help="PATTERN=FACTOR ...: scale the learning rate of parameters whose names match the glob")
     add(group, "freeze", nargs="*", default=[], help="PATTERN ...: do not update parameters whose names match")
     add(group, "dropout", type=float_in(0, 1), default=0.3, help="Dropout probability")
+    add(group, "model_dtype", default="fp32", type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
+        help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; fp16 "
+             "with dynamic loss scaling)")
     add(group, "loss_class", default="",
         help="Train and validate with this LossComputeBase subclass: MODULE:CLASS or FILE.py:CLASS "
              "(see docs/research.md)")

@@ -19,6 +19,7 @@ from onmt_lite.train.checkpoint import (CheckpointWriter, build_checkpoint, load
                                         set_rng_state)
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
+from onmt_lite.train.precision import Precision
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.trainer import Trainer, TrainingRun
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
@@ -96,6 +97,9 @@ def train(opt):
     opt = resolve_options(opt, checkpoint, record)
     check_criteria(opt)
     device = choose_device(opt)
+    if opt.model_dtype == "fp16" and device.type == "cpu":
+        raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
+                        "kernels); on the CPU use -model_dtype bf16")
     writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint)
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
@@ -110,7 +114,7 @@ def train(opt):
     optim.log_groups(logger.info)
     trainer = Trainer(model, build_loss_compute(model, vocabs["tgt"], opt), build_loss_compute(
         model, vocabs["tgt"], opt, train=False), optim, device, opt.accum_count, opt.max_generator_batches,
-        opt.truncated_decoder, opt.normalization)
+        opt.truncated_decoder, opt.normalization, Precision(opt.model_dtype, device))
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
                                seed=opt.seed, repeat=True)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
@@ -121,6 +125,7 @@ def train(opt):
             restore_optimizer(optim, checkpoint, opt.reset_optim)
             train_iter.load_state_dict(checkpoint["data"])
             early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
+            trainer.precision.load_state_dict(checkpoint["trainer"].get("precision"))
             set_rng_state(checkpoint["rng"])
             logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
         else:
@@ -132,7 +137,8 @@ def train(opt):
 
     def make_checkpoint(at_step):
         return build_checkpoint(model, vocabs, plain_options(opt), at_step, optim.state_dict(),
-                                train_iter.state_dict(), {"early_stopping": early_stopping.state_dict()}, record)
+                                train_iter.state_dict(), {"early_stopping": early_stopping.state_dict(),
+                                                          "precision": trainer.precision.state_dict()}, record)
 
     def valid_batches():
         return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor)

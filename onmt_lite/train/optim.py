@@ -126,15 +126,18 @@ class Optimizer:
     def zero_grad(self):
         self.optimizer.zero_grad(set_to_none=True)
 
-    def step(self):
-        """Check and clip the gradients, set the scheduled learning rates, update; returns the
-        gradient norm before clipping. A NaN or infinite gradient raises NonFiniteError before any
-        parameter or schedule changes."""
+    def step(self, grad_scale=1.0):
+        """Check, unscale (by ``grad_scale``, the fp16 loss scale) and clip the gradients, set the
+        scheduled learning rates, update; returns the gradient norm before clipping. A NaN or infinite
+        gradient raises NonFiniteError before any parameter or schedule changes."""
         grads = [p.grad for p in self.params if p.grad is not None]
         total_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
-        norm = float(total_norm)
+        norm = float(total_norm) / grad_scale
         if not math.isfinite(norm):
             raise NonFiniteError(f"the gradient norm is {norm}")
+        if grad_scale != 1.0:
+            torch._foreach_mul_(grads, 1.0 / grad_scale)
+            total_norm = total_norm / grad_scale
         if self.max_grad_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.max_grad_norm, total_norm)
         lr = self.learning_rate()

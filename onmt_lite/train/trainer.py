@@ -19,6 +19,7 @@ import torch
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.train.optim import NonFiniteError
+from onmt_lite.train.precision import Precision
 from onmt_lite.train.statistics import Statistics
 from onmt_lite.utils.errors import Stopped, UserError
 from onmt_lite.utils.logging import logger
@@ -39,14 +40,16 @@ class Trainer:
         optim: an ``Optimizer``. device: where batches go.
         accum_count, shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``),
         norm_method ("sents" or "tokens"): as the options of the same names.
+        precision: a ``Precision`` (``-model_dtype``); float32 by default.
     """
 
     def __init__(self, model, loss_compute, valid_loss_compute, optim, device, accum_count=1, shard_size=0,
-                 trunc_size=0, norm_method="sents"):
+                 trunc_size=0, norm_method="sents", precision=None):
         self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
         self.optim, self.device = optim, device
         self.accum_count, self.shard_size, self.trunc_size = accum_count, shard_size, trunc_size
         self.norm_method = norm_method
+        self.precision = precision or Precision("fp32", device)
 
     def forward_backward(self, batch, norm):
         """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
@@ -55,12 +58,13 @@ class Trainer:
         window = self.trunc_size or n_positions
         state = None
         for start in range(0, n_positions, window):
-            memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths)
-            tgt_in = batch.tgt[start: min(start + window, n_positions)]
-            dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
-                                                      first_state if state is None else state)
-            loss, window_stats = self.loss_compute(batch, dec_out, attns, norm, self.shard_size, start,
-                                                   tgt_in.size(0))
+            with self.precision.autocast():
+                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths)
+                tgt_in = batch.tgt[start: min(start + window, n_positions)]
+                dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
+                                                          first_state if state is None else state)
+                loss, window_stats = self.loss_compute(batch, dec_out, attns, norm, self.shard_size, start,
+                                                       tgt_in.size(0))
             if loss is not None:
                 loss.backward()
             stats.update(window_stats)
@@ -74,18 +78,26 @@ class Trainer:
         norm = normalization(batches, self.norm_method)
         self.optim.zero_grad()
         stats = Statistics()
-        for batch in batches:
-            stats.update(self.forward_backward(batch, norm))
+        for batch in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
+            stats.update(self.forward_backward(batch, norm / self.precision.scale))
         if not math.isfinite(stats.loss):
             raise NonFiniteError(f"the loss is {stats.loss}")
-        self.optim.step()
+        try:
+            self.optim.step(self.precision.scale)
+        except NonFiniteError:
+            if not self.precision.scaled:
+                raise
+            self.precision.update(overflow=True)
+            logger.info(f"fp16 gradients overflowed: step skipped, loss scale now {self.precision.scale:g}")
+            return stats
+        self.precision.update(overflow=False)
         return stats
 
     def validate(self, batches):
         """Statistics of the model on ``batches`` (eval mode, no gradients, no label smoothing)."""
         self.model.eval()
         stats = Statistics()
-        with torch.no_grad():
+        with torch.no_grad(), self.precision.autocast():
             for batch in batches:
                 batch = batch.to(self.device)
                 dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths)
