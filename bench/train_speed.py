@@ -4,7 +4,7 @@
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
--input_feed 0. Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
+-input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
 the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
 own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory its ``ru_maxrss``. The
 table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
@@ -23,7 +23,10 @@ from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, normalised_copy, pee
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
         "global_attention": "general", "input_feed": 1, "dropout": 0.3}
-CONFIGS = {"standard": BASE, "copy": {**BASE, "copy_attn": True}, "no_input_feed": {**BASE, "input_feed": 0}}
+# name: (settings of both toolkits, onmt_lite's extra options); "standard_bf16" sets onmt_lite's mixed
+# precision against the peer's float32 (OpenNMT-py's fp16 does not run on a CPU).
+CONFIGS = {"standard": (BASE, []), "copy": ({**BASE, "copy_attn": True}, []),
+           "no_input_feed": ({**BASE, "input_feed": 0}, []), "standard_bf16": (BASE, ["-model_dtype", "bf16"])}
 RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
@@ -78,7 +81,7 @@ def main():
             "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
     total = opt.warmup + opt.steps
     rows = []
-    for config, model_args in CONFIGS.items():
+    for config, (model_args, lite_extra) in CONFIGS.items():
         if opt.only and config != opt.only:
             continue
         work = os.path.join(opt.work, config)
@@ -91,7 +94,7 @@ def main():
                 if toolkit == "onmt_lite":
                     args = lite_args(model_args, train_args)
                     command = [f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model",
-                               f"{work}/lite_model", *args, "-train_steps", total]
+                               f"{work}/lite_model", *args, *lite_extra, "-train_steps", total]
                     memory = run_measured(command, log)
                 else:
                     command = [f"{opt.peer}/bin/onmt_train", "-config", f"{work}/peer.yaml", "-train_steps", total]

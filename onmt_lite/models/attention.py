@@ -57,7 +57,7 @@ class GlobalAttention(nn.Module):
             scores = scores + self.linear_cover(coverage.unsqueeze(3)).squeeze(3)
         return scores
 
-    def forward(self, query, memory, memory_lengths, coverage=None, keys=None):
+    def forward(self, query, memory, memory_lengths, coverage=None, keys=None, mask=None):
         """Attend.
 
         Args:
@@ -66,13 +66,14 @@ class GlobalAttention(nn.Module):
             memory_lengths: ``[B]`` source lengths.
             coverage: ``[B x T x S]`` or None.
             keys: ``memory_keys(memory)`` if already computed.
+            mask: ``length_mask(memory_lengths, S)`` if already computed.
         Returns:
             attn_h ``[B x T x H]``, align ``[B x T x S]`` (rows sum to 1, 0 on padding).
         """
         keys = self.memory_keys(memory) if keys is None else keys
         scores = self.score(query, keys, coverage)
-        mask = length_mask(memory_lengths, memory.size(1)).unsqueeze(1)  # [B x 1 x S]
-        align = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        mask = length_mask(memory_lengths, memory.size(1)) if mask is None else mask
+        align = F.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)  # mask [B x 1 x S]
         if self.linear_out is None:
             return None, align
         context = torch.bmm(align, memory)

@@ -7,7 +7,7 @@ so beam search can reorder a state with ``state.map`` and truncated BPTT can cut
 import torch
 import torch.nn as nn
 
-from onmt_lite.models.attention import GlobalAttention
+from onmt_lite.models.attention import GlobalAttention, length_mask
 
 
 class DecoderState:
@@ -90,19 +90,19 @@ class RNNDecoderBase(nn.Module):
         return DecoderState(encoder_final, zeros(batch, self.hidden_size),
                             zeros(batch, src_len) if self.coverage_attn else None)
 
-    def _attend(self, query, memory, lengths, keys, coverage):
+    def _attend(self, query, memory, lengths, keys, coverage, mask=None):
         """Attention of ``query`` ``[B x T x H]``; with coverage, one position at a time.
 
         Returns attn_h ``[B x T x H]``, align ``[B x T x S]``, the coverage before each position
         ``[B x T x S]`` (or None) and the coverage after the last one.
         """
         if coverage is None:
-            attn_h, align = self.attn(query, memory, lengths, keys=keys)
+            attn_h, align = self.attn(query, memory, lengths, keys=keys, mask=mask)
             return attn_h, align, None, None
         outs, aligns, covs = [], [], []
         for t in range(query.size(1)):
             covs.append(coverage)
-            attn_h, align = self.attn(query[:, t:t + 1], memory, lengths, coverage.unsqueeze(1), keys)
+            attn_h, align = self.attn(query[:, t:t + 1], memory, lengths, coverage.unsqueeze(1), keys, mask)
             coverage = coverage + align.squeeze(1)
             outs.append(attn_h)
             aligns.append(align)
@@ -137,13 +137,13 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
         memory = memory_bank.transpose(0, 1)
-        keys = self.attn.memory_keys(memory)
+        keys, mask = self.attn.memory_keys(memory), length_mask(memory_lengths, memory.size(1))  # once, not per step
         hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
         outs, aligns, covs = [], [], []
         for emb_t in self.embeddings(tgt):
             rnn_out, hidden = self.rnn(torch.cat([emb_t, feed], 1), hidden)
             attn_h, align, cov_before, coverage = self._attend(
-                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage)
+                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask)
             feed = self.dropout(attn_h.squeeze(1))
             outs.append(feed)
             aligns.append(align)
