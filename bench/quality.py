@@ -93,7 +93,7 @@ def lite_args(model_args, train_args):
     return args
 
 
-def train_both(task, data, peer_data, model_args, train_args, budget, work, peer):
+def train_both(task, data, peer_data, model_args, train_args, budget, work, peer, reuse=False):
     """Train onmt_lite and the peer; returns {toolkit: (checkpoint, step, seconds)}."""
     pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
            "-valid_src", data["src_valid"], "-valid_tgt", data["tgt_valid"], "-save_data", f"{work}/lite",
@@ -103,6 +103,10 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
     if model_args.get("copy_attn"):
         pre += ["-dynamic_dict"]
     run(pre, f"{work}/lite_preprocess.log")
+    if reuse and glob.glob(f"{work}/lite_model_step_*.pt") and glob.glob(f"{work}/peer_model_step_*.pt"):
+        return {"onmt_lite": (*newest_checkpoint(f"{work}/lite_model_step_*.pt"), logged_seconds(f"{work}/lite_train.log")),
+                "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"),
+                               logged_seconds(f"{work}/peer_train.log"))}
     seconds = run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/lite_model",
                    *lite_args(model_args, train_args)], f"{work}/lite_train.log", budget)
     lite = (*newest_checkpoint(f"{work}/lite_model_step_*.pt"), seconds)
@@ -112,12 +116,51 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
     return {"onmt_lite": lite, "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"), seconds)}
 
 
+def logged_seconds(log):
+    """The elapsed seconds of the last Step line of a training log (both toolkits log ``N sec``)."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        found = re.findall(r"Step \d+/.*?(\d+) sec", f.read())
+    return float(found[-1]) if found else float("nan")
+
+
+# OpenNMT-py 3.5.1 saves a copy model's generator as {"linear.weight", ...} but looks for the
+# parameter name alone when loading ("Missing key in checkpoint: generator.linear.weight"); moving the
+# generator's tensors into "model" under their full names lets it load its own checkpoint.
+REPAIR_PEER_COPY_CHECKPOINT = """
+import sys, torch
+c = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+if c.get("generator") and "linear_copy.weight" in c["generator"]:
+    c["model"].update({"generator." + k: v for k, v in c["generator"].items()})
+    c["generator"] = None
+torch.save(c, sys.argv[2])
+"""
+
+
+# And its onmt_translate builds batches without the copy data (inference_engine.py calls
+# build_dynamic_dataset_iter without copy=True: "KeyError: 'src_map'"); this driver runs the same
+# command with that argument set.
+PEER_TRANSLATE_WITH_COPY_DATA = """
+import functools, sys
+import onmt.inference_engine as engine
+engine.build_dynamic_dataset_iter = functools.partial(engine.build_dynamic_dataset_iter, copy=True)
+from onmt.bin.translate import main
+sys.argv = ["onmt_translate"] + sys.argv[1:]
+main()
+"""
+
+
 def translate_both(models, src, work, peer):
     outputs = {}
     for toolkit, (checkpoint, _, _) in models.items():
         out = f"{work}/{toolkit}.pred"
-        binary = f"{LITE_BIN}/onmt_lite_translate" if toolkit == "onmt_lite" else f"{peer}/bin/onmt_translate"
-        run([binary, "-model", checkpoint, "-src", src, "-output", out, "-beam_size", 5, "-batch_size", 32],
+        if toolkit == "OpenNMT-py":
+            repaired = f"{work}/peer_model_for_translation.pt"
+            run([f"{peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, checkpoint, repaired],
+                f"{work}/peer_repair.log")
+            checkpoint = repaired
+        binary = [f"{LITE_BIN}/onmt_lite_translate"] if toolkit == "onmt_lite" else [
+            f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA]
+        run([*binary, "-model", checkpoint, "-src", src, "-output", out, "-beam_size", 5, "-batch_size", 32],
             f"{work}/{toolkit}_translate.log")
         with open(out, encoding="utf-8") as f:
             outputs[toolkit] = [" ".join(line.split()) for line in f]
@@ -154,6 +197,8 @@ def main():
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py venv")
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
     parser.add_argument("-only", choices=["copy", "nocopy"], help="ende: run one of the two settings")
+    parser.add_argument("-reuse", action="store_true",
+                        help="Translate and score the checkpoints of an earlier run instead of training again")
     opt = parser.parse_args()
     if not os.path.isdir(SHARED):
         raise SystemExit(f"needs {SHARED}")
@@ -184,7 +229,7 @@ def main():
         work = os.path.join(opt.work, opt.task, re.sub(r"\W+", "_", label))
         os.makedirs(work, exist_ok=True)
         peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
-        models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer)
+        models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer, opt.reuse)
         outputs = translate_both(models, data["src_valid"], work, opt.peer)
         results.append(report(opt.task, label, models, score(opt.task, outputs, ref), metric))
         write_results(f"quality_{opt.task}" + (f"_{opt.only}" if opt.only else ""), results)
