@@ -6,7 +6,8 @@ The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
 -input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
 the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
-own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory its ``ru_maxrss``. The
+own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory the resident memory of its
+whole process tree (OpenNMT-py's data-loading workers included), sampled every 0.2 s. The
 table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
 """
@@ -16,6 +17,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, normalised_copy, peer_config,  # noqa: E402
@@ -30,14 +32,39 @@ CONFIGS = {"standard": (BASE, []), "copy": ({**BASE, "copy_attn": True}, []),
 RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
+def tree_rss_mib(root):
+    """Resident memory of process ``root`` and all its descendants (OpenNMT-py trains with data-loading
+    worker processes), in MiB, from /proc."""
+    parents, rss = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)], rss[int(entry)] = int(fields[1]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        tree.update(children)
+        frontier = children
+    return sum(rss.get(pid, 0) for pid in tree) / 2 ** 20
+
+
 def run_measured(command, log, env=None):
-    """Run ``command`` with output to ``log``; returns its peak resident memory in MiB."""
+    """Run ``command`` with output to ``log``; returns the peak resident memory of its process tree
+    in MiB, sampled every 0.2 s."""
     with open(log, "w") as out:
         proc = subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_mib(proc.pid))
+            time.sleep(0.2)
+    if proc.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
-    return usage.ru_maxrss / 1024
+    return peak
 
 
 def target_rate(log, warmup):
