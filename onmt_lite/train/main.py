@@ -46,6 +46,9 @@ def choose_device(opt):
         raise UserError("training with several processes (-world_size > 1) is not available yet")
     gpu = opt.gpu_ranks[0] if opt.gpu_ranks else opt.gpu
     if gpu < 0:
+        if opt.model_dtype == "fp16":
+            raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
+                            "kernels); on the CPU use -model_dtype bf16")
         return torch.device("cpu")
     if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
         raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
@@ -88,6 +91,23 @@ def restore_optimizer(optim, checkpoint, reset_optim):
     optim.load_state_dict(checkpoint["optim"], moments=reset_optim in ("none", "keep_states"), schedule=True)
 
 
+def resume(checkpoint, opt, trainer, train_iter, early_stopping):
+    """Restore the training state of ``checkpoint`` (optimizer per -reset_optim, data position, early
+    stopping, loss scale, random generators); returns its step."""
+    step = checkpoint["step"]
+    if not all(key in checkpoint for key in ("optim", "data", "trainer", "rng")):
+        logger.info(f"{opt.train_from} holds weights only (a released or averaged model): continuing from "
+                    f"step {step} with a new optimizer and the data from its start")
+        return step
+    restore_optimizer(trainer.optim, checkpoint, opt.reset_optim)
+    train_iter.load_state_dict(checkpoint["data"])
+    early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
+    trainer.precision.load_state_dict(checkpoint["trainer"].get("precision"))
+    set_rng_state(checkpoint["rng"])
+    logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
+    return step
+
+
 def train(opt):
     """Train as the options say; returns the step reached."""
     record, vocabs, train_paths, valid_paths = load_data(opt)
@@ -97,9 +117,6 @@ def train(opt):
     opt = resolve_options(opt, checkpoint, record)
     check_criteria(opt)
     device = choose_device(opt)
-    if opt.model_dtype == "fp16" and device.type == "cpu":
-        raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
-                        "kernels); on the CPU use -model_dtype bf16")
     writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint)
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
@@ -118,19 +135,7 @@ def train(opt):
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
                                seed=opt.seed, repeat=True)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
-    step = 0
-    if checkpoint is not None:
-        step = checkpoint["step"]
-        if all(key in checkpoint for key in ("optim", "data", "trainer", "rng")):
-            restore_optimizer(optim, checkpoint, opt.reset_optim)
-            train_iter.load_state_dict(checkpoint["data"])
-            early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
-            trainer.precision.load_state_dict(checkpoint["trainer"].get("precision"))
-            set_rng_state(checkpoint["rng"])
-            logger.info(f"resuming from {opt.train_from} at step {step} (-reset_optim {opt.reset_optim})")
-        else:
-            logger.info(f"{opt.train_from} holds weights only (a released or averaged model): continuing from "
-                        f"step {step} with a new optimizer and the data from its start")
+    step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if step >= opt.train_steps:
         logger.info(f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}")
         return step
