@@ -40,6 +40,11 @@ from onmt_lite.train.statistics import Statistics
 from onmt_lite.utils.errors import UserError
 
 
+def _smoothing(opt, train):
+    """Label smoothing applies to training only; validation reports the plain NLL."""
+    return opt.label_smoothing if train else 0.0
+
+
 def filter_shard_state(state, shard_size=None):
     """Yield the entries of ``state`` whose value is not None.
 
@@ -116,7 +121,7 @@ class LossComputeBase(nn.Module):
         if opt.copy_attn:
             raise UserError(f"-loss_class {cls.__name__}: a copy-attention model needs a loss built on "
                             f"CopyGeneratorLossCompute (or a from_options that builds one)")
-        return cls(NMTCriterion(opt.label_smoothing if train else 0.0), model.generator)
+        return cls(NMTCriterion(_smoothing(opt, train)), model.generator)
 
     @property
     def padding_idx(self):
@@ -182,7 +187,7 @@ class NMTLossCompute(LossComputeBase):
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
-        return cls(NMTCriterion(opt.label_smoothing if train else 0.0), model.generator, opt.lambda_coverage)
+        return cls(NMTCriterion(_smoothing(opt, train)), model.generator, opt.lambda_coverage)
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         return {"output": output, "target": self._target(batch, range_),
@@ -210,7 +215,7 @@ class CopyGeneratorLossCompute(LossComputeBase):
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
-        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, opt.label_smoothing if train else 0.0)
+        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, _smoothing(opt, train))
         return cls(criterion, model.generator, len(tgt_vocab), opt.copy_loss_by_seqlength, opt.lambda_coverage)
 
     def _make_shard_state(self, batch, output, range_, attns=None):

@@ -80,9 +80,9 @@ class Trainer:
         stats = Statistics()
         for batch in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
             stats.update(self.forward_backward(batch, norm / self.precision.scale))
-        if not math.isfinite(stats.loss):
-            raise NonFiniteError(f"the loss is {stats.loss}")
-        try:
+        try:  # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
+            if not math.isfinite(stats.loss):
+                raise NonFiniteError(f"the loss is {stats.loss}")
             self.optim.step(self.precision.scale)
         except NonFiniteError:
             if not self.precision.scaled:
