@@ -163,6 +163,10 @@ class LossComputeBase(nn.Module):
         """The target words predicted at positions ``range_``: ``[end - start x B]``."""
         return batch.tgt[range_[0] + 1: range_[1] + 1]
 
+    def _target_rows(self, target):
+        """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened time-major."""
+        return (target.reshape(-1) != self.padding_idx).nonzero().squeeze(1)
+
     def _stats(self, nll_sum, pred, target):
         """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
         non_pad = target != self.padding_idx
@@ -194,12 +198,13 @@ class NMTLossCompute(LossComputeBase):
                 **_coverage_state(attns, self.lambda_coverage)}
 
     def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None):
-        log_probs = self.generator(output.reshape(-1, output.size(2)))
-        gold = target.reshape(-1)
+        rows = self._target_rows(target)  # the generator runs on real target words only
+        log_probs = self.generator(output.reshape(-1, output.size(2))[rows])
+        gold = target.reshape(-1)[rows]
         loss, nll = self.criterion(log_probs, gold)
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
-                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)
+                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
         stats = self._stats(nll.sum(), log_probs.detach().argmax(1), gold)
         return loss.sum(), stats
 
@@ -227,23 +232,24 @@ class CopyGeneratorLossCompute(LossComputeBase):
 
     def _compute_loss(self, batch, output, target, copy_attn, align, std_attn=None, coverage_attn=None):
         n_pos, n_batch = target.shape
+        rows = self._target_rows(target)  # the generator runs on real target words only
+        example = rows % n_batch  # rows are time-major: row t * B + b is example b
         log_probs = self.generator(output.reshape(n_pos * n_batch, -1),
-                                   copy_attn.reshape(n_pos * n_batch, -1), batch.src_map)
-        gold, gold_align = target.reshape(-1), align.reshape(-1)
+                                   copy_attn.reshape(n_pos * n_batch, -1), batch.src_map, rows)
+        gold, gold_align = target.reshape(-1)[rows], align.reshape(-1)[rows]
         loss, nll = self.criterion(log_probs, gold_align, gold)
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
-                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)
-        stats = self._copy_stats(nll, log_probs.detach(), gold, gold_align, batch)
+                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
+        stats = self._copy_stats(nll, log_probs.detach(), gold, gold_align, batch.src_ex_tgt_ids[example])
         if self.normalize_by_length:
             lengths = (batch.tgt[1:] != self.padding_idx).sum(0).to(loss.dtype)  # whole sentences
-            return (loss.view(n_pos, n_batch) / lengths).sum(), stats
+            return (loss / lengths[example]).sum(), stats
         return loss.sum(), stats
 
-    def _copy_stats(self, nll, log_probs, gold, gold_align, batch):
-        """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry."""
-        n_rows = log_probs.size(0)
-        ex_ids = batch.src_ex_tgt_ids.repeat(n_rows // batch.batch_size, 1)
+    def _copy_stats(self, nll, log_probs, gold, gold_align, ex_ids):
+        """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry.
+        ``ex_ids`` ``[N x n]``: the target-vocabulary id of each source word of each row's example."""
         pred = collapse_copy_scores(log_probs.exp(), ex_ids, self.vocab_size).argmax(1)
         copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
         extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)

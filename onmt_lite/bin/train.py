@@ -3,6 +3,7 @@ from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_o
 from onmt_lite.train.main import train
 from onmt_lite.utils.errors import run_command
 from onmt_lite.utils.logging import init_logger
+from onmt_lite.utils.memory import reuse_freed_memory
 
 PROG = "onmt_lite_train"
 
@@ -11,6 +12,7 @@ PROG = "onmt_lite_train"
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, model_opts, train_opts], __doc__), args)
     init_logger(opt.log_file)
+    reuse_freed_memory()
     train(opt)
 
 

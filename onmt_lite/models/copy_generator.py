@@ -59,15 +59,20 @@ class CopyGenerator(nn.Module):
         self.linear_copy = nn.Linear(hidden_size, 1)
         self.pad_idx = pad_idx
 
-    def forward(self, hidden, attn, src_map):
-        """``hidden`` ``[N x H]``, ``attn`` ``[N x S]`` (copy attention), ``src_map`` ``[S x B x n]``."""
+    def forward(self, hidden, attn, src_map, rows=None):
+        """``hidden`` ``[N x H]``, ``attn`` ``[N x S]`` (copy attention), ``src_map`` ``[S x B x n]``;
+        the N rows are time-major (row ``t * B + b``). ``rows``, ``[M]`` row indices, asks for those
+        rows alone (``[M x V + n]``): the vocabulary projection, the costly part, then skips the rest
+        (the loss leaves out padding positions so)."""
+        src_len, batch, n_words = src_map.shape
+        per_example = attn.view(-1, batch, src_len).transpose(0, 1)  # [B x T x S]
+        copy_prob = torch.bmm(per_example, src_map.transpose(0, 1)).transpose(0, 1).reshape(-1, n_words)
+        if rows is not None:
+            hidden, copy_prob = hidden[rows], copy_prob[rows]
         logits = self.linear(hidden)
         logits[:, self.pad_idx] = float("-inf")
         gate = self.linear_copy(hidden)
         log_vocab = F.log_softmax(logits, dim=-1) + F.logsigmoid(-gate)
-        src_len, batch, n_words = src_map.shape
-        per_example = attn.view(-1, batch, src_len).transpose(0, 1)  # [B x T x S]
-        copy_prob = torch.bmm(per_example, src_map.transpose(0, 1)).transpose(0, 1).reshape(-1, n_words)
         log_copy = torch.log(copy_prob.clamp_min(TINY)) + F.logsigmoid(gate)
         return torch.cat([log_vocab, log_copy], dim=1)
 

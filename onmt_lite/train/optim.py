@@ -95,8 +95,8 @@ def make_torch_optimizer(name, param_groups, lr, opt):
                                    **kwargs)
     if name == "adadelta":
         return torch.optim.Adadelta(param_groups, lr=lr, **kwargs)
-    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-    return optimizer_class(param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, **kwargs)
+    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW  # fused: one kernel, CPU or GPU
+    return optimizer_class(param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, fused=True, **kwargs)
 
 
 class Optimizer:
@@ -167,9 +167,11 @@ class Optimizer:
                 if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
                     raise UserError(f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
                                     f"the parameter {tuple(param.shape)}")
-            # moments go to the parameter's device; Adam's scalar step count stays a CPU tensor
+            # moments go to the parameter's device; Adam's scalar step count too when it is fused, else
+            # it stays a CPU tensor
+            scalar_device = param.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
             self.optimizer.state[param] = {
-                k: (v.to(param.device, copy=True) if v.dim() > 0 else v.clone()) if torch.is_tensor(v) else v
+                k: v.to(param.device if v.dim() > 0 else scalar_device, copy=True) if torch.is_tensor(v) else v
                 for k, v in state.items()}
 
     def log_groups(self, log):

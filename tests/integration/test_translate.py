@@ -117,7 +117,13 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models):
     assert sum("<unk>" in h for h in plain) > len(src) / 2
     replaced = [r.hypotheses[0] for r in Translator.load([m["model"]], replace_unk=True).translate(src)]
     assert not any("<unk>" in h for h in replaced)
-    assert exact_match(replaced, tgt) > exact_match(plain, tgt) + 0.5
+    assert exact_match(plain, tgt) == 0
+    # each <unk> is replaced by the source word it attends to most: on the reversal task, mostly the right one
+    unk_positions = [(h, r, i) for p, h, r in zip(plain, replaced, tgt) for i, w in enumerate(p.split())
+                     if w == "<unk>" and len(h.split()) == len(r.split()) == len(p.split())]
+    assert len(unk_positions) > len(src)
+    right = sum(h.split()[i] == r.split()[i] for h, r, i in unk_positions) / len(unk_positions)
+    assert right > 0.6  # measured 0.78; a word picked at random from the source would be right 1 time in 4
     translator = Translator.load([m["model"]], replace_unk=True)
     oov = next(f"w{i}" for i in range(20) if f"w{i}" not in translator.vocabs["tgt"])
     translator.phrase_table = {oov: "MAPPED"}
