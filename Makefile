@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO := data/cmudict
 DEMO_STEPS ?= 5000
 
-.PHONY: install test demo clean
+.PHONY: install test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,14 @@ demo: $(VENV)/.demo
 	@echo "Translate new words (letters separated by spaces, one word a line):"
 	@echo "  echo 'h e l l o' > words.txt"
 	@echo "  $(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src words.txt -output phones.txt && cat phones.txt"
+
+# Side by side with OpenNMT-py 3.5.1 (installed into /tmp/peer-opennmt on first use); about 3 hours on 2 cores.
+bench: $(VENV)/.demo
+	$(BIN)/python bench/train_speed.py
+	$(BIN)/python bench/translate_speed.py
+	$(BIN)/python bench/shard_memory.py
+	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/roofline.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

@@ -47,6 +47,9 @@ def child(args):
     from onmt_lite.preprocess import make_example
     from onmt_lite.train.trainer import Trainer, normalization
 
+    from onmt_lite.utils.memory import reuse_freed_memory
+
+    reuse_freed_memory()  # as onmt_lite_train does
     torch.manual_seed(0)
     torch.set_num_threads(2)
     vocab = Vocab([f"w{i}" for i in range(args.vocab - 4)])

@@ -1,6 +1,6 @@
 """Training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1, side by side on toy-ende.
 
-    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard|copy|no_input_feed]
+    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard copy ...]
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
@@ -12,6 +12,7 @@ table quotes medians over the rounds and the ratios; figures go to bench/results
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -20,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, normalised_copy, peer_config,  # noqa: E402
+from quality import (LITE_BIN, PEER_ENV, REPO, SHARED, lite_args, normalised_copy, peer_config,  # noqa: E402
                      write_results)
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
@@ -76,6 +77,16 @@ def target_rate(log, warmup):
     return statistics.mean(rates)
 
 
+def earlier_rows(only):
+    """With -only, the rows of the other configurations from bench/results/train_speed.json (so that
+    configurations measured at different times share one file)."""
+    path = os.path.join(REPO, "bench", "results", "train_speed.json")
+    if not only or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [row for row in json.load(f) if row["config"] not in only]
+
+
 def prepare(config, model_args, work, peer, data):
     """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration)."""
     pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
@@ -97,7 +108,7 @@ def main():
     parser.add_argument("-steps", type=int, default=200)
     parser.add_argument("-warmup", type=int, default=20)
     parser.add_argument("-rounds", type=int, default=2)
-    parser.add_argument("-only", choices=list(CONFIGS))
+    parser.add_argument("-only", nargs="+", choices=list(CONFIGS), help="configurations to run (default: all)")
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-work", default="/tmp/onmt_lite_train_speed")
     opt = parser.parse_args()
@@ -107,9 +118,9 @@ def main():
     data = {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
             "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
     total = opt.warmup + opt.steps
-    rows = []
+    rows = earlier_rows(opt.only)
     for config, (model_args, lite_extra) in CONFIGS.items():
-        if opt.only and config != opt.only:
+        if opt.only and config not in opt.only:
             continue
         work = os.path.join(opt.work, config)
         os.makedirs(work, exist_ok=True)
@@ -133,13 +144,13 @@ def main():
                             "peak_mib": statistics.median(v["peak_mib"] for v in values), "runs": values}
         row["speed_ratio"] = row["onmt_lite"]["tgt_tok_s"] / row["OpenNMT-py"]["tgt_tok_s"]
         row["memory_ratio"] = row["onmt_lite"]["peak_mib"] / row["OpenNMT-py"]["peak_mib"]
-        rows.append(row)
+        rows = [r for r in rows if r["config"] != config] + [row]
         print(f"\n{config}: {opt.steps} steps after {opt.warmup} warm-up, medians of {opt.rounds} rounds (A B A B)")
         print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9}")
         for toolkit in runs:
             print(f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f}")
         print(f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x")
-        write_results("train_speed" + (f"_{opt.only}" if opt.only else ""), rows)
+        write_results("train_speed", rows)
 
 
 if __name__ == "__main__":

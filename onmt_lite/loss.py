@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID
-from onmt_lite.models.copy_generator import (CopyGeneratorLoss, NMTCriterion, collapse_copy_scores)
+from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion, collapsed_argmax
 from onmt_lite.train.statistics import Statistics
 from onmt_lite.utils.errors import UserError
 
@@ -250,7 +250,7 @@ class CopyGeneratorLossCompute(LossComputeBase):
     def _copy_stats(self, nll, log_probs, gold, gold_align, ex_ids):
         """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry.
         ``ex_ids`` ``[N x n]``: the target-vocabulary id of each source word of each row's example."""
-        pred = collapse_copy_scores(log_probs.exp(), ex_ids, self.vocab_size).argmax(1)
+        pred = collapsed_argmax(log_probs, ex_ids, self.vocab_size)
         copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
         extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)
         return self._stats(nll.sum(), pred, extended_gold)

@@ -64,8 +64,9 @@ CHANGED = {
     "generator_function": "only `softmax`; `sparsemax` is refused",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
     # train
-    "gpu_ranks": "at most one rank: one process on one device",
-    "world_size": "only 1: training with several processes is not available",
+    "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
+    "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
+    "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
     "accum_count": "one number (1.x takes a list that changes at the -accum_steps)",
     "dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",

@@ -1,7 +1,14 @@
-"""onmt_lite_train: train a model on preprocessed data (see onmt_lite.train.main)."""
+"""onmt_lite_train: train a model on preprocessed data (see onmt_lite.train.main).
+
+With ``-world_size N`` it starts N training processes; under torchrun each process runs this
+command (see onmt_lite.train.distributed).
+"""
+import logging
+
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
+from onmt_lite.train.distributed import check_options, from_environment, launched_by_torchrun, spawn
 from onmt_lite.train.main import train
-from onmt_lite.utils.errors import run_command
+from onmt_lite.utils.errors import Stopped, UserError, run_command
 from onmt_lite.utils.logging import init_logger
 from onmt_lite.utils.memory import reuse_freed_memory
 
@@ -11,9 +18,32 @@ PROG = "onmt_lite_train"
 @run_command(PROG)
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, model_opts, train_opts], __doc__), args)
-    init_logger(opt.log_file)
+    check_options(opt)
+    if opt.world_size > 1 and not launched_by_torchrun():
+        init_logger()
+        spawn(opt, spawned_process)
+    else:
+        train_process(opt)
+
+
+def train_process(opt):
+    """One training process: the only one, or one rank of several. Only rank 0 logs, and only rank 0
+    reports the errors that every rank meets (bad input, a signal); the others exit with its status."""
+    dist = from_environment(opt)
+    main_rank = dist is None or dist.is_main
+    init_logger(opt.log_file if main_rank else None, logging.INFO if main_rank else logging.WARNING)
     reuse_freed_memory()
-    train(opt)
+    try:
+        train(opt, dist)
+    except (UserError, Stopped) as err:
+        if main_rank:
+            raise
+        raise Stopped("", getattr(err, "exit_code", 2)) from None
+
+
+def spawned_process(opt):
+    """A process started by ``-world_size``: errors reported as the command reports them."""
+    run_command(PROG)(train_process)(opt)
 
 
 if __name__ == "__main__":

@@ -122,3 +122,22 @@ def collapse_copy_scores(probs, src_ex_tgt_ids, vocab_size):
     in_vocab = ids != 0
     fixed = fixed.scatter_add(-1, ids, copy * in_vocab)
     return torch.cat([fixed, copy.masked_fill(in_vocab, 0)], dim=-1)
+
+
+def collapsed_argmax(log_probs, src_ex_tgt_ids, vocab_size):
+    """The argmax of ``collapse_copy_scores(log_probs.exp(), src_ex_tgt_ids, vocab_size)``, ``[N]``,
+    without building that ``[N x V + n]`` matrix.
+
+    Collapsing only raises the fixed entries of the example's own words (by their copy probability),
+    so the winner is either the best fixed entry or one of the n entries of the example's words:
+    those are compared in log space (``logaddexp`` of the fixed and the copy term).
+    """
+    fixed, copy = log_probs[:, :vocab_size], log_probs[:, vocab_size:]
+    ids = src_ex_tgt_ids.expand_as(copy)
+    in_vocab = ids != 0
+    best_fixed, best_fixed_id = fixed.max(1)
+    collapsed = torch.where(in_vocab, torch.logaddexp(fixed.gather(1, ids), copy), copy)  # [N x n]
+    best_word, j = collapsed.max(1)
+    j = j.unsqueeze(1)
+    word_id = torch.where(in_vocab.gather(1, j), ids.gather(1, j), j + vocab_size).squeeze(1)
+    return torch.where(best_word > best_fixed, word_id, best_fixed_id)

@@ -13,9 +13,15 @@ def _general_opts(parser):
         help="With -train_from: none (resume everything), all (new optimizer and schedule), states (new "
              "optimizer moments, checkpoint settings), keep_states (checkpoint moments, new settings)")
     add(group, "seed", type=int, default=-1, help="Random seed (-1: draw one and log it)")
-    add(group, "gpu_ranks", type=int, nargs="*", default=[], help="Train on this CUDA device (one rank)")
+    add(group, "gpu_ranks", type=int, nargs="*", default=[],
+        help="CUDA devices to train on, one process each (as many as -world_size)")
     add(group, "gpu", type=int, default=-1, help="Train on this CUDA device (-1: CPU)")
-    add(group, "world_size", type=int_at_least(1), default=1, help="Number of processes")
+    add(group, "world_size", type=int_at_least(1), default=1,
+        help="Training processes: onmt_lite starts them (under torchrun, torchrun does)")
+    add(group, "gpu_backend", default="auto", type=choice("gpu_backend", ["auto", "nccl", "gloo"]),
+        help="torch.distributed backend (auto: nccl on CUDA devices, gloo on CPUs)")
+    add(group, "master_ip", default="localhost", help="Address where the processes of -world_size meet")
+    add(group, "master_port", type=int_at_least(1), default=10000, help="Port where the processes meet")
     add(group, "log_file", default="", help="Also write the log to this file")
     add(group, "report_every", type=int_at_least(1), default=50, help="Log statistics every N steps")
     add(group, "tensorboard", action="store_true", help="Write scalars for TensorBoard (needs tensorboard)")

@@ -41,19 +41,20 @@ def load_data(opt):
     return record, vocabs, train, shard_paths(opt.data, "valid")
 
 
-def choose_device(opt):
-    if opt.world_size > 1 or len(opt.gpu_ranks) > 1:
-        raise UserError("training with several processes (-world_size > 1) is not available yet")
-    gpu = opt.gpu_ranks[0] if opt.gpu_ranks else opt.gpu
-    if gpu < 0:
-        if opt.model_dtype == "fp16":
-            raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
-                            "kernels); on the CPU use -model_dtype bf16")
-        return torch.device("cpu")
-    if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
-        raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
-                        f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
-    return torch.device("cuda", gpu)
+def choose_device(opt, dist=None):
+    """The process's device: its rank's with several processes, else -gpu_ranks/-gpu or the CPU."""
+    if dist is not None:
+        device = dist.device
+    else:
+        gpu = opt.gpu_ranks[0] if opt.gpu_ranks else opt.gpu
+        if gpu >= 0 and (not torch.cuda.is_available() or gpu >= torch.cuda.device_count()):
+            raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
+                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
+        device = torch.device("cuda", gpu) if gpu >= 0 else torch.device("cpu")
+    if device.type == "cpu" and opt.model_dtype == "fp16":
+        raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
+                        "kernels); on the CPU use -model_dtype bf16")
+    return device
 
 
 def resolve_options(opt, checkpoint, record):
@@ -108,34 +109,41 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
     return step
 
 
-def train(opt):
-    """Train as the options say; returns the step reached."""
+def train(opt, dist=None):
+    """Train as the options say (as one of several processes with ``dist``, a ``Distributed``);
+    returns the step reached."""
     record, vocabs, train_paths, valid_paths = load_data(opt)
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
     opt = resolve_options(opt, checkpoint, record)
     check_criteria(opt)
-    device = choose_device(opt)
-    writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint)
+    device = choose_device(opt, dist)
+    is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
+    writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint) if is_main else None
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
-    logger.info(f"seed {opt.seed}; device {device}; data {opt.data}: {len(train_paths)} train, "
+    processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
+    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: {len(train_paths)} train, "
                 f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
     if checkpoint is not None:
         model = model_from_checkpoint(opt, vocabs, checkpoint, opt.train_from)
     else:
         model = build_model(opt, vocabs)
     model.to(device)
+    if dist is not None:
+        dist.broadcast_parameters(model)
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)
     trainer = Trainer(model, build_loss_compute(model, vocabs["tgt"], opt), build_loss_compute(
         model, vocabs["tgt"], opt, train=False), optim, device, opt.accum_count, opt.max_generator_batches,
-        opt.truncated_decoder, opt.normalization, Precision(opt.model_dtype, device))
+        opt.truncated_decoder, opt.normalization, Precision(opt.model_dtype, device), dist)
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
                                seed=opt.seed, repeat=True)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
+    if dist is not None and dist.rank > 0:
+        torch.manual_seed(opt.seed + dist.rank + step)  # its own dropout masks
     if step >= opt.train_steps:
         logger.info(f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}")
         return step
@@ -150,8 +158,8 @@ def train(opt):
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
-    reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard else None)
-    scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics else None
+    reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard and is_main else None)
+    scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics and is_main else None
     run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
                       valid_batches if valid_paths else None, scorer)
     return run.run(train_iter, step)

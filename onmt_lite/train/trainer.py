@@ -6,6 +6,9 @@ With ``truncated_decoder`` K each batch is decoded K target positions at a time:
 encoded again for every window (its graph is freed by each window's backward), the decoder state is
 carried over and detached, and the loss covers exactly that window's positions.
 
+With several processes (``dist``, see distributed.py) the normaliser is the step's total over all of
+them and the gradients are summed over them after the step's last backward pass.
+
 Faults: a NaN or infinite loss or gradient stops training before the step is applied (the weights
 and the checkpoints on disk stay good). SIGINT or SIGTERM ends the current step, saves a checkpoint
 and exits with 128 + the signal number; a second signal stops at once.
@@ -18,6 +21,7 @@ import threading
 import torch
 
 from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.train.distributed import step_share
 from onmt_lite.train.optim import NonFiniteError
 from onmt_lite.train.precision import Precision
 from onmt_lite.train.statistics import Statistics
@@ -41,15 +45,17 @@ class Trainer:
         accum_count, shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``),
         norm_method ("sents" or "tokens"): as the options of the same names.
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
+        dist: a ``Distributed`` when training with several processes, else None.
     """
 
     def __init__(self, model, loss_compute, valid_loss_compute, optim, device, accum_count=1, shard_size=0,
-                 trunc_size=0, norm_method="sents", precision=None):
+                 trunc_size=0, norm_method="sents", precision=None, dist=None):
         self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
         self.optim, self.device = optim, device
         self.accum_count, self.shard_size, self.trunc_size = accum_count, shard_size, trunc_size
         self.norm_method = norm_method
         self.precision = precision or Precision("fp32", device)
+        self.dist = dist
 
     def forward_backward(self, batch, norm):
         """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
@@ -72,14 +78,20 @@ class Trainer:
         return stats
 
     def train_step(self, batches):
-        """One optimizer step over ``batches`` (a list of ``accum_count`` batches)."""
+        """One optimizer step over ``batches`` (a list of ``accum_count`` batches; this process's share
+        of the step with several processes). Returns the step's Statistics (of all processes)."""
         self.model.train()
         batches = [b.to(self.device) for b in batches]
         norm = normalization(batches, self.norm_method)
+        if self.dist is not None:
+            norm = self.dist.sum([norm])[0]
         self.optim.zero_grad()
         stats = Statistics()
         for batch in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
             stats.update(self.forward_backward(batch, norm / self.precision.scale))
+        if self.dist is not None:
+            self.dist.sum_gradients(self.optim.params)
+            self.dist.sum_statistics(stats)
         try:  # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
             if not math.isfinite(stats.loss):
                 raise NonFiniteError(f"the loss is {stats.loss}")
@@ -115,6 +127,8 @@ class TrainingRun:
         self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
         self.early_stopping, self.make_checkpoint, self.valid_batches = early_stopping, make_checkpoint, valid_batches
         self.metric_scorer = metric_scorer
+        self.dist = trainer.dist
+        self.is_main = self.dist is None or self.dist.is_main  # logs, validates, writes checkpoints
 
     def run(self, train_iter, step):
         """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
@@ -127,41 +141,53 @@ class TrainingRun:
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
             try:
-                stats = self.trainer.train_step([next(batches) for _ in range(opt.accum_count)])
+                stats = self.trainer.train_step(step_share(batches, opt.accum_count, self.dist))
             except NonFiniteError as err:
-                last = self.writer.last_path() or opt.train_from or "none was written"
+                last = self._last_checkpoint() or opt.train_from or "none was written"
                 raise UserError(f"step {step + 1}: {err}; training stopped without applying this step "
                                 f"(last good checkpoint: {last})") from None
             step += 1
             report_stats.update(stats)
             if step % opt.report_every == 0:
-                self.reporter.training(step, report_stats, lr)
+                if self.is_main:
+                    self.reporter.training(step, report_stats, lr)
                 report_stats = Statistics()
             stop = self.valid_batches is not None and step % opt.valid_steps == 0 and self.validate(step)
-            if step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or signals.received:
+            received = signals.received if self.dist is None else int(self.dist.max(signals.received))
+            save = step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or received
+            if save and self.is_main:
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
-            if signals.received:
-                name = signal.Signals(signals.received).name
+            if received:
+                name = signal.Signals(received).name
                 raise Stopped(f"stopped by {name} at step {step}; resume with -train_from "
-                              f"{self.writer.last_path()}", 128 + signals.received)
+                              f"{self._last_checkpoint()}", 128 + received)
             if stop:
                 logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
                 break
         return step
 
+    def _last_checkpoint(self):
+        return self.writer.last_path() if self.writer is not None else None
+
     def validate(self, step):
-        """Validate, update early stopping and the best checkpoint; returns True to stop."""
-        stats = self.trainer.validate(self.valid_batches())
-        scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
-        if self.metric_scorer is not None:
-            metric_scores, extra = self.metric_scorer(self.valid_batches())
-            scores.update(metric_scores)
-        improved = self.early_stopping.update(scores)
+        """Validate (rank 0), update early stopping, the plateau schedule (every rank) and the best
+        checkpoint; returns True to stop."""
+        improved = stop = False
+        if self.is_main:
+            stats = self.trainer.validate(self.valid_batches())
+            scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
+            if self.metric_scorer is not None:
+                metric_scores, extra = self.metric_scorer(self.valid_batches())
+                scores.update(metric_scores)
+            improved = self.early_stopping.update(scores)
+            self.reporter.validation(step, stats, extra)
+            if improved:
+                self.writer.save_best(self.make_checkpoint(step))
+            stop = self.early_stopping.should_stop()
+        if self.dist is not None:
+            improved, stop = (bool(x) for x in self.dist.broadcast([improved, stop]))
         self.trainer.optim.schedule.validated(improved)
-        self.reporter.validation(step, stats, extra)
-        if improved:
-            self.writer.save_best(self.make_checkpoint(step))
-        return self.early_stopping.should_stop()
+        return stop
 
 
 class _StopSignals(contextlib.AbstractContextManager):

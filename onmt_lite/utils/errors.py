@@ -63,7 +63,8 @@ def run_command(name):
                 code, message = _report(err)
                 if _DEBUG:
                     traceback.print_exception(err)
-                print(f"{name}: {message}", file=sys.stderr)
+                if message:  # a Stopped without a message: the reason was reported already
+                    print(f"{name}: {message}", file=sys.stderr)
                 sys.exit(code)
 
         return wrapped

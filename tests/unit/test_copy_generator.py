@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from onmt_lite.loss import build_loss_compute
-from onmt_lite.models.copy_generator import CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_scores
+from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_scores,
+                                             collapsed_argmax)
 from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
 
 V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2
@@ -74,6 +75,22 @@ def test_collapse_over_a_real_batch_keeps_totals_per_row():
     torch.testing.assert_close(collapsed.sum(-1), probs.view(dec_out.size(0), 4, -1).sum(-1))
     in_vocab = batch.src_ex_tgt_ids != 0
     assert (collapsed[..., len(TGT_VOCAB):][in_vocab.expand(dec_out.size(0), -1, -1)] == 0).all()
+
+
+def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
+    draw = torch.Generator().manual_seed(0)
+    vocab_size, n_words, rows = 50, 6, 4000
+    log_probs = torch.log_softmax(3 * torch.randn(rows, vocab_size + n_words, generator=draw), 1)
+    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[:, :n_words]  # an example's words differ
+    ids[torch.rand(rows, n_words, generator=draw) < 0.4] = 0  # words not in the vocabulary
+    expected = collapse_copy_scores(log_probs.exp(), ids, vocab_size).argmax(1)
+    got = collapsed_argmax(log_probs, ids, vocab_size)
+    assert torch.equal(got, expected)
+    assert (expected >= vocab_size).any() and (expected < vocab_size).any()  # both kinds of winner occur
+    boosted = torch.zeros_like(expected, dtype=torch.bool)
+    for j in range(n_words):
+        boosted |= (expected == ids[:, j]) & (ids[:, j] != 0) & (log_probs[:, :vocab_size].argmax(1) != expected)
+    assert boosted.any()  # and copy mass changed the winner among vocabulary words
 
 
 def test_an_unknown_target_word_found_in_the_source_gets_a_finite_loss_and_gradient():

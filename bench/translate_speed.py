@@ -1,0 +1,174 @@
+"""Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
+
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500]
+
+Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
+settings and the same number of steps (1,000), without and with copy attention; they are trained
+first when missing. Input: the first ``-lines`` lines of src-val.txt, batch 32, beam 5 and greedy,
+the machine's default thread count (2 here) for both. Each round runs onmt_lite, onmt_lite with
+``-quantize int8`` and OpenNMT-py one after the other (A B C A B C); a run's time is the decoding
+time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
+medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
+ratios, and BLEU of each output against tgt-val.txt. int8 is also scored where accuracy means
+something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
+Figures go to bench/results/translate_speed.json.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import (LITE_BIN, PEER_TRANSLATE_WITH_COPY_DATA, REPAIR_PEER_COPY_CHECKPOINT, SHARED,  # noqa: E402
+                     newest_checkpoint, normalised_copy, run, write_results)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_beam_5"}
+MODES = {"beam 5": 5, "greedy": 1}
+LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
+PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
+
+
+def ensure_models(quality_work, setting):
+    """The onmt_lite and OpenNMT-py checkpoints of ``setting``, trained by quality.py when missing."""
+    work = os.path.join(quality_work, MODELS[setting])
+    pattern = {"onmt_lite": f"{work}/lite_model_step_*.pt", "OpenNMT-py": f"{work}/peer_model_step_*.pt"}
+    if not all(os.path.exists(p.replace("*", "1000")) for p in pattern.values()):
+        only = "copy" if setting == "copy" else "nocopy"
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "ende", "-only", only,
+                        "-work", quality_work], check=True)
+    return {toolkit: newest_checkpoint(p)[0] for toolkit, p in pattern.items()}
+
+
+def decode_seconds(toolkit, log, n_lines):
+    with open(log, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    if toolkit == "OpenNMT-py":
+        found = PEER_TIME.findall(text)
+        if not found:
+            raise SystemExit(f"{log}: no 'Average translation time' line")
+        return float(found[-1]) * n_lines / 1000
+    found = LITE_TIME.findall(text)
+    if not found:
+        raise SystemExit(f"{log}: no 'translated N lines in S s' line")
+    return float(found[-1][1])
+
+
+def translate(toolkit, model, src, out, beam, peer, log):
+    common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam, "-batch_size", 32, "-report_time"]
+    if toolkit == "OpenNMT-py":
+        command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common]
+    else:
+        command = [f"{LITE_BIN}/onmt_lite_translate", *common] + (
+            ["-quantize", "int8"] if toolkit == "onmt_lite int8" else [])
+    run(command, log)
+    with open(out, encoding="utf-8") as f:
+        hyps = [" ".join(line.split()) for line in f]
+    return hyps
+
+
+def bleu(hyps, refs):
+    from sacrebleu.metrics import BLEU
+
+    return BLEU().corpus_score(hyps, [refs]).score
+
+
+def measure(models, src, refs, beam, rounds, work, peer, tag):
+    """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output."""
+    runs = {toolkit: [] for toolkit in ("onmt_lite", "onmt_lite int8", "OpenNMT-py")}
+    scores = {}
+    for r in range(rounds):
+        for toolkit in runs:
+            name = re.sub(r"\W+", "_", f"{toolkit}_{tag}_{r}")
+            model = models["OpenNMT-py" if toolkit == "OpenNMT-py" else "onmt_lite"]
+            hyps = translate(toolkit, model, src, f"{work}/{name}.pred", beam, peer, f"{work}/{name}.log")
+            seconds = decode_seconds(toolkit, f"{work}/{name}.log", len(hyps))
+            words = sum(len(h.split()) + 1 for h in hyps)
+            runs[toolkit].append({"seconds": seconds, "sents_s": len(hyps) / seconds, "tok_s": words / seconds})
+            scores[toolkit] = bleu(hyps, refs) if refs is not None else None
+    row = {}
+    for toolkit, values in runs.items():
+        row[toolkit] = {"sents_s": statistics.median(v["sents_s"] for v in values),
+                        "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
+    row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
+    row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
+    return row
+
+
+def print_row(title, row):
+    print(f"\n{title}")
+    print(f"{'toolkit':<16} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
+    for toolkit in ("onmt_lite", "onmt_lite int8", "OpenNMT-py"):
+        v = row[toolkit]
+        print(f"{toolkit:<16} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {v['bleu']:>6.2f}")
+    print(f"onmt_lite / OpenNMT-py: {row['speed_ratio']:.2f}x sentences/s; int8 / float32: "
+          f"{row['int8_speedup']:.2f}x, BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+
+
+def g2p_int8(quality_work, rounds, work):
+    """Exact match and speed of the g2p model in float32 and int8 on src.valid (beam 5)."""
+    model_dir = os.path.join(quality_work, "g2p", "beam_5_exact_match")
+    if not os.path.isdir(model_dir):
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "g2p", "-work", quality_work],
+                       check=True)
+    model = newest_checkpoint(f"{model_dir}/lite_model_step_*.pt")[0]
+    d = os.path.join(SHARED, "data", "g2p-sr")
+    with open(f"{d}/tgt.valid", encoding="utf-8") as f:
+        refs = [" ".join(line.split()) for line in f]
+    row = {}
+    for toolkit in ("onmt_lite", "onmt_lite int8"):
+        speeds, match = [], 0.0
+        for r in range(rounds):
+            name = re.sub(r"\W+", "_", f"g2p_{toolkit}_{r}")
+            hyps = translate(toolkit, model, f"{d}/src.valid", f"{work}/{name}.pred", 5, None, f"{work}/{name}.log")
+            speeds.append(len(hyps) / decode_seconds(toolkit, f"{work}/{name}.log", len(hyps)))
+            match = 100.0 * sum(h == r for h, r in zip(hyps, refs)) / len(refs)
+        row[toolkit] = {"sents_s": statistics.median(speeds), "exact_match": match, "runs": speeds}
+    print("\ng2p-sr src.valid, beam 5, batch 32: int8 against float32")
+    print(f"{'onmt_lite':<16} {'sents/s':>8} {'exact %':>8}")
+    for toolkit, v in row.items():
+        print(f"{toolkit:<16} {v['sents_s']:>8.1f} {v['exact_match']:>8.2f}")
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-rounds", type=int, default=2)
+    parser.add_argument("-lines", type=int, default=500)
+    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
+    parser.add_argument("-work", default="/tmp/onmt_lite_translate_speed")
+    opt = parser.parse_args()
+    if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
+        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+    os.makedirs(opt.work, exist_ok=True)
+    d = os.path.join(SHARED, "data", "toy-ende")
+    src = os.path.join(opt.work, "src.txt")
+    with open(normalised_copy(f"{d}/src-val.txt", opt.work), encoding="utf-8") as f:
+        lines = f.readlines()[: opt.lines]
+    with open(src, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    with open(f"{d}/tgt-val.txt", encoding="utf-8") as f:
+        refs = [" ".join(line.split()) for line in f][: opt.lines]
+    results = {"lines": opt.lines, "rows": []}
+    for setting in MODELS:
+        models = ensure_models(opt.quality_work, setting)
+        repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
+        run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
+            f"{opt.work}/peer_repair.log")
+        models["OpenNMT-py"] = repaired
+        for mode, beam in MODES.items():
+            row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
+            row.update({"setting": setting, "mode": mode})
+            results["rows"].append(row)
+            print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
+                      f"medians of {opt.rounds} rounds", row)
+            write_results("translate_speed", results)
+    results["g2p_int8"] = g2p_int8(opt.quality_work, opt.rounds, opt.work)
+    write_results("translate_speed", results)
+
+
+if __name__ == "__main__":
+    main()
