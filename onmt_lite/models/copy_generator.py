@@ -141,3 +141,17 @@ def collapsed_argmax(log_probs, src_ex_tgt_ids, vocab_size):
     j = j.unsqueeze(1)
     word_id = torch.where(in_vocab.gather(1, j), ids.gather(1, j), j + vocab_size).squeeze(1)
     return torch.where(best_word > best_fixed, word_id, best_fixed_id)
+
+
+def collapse_copy_log_probs(log_probs, src_ex_tgt_ids, vocab_size):
+    """``log(collapse_copy_scores(log_probs.exp(), src_ex_tgt_ids, vocab_size))``, computed in place
+    on ``log_probs`` ``[N x V + n]`` and returned: only the entries of each example's own words change
+    (the fixed entry of a word the vocabulary has becomes ``logaddexp`` of both terms, its copy entry
+    ``-inf``), so no pass over the whole matrix is needed beyond the caller's."""
+    fixed, copy = log_probs[:, :vocab_size], log_probs[:, vocab_size:]
+    ids = src_ex_tgt_ids.expand_as(copy)
+    in_vocab = ids != 0
+    current = fixed.gather(1, ids)
+    fixed.scatter_(1, ids, torch.where(in_vocab, torch.logaddexp(current, copy), current))
+    copy.masked_fill_(in_vocab, float("-inf"))
+    return log_probs

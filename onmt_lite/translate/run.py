@@ -65,7 +65,8 @@ def translate(opt):
         torch.set_num_threads(opt.threads)
     sources = read_file_lines(opt.src)
     targets = read_file_lines(opt.tgt) if opt.tgt else None
-    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize)
+    rows = opt.batch_size * opt.beam_size if opt.batch_type == "sents" else 64  # the weights are packed for it
+    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize, rows)
     translator = Translator(models, vocabs, preprocess, search_options(opt, vocabs["tgt"]), opt.replace_unk,
                             read_phrase_table(opt.phrase_table) if opt.phrase_table else None, opt.batch_size,
                             opt.batch_type, opt.avg_raw_probs, opt.src_spm, opt.tgt_spm, device)

@@ -152,8 +152,8 @@ class Search:
             tokens = sample(log_probs, self.opts.sampling_topk, self.opts.sampling_temp)
             scores = state.scores + log_probs.gather(1, tokens)
             return torch.arange(n_rows, device=log_probs.device), tokens.view(batch, 1), scores
-        total = (state.scores.view(-1, 1) + log_probs).view(batch, K * width)
-        scores, ids = total.topk(K, dim=1)
+        total = log_probs.add_(state.scores.view(-1, 1)).view(batch, K * width)  # log_probs is not used again
+        scores, ids = total.max(1, keepdim=True) if K == 1 else total.topk(K, dim=1)
         origin = torch.div(ids, width, rounding_mode="floor")
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores

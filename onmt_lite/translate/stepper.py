@@ -11,7 +11,7 @@ import math
 import torch
 
 from onmt_lite.data.vocab import UNK_ID
-from onmt_lite.models.copy_generator import collapse_copy_scores
+from onmt_lite.models.copy_generator import collapse_copy_log_probs
 
 
 def tile(tensor, times, dim):
@@ -34,9 +34,9 @@ class ModelStepper:
         attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
         if not self.copy:
             return self.model.generator(dec_out[0]), attns
-        scores = self.model.generator(dec_out[0], attns["copy"], self.src_map).exp()
+        log_probs = self.model.generator(dec_out[0], attns["copy"], self.src_map)
         attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
-        return collapse_copy_scores(scores, self.ex_ids, self.vocab_size).log(), attns
+        return collapse_copy_log_probs(log_probs, self.ex_ids, self.vocab_size), attns
 
     def reorder(self, rows, memory_rows=None):
         """Follow the search: state rows ``rows``; with ``memory_rows`` the batch also shrank."""

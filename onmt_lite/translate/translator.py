@@ -14,6 +14,7 @@ from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
+from onmt_lite.translate.packed import pack_for_cpu
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.utils.errors import UserError
@@ -49,9 +50,10 @@ def quantize_int8(model):
         return quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell}, dtype=torch.qint8)
 
 
-def load_models(paths, device, quantize="none"):
+def load_models(paths, device, quantize="none", rows=None):
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies.
-    ``quantize="int8"`` quantises each model for the CPU (see ``quantize_int8``)."""
+    ``quantize="int8"`` quantises each model for the CPU (see ``quantize_int8``); else, on the CPU,
+    ``rows`` (the batch size times the beam) packs the weights for decoding (see packed.py)."""
     if quantize == "int8" and torch.device(device).type != "cpu":
         raise UserError("-quantize int8 is for CPU translation; leave out -gpu")
     models, first = [], None
@@ -64,7 +66,11 @@ def load_models(paths, device, quantize="none"):
         vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
         model = model_from_checkpoint(_options(checkpoint["opt"], path), vocabs, checkpoint, path)
         model.to(device).eval()
-        models.append(quantize_int8(model) if quantize == "int8" else model)
+        if quantize == "int8":
+            model = quantize_int8(model)
+        elif rows is not None and torch.device(device).type == "cpu":
+            model = pack_for_cpu(model, rows)
+        models.append(model)
     copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")
@@ -97,9 +103,10 @@ class Translator:
 
     @classmethod
     def load(cls, paths, device="cpu", quantize="none", **kwargs):
-        models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize)
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
+        rows = kwargs.get("batch_size", 30) * (1 if search.sampling else search.beam_size)
+        models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize, rows)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess, search, device=device, **rest)
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from onmt_lite.loss import build_loss_compute
-from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_scores,
-                                             collapsed_argmax)
+from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_log_probs,
+                                             collapse_copy_scores, collapsed_argmax)
 from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
 
 V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2
@@ -91,6 +91,19 @@ def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
     for j in range(n_words):
         boosted |= (expected == ids[:, j]) & (ids[:, j] != 0) & (log_probs[:, :vocab_size].argmax(1) != expected)
     assert boosted.any()  # and copy mass changed the winner among vocabulary words
+
+
+def test_collapse_in_log_space_equals_the_log_of_the_collapsed_probabilities():
+    draw = torch.Generator().manual_seed(1)
+    vocab_size, n_words, rows = 40, 5, 300
+    log_probs = torch.log_softmax(2 * torch.randn(rows, vocab_size + n_words, generator=draw, dtype=torch.float64), 1)
+    log_probs[:, 1] = float("-inf")  # the padding word, as the generator gives it
+    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[:, :n_words]
+    ids[torch.rand(rows, n_words, generator=draw) < 0.4] = 0
+    expected = collapse_copy_scores(log_probs.exp(), ids, vocab_size).log()
+    got = collapse_copy_log_probs(log_probs.clone(), ids, vocab_size)
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    torch.testing.assert_close(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
 
 
 def test_an_unknown_target_word_found_in_the_source_gets_a_finite_loss_and_gradient():

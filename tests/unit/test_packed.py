@@ -1,0 +1,52 @@
+"""Packed (oneDNN) inference layers equal PyTorch's own, alone and inside a decoding model."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from onmt_lite.translate.packed import (PackedGRUCell, PackedLinear, PackedLSTMCell, pack_for_cpu,
+                                        packing_available)
+from tests.model_helpers import make_batch, make_model, random_pairs
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN")
+
+
+def test_packed_linear_equals_linear_on_2d_and_3d_inputs():
+    torch.manual_seed(0)
+    linear = nn.Linear(24, 50)
+    packed = PackedLinear(linear.weight, linear.bias, rows=8)
+    for x in (torch.randn(8, 24), torch.randn(3, 5, 24), torch.randn(1, 24)):
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    no_bias = nn.Linear(24, 7, bias=False)
+    x = torch.randn(4, 24)
+    torch.testing.assert_close(PackedLinear(no_bias.weight, None, 4)(x), no_bias(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell_class,packed_class", [(nn.LSTMCell, PackedLSTMCell), (nn.GRUCell, PackedGRUCell)])
+def test_packed_cells_step_like_pytorchs_cells(cell_class, packed_class):
+    torch.manual_seed(1)
+    cell = cell_class(12, 16)
+    packed = packed_class(cell, rows=6)
+    x, h, c = torch.randn(6, 12), torch.randn(6, 16), torch.randn(6, 16)
+    with torch.no_grad():
+        if cell_class is nn.LSTMCell:
+            for got, expected in zip(packed(x, (h, c)), cell(x, (h, c))):
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        else:
+            torch.testing.assert_close(packed(x, h), cell(x, h), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("args", [[], ["-rnn_type", "GRU", "-global_attention", "mlp"], ["-copy_attn"]])
+def test_a_packed_model_decodes_like_the_original(args):
+    model, _ = make_model(*args)
+    model = model.float().eval()
+    packed = pack_for_cpu(copy.deepcopy(model), rows=4)
+    assert not any(isinstance(m, (nn.Linear, nn.LSTMCell, nn.GRUCell)) for m in packed.decoder.modules())
+    batch = make_batch(random_pairs(4, seed=2))
+    with torch.no_grad():
+        expected, expected_attns = model(batch.src, batch.tgt, batch.src_lengths)
+        got, got_attns = packed(batch.src, batch.tgt, batch.src_lengths)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    for name in expected_attns:
+        torch.testing.assert_close(got_attns[name], expected_attns[name], atol=1e-5, rtol=1e-4)
