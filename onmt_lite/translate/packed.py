@@ -12,6 +12,8 @@ encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep PyTorch's own kern
 import torch
 import torch.nn as nn
 
+ROW_BUCKET = 16
+
 
 def packing_available():
     """oneDNN (mkldnn) is built into this PyTorch, with the linear-weight reorder it needs."""
@@ -32,10 +34,16 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else bias.detach().contiguous()
 
     def forward(self, x):
-        """``[... x in]`` -> ``[... x out]``."""
-        flat = x.reshape(-1, x.size(-1)).contiguous()
-        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
-        return out.view(*x.shape[:-1], self.out_features)
+        """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``ROW_BUCKET``:
+        oneDNN builds a kernel for each new number of rows (3 ms for the vocabulary projection), and
+        a beam search's rows shrink one example at a time."""
+        flat = x.reshape(-1, x.size(-1))
+        rows = flat.size(0)
+        padding = -rows % ROW_BUCKET
+        if padding:
+            flat = torch.cat([flat, flat.new_zeros(padding, flat.size(1))])
+        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), self.packed, self.bias, "none", [], "")
+        return out[:rows].view(*x.shape[:-1], self.out_features)
 
 
 class PackedLSTMCell(nn.Module):
