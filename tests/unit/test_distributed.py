@@ -1,5 +1,5 @@
 """Distributed training: 2 gloo processes on this machine take exactly the step of one process on the
-concatenated batches (with accumulation, with loss sharding, normalised by sentences or tokens)."""
+concatenated batches (with accumulation, loss sharding, truncation, normalised by sentences or tokens)."""
 import re
 import socket
 
@@ -57,7 +57,8 @@ def one_step(settings, dist=None):
     if dist is not None:
         dist.broadcast_parameters(model)
     trainer = Trainer(model, build_loss_compute(model, vocab, opt), None, Optimizer(model, opt, 16),
-                      torch.device("cpu"), settings["accum"], settings["shard"], 0, opt.normalization, dist=dist)
+                      torch.device("cpu"), settings["accum"], settings["shard"], settings.get("trunc", 0),
+                      opt.normalization, dist=dist)
     halves = [] if dist is None else list(range(dist.rank * 8, dist.rank * 8 + 8))
     batches = [view.batch([16 * k + i for i in (halves or range(16))]) for k in range(settings["accum"])]
     stats = trainer.train_step(batches)
@@ -88,6 +89,7 @@ SETTINGS = {
     "accum 2": {"norm": "sents", "accum": 2, "shard": 0},
     "shards of 2": {"norm": "tokens", "accum": 1, "shard": 2},
     "accum 2, shards of 2, copy": {"norm": "tokens", "accum": 2, "shard": 2, "extra": ["-copy_attn"]},
+    "truncated windows of 3, shards of 2": {"norm": "tokens", "accum": 1, "shard": 2, "trunc": 3},
 }
 
 
