@@ -16,13 +16,13 @@ matplotlib is installed, and written to bench/results/scaling.json.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import LITE_BIN, REPO, SHARED, normalised_copy, write_results  # noqa: E402
+from quality import REPO, SHARED, normalised_copy, write_results  # noqa: E402
+from translate_speed import decode_seconds, ensure_models, translate  # noqa: E402
 
 BATCH_SIZES, LENGTHS, BEAMS, VOCABS = (16, 32, 64, 128), (10, 20, 40, 80), (1, 2, 5, 10), (10000, 20000, 50000, 100000)
 
@@ -67,14 +67,11 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
 
 
 def translation_seconds(model, src, beam, work):
+    """onmt_lite_translate's own decoding time of ``src`` (batch 32, beam ``beam``)."""
     log = os.path.join(work, f"beam{beam}.log")
-    with open(log, "w") as out:
-        subprocess.run([f"{LITE_BIN}/onmt_lite_translate", "-model", model, "-src", src, "-output",
-                        os.path.join(work, f"beam{beam}.txt"), "-beam_size", str(beam), "-batch_size", "32",
-                        "-report_time"], stdout=out, stderr=subprocess.STDOUT, check=True)
-    with open(log) as f:
-        line = [x for x in f if "translated" in x and "lines in" in x][-1]
-    return float(line.split("lines in ")[1].split(" s")[0])
+    translate("onmt_lite", model, src, os.path.join(work, f"beam{beam}.txt"), beam, None, log)
+    with open(src, encoding="utf-8") as f:
+        return decode_seconds("onmt_lite", log, sum(1 for _ in f))
 
 
 def step_memory(vocab, shard, work):
@@ -133,17 +130,14 @@ def main():
          {"onmt_lite": (LENGTHS, rates)})
     write_results("scaling", results)
 
-    model_dir = os.path.join(opt.quality_work, "ende", "no_copy_BLEU_beam_5")
-    if not os.path.exists(f"{model_dir}/lite_model_step_1000.pt"):
-        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "ende", "-only", "nocopy",
-                        "-work", opt.quality_work], check=True)
+    model = ensure_models(opt.quality_work, "no copy")["onmt_lite"]
     with tempfile.TemporaryDirectory() as work:
         with open(normalised_copy(os.path.join(SHARED, "data", "toy-ende", "src-val.txt"), work)) as f:
             lines = f.readlines()[: opt.lines]
         src = os.path.join(work, "src.txt")
         with open(src, "w") as f:
             f.writelines(lines)
-        seconds = [translation_seconds(f"{model_dir}/lite_model_step_1000.pt", src, k, work) for k in BEAMS]
+        seconds = [translation_seconds(model, src, k, work) for k in BEAMS]
         results["translate_seconds_by_beam"] = dict(zip(BEAMS, seconds))
         print(f"\nTranslation of {opt.lines} lines, batch 32: seconds by beam size")
         for k, s in zip(BEAMS, seconds):

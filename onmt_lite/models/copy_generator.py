@@ -106,6 +106,14 @@ class CopyGeneratorLoss(nn.Module):
         return loss, nll
 
 
+def _copy_entries(scores, src_ex_tgt_ids, vocab_size):
+    """The fixed-vocabulary part ``[... x V]`` and the copy part ``[... x n]`` of ``scores`` (views),
+    the vocabulary id of each copy entry's word and whether the vocabulary has it (``[... x n]``)."""
+    fixed, copy = scores[..., :vocab_size], scores[..., vocab_size:]
+    ids = src_ex_tgt_ids.expand_as(copy)
+    return fixed, copy, ids, ids != 0
+
+
 def collapse_copy_scores(probs, src_ex_tgt_ids, vocab_size):
     """Move the copy probability of each source word onto its entry in the fixed vocabulary.
 
@@ -117,9 +125,7 @@ def collapse_copy_scores(probs, src_ex_tgt_ids, vocab_size):
         probabilities of the same shape and the same total: copy entries of words in the
         vocabulary become 0 and their mass is added to the word's vocabulary entry.
     """
-    fixed, copy = probs[..., :vocab_size], probs[..., vocab_size:]
-    ids = src_ex_tgt_ids.expand_as(copy)
-    in_vocab = ids != 0
+    fixed, copy, ids, in_vocab = _copy_entries(probs, src_ex_tgt_ids, vocab_size)
     fixed = fixed.scatter_add(-1, ids, copy * in_vocab)
     return torch.cat([fixed, copy.masked_fill(in_vocab, 0)], dim=-1)
 
@@ -132,9 +138,7 @@ def collapsed_argmax(log_probs, src_ex_tgt_ids, vocab_size):
     so the winner is either the best fixed entry or one of the n entries of the example's words:
     those are compared in log space (``logaddexp`` of the fixed and the copy term).
     """
-    fixed, copy = log_probs[:, :vocab_size], log_probs[:, vocab_size:]
-    ids = src_ex_tgt_ids.expand_as(copy)
-    in_vocab = ids != 0
+    fixed, copy, ids, in_vocab = _copy_entries(log_probs, src_ex_tgt_ids, vocab_size)
     best_fixed, best_fixed_id = fixed.max(1)
     collapsed = torch.where(in_vocab, torch.logaddexp(fixed.gather(1, ids), copy), copy)  # [N x n]
     best_word, j = collapsed.max(1)
@@ -148,9 +152,7 @@ def collapse_copy_log_probs(log_probs, src_ex_tgt_ids, vocab_size):
     on ``log_probs`` ``[N x V + n]`` and returned: only the entries of each example's own words change
     (the fixed entry of a word the vocabulary has becomes ``logaddexp`` of both terms, its copy entry
     ``-inf``), so no pass over the whole matrix is needed beyond the caller's."""
-    fixed, copy = log_probs[:, :vocab_size], log_probs[:, vocab_size:]
-    ids = src_ex_tgt_ids.expand_as(copy)
-    in_vocab = ids != 0
+    fixed, copy, ids, in_vocab = _copy_entries(log_probs, src_ex_tgt_ids, vocab_size)
     current = fixed.gather(1, ids)
     fixed.scatter_(1, ids, torch.where(in_vocab, torch.logaddexp(current, copy), current))
     copy.masked_fill_(in_vocab, float("-inf"))

@@ -7,7 +7,7 @@ import torch
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.search import SearchOptions
-from onmt_lite.translate.translator import Translator, load_models
+from onmt_lite.translate.translator import Translator, decoding_rows, load_models
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import write_text
 from onmt_lite.utils.logging import logger
@@ -65,8 +65,8 @@ def translate(opt):
         torch.set_num_threads(opt.threads)
     sources = read_file_lines(opt.src)
     targets = read_file_lines(opt.tgt) if opt.tgt else None
-    rows = opt.batch_size * opt.beam_size if opt.batch_type == "sents" else 64  # the weights are packed for it
-    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize, rows)
+    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize,
+                                             decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
     translator = Translator(models, vocabs, preprocess, search_options(opt, vocabs["tgt"]), opt.replace_unk,
                             read_phrase_table(opt.phrase_table) if opt.phrase_table else None, opt.batch_size,
                             opt.batch_type, opt.avg_raw_probs, opt.src_spm, opt.tgt_spm, device)

@@ -50,6 +50,12 @@ def quantize_int8(model):
         return quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell}, dtype=torch.qint8)
 
 
+def decoding_rows(batch_size, batch_type="sents", beam_size=1):
+    """The rows the decoder multiplies at each step (sentences x beam), to pack the weights for;
+    token batches hold no fixed number of sentences: 64 then."""
+    return batch_size * beam_size if batch_type == "sents" else 64
+
+
 def load_models(paths, device, quantize="none", rows=None):
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies.
     ``quantize="int8"`` quantises each model for the CPU (see ``quantize_int8``); else, on the CPU,
@@ -105,7 +111,7 @@ class Translator:
     def load(cls, paths, device="cpu", quantize="none", **kwargs):
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
-        rows = kwargs.get("batch_size", 30) * (1 if search.sampling else search.beam_size)
+        rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_size)
         models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize, rows)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess, search, device=device, **rest)
