@@ -12,6 +12,7 @@ import dataclasses
 import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
+from onmt_lite.translate.topk import top_k
 
 NEG_INF = float("-inf")
 
@@ -153,7 +154,7 @@ class Search:
             scores = state.scores + log_probs.gather(1, tokens)
             return torch.arange(n_rows, device=log_probs.device), tokens.view(batch, 1), scores
         total = log_probs.add_(state.scores.view(-1, 1)).view(batch, K * width)  # log_probs is not used again
-        scores, ids = total.max(1, keepdim=True) if K == 1 else total.topk(K, dim=1)
+        scores, ids = top_k(total, K)
         origin = torch.div(ids, width, rounding_mode="floor")
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores

@@ -1,0 +1,34 @@
+"""The k best entries of each row of a wide score matrix, faster than ``torch.topk`` on the CPU.
+
+A search step picks the k best of ``beam x vocabulary`` scores per example (100,000 entries for beam 5
+and a 20,000-word vocabulary). PyTorch's CPU ``topk`` (and ``max`` with indices) walks such rows
+element by element: 2 ms for 32 rows of 100,000 here, a fifth of a decoding step. ``amax`` is
+vectorised and about 20 times faster, so ``top_k`` first takes the maximum of each chunk of
+``CHUNK`` entries, keeps the k chunks with the highest maxima and runs ``topk`` on those alone.
+
+Why that is exact: an entry outside the k kept chunks is at most its own chunk's maximum, which is
+at most each kept chunk's maximum; so each of the k kept chunks holds an entry at least as large,
+and the k best values all lie in the kept chunks. Only the order of equal values may differ from
+``torch.topk``'s (which does not specify it either).
+"""
+import torch
+
+CHUNK = 256
+
+
+def top_k(scores, k):
+    """``torch.topk(scores, k, dim=1)`` for ``scores`` ``[rows x width]``: values and indices
+    ``[rows x k]``, values in descending order."""
+    rows, width = scores.shape
+    n_chunks = width // CHUNK
+    if n_chunks <= k:
+        return scores.topk(k, dim=1)
+    chunks = scores[:, : n_chunks * CHUNK].view(rows, n_chunks, CHUNK)
+    kept = chunks.amax(2).topk(k, dim=1).indices  # [rows x k]
+    offsets = torch.arange(CHUNK, device=scores.device)
+    candidates = (kept.unsqueeze(2) * CHUNK + offsets).view(rows, k * CHUNK)
+    if n_chunks * CHUNK < width:  # the last, partial chunk is always a candidate
+        tail = torch.arange(n_chunks * CHUNK, width, device=scores.device)
+        candidates = torch.cat([candidates, tail.expand(rows, -1)], 1)
+    values, positions = scores.gather(1, candidates).topk(k, dim=1)
+    return values, candidates.gather(1, positions)

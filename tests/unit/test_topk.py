@@ -1,0 +1,38 @@
+"""top_k: the same values as torch.topk, at indices that hold them, in every row shape it meets."""
+import pytest
+import torch
+
+from onmt_lite.translate.topk import CHUNK, top_k
+
+
+@pytest.mark.parametrize("rows,width,k", [(32, 20004, 1), (32, 100020, 5), (3, 5 * CHUNK, 5), (7, 6 * CHUNK + 1, 5),
+                                          (4, 2 * CHUNK, 5), (2, 10, 3)])
+def test_top_k_gives_torch_topk_values_at_valid_indices(rows, width, k):
+    torch.manual_seed(rows * width + k)
+    scores = torch.randn(rows, width)
+    values, indices = top_k(scores, k)
+    expected_values, expected_indices = scores.topk(k, dim=1)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(indices, expected_indices)  # no ties in random floats: the same entries
+
+
+def test_top_k_with_ties_and_minus_infinity_returns_entries_holding_the_best_values():
+    torch.manual_seed(0)
+    scores = torch.randint(0, 4, (16, 3 * CHUNK + 17)).float()  # many equal values
+    scores[:, : 2 * CHUNK] = float("-inf")  # whole chunks that can never win
+    scores[0] = float("-inf")
+    scores[0, -1] = 1.0  # the only finite entry sits in the partial last chunk
+    values, indices = top_k(scores, 5)
+    assert torch.equal(values, scores.topk(5, dim=1).values)
+    assert torch.equal(scores.gather(1, indices), values)
+    assert all(len(set(row)) == 5 for row in indices.tolist())  # five different entries per row
+    assert indices[0, 0].item() == scores.size(1) - 1
+
+
+def test_the_best_entries_in_one_chunk_are_all_found():
+    scores = torch.zeros(1, 8 * CHUNK)
+    scores[0, 3 * CHUNK + 10: 3 * CHUNK + 15] = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0])
+    scores[0, 7 * CHUNK] = 0.5  # a chunk whose maximum is beaten by the first chunk's fifth entry
+    values, indices = top_k(scores, 5)
+    assert values.tolist() == [[5.0, 4.0, 3.0, 2.0, 1.0]]
+    assert indices.tolist() == [[3 * CHUNK + 10 + i for i in range(5)]]
