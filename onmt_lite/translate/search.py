@@ -5,7 +5,8 @@ The loop works on ``B x K`` rows (B examples still searching, K beams each). Eac
 continuations per example (or samples one), and tells the stepper how to reorder its state. A
 hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example stops
 when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them, so the
-first of an n-best list is the 1-best. Examples that stop leave the batch.
+first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream`` (continuous
+batching) waiting examples take their place at once, each example counting its own length.
 """
 import dataclasses
 
@@ -46,10 +47,11 @@ class Hypothesis:
     attention: dict
 
 
-def block_ngrams(log_probs, seqs, n, ignore):
+def block_ngrams(log_probs, seqs, n, ignore, first=None):
     """Forbid tokens that would repeat an n-gram already in each row of ``seqs`` ``[R x t]``.
 
-    n-grams containing a token of ``ignore`` do not count. Vectorised over rows and positions.
+    n-grams containing a token of ``ignore`` do not count, nor those starting before ``first`` ``[R]``
+    (the first column of each row's own tokens; None: all columns). Vectorised over rows and positions.
     """
     if seqs.size(1) < n:
         return log_probs
@@ -62,6 +64,8 @@ def block_ngrams(log_probs, seqs, n, ignore):
     if ignore:
         ignored = torch.tensor(sorted(ignore), device=seqs.device)
         repeated &= ~torch.isin(grams, ignored).any(2)
+    if first is not None:
+        repeated &= torch.arange(grams.size(1), device=seqs.device).unsqueeze(0) >= first.unsqueeze(1)
     # several n-grams can end in the same token: count the hits (a plain scatter_ would let any one win)
     hits = torch.zeros(log_probs.shape, dtype=torch.long, device=log_probs.device)
     hits.scatter_add_(1, grams[:, :, -1], repeated.long())
@@ -77,25 +81,56 @@ def sample(log_probs, topk, temperature):
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
 
 
-class BeamState:
-    """The rows of the search: sequences, cumulative scores, attention history, coverage."""
+def _pad_last(tensor, size, value=0.0):
+    """``tensor`` padded with ``value`` along its last dimension to ``size``."""
+    missing = size - tensor.size(-1)
+    return tensor if missing <= 0 else torch.nn.functional.pad(tensor, (0, missing), value=value)
 
-    def __init__(self, batch_size, beam_size, bos, src_lengths, max_lengths):
-        device = src_lengths.device
-        self.K = beam_size
-        self.example = torch.arange(batch_size, device=device)  # original index of each example
-        self.seqs = torch.full((batch_size * beam_size, 1), bos, dtype=torch.long, device=device)
-        scores = torch.full((batch_size, beam_size), NEG_INF, device=device)
-        scores[:, 0] = 0.0
-        self.scores = scores
+
+class BeamState:
+    """The rows of the search: sequences, cumulative scores, attention history, coverage.
+
+    Examples join at any step (``add``) and leave when done (``keep``). ``seqs`` ``[B*K x t]`` holds
+    every row's tokens in a shared column grid: example b's ``<s>`` is at column ``col[b]`` (the
+    columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
+    entry per column after the first. Columns no live example needs are dropped.
+    """
+
+    def __init__(self, beam_size, bos, device):
+        self.K, self.bos, self.device = beam_size, bos, device
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        self.example, self.col, self.max_lengths, self.src_lengths = empty, empty, empty, empty
+        self.n_finished = empty
+        self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
+        self.scores = torch.empty(0, beam_size, device=device)
+        self.penalty = torch.empty(0, beam_size, device=device)  # coverage penalty in the scores
+        self.nth_best = torch.empty(0, device=device)  # score of the n-th best finished
         self.attn = {}
         self.coverage = None
-        self.src_mask = None
-        self.max_lengths = max_lengths
-        self.src_lengths = src_lengths
-        self.penalty = torch.zeros(batch_size, beam_size, device=device)  # coverage penalty in the scores
-        self.n_finished = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.nth_best = torch.full((batch_size,), NEG_INF, device=device)  # score of the n-th best finished
+
+    def add(self, examples, src_lengths, max_lengths):
+        """Let ``examples`` ``[n]`` (their ids) join with ``<s>`` as their next input."""
+        n, K = examples.numel(), self.K
+        rows = torch.full((n * K, self.seqs.size(1)), self.bos, dtype=torch.long, device=self.device)
+        self.seqs = torch.cat([self.seqs, rows])
+        scores = torch.full((n, K), NEG_INF, device=self.device)
+        scores[:, 0] = 0.0
+        self.scores = torch.cat([self.scores, scores])
+        self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
+        self.attn = {name: torch.cat([value, value.new_zeros(value.size(0), n * K, value.size(2))], 1)
+                     for name, value in self.attn.items()}
+        if self.coverage is not None:
+            self.coverage = torch.cat([self.coverage, self.coverage.new_zeros(n * K, self.coverage.size(1))])
+        self.example = torch.cat([self.example, examples])
+        self.col = torch.cat([self.col, torch.full_like(examples, self.seqs.size(1) - 1)])
+        self.max_lengths = torch.cat([self.max_lengths, max_lengths])
+        self.src_lengths = torch.cat([self.src_lengths, src_lengths])
+        self.n_finished = torch.cat([self.n_finished, torch.zeros_like(examples)])
+        self.nth_best = torch.cat([self.nth_best, torch.full((n,), NEG_INF, device=self.device)])
+
+    def lengths(self):
+        """Tokens each example has produced ``[B]``."""
+        return self.seqs.size(1) - 1 - self.col
 
     def advance(self, select, tokens, scores, attn):
         """Keep rows ``select`` ``[B*K]``, append ``tokens`` ``[B x K]``, record attention."""
@@ -104,19 +139,29 @@ class BeamState:
         self.penalty = self.penalty.view(-1)[select].view_as(scores)
         for name, value in attn.items():
             step = value[select].unsqueeze(0)
-            self.attn[name] = step if name not in self.attn else torch.cat([self.attn[name][:, select], step])
+            if name in self.attn:
+                history = _pad_last(self.attn[name][:, select], step.size(2))
+                step = torch.cat([history, _pad_last(step, history.size(2))])
+            self.attn[name] = step
         std = attn["std"][select]
-        self.coverage = std if self.coverage is None else self.coverage[select] + std
+        if self.coverage is not None:
+            coverage = _pad_last(self.coverage[select], std.size(1))
+            std = _pad_last(std, coverage.size(1)) + coverage
+        self.coverage = std
 
     def keep(self, examples):
         """Keep only the examples ``examples`` (positions among the current ones); returns row indices."""
         rows = (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=examples.device)).view(-1)
         self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
-        self.penalty = self.penalty[examples]
+        self.penalty, self.col = self.penalty[examples], self.col[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = self.coverage[rows]
         self.max_lengths, self.src_lengths = self.max_lengths[examples], self.src_lengths[examples]
         self.n_finished, self.nth_best = self.n_finished[examples], self.nth_best[examples]
+        unused = int(self.col.min()) if examples.numel() else self.seqs.size(1) - 1
+        if unused:  # columns before every live example's <s>
+            self.seqs, self.col = self.seqs[:, unused:], self.col - unused
+            self.attn = {name: value[unused:] for name, value in self.attn.items()}
         return rows
 
 
@@ -138,11 +183,11 @@ class Search:
         state.scores = state.scores + state.penalty - penalty
         state.penalty = penalty
 
-    def _final_scores(self, state, length):
+    def _final_scores(self, state):
         """Finishing scores of the rows: score / length penalty - coverage penalty (stepwise: the
         penalty is already in the score)."""
         o = self.opts
-        scaled = state.scores / length_penalty(o.length_penalty, float(length), o.alpha)
+        scaled = state.scores / length_penalty(o.length_penalty, state.lengths().unsqueeze(1).float(), o.alpha)
         return scaled if o.stepwise_penalty else scaled - self._coverage_penalty(state)
 
     def _select(self, state, log_probs):
@@ -159,18 +204,19 @@ class Search:
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
 
-    def _finish(self, state, tokens, finished, step):
+    def _finish(self, state, tokens, finished):
         """Move ended rows into ``finished``; returns the mask of ended rows ``[B x K]``."""
-        ended = (tokens == self.eos) | (step + 1 >= state.max_lengths).unsqueeze(1)
+        ended = (tokens == self.eos) | (state.lengths() >= state.max_lengths).unsqueeze(1)
         ended &= state.scores > NEG_INF
         if not ended.any():
             return ended
-        final = self._final_scores(state, step + 1)
+        final = self._final_scores(state)
         for b, k in ended.nonzero().tolist():
-            row, original = b * state.K + k, state.example[b].item()
-            seq = state.seqs[row, 1:]
+            row, original, col = b * state.K + k, state.example[b].item(), state.col[b].item()
+            seq = state.seqs[row, col + 1:]
             length = seq.numel() - int(seq[-1].item() == self.eos)
-            attention = {name: value[:, row] for name, value in state.attn.items()}
+            src_length = state.src_lengths[b].item()
+            attention = {name: value[col:, row, :src_length] for name, value in state.attn.items()}
             log_prob = (state.scores[b, k] + state.penalty[b, k]).item()
             finished[original].append(Hypothesis(seq[:length].tolist(), final[b, k].item(), log_prob, attention))
             finished[original].sort(key=lambda h: -h.score)
@@ -187,32 +233,68 @@ class Search:
         bound = best_alive / length_penalty(self.opts.length_penalty, float(self.opts.max_length), self.opts.alpha)
         return ((state.n_finished >= self.opts.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
 
+    def _max_lengths(self, src_lengths):
+        """The most tokens each example may produce: -max_length, or less with -ratio."""
+        max_lengths = torch.full_like(src_lengths, self.opts.max_length)
+        if self.opts.ratio > 0:
+            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil().long().clamp(min=1)
+            max_lengths = torch.minimum(max_lengths, ratio_lengths)
+        return max_lengths
+
     def run(self, stepper, batch_size, src_lengths):
+        """Decode one batch whose rows ``stepper`` holds; n-best Hypothesis lists in batch order."""
+        finished = dict(self.stream(OneBatch(stepper, batch_size, src_lengths)))
+        return [finished[b] for b in range(batch_size)]
+
+    def stream(self, feeder):
+        """Decode the examples ``feeder`` lets in, as they come; yields ``(example id, n-best list)``
+        as each example is done.
+
+        ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
+        examples still searching ``[B]``: it appends the rows of the examples joining now (if any) to
+        ``feeder.stepper`` and returns their ids and source lengths, or None.
+        """
         o = self.opts
-        max_lengths = torch.full_like(src_lengths, o.max_length)
-        if o.ratio > 0:
-            max_lengths = torch.minimum(max_lengths, (src_lengths.float() * o.ratio).ceil().long().clamp(min=1))
-        state = BeamState(batch_size, 1 if o.sampling else o.beam_size, self.bos, src_lengths, max_lengths)
-        finished = [[] for _ in range(batch_size)]
-        for step in range(o.max_length):
-            log_probs, attn = stepper.step(state.seqs[:, -1])
-            if step < o.min_length:
-                log_probs[:, self.eos] = NEG_INF
+        state, finished = BeamState(1 if o.sampling else o.beam_size, self.bos, feeder.device), {}
+        while True:
+            joining = feeder.admit(state.src_lengths)
+            if joining is not None:
+                ids, src_lengths = joining
+                state.add(ids, src_lengths, self._max_lengths(src_lengths))
+                finished.update((i, []) for i in ids.tolist())
+            if state.example.numel() == 0:
+                return
+            log_probs, attn = feeder.stepper.step(state.seqs[:, -1])
+            if o.min_length > 0:
+                short = (state.lengths() < o.min_length).repeat_interleave(state.K)
+                log_probs[:, self.eos].masked_fill_(short, NEG_INF)
             if o.block_ngram_repeat > 0:
-                log_probs = block_ngrams(log_probs, state.seqs[:, 1:], o.block_ngram_repeat, o.ignore_when_blocking)
+                log_probs = block_ngrams(log_probs, state.seqs[:, 1:], o.block_ngram_repeat,
+                                         o.ignore_when_blocking, state.col.repeat_interleave(state.K))
             select, tokens, scores = self._select(state, log_probs)
             state.advance(select, tokens, scores, attn)
             if o.stepwise_penalty:
                 self._stepwise(state)
-            ended = self._finish(state, tokens, finished, step)
+            ended = self._finish(state, tokens, finished)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)
-            if done.all():
-                break
             rows, memory_rows = select, None
             if done.any():
+                for original in state.example[done].tolist():
+                    yield original, finished.pop(original)[: o.n_best]
                 remaining = (~done).nonzero().view(-1)
                 rows = select.view(-1, state.K)[remaining].view(-1)
                 memory_rows = state.keep(remaining)
-            stepper.reorder(rows, memory_rows)
-        return [hyps[: o.n_best] for hyps in finished]
+            feeder.stepper.reorder(rows, memory_rows)
+
+
+class OneBatch:
+    """The feeder of a single batch whose rows the stepper already holds: all join at once."""
+
+    def __init__(self, stepper, batch_size, src_lengths):
+        self.stepper, self.device = stepper, src_lengths.device
+        self.waiting = (torch.arange(batch_size, device=self.device), src_lengths)
+
+    def admit(self, src_lengths):
+        joining, self.waiting = self.waiting, None
+        return joining

@@ -4,18 +4,39 @@
 ``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
 the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
 ``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models);
-``reorder(rows)`` follows the search's choice of rows.
+``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move rows
+from one stepper to another: examples encoded in one batch join a search that is already running.
 """
+import copy
 import math
 
 import torch
 
 from onmt_lite.data.vocab import UNK_ID
 from onmt_lite.models.copy_generator import collapse_copy_log_probs
+from onmt_lite.models.rnn_decoder import DecoderState
 
 
 def tile(tensor, times, dim):
     return tensor.repeat_interleave(times, dim=dim)
+
+
+def _padded(tensor, dim, size):
+    """``tensor`` padded with zeros along ``dim`` to ``size``."""
+    missing = size - tensor.size(dim)
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor, tensor.new_zeros(shape)], dim)
+
+
+def _joined(a, b, dim, pad_dims=()):
+    """``a`` and ``b`` concatenated along ``dim``, first padded to the larger size along ``pad_dims``."""
+    for pad_dim in pad_dims:
+        size = max(a.size(pad_dim), b.size(pad_dim))
+        a, b = _padded(a, pad_dim, size), _padded(b, pad_dim, size)
+    return torch.cat([a, b], dim)
 
 
 class ModelStepper:
@@ -37,6 +58,25 @@ class ModelStepper:
         log_probs = self.model.generator(dec_out[0], attns["copy"], self.src_map)
         attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
         return collapse_copy_log_probs(log_probs, self.ex_ids, self.vocab_size), attns
+
+    def part(self, rows):
+        """A stepper with only the rows ``rows`` of this one (whole examples: all their beam rows)."""
+        part = copy.copy(self)
+        part.reorder(rows, rows)
+        return part
+
+    def extend(self, other):
+        """Append the rows of ``other``; source positions and copy entries padded to the longer."""
+        self.memory_bank = _joined(self.memory_bank, other.memory_bank, 1, (0,))
+        self.lengths = torch.cat([self.lengths, other.lengths])
+        a, b = self.state, other.state
+        self.state = DecoderState(
+            tuple(torch.cat([h, g], 1) for h, g in zip(a.hidden, b.hidden)),
+            None if a.input_feed is None else torch.cat([a.input_feed, b.input_feed]),
+            None if a.coverage is None else _joined(a.coverage, b.coverage, 0, (1,)))
+        if self.copy:
+            self.src_map = _joined(self.src_map, other.src_map, 1, (0, 2))
+            self.ex_ids = _joined(self.ex_ids, other.ex_ids, 0, (1,))
 
     def reorder(self, rows, memory_rows=None):
         """Follow the search: state rows ``rows``; with ``memory_rows`` the batch also shrank."""
@@ -67,6 +107,13 @@ class EnsembleStepper:
             averaged = log_probs.mean(0)
         attns = {name: torch.stack([a[name] for _, a in outputs]).mean(0) for name in outputs[0][1]}
         return averaged, attns
+
+    def part(self, rows):
+        return EnsembleStepper([s.part(rows) for s in self.steppers], self.raw_probs)
+
+    def extend(self, other):
+        for stepper, addition in zip(self.steppers, other.steppers):
+            stepper.extend(addition)
 
     def reorder(self, rows, memory_rows=None):
         for stepper in self.steppers:

@@ -13,6 +13,7 @@ import torch.nn as nn
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
+from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
 from onmt_lite.translate.packed import pack_for_cpu
 from onmt_lite.translate.search import Search, SearchOptions
@@ -120,7 +121,7 @@ class Translator:
         """Translate a list of strings; returns one ``Result`` per string, in order.
 
         ``progress``, if given, is called with the number of lines just finished: once with the
-        empty lines (not decoded), then after each batch; the numbers add up to ``len(sources)``.
+        empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
         """
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
@@ -128,13 +129,16 @@ class Translator:
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
         with torch.no_grad():
-            for batch in inputs.batches(self.batch_size, self.batch_type):
-                batch.to(self.device)
-                self._translate_batch(batch, search, results)
-                if inputs.has_target:
-                    self._gold(batch, results)
+            feeder = RowFeeder(inputs.batches(self.batch_size, self.batch_type), self._stepper, self._beam(),
+                               self.batch_size, self.batch_type, self.device)
+            for example, nbest in search.stream(feeder):
+                line, ex_words = feeder.examples.pop(example)
+                self._record(results[line], nbest, ex_words)
                 if progress is not None:
-                    progress(batch.batch_size)
+                    progress(1)
+            if inputs.has_target:
+                for batch in inputs.batches(self.batch_size, self.batch_type):
+                    self._gold(batch.to(self.device), results)
         for result in results:
             if not result.hypotheses:  # an empty source line
                 result.hypotheses, result.scores, result.log_probs = [""], [0.0], [0.0]
@@ -142,12 +146,18 @@ class Translator:
                 result.copy_attention, result.p_copy = [None], [None]
         return results
 
+    def _beam(self):
+        return 1 if self.search_options.sampling else self.search_options.beam_size
+
+    def _stepper(self, batch):
+        """The stepper of ``batch``: its examples encoded by every model, tiled over the beam."""
+        steppers = [ModelStepper(m, batch, self._beam(), len(self.vocabs["tgt"])) for m in self.models]
+        return EnsembleStepper(steppers, self.avg_raw_probs)
+
     def decode_batch(self, batch, search=None, sources=None):
         """n-best ``(words, Hypothesis)`` lists of the examples of ``batch``, in batch order."""
         search = search or Search(self.search_options, BOS_ID, EOS_ID)
-        beam = 1 if self.search_options.sampling else self.search_options.beam_size
-        steppers = [ModelStepper(m, batch, beam, len(self.vocabs["tgt"])) for m in self.models]
-        nbest = search.run(EnsembleStepper(steppers, self.avg_raw_probs), batch.batch_size, batch.src_lengths)
+        nbest = search.run(self._stepper(batch), batch.batch_size, batch.src_lengths)
         out = []
         for b, hyps in enumerate(nbest):
             ex_words = batch.src_ex_vocab[b] if self.copy else None
@@ -155,19 +165,17 @@ class Translator:
             out.append([(self._words(hyp, source, ex_words), hyp) for hyp in hyps])
         return out
 
-    def _translate_batch(self, batch, search, results):
-        sources = [r.source for r in results]
-        for b, nbest in enumerate(self.decode_batch(batch, search, sources)):
-            line = int(batch.indices[b])
-            for words, hyp in nbest:
-                result = results[line]
-                result.tokens.append(words)
-                result.hypotheses.append(self.detokenize(words))
-                result.scores.append(hyp.score)
-                result.log_probs.append(hyp.log_prob)
-                result.attention.append(hyp.attention.get("std"))
-                result.copy_attention.append(hyp.attention.get("copy"))
-                result.p_copy.append(hyp.attention.get("p_copy"))
+    def _record(self, result, nbest, ex_words):
+        """Put an example's n-best hypotheses into its Result."""
+        for hyp in nbest:
+            words = self._words(hyp, result.source, ex_words)
+            result.tokens.append(words)
+            result.hypotheses.append(self.detokenize(words))
+            result.scores.append(hyp.score)
+            result.log_probs.append(hyp.log_prob)
+            result.attention.append(hyp.attention.get("std"))
+            result.copy_attention.append(hyp.attention.get("copy"))
+            result.p_copy.append(hyp.attention.get("p_copy"))
 
     def _words(self, hyp, src_tokens, ex_words):
         """Token ids to words: copied words from the source, ``<unk>`` replaced when asked."""

@@ -8,6 +8,8 @@ from onmt_lite import Translator
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import shard_paths
 from onmt_lite.loss import build_loss_compute
+from onmt_lite.translate.inputs import TextBatches
+from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
 from onmt_lite.train.trainer import Trainer
 from tests.helpers import preprocess_in_process, run_cli, train_in_process, write_lines
@@ -81,6 +83,35 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
                        "-n_best", 2).returncode == 0
         outputs.append(lines(path))
     assert outputs[0] == outputs[1] and len(outputs[0]) == 2 * len(lines(m["src"]))
+
+
+@pytest.mark.parametrize("kind,batch_type,batch_size", [("plain", "sents", 4), ("copy", "sents", 3),
+                                                         ("plain", "tokens", 12)])
+def test_examples_joining_a_running_search_translate_as_on_their_own(models, kind, batch_type, batch_size,
+                                                                     monkeypatch):
+    """Continuous batching: rows of finished examples are refilled with waiting ones; every line's
+    n-best list, scores and attention are those of translating the line alone."""
+    sources = lines(models[kind]["src"])[:40]
+    options = dict(beam_size=3, n_best=2, block_ngram_repeat=2, min_length=1)
+    alone = Translator.load([models[kind]["model"]], batch_size=1, **options).translate(sources)
+    translator = Translator.load([models[kind]["model"]], batch_size=batch_size, batch_type=batch_type, **options)
+    rows = []
+    step = EnsembleStepper.step
+    monkeypatch.setattr(EnsembleStepper, "step",
+                        lambda self, tokens: rows.append(tokens.numel()) or step(self, tokens))
+    together = translator.translate(sources)
+    for a, b in zip(alone, together):
+        assert a.hypotheses == b.hypotheses
+        assert a.scores == pytest.approx(b.scores, rel=1e-5, abs=1e-6)
+        for attention_a, attention_b in zip(a.attention, b.attention):
+            torch.testing.assert_close(attention_a, attention_b, atol=1e-5, rtol=1e-5)
+    streamed, rows[:] = list(rows), []
+    for batch in TextBatches(sources, None, translator.vocabs, translator.tokenizers, translator.copy).batches(
+            batch_size, batch_type):
+        translator.decode_batch(batch)  # each batch on its own, decoded until its last example ends
+    assert len(streamed) < len(rows)  # refilled rows: fewer steps
+    if batch_type == "sents":
+        assert max(streamed) == batch_size * 3 and streamed.count(batch_size * 3) > 0.8 * len(streamed)
 
 
 def test_the_opennmt_py_1x_command_lines(models, tmp_path):

@@ -120,14 +120,14 @@ def test_count_lines_across_chunk_boundaries(tmp_path, monkeypatch, data, lines)
     assert count_lines(tmp_path / "missing.txt") is None
 
 
-def test_the_translator_reports_every_line_once_per_batch():
+def test_the_translator_reports_every_line_once_as_it_finishes():
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
     translator = Translator([model], VOCABS, {}, SearchOptions(beam_size=2, max_length=5), batch_size=2)
     lines = ["s1 s2", "", "s3", "s4 s5 s1", "  ", "s2"]
     calls = []
     translator.translate(lines, progress=calls.append)
-    assert calls == [2, 2, 2]  # the two empty lines first, then batches of 2
+    assert calls == [2, 1, 1, 1, 1]  # the two empty lines first, then each decoded line
 
 
 def test_preprocess_reports_the_lines_read_of_each_pass(tmp_path, logged):

@@ -128,6 +128,9 @@ def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     # "4 5" must be blocked after "... 4" although "6 5", which also ends in 5, is not a repeat
     colliding = block_ngrams(torch.zeros(1, V), torch.tensor([[4, 5, 6, 5, 4]]), 2, ())
     assert math.isinf(colliding[0, 5]) and torch.isfinite(colliding[0, [4, 6]]).all()
+    # a row whose own tokens start at column 1 (a later joiner): the n-gram "4 5" before them does not count
+    late = block_ngrams(torch.zeros(2, V), seqs, 2, (), first=torch.tensor([1, 0]))
+    assert torch.isfinite(late[0]).all()
     table = markov_table(6)
     for hyps in run(table, beam_size=4, n_best=2, block_ngram_repeat=1):
         assert all(len(set(h.tokens)) == len(h.tokens) for h in hyps)

@@ -1,0 +1,60 @@
+"""Continuous batching for translation: examples join a running search as rows free up."""
+import torch
+
+
+class RowFeeder:
+    """Continuous batching: examples join a running search as soon as there is room for them.
+
+    Without it a batch decodes until its longest output ends, the rows of finished examples
+    dropping out one by one: the last steps multiply the whole vocabulary projection for a few rows.
+    Here the batches are still encoded one at a time, as they come, but their examples join the
+    search one by one whenever fewer than ``batch_size`` sentences (``batch_type`` "tokens": source
+    tokens) are being decoded. ``examples[id]`` is ``(line, copy words or None)`` of each example.
+    """
+
+    def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device):
+        self.batches, self.make_stepper, self.beam = iter(batches), make_stepper, beam
+        self.batch_size, self.batch_type, self.device = batch_size, batch_type, device
+        self.stepper, self.waiting, self.examples = None, None, {}
+        self.next_id = 0
+
+    def _fits(self, count, tokens, length):
+        if self.batch_type == "sents":
+            return count < self.batch_size
+        return count == 0 or tokens + length <= self.batch_size
+
+    def _next_batch(self):
+        """The next batch, encoded: ``[stepper, batch, first example still waiting]``, or None."""
+        batch = next(self.batches, None)
+        return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
+
+    def admit(self, src_lengths):
+        """See ``Search.stream``: let in waiting examples while there is room."""
+        count, tokens = src_lengths.numel(), int(src_lengths.sum())
+        ids, lengths = [], []
+        while True:
+            self.waiting = self.waiting or self._next_batch()
+            if self.waiting is None:
+                break
+            stepper, batch, first = self.waiting
+            last = first
+            while last < batch.batch_size and self._fits(count, tokens, int(batch.src_lengths[last])):
+                count, tokens, last = count + 1, tokens + int(batch.src_lengths[last]), last + 1
+            if last == first:
+                break
+            joining = stepper if (first, last) == (0, batch.batch_size) else \
+                stepper.part(torch.arange(first * self.beam, last * self.beam, device=self.device))
+            if self.stepper is None:
+                self.stepper = joining
+            else:
+                self.stepper.extend(joining)
+            for b in range(first, last):
+                ex_words = batch.src_ex_vocab[b] if batch.src_map is not None else None
+                ids.append(self.next_id)
+                self.examples[self.next_id] = (int(batch.indices[b]), ex_words)
+                self.next_id += 1
+            lengths.append(batch.src_lengths[first:last])
+            self.waiting = None if last == batch.batch_size else [stepper, batch, last]
+        if not ids:
+            return None
+        return torch.tensor(ids, device=self.device), torch.cat(lengths)
