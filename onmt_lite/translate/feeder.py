@@ -10,6 +10,11 @@ class RowFeeder:
     Here the batches are still encoded one at a time, as they come, but their examples join the
     search one by one whenever fewer than ``batch_size`` sentences (``batch_type`` "tokens": source
     tokens) are being decoded. ``examples[id]`` is ``(line, copy words or None)`` of each example.
+
+    Only greedy search and sampling (``beam`` 1) are refilled: there it saved a third of the steps of
+    toy-ende's greedy runs (2x faster with copy attention, whose outputs vary most in length). A beam
+    search's rows are ``beam`` times wider and every join copies the running rows' state, and it ran
+    slower refilled: its next batch joins when the previous one has finished, as without a feeder.
     """
 
     def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device):
@@ -31,6 +36,8 @@ class RowFeeder:
     def admit(self, src_lengths):
         """See ``Search.stream``: let in waiting examples while there is room."""
         count, tokens = src_lengths.numel(), int(src_lengths.sum())
+        if count and self.beam > 1:
+            return None
         ids, lengths = [], []
         while True:
             self.waiting = self.waiting or self._next_batch()
