@@ -13,6 +13,7 @@ import dataclasses
 import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
+from onmt_lite.translate.stepper import pad_to
 from onmt_lite.translate.topk import top_k
 
 NEG_INF = float("-inf")
@@ -35,6 +36,11 @@ class SearchOptions:
     sampling_topk: int = 0
     sampling_temp: float = 1.0
     sampling: bool = False
+
+    @property
+    def beam_width(self):
+        """Rows per example: the beam size, 1 when sampling."""
+        return 1 if self.sampling else self.beam_size
 
 
 @dataclasses.dataclass
@@ -79,12 +85,6 @@ def sample(log_probs, topk, temperature):
         kth = logits.topk(topk, dim=1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, NEG_INF)
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
-
-
-def _pad_last(tensor, size, value=0.0):
-    """``tensor`` padded with ``value`` along its last dimension to ``size``."""
-    missing = size - tensor.size(-1)
-    return tensor if missing <= 0 else torch.nn.functional.pad(tensor, (0, missing), value=value)
 
 
 class BeamState:
@@ -139,15 +139,11 @@ class BeamState:
         self.penalty = self.penalty.view(-1)[select].view_as(scores)
         for name, value in attn.items():
             step = value[select].unsqueeze(0)
-            if name in self.attn:
-                history = _pad_last(self.attn[name][:, select], step.size(2))
-                step = torch.cat([history, _pad_last(step, history.size(2))])
+            if name in self.attn:  # the stepper's source width only grows: pad the history to it
+                step = torch.cat([pad_to(self.attn[name][:, select], 2, step.size(2)), step])
             self.attn[name] = step
         std = attn["std"][select]
-        if self.coverage is not None:
-            coverage = _pad_last(self.coverage[select], std.size(1))
-            std = _pad_last(std, coverage.size(1)) + coverage
-        self.coverage = std
+        self.coverage = std if self.coverage is None else pad_to(self.coverage[select], 1, std.size(1)) + std
 
     def keep(self, examples):
         """Keep only the examples ``examples`` (positions among the current ones); returns row indices."""
@@ -255,7 +251,7 @@ class Search:
         ``feeder.stepper`` and returns their ids and source lengths, or None.
         """
         o = self.opts
-        state, finished = BeamState(1 if o.sampling else o.beam_size, self.bos, feeder.device), {}
+        state, finished = BeamState(o.beam_width, self.bos, feeder.device), {}
         while True:
             joining = feeder.admit(state.src_lengths)
             if joining is not None:

@@ -5,7 +5,8 @@
 the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
 ``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models);
 ``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move rows
-from one stepper to another: examples encoded in one batch join a search that is already running.
+from one stepper to another: examples encoded in one batch join a search that is already running
+(the source width S of the attention then grows to the longest; it never shrinks).
 """
 import copy
 import math
@@ -21,7 +22,7 @@ def tile(tensor, times, dim):
     return tensor.repeat_interleave(times, dim=dim)
 
 
-def _padded(tensor, dim, size):
+def pad_to(tensor, dim, size):
     """``tensor`` padded with zeros along ``dim`` to ``size``."""
     missing = size - tensor.size(dim)
     if missing <= 0:
@@ -35,7 +36,7 @@ def _joined(a, b, dim, pad_dims=()):
     """``a`` and ``b`` concatenated along ``dim``, first padded to the larger size along ``pad_dims``."""
     for pad_dim in pad_dims:
         size = max(a.size(pad_dim), b.size(pad_dim))
-        a, b = _padded(a, pad_dim, size), _padded(b, pad_dim, size)
+        a, b = pad_to(a, pad_dim, size), pad_to(b, pad_dim, size)
     return torch.cat([a, b], dim)
 
 

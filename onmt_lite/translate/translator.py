@@ -129,8 +129,8 @@ class Translator:
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
         with torch.no_grad():
-            feeder = RowFeeder(inputs.batches(self.batch_size, self.batch_type), self._stepper, self._beam(),
-                               self.batch_size, self.batch_type, self.device)
+            feeder = RowFeeder(inputs.batches(self.batch_size, self.batch_type), self._stepper,
+                               self.search_options.beam_width, self.batch_size, self.batch_type, self.device)
             for example, nbest in search.stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
                 self._record(results[line], nbest, ex_words)
@@ -146,12 +146,10 @@ class Translator:
                 result.copy_attention, result.p_copy = [None], [None]
         return results
 
-    def _beam(self):
-        return 1 if self.search_options.sampling else self.search_options.beam_size
-
     def _stepper(self, batch):
         """The stepper of ``batch``: its examples encoded by every model, tiled over the beam."""
-        steppers = [ModelStepper(m, batch, self._beam(), len(self.vocabs["tgt"])) for m in self.models]
+        beam, vocab_size = self.search_options.beam_width, len(self.vocabs["tgt"])
+        steppers = [ModelStepper(m, batch, beam, vocab_size) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
     def decode_batch(self, batch, search=None, sources=None):
