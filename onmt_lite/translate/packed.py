@@ -46,20 +46,32 @@ class PackedLinear(nn.Module):
         return out[:rows].view(*x.shape[:-1], self.out_features)
 
 
+def tanh_by_sigmoid(x):
+    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (within 2e-7): PyTorch's CPU tanh is 5-10 times slower
+    than its sigmoid."""
+    return torch.sigmoid(x * 2).mul_(2).sub_(1)
+
+
 class PackedLSTMCell(nn.Module):
     """``nn.LSTMCell`` (gates in PyTorch's order: input, forget, cell, output) as one packed product of
-    ``[x; h]`` with ``[W_ih W_hh]`` (the two biases summed)."""
+    ``[x; h]`` with ``[W_ih W_hh]`` (the two biases summed). The cell gate's weights are doubled
+    (exact in floating point), so that one sigmoid over all gates gives ``sigmoid(2g)`` for it, and
+    ``tanh(g) = 2 sigmoid(2g) - 1``."""
 
     def __init__(self, cell, rows):
         super().__init__()
-        self.gates = PackedLinear(torch.cat([cell.weight_ih, cell.weight_hh], 1), cell.bias_ih + cell.bias_hh, rows)
+        weight = torch.cat([cell.weight_ih, cell.weight_hh], 1).detach().clone()
+        bias = (cell.bias_ih + cell.bias_hh).detach().clone()
+        hidden = cell.hidden_size
+        weight[2 * hidden: 3 * hidden] *= 2
+        bias[2 * hidden: 3 * hidden] *= 2
+        self.gates = PackedLinear(weight, bias, rows)
 
     def forward(self, x, state):
         h, c = state
-        gates = self.gates(torch.cat([x, h], 1))
-        i, f, _, o = torch.sigmoid(gates).chunk(4, 1)
-        c = f * c + i * torch.tanh(gates[:, 2 * c.size(1): 3 * c.size(1)])
-        return o * torch.tanh(c), c
+        i, f, g, o = torch.sigmoid(self.gates(torch.cat([x, h], 1))).chunk(4, 1)
+        c = torch.addcmul(f * c, i, g.mul(2).sub_(1))
+        return o * tanh_by_sigmoid(c), c
 
 
 class PackedGRUCell(nn.Module):
@@ -74,7 +86,7 @@ class PackedGRUCell(nn.Module):
         x_r, x_z, x_n = self.input(x).chunk(3, 1)
         h_r, h_z, h_n = self.hidden(h).chunk(3, 1)
         reset, update = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
-        new = torch.tanh(x_n + reset * h_n)
+        new = tanh_by_sigmoid(x_n + reset * h_n)
         return (1 - update) * new + update * h
 
 

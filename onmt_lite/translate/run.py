@@ -1,4 +1,5 @@
 """translate(opt): what ``onmt_lite_translate`` does: read, translate, write, score."""
+import gc
 import math
 import time
 
@@ -70,9 +71,16 @@ def translate(opt):
     translator = Translator(models, vocabs, preprocess, search_options(opt, vocabs["tgt"]), opt.replace_unk,
                             read_phrase_table(opt.phrase_table) if opt.phrase_table else None, opt.batch_size,
                             opt.batch_type, opt.avg_raw_probs, opt.src_spm, opt.tgt_spm, device)
+    # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
+    # frozen, Python's cycle collector does not walk it meanwhile (a full pass took 90 ms here, once
+    # per 500 lines of beam search)
+    gc.freeze()
     start = time.time()
-    with Progress(len(sources), "lines", "translate") as progress:
-        results = translator.translate(sources, targets, progress.update)
+    try:
+        with Progress(len(sources), "lines", "translate") as progress:
+            results = translator.translate(sources, targets, progress.update)
+    finally:
+        gc.unfreeze()
     elapsed = time.time() - start
     write_text(opt.output, "".join(h + "\n" for r in results for h in r.hypotheses))
     if opt.attn_plot:

@@ -91,7 +91,7 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(models, kin
                                                                      monkeypatch):
     """Continuous batching (greedy search): rows of finished examples are refilled with waiting ones;
     every line's n-best list, scores and attention are those of translating the line alone. A beam
-    search decodes batch after batch."""
+    search's examples join in groups, once a quarter of the batch is free."""
     sources = lines(models[kind]["src"])[:40]
     options = dict(beam_size=beam, n_best=min(beam, 2), block_ngram_repeat=2, min_length=1)
     alone = Translator.load([models[kind]["model"]], batch_size=1, **options).translate(sources)
@@ -110,10 +110,10 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(models, kin
     for batch in TextBatches(sources, None, translator.vocabs, translator.tokenizers, translator.copy).batches(
             batch_size, batch_type):
         translator.decode_batch(batch)  # each batch on its own, decoded until its last example ends
-    if beam > 1:
-        assert streamed == rows  # batch after batch
-    else:  # refilled rows: fewer steps (the reversal model's outputs in a batch all end together)
-        assert len(streamed) < len(rows) if kind == "copy" else len(streamed) <= len(rows)
+    # refilled rows: fewer steps (the reversal model's outputs in a batch all end together)
+    assert len(streamed) < len(rows) if kind == "copy" else len(streamed) <= len(rows)
+    if batch_type == "sents":
+        assert max(streamed) <= batch_size * beam
     if batch_type == "sents" and beam == 1:
         assert max(streamed) == batch_size and streamed.count(batch_size) > 0.8 * len(streamed)
 
