@@ -1,13 +1,15 @@
-"""CPU inference with prepacked oneDNN weights: the fast float32 path for step-by-step decoding.
+"""Fast CPU inference layers: the decoder's cells as single products, on prepacked oneDNN weights
+(float32) or on int8 weights.
 
 Decoding multiplies small matrices each step: ``[rows x H]`` by ``[H x V]`` and the cells' gate
 weights, with rows = batch x beam (a few dozen to a few hundred). PyTorch's default CPU product runs
 these at a fraction of the machine's rate; oneDNN with each weight reordered once into its blocked
 layout runs them about three times faster here (vocabulary projection 32 x 256 x 20000: 3.0 ms ->
 1.1 ms on 2 cores), still in float32: outputs differ from the unpacked model's by float rounding
-(about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear``,
-``nn.LSTMCell`` and ``nn.GRUCell`` modules for packed ones (inference only: no gradients); the
-encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep PyTorch's own kernels.
+(about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear`` modules for
+packed ones (inference only: no gradients), after ``fuse_cells`` has made each ``nn.LSTMCell`` and
+``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8`` quantises those same linear
+modules instead. The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep PyTorch's kernels.
 """
 import torch
 import torch.nn as nn
@@ -52,20 +54,30 @@ def tanh_by_sigmoid(x):
     return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 
-class PackedLSTMCell(nn.Module):
-    """``nn.LSTMCell`` (gates in PyTorch's order: input, forget, cell, output) as one packed product of
+def _linear(weight, bias):
+    """A plain ``nn.Linear`` holding copies of ``weight`` and ``bias``."""
+    linear = nn.Linear(weight.size(1), weight.size(0))
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    return linear
+
+
+class FusedLSTMCell(nn.Module):
+    """``nn.LSTMCell`` (gates in PyTorch's order: input, forget, cell, output) as one product of
     ``[x; h]`` with ``[W_ih W_hh]`` (the two biases summed). The cell gate's weights are doubled
     (exact in floating point), so that one sigmoid over all gates gives ``sigmoid(2g)`` for it, and
     ``tanh(g) = 2 sigmoid(2g) - 1``."""
 
-    def __init__(self, cell, rows):
+    def __init__(self, cell):
         super().__init__()
-        weight = torch.cat([cell.weight_ih, cell.weight_hh], 1).detach().clone()
-        bias = (cell.bias_ih + cell.bias_hh).detach().clone()
-        hidden = cell.hidden_size
-        weight[2 * hidden: 3 * hidden] *= 2
-        bias[2 * hidden: 3 * hidden] *= 2
-        self.gates = PackedLinear(weight, bias, rows)
+        with torch.no_grad():
+            weight = torch.cat([cell.weight_ih, cell.weight_hh], 1)
+            bias = cell.bias_ih + cell.bias_hh
+            hidden = slice(2 * cell.hidden_size, 3 * cell.hidden_size)
+            weight[hidden] *= 2
+            bias[hidden] *= 2
+        self.gates = _linear(weight, bias)
 
     def forward(self, x, state):
         h, c = state
@@ -74,13 +86,13 @@ class PackedLSTMCell(nn.Module):
         return o * tanh_by_sigmoid(c), c
 
 
-class PackedGRUCell(nn.Module):
-    """``nn.GRUCell`` (gates in PyTorch's order: reset, update, new) on packed weights."""
+class FusedGRUCell(nn.Module):
+    """``nn.GRUCell`` (gates in PyTorch's order: reset, update, new) as an input and a hidden product."""
 
-    def __init__(self, cell, rows):
+    def __init__(self, cell):
         super().__init__()
-        self.input = PackedLinear(cell.weight_ih, cell.bias_ih, rows)
-        self.hidden = PackedLinear(cell.weight_hh, cell.bias_hh, rows)
+        self.input = _linear(cell.weight_ih, cell.bias_ih)
+        self.hidden = _linear(cell.weight_hh, cell.bias_hh)
 
     def forward(self, x, h):
         x_r, x_z, x_n = self.input(x).chunk(3, 1)
@@ -90,25 +102,28 @@ class PackedGRUCell(nn.Module):
         return (1 - update) * new + update * h
 
 
-def _packed(module, rows):
-    if isinstance(module, nn.Linear):
-        return PackedLinear(module.weight, module.bias, rows)
-    if isinstance(module, nn.LSTMCell):
-        return PackedLSTMCell(module, rows)
-    if isinstance(module, nn.GRUCell):
-        return PackedGRUCell(module, rows)
-    return None
+def _swap(model, make):
+    """Replace, in place, every child module for which ``make(child)`` is not None by that."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            replacement = make(child)
+            if replacement is not None:
+                setattr(parent, name, replacement)
+    return model
+
+
+def fuse_cells(model):
+    """Replace, in place, the ``nn.LSTMCell`` and ``nn.GRUCell`` modules of ``model`` (inference
+    only) by ``FusedLSTMCell`` and ``FusedGRUCell``; returns the model."""
+    fused = {nn.LSTMCell: FusedLSTMCell, nn.GRUCell: FusedGRUCell}
+    return _swap(model, lambda m: fused[type(m)](m) if type(m) in fused else None)
 
 
 def pack_for_cpu(model, rows):
-    """Replace, in place, the linear layers and cells of the float32 ``model`` (on the CPU, in eval
-    mode) by packed ones tuned for ``rows`` input rows; returns the model (unchanged when this
+    """Replace, in place, the cells (fused) and linear layers of the float32 ``model`` (on the CPU, in
+    eval mode) by packed ones tuned for ``rows`` input rows; returns the model (unchanged when this
     PyTorch has no oneDNN)."""
     if not packing_available():
         return model
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            packed = _packed(child, rows)
-            if packed is not None:
-                setattr(parent, name, packed)
-    return model
+    return _swap(fuse_cells(model),
+                 lambda m: PackedLinear(m.weight, m.bias, rows) if isinstance(m, nn.Linear) else None)

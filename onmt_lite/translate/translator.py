@@ -15,7 +15,7 @@ from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
-from onmt_lite.translate.packed import pack_for_cpu
+from onmt_lite.translate.packed import fuse_cells, pack_for_cpu
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.utils.errors import UserError
@@ -41,14 +41,15 @@ class Result:
 
 def quantize_int8(model):
     """The model with its linear and recurrent layers dynamically quantised to int8 (CPU inference:
-    int8 weights, activations quantised on the fly); embeddings stay float."""
+    int8 weights, activations quantised on the fly), the decoder's cells first fused into linear
+    products (see packed.py); embeddings stay float."""
     import warnings
 
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
         warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell}, dtype=torch.qint8)
+        return quantize_dynamic(fuse_cells(model), {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
 
 
 def decoding_rows(batch_size, batch_type="sents", beam_size=1):

@@ -30,6 +30,20 @@ def test_copy_distribution_sums_to_one_and_gives_padding_nothing():
     assert (probs[:, 1] == 0).all()
 
 
+def test_copy_generator_gives_the_same_scores_with_and_without_gradients():
+    """Inference writes the two halves in place, training concatenates them: the same numbers."""
+    torch.manual_seed(3)
+    generator = CopyGenerator(5, 9).double()
+    batch = make_batch(random_pairs(3))
+    hidden = torch.randn(2 * 3, 5, dtype=torch.float64)
+    attn = torch.softmax(torch.randn(2 * 3, batch.src_map.size(0), dtype=torch.float64), -1)
+    with torch.no_grad():
+        inferred = generator(hidden, attn, batch.src_map)
+    trained = generator(hidden, attn, batch.src_map)
+    assert trained.requires_grad and not inferred.requires_grad
+    assert torch.equal(inferred, trained.detach())
+
+
 def test_copy_loss_cases_by_hand():
     probs, log_probs = hand_distribution()
     target = torch.tensor([4, 0, 5, 1])  # in vocab and source; unknown but copyable; not in source; padding

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from onmt_lite.translate.packed import (PackedGRUCell, PackedLinear, PackedLSTMCell, pack_for_cpu,
+from onmt_lite.translate.packed import (FusedGRUCell, FusedLSTMCell, PackedLinear, fuse_cells, pack_for_cpu,
                                         packing_available)
 from tests.model_helpers import make_batch, make_model, random_pairs
 
@@ -23,18 +23,23 @@ def test_packed_linear_equals_linear_on_2d_and_3d_inputs():
     torch.testing.assert_close(PackedLinear(no_bias.weight, None, 4)(x), no_bias(x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("cell_class,packed_class", [(nn.LSTMCell, PackedLSTMCell), (nn.GRUCell, PackedGRUCell)])
-def test_packed_cells_step_like_pytorchs_cells(cell_class, packed_class):
+@pytest.mark.parametrize("cell_class,fused_class,pack", [(nn.LSTMCell, FusedLSTMCell, False),
+                                                          (nn.LSTMCell, FusedLSTMCell, True),
+                                                          (nn.GRUCell, FusedGRUCell, False),
+                                                          (nn.GRUCell, FusedGRUCell, True)])
+def test_fused_and_packed_cells_step_like_pytorchs_cells(cell_class, fused_class, pack):
     torch.manual_seed(1)
     cell = cell_class(12, 16)
-    packed = packed_class(cell, rows=6)
+    fused = fuse_cells(nn.Sequential(copy.deepcopy(cell)))[0]
+    assert isinstance(fused, fused_class)
+    layer = pack_for_cpu(nn.Sequential(fused), rows=6)[0] if pack else fused
     x, h, c = torch.randn(6, 12), torch.randn(6, 16), torch.randn(6, 16)
     with torch.no_grad():
         if cell_class is nn.LSTMCell:
-            for got, expected in zip(packed(x, (h, c)), cell(x, (h, c))):
+            for got, expected in zip(layer(x, (h, c)), cell(x, (h, c))):
                 torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
         else:
-            torch.testing.assert_close(packed(x, h), cell(x, h), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(layer(x, h), cell(x, h), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("args", [[], ["-rnn_type", "GRU", "-global_attention", "mlp"], ["-copy_attn"]])
@@ -43,6 +48,7 @@ def test_a_packed_model_decodes_like_the_original(args):
     model = model.float().eval()
     packed = pack_for_cpu(copy.deepcopy(model), rows=4)
     assert not any(isinstance(m, (nn.Linear, nn.LSTMCell, nn.GRUCell)) for m in packed.decoder.modules())
+    assert any(isinstance(m, (FusedLSTMCell, FusedGRUCell)) for m in packed.decoder.modules())
     batch = make_batch(random_pairs(4, seed=2))
     with torch.no_grad():
         expected, expected_attns = model(batch.src, batch.tgt, batch.src_lengths)
