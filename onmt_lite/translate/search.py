@@ -206,19 +206,26 @@ class Search:
         ended &= state.scores > NEG_INF
         if not ended.any():
             return ended
-        final = self._final_scores(state)
-        for b, k in ended.nonzero().tolist():
-            row, original, col = b * state.K + k, state.example[b].item(), state.col[b].item()
-            seq = state.seqs[row, col + 1:]
-            length = seq.numel() - int(seq[-1].item() == self.eos)
-            src_length = state.src_lengths[b].item()
-            attention = {name: value[col:, row, :src_length] for name, value in state.attn.items()}
-            log_prob = (state.scores[b, k] + state.penalty[b, k]).item()
-            finished[original].append(Hypothesis(seq[:length].tolist(), final[b, k].item(), log_prob, attention))
-            finished[original].sort(key=lambda h: -h.score)
-            state.n_finished[b] += 1
-            if len(finished[original]) >= self.opts.n_best:
-                state.nth_best[b] = finished[original][self.opts.n_best - 1].score
+        b, k = ended.nonzero().unbind(1)
+        rows = b * state.K + k
+        final = self._final_scores(state)[b, k].tolist()
+        log_probs = (state.scores[b, k] + state.penalty[b, k]).tolist()
+        seqs = state.seqs[rows].tolist()
+        examples, cols, src_lengths = state.example[b].tolist(), state.col[b].tolist(), state.src_lengths[b].tolist()
+        for i, row in enumerate(rows.tolist()):
+            col = cols[i]
+            seq = seqs[i][col + 1:]
+            if seq[-1] == self.eos:
+                seq.pop()
+            attention = {name: value[col:, row, :src_lengths[i]] for name, value in state.attn.items()}
+            hyps = finished[examples[i]]
+            hyps.append(Hypothesis(seq, final[i], log_probs[i], attention))
+            hyps.sort(key=lambda h: -h.score)
+        state.n_finished += ended.sum(1)
+        for position, example in dict(zip(b.tolist(), examples)).items():
+            hyps = finished[example]
+            if len(hyps) >= self.opts.n_best:
+                state.nth_best[position] = hyps[self.opts.n_best - 1].score
         return ended
 
     def _done(self, state):
