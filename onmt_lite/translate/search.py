@@ -140,7 +140,9 @@ class BeamState:
         for name, value in attn.items():
             step = value[select].unsqueeze(0)
             if name in self.attn:  # the stepper's source width only grows: pad the history to it
-                step = torch.cat([pad_to(self.attn[name][:, select], 2, step.size(2)), step])
+                # one row per example (K = 1) never moves: no copy of the whole history to reorder it
+                history = self.attn[name] if self.K == 1 else self.attn[name][:, select]
+                step = torch.cat([pad_to(history, 2, step.size(2)), step])
             self.attn[name] = step
         std = attn["std"][select]
         self.coverage = std if self.coverage is None else pad_to(self.coverage[select], 1, std.size(1)) + std
