@@ -52,10 +52,10 @@ def quantize_int8(model):
         return quantize_dynamic(fuse_cells(model), {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
 
 
-def decoding_rows(batch_size, batch_type="sents", beam_size=1):
+def decoding_rows(batch_size, batch_type="sents", beam_width=1):
     """The rows the decoder multiplies at each step (sentences x beam), to pack the weights for;
     token batches hold no fixed number of sentences: 64 then."""
-    return batch_size * beam_size if batch_type == "sents" else 64
+    return batch_size * beam_width if batch_type == "sents" else 64
 
 
 def load_models(paths, device, quantize="none", rows=None):
@@ -113,7 +113,7 @@ class Translator:
     def load(cls, paths, device="cpu", quantize="none", **kwargs):
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
-        rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_size)
+        rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width)
         models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize, rows)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess, search, device=device, **rest)
