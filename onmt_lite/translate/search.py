@@ -14,7 +14,7 @@ import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
 from onmt_lite.translate.stepper import pad_to
-from onmt_lite.translate.topk import top_k
+from onmt_lite.translate.topk import top_k, top_k_with_offsets
 
 NEG_INF = float("-inf")
 
@@ -93,11 +93,12 @@ class BeamState:
     Examples join at any step (``add``) and leave when done (``keep``). ``seqs`` ``[B*K x t]`` holds
     every row's tokens in a shared column grid: example b's ``<s>`` is at column ``col[b]`` (the
     columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
-    entry per column after the first. Columns no live example needs are dropped.
+    entry per column after the first. Columns no live example needs are dropped. ``coverage``
+    ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept only ``with_coverage``.
     """
 
-    def __init__(self, beam_size, bos, device):
-        self.K, self.bos, self.device = beam_size, bos, device
+    def __init__(self, beam_size, bos, device, with_coverage=True):
+        self.K, self.bos, self.device, self.with_coverage = beam_size, bos, device, with_coverage
         empty = torch.empty(0, dtype=torch.long, device=device)
         self.example, self.col, self.max_lengths, self.src_lengths = empty, empty, empty, empty
         self.n_finished = empty
@@ -133,19 +134,22 @@ class BeamState:
         return self.seqs.size(1) - 1 - self.col
 
     def advance(self, select, tokens, scores, attn):
-        """Keep rows ``select`` ``[B*K]``, append ``tokens`` ``[B x K]``, record attention."""
-        self.seqs = torch.cat([self.seqs[select], tokens.view(-1, 1)], 1)
+        """Keep rows ``select`` ``[B*K]`` (None: every row where it is), append ``tokens`` ``[B x K]``,
+        record attention."""
+        def kept(tensor, dim=0):
+            return tensor if select is None else tensor.index_select(dim, select)
+
+        self.seqs = torch.cat([kept(self.seqs), tokens.view(-1, 1)], 1)
         self.scores = scores
-        self.penalty = self.penalty.view(-1)[select].view_as(scores)
+        self.penalty = kept(self.penalty.view(-1)).view_as(scores)
         for name, value in attn.items():
-            step = value[select].unsqueeze(0)
+            step = kept(value).unsqueeze(0)
             if name in self.attn:  # the stepper's source width only grows: pad the history to it
-                # one row per example (K = 1) never moves: no copy of the whole history to reorder it
-                history = self.attn[name] if self.K == 1 else self.attn[name][:, select]
-                step = torch.cat([pad_to(history, 2, step.size(2)), step])
+                step = torch.cat([pad_to(kept(self.attn[name], 1), 2, step.size(2)), step])
             self.attn[name] = step
-        std = attn["std"][select]
-        self.coverage = std if self.coverage is None else pad_to(self.coverage[select], 1, std.size(1)) + std
+        if self.with_coverage:
+            std = kept(attn["std"])
+            self.coverage = std if self.coverage is None else pad_to(kept(self.coverage), 1, std.size(1)) + std
 
     def keep(self, examples):
         """Keep only the examples ``examples`` (positions among the current ones); returns row indices."""
@@ -153,7 +157,7 @@ class BeamState:
         self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
         self.penalty, self.col = self.penalty[examples], self.col[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
-        self.coverage = self.coverage[rows]
+        self.coverage = None if self.coverage is None else self.coverage[rows]
         self.max_lengths, self.src_lengths = self.max_lengths[examples], self.src_lengths[examples]
         self.n_finished, self.nth_best = self.n_finished[examples], self.nth_best[examples]
         unused = int(self.col.min()) if examples.numel() else self.seqs.size(1) - 1
@@ -171,6 +175,8 @@ class Search:
 
     def _coverage_penalty(self, state):
         """The coverage penalty of every row ``[B x K]`` (padded source positions excluded)."""
+        if self.opts.coverage_penalty == "none":
+            return torch.zeros_like(state.scores)
         mask = (torch.arange(state.coverage.size(1), device=state.coverage.device).unsqueeze(0)
                 < state.src_lengths.repeat_interleave(state.K).unsqueeze(1))
         return coverage_penalty(self.opts.coverage_penalty, state.coverage, self.opts.beta, mask).view_as(state.scores)
@@ -185,19 +191,23 @@ class Search:
         """Finishing scores of the rows: score / length penalty - coverage penalty (stepwise: the
         penalty is already in the score)."""
         o = self.opts
-        scaled = state.scores / length_penalty(o.length_penalty, state.lengths().unsqueeze(1).float(), o.alpha)
-        return scaled if o.stepwise_penalty else scaled - self._coverage_penalty(state)
+        scaled = state.scores
+        if o.length_penalty != "none":
+            scaled = scaled / length_penalty(o.length_penalty, state.lengths().unsqueeze(1).float(), o.alpha)
+        return scaled if o.stepwise_penalty or o.coverage_penalty == "none" else scaled - self._coverage_penalty(state)
 
     def _select(self, state, log_probs):
-        """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``."""
+        """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``;
+        ``select`` is None when every row stays where it is (one row per example)."""
         n_rows, width = log_probs.shape
         batch, K = state.scores.shape
         if self.opts.sampling:
             tokens = sample(log_probs, self.opts.sampling_topk, self.opts.sampling_temp)
-            scores = state.scores + log_probs.gather(1, tokens)
-            return torch.arange(n_rows, device=log_probs.device), tokens.view(batch, 1), scores
-        total = log_probs.add_(state.scores.view(-1, 1)).view(batch, K * width)  # log_probs is not used again
-        scores, ids = top_k(total, K)
+            return None, tokens.view(batch, 1), state.scores + log_probs.gather(1, tokens)
+        if K == 1:  # the best token of each row: adding the row's score does not change which
+            best, tokens = top_k(log_probs, 1)
+            return None, tokens, state.scores + best
+        scores, ids = top_k_with_offsets(log_probs, state.scores, K)
         origin = torch.div(ids, width, rounding_mode="floor")
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
@@ -260,7 +270,8 @@ class Search:
         ``feeder.stepper`` and returns their ids and source lengths, or None.
         """
         o = self.opts
-        state, finished = BeamState(o.beam_width, self.bos, feeder.device), {}
+        state = BeamState(o.beam_width, self.bos, feeder.device, with_coverage=o.coverage_penalty != "none")
+        finished = {}
         while True:
             joining = feeder.admit(state.src_lengths)
             if joining is not None:
@@ -288,9 +299,10 @@ class Search:
                 for original in state.example[done].tolist():
                     yield original, finished.pop(original)[: o.n_best]
                 remaining = (~done).nonzero().view(-1)
-                rows = select.view(-1, state.K)[remaining].view(-1)
+                rows = remaining if select is None else select.view(-1, state.K)[remaining].view(-1)
                 memory_rows = state.keep(remaining)
-            feeder.stepper.reorder(rows, memory_rows)
+            if rows is not None:
+                feeder.stepper.reorder(rows, memory_rows)
 
 
 class OneBatch:

@@ -32,3 +32,32 @@ def top_k(scores, k):
         candidates = torch.cat([candidates, tail.expand(rows, -1)], 1)
     values, positions = scores.gather(1, candidates).topk(k, dim=1)
     return values, candidates.gather(1, positions)
+
+
+def top_k_with_offsets(scores, offsets, k):
+    """The k best of ``scores + offsets`` per group of rows, without forming the sum.
+
+    ``scores`` ``[groups*n x width]``, ``offsets`` ``[groups x n]`` (one per row): what
+    ``top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)`` returns, values and indices
+    into ``n * width``. Adding a row's offset cannot reorder that row's entries, so each chunk's
+    maximum plus its row's offset is the maximum of the chunk's sums, and the argument of ``top_k``
+    holds here chunk by chunk within each row. The sums are formed for the candidates only: the same
+    float additions, so the same values.
+    """
+    rows, width = scores.shape
+    groups, n = offsets.shape
+    n_chunks = width // CHUNK
+    if n_chunks * n <= k:
+        return top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)
+    device = scores.device
+    maxima = scores[:, : n_chunks * CHUNK].view(rows, n_chunks, CHUNK).amax(2) + offsets.view(-1, 1)
+    kept = maxima.view(groups, n * n_chunks).topk(k, dim=1).indices  # [groups x k]: row-in-group * n_chunks + chunk
+    starts = torch.div(kept, n_chunks, rounding_mode="floor") * width + kept % n_chunks * CHUNK
+    candidates = (starts.unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
+    if n_chunks * CHUNK < width:  # the last, partial chunk of every row is always a candidate
+        tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(n_chunks * CHUNK, width, device=device)
+        candidates = torch.cat([candidates, tails.view(1, -1).expand(groups, -1)], 1)
+    flat = scores.view(groups, n * width)
+    sums = flat.gather(1, candidates) + offsets.gather(1, torch.div(candidates, width, rounding_mode="floor"))
+    values, positions = sums.topk(k, dim=1)
+    return values, candidates.gather(1, positions)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from onmt_lite.translate.topk import CHUNK, top_k
+from onmt_lite.translate.topk import CHUNK, top_k, top_k_with_offsets
 
 
 @pytest.mark.parametrize("rows,width,k", [(32, 20004, 1), (32, 100020, 5), (3, 5 * CHUNK, 5), (7, 6 * CHUNK + 1, 5),
@@ -36,3 +36,26 @@ def test_the_best_entries_in_one_chunk_are_all_found():
     values, indices = top_k(scores, 5)
     assert values.tolist() == [[5.0, 4.0, 3.0, 2.0, 1.0]]
     assert indices.tolist() == [[3 * CHUNK + 10 + i for i in range(5)]]
+
+
+@pytest.mark.parametrize("groups,n,width,k", [(28, 5, 20004, 5), (3, 5, 4 * CHUNK, 5), (2, 3, 7 * CHUNK + 9, 3),
+                                              (4, 2, 300, 2), (5, 1, 20004, 1)])
+def test_top_k_with_offsets_equals_top_k_of_the_formed_sums(groups, n, width, k):
+    """The same values and entries as adding each row's offset first (the beam search's old way)."""
+    torch.manual_seed(groups * width + n)
+    scores = torch.randn(groups * n, width).log_softmax(1)
+    offsets = torch.randn(groups, n) * 4
+    offsets[0, 1:] = float("-inf")  # a new example: one live row, its copies out of the race
+    expected = top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)
+    values, indices = top_k_with_offsets(scores, offsets, k)
+    assert torch.equal(values, expected[0]) and torch.equal(indices, expected[1])
+    assert (indices[0] < width).all()  # the example with one live row continues only from it
+
+
+def test_top_k_with_offsets_finds_a_winner_in_a_partial_last_chunk_of_a_later_row():
+    width = 3 * CHUNK + 7
+    scores = torch.zeros(2, width)
+    scores[1, width - 1] = 10.0  # only in row 1's partial chunk
+    values, indices = top_k_with_offsets(scores, torch.tensor([[0.0, -1.0]]), 2)
+    assert values.tolist() == [[9.0, 0.0]]
+    assert indices[0, 0].item() == width + width - 1
