@@ -14,7 +14,7 @@ modules instead. The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and ke
 import torch
 import torch.nn as nn
 
-ROW_BUCKET = 16
+ROW_BUCKET = 16  # rows are padded to a multiple of this unless the caller knows better (see PackedLinear)
 
 
 def packing_available():
@@ -27,21 +27,23 @@ def packing_available():
 
 
 class PackedLinear(nn.Module):
-    """``nn.Linear`` on a prepacked weight; ``rows`` is the expected number of input rows."""
+    """``nn.Linear`` on a prepacked weight; ``rows`` is the expected number of input rows, whose count
+    is padded to a multiple of ``multiple``."""
 
-    def __init__(self, weight, bias, rows):
+    def __init__(self, weight, bias, rows, multiple=ROW_BUCKET):
         super().__init__()
-        self.out_features = weight.size(0)
+        self.out_features, self.multiple = weight.size(0), multiple
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows)
         self.bias = None if bias is None else bias.detach().contiguous()
 
     def forward(self, x):
-        """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``ROW_BUCKET``:
-        oneDNN builds a kernel for each new number of rows (3 ms for the vocabulary projection), and
-        a beam search's rows shrink one example at a time."""
+        """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``multiple``: oneDNN
+        builds (and caches) a kernel for each new number of rows, about 0.5 ms for the vocabulary
+        projection. A beam search's rows are always whole beams: padded to the beam width they are
+        not padded at all, and there are at most batch-size different counts."""
         flat = x.reshape(-1, x.size(-1))
         rows = flat.size(0)
-        padding = -rows % ROW_BUCKET
+        padding = -rows % self.multiple
         if padding:
             flat = torch.cat([flat, flat.new_zeros(padding, flat.size(1))])
         out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), self.packed, self.bias, "none", [], "")
@@ -119,11 +121,11 @@ def fuse_cells(model):
     return _swap(model, lambda m: fused[type(m)](m) if type(m) in fused else None)
 
 
-def pack_for_cpu(model, rows):
+def pack_for_cpu(model, rows, multiple=ROW_BUCKET):
     """Replace, in place, the cells (fused) and linear layers of the float32 ``model`` (on the CPU, in
-    eval mode) by packed ones tuned for ``rows`` input rows; returns the model (unchanged when this
-    PyTorch has no oneDNN)."""
+    eval mode) by packed ones tuned for ``rows`` input rows, their count padded to a multiple of
+    ``multiple``; returns the model (unchanged when this PyTorch has no oneDNN)."""
     if not packing_available():
         return model
     return _swap(fuse_cells(model),
-                 lambda m: PackedLinear(m.weight, m.bias, rows) if isinstance(m, nn.Linear) else None)
+                 lambda m: PackedLinear(m.weight, m.bias, rows, multiple) if isinstance(m, nn.Linear) else None)

@@ -5,8 +5,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from onmt_lite.translate.packed import (FusedGRUCell, FusedLSTMCell, PackedLinear, fuse_cells, pack_for_cpu,
-                                        packing_available)
+from onmt_lite.translate.packed import (ROW_BUCKET, FusedGRUCell, FusedLSTMCell, PackedLinear, fuse_cells,
+                                        pack_for_cpu, packing_available)
+from onmt_lite.translate.translator import decoding_rows
 from tests.model_helpers import make_batch, make_model, random_pairs
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN")
@@ -21,6 +22,28 @@ def test_packed_linear_equals_linear_on_2d_and_3d_inputs():
     no_bias = nn.Linear(24, 7, bias=False)
     x = torch.randn(4, 24)
     torch.testing.assert_close(PackedLinear(no_bias.weight, None, 4)(x), no_bias(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("multiple", [1, 5, 16])
+def test_packed_linear_gives_each_row_its_own_output_whatever_the_padding(multiple):
+    """Row counts that are and are not multiples of the padding: the first rows of a larger input
+    come out as they do alone (padding rows never leak into real ones)."""
+    torch.manual_seed(3)
+    linear = nn.Linear(24, 50)
+    packed = PackedLinear(linear.weight, linear.bias, rows=15, multiple=multiple)
+    x = torch.randn(17, 24)
+    with torch.no_grad():
+        full = packed(x)
+        torch.testing.assert_close(full, linear(x), atol=1e-5, rtol=1e-5)
+        for rows in (1, 4, 5, 15, 16):
+            assert packed(x[:rows]).shape == (rows, 50)
+            torch.testing.assert_close(packed(x[:rows]), full[:rows], atol=1e-6, rtol=1e-6)
+
+
+def test_decoding_rows_pad_a_beam_search_to_whole_beams_only():
+    assert decoding_rows(32, "sents", 5) == (160, 5)
+    assert decoding_rows(32, "sents", 1) == (32, ROW_BUCKET)
+    assert decoding_rows(2000, "tokens", 5) == (64, ROW_BUCKET)
 
 
 @pytest.mark.parametrize("cell_class,fused_class,pack", [(nn.LSTMCell, FusedLSTMCell, False),
