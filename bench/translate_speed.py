@@ -9,7 +9,8 @@ the machine's default thread count (2 here) for both. Each round runs onmt_lite,
 ``-quantize int8`` and OpenNMT-py one after the other (A B C A B C); a run's time is the decoding
 time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
 medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
-ratios, and BLEU of each output against tgt-val.txt. int8 is also scored where accuracy means
+ratios of the medians and the medians of the ratios within each round, and BLEU of each output
+against tgt-val.txt. int8 is also scored where accuracy means
 something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
 Figures go to bench/results/translate_speed.json.
 """
@@ -94,7 +95,15 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
                         "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
     row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
     row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
+    # the same ratios within each round (runs minutes apart share this VM's slow and fast phases less)
+    row["speed_ratio_paired"] = paired_median(runs["onmt_lite"], runs["OpenNMT-py"])
+    row["int8_speedup_paired"] = paired_median(runs["onmt_lite int8"], runs["onmt_lite"])
     return row
+
+
+def paired_median(runs, baseline_runs):
+    """The median over rounds of the speed ratio of two toolkits' runs of the same round."""
+    return statistics.median(a["sents_s"] / b["sents_s"] for a, b in zip(runs, baseline_runs))
 
 
 def print_row(title, row):
@@ -103,8 +112,9 @@ def print_row(title, row):
     for toolkit in ("onmt_lite", "onmt_lite int8", "OpenNMT-py"):
         v = row[toolkit]
         print(f"{toolkit:<16} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {v['bleu']:>6.2f}")
-    print(f"onmt_lite / OpenNMT-py: {row['speed_ratio']:.2f}x sentences/s; int8 / float32: "
-          f"{row['int8_speedup']:.2f}x, BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+    print(f"onmt_lite / OpenNMT-py: {row['speed_ratio']:.2f}x sentences/s (round by round: "
+          f"{row['speed_ratio_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by round: "
+          f"{row['int8_speedup_paired']:.2f}x), BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
 
 
 def g2p_int8(quality_work, rounds, work):
