@@ -199,7 +199,7 @@ class Search:
     def _select(self, state, log_probs):
         """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``;
         ``select`` is None when every row stays where it is (one row per example)."""
-        n_rows, width = log_probs.shape
+        width = log_probs.size(1)
         batch, K = state.scores.shape
         if self.opts.sampling:
             tokens = sample(log_probs, self.opts.sampling_topk, self.opts.sampling_temp)

@@ -55,7 +55,8 @@ def top_k_with_offsets(scores, offsets, k):
     starts = torch.div(kept, n_chunks, rounding_mode="floor") * width + kept % n_chunks * CHUNK
     candidates = (starts.unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
     if n_chunks * CHUNK < width:  # the last, partial chunk of every row is always a candidate
-        tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(n_chunks * CHUNK, width, device=device)
+        tail = torch.arange(n_chunks * CHUNK, width, device=device)
+        tails = torch.arange(n, device=device).unsqueeze(1) * width + tail
         candidates = torch.cat([candidates, tails.view(1, -1).expand(groups, -1)], 1)
     flat = scores.view(groups, n * width)
     sums = flat.gather(1, candidates) + offsets.gather(1, torch.div(candidates, width, rounding_mode="floor"))
