@@ -26,7 +26,8 @@ def search_options(opt, vocab):
         ratio=opt.ratio, length_penalty=opt.length_penalty, alpha=opt.alpha, coverage_penalty=opt.coverage_penalty,
         beta=opt.beta, stepwise_penalty=opt.stepwise_penalty, block_ngram_repeat=opt.block_ngram_repeat,
         ignore_when_blocking=tuple(vocab.lookup(w) for w in opt.ignore_when_blocking),
-        sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling)
+        sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling,
+        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))  # else no use for it: not kept
 
 
 def read_phrase_table(path):

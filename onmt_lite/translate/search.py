@@ -36,6 +36,7 @@ class SearchOptions:
     sampling_topk: int = 0
     sampling_temp: float = 1.0
     sampling: bool = False
+    attention: bool = True  # keep each hypothesis's attention (else Hypothesis.attention is {})
 
     @property
     def beam_width(self):
@@ -93,12 +94,14 @@ class BeamState:
     Examples join at any step (``add``) and leave when done (``keep``). ``seqs`` ``[B*K x t]`` holds
     every row's tokens in a shared column grid: example b's ``<s>`` is at column ``col[b]`` (the
     columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
-    entry per column after the first. Columns no live example needs are dropped. ``coverage``
-    ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept only ``with_coverage``.
+    entry per column after the first (kept only ``with_attention``). Columns no live example needs
+    are dropped. ``coverage`` ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept
+    only ``with_coverage``.
     """
 
-    def __init__(self, beam_size, bos, device, with_coverage=True):
-        self.K, self.bos, self.device, self.with_coverage = beam_size, bos, device, with_coverage
+    def __init__(self, beam_size, bos, device, with_attention=True, with_coverage=True):
+        self.K, self.bos, self.device = beam_size, bos, device
+        self.with_attention, self.with_coverage = with_attention, with_coverage
         empty = torch.empty(0, dtype=torch.long, device=device)
         self.example, self.col, self.max_lengths, self.src_lengths = empty, empty, empty, empty
         self.n_finished = empty
@@ -142,7 +145,7 @@ class BeamState:
         self.seqs = torch.cat([kept(self.seqs), tokens.view(-1, 1)], 1)
         self.scores = scores
         self.penalty = kept(self.penalty.view(-1)).view_as(scores)
-        for name, value in attn.items():
+        for name, value in attn.items() if self.with_attention else ():
             step = kept(value).unsqueeze(0)
             if name in self.attn:  # the stepper's source width only grows: pad the history to it
                 step = torch.cat([pad_to(kept(self.attn[name], 1), 2, step.size(2)), step])
@@ -270,7 +273,7 @@ class Search:
         ``feeder.stepper`` and returns their ids and source lengths, or None.
         """
         o = self.opts
-        state = BeamState(o.beam_width, self.bos, feeder.device, with_coverage=o.coverage_penalty != "none")
+        state = BeamState(o.beam_width, self.bos, feeder.device, o.attention, o.coverage_penalty != "none")
         finished = {}
         while True:
             joining = feeder.admit(state.src_lengths)

@@ -26,7 +26,9 @@ class Result:
     """The translations of one input line: n-best texts, scores and log-probabilities, token lists,
     attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given.
     For copy models also the copy attention ``[out_len x src_len]`` and the probability of copying
-    ``[out_len x 1]`` per hypothesis (None otherwise)."""
+    ``[out_len x 1]`` per hypothesis (None otherwise). The attentions are None when the search did
+    not keep them (``attention=False``: what ``onmt_lite_translate`` does unless -replace_unk,
+    -attn_debug or -attn_plot asks for them)."""
     source: list
     hypotheses: list
     scores: list

@@ -146,7 +146,7 @@ def test_empty_and_very_long_lines(models, tmp_path):
     assert len(output) == 5 and output[1] == "" and output[3] == "" and output[0] and output[4]
 
 
-def test_replace_unk_uses_the_attention_and_the_phrase_table(models):
+def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     m = models["unk"]
     src, tgt = lines(m["src"]), lines(m["tgt"])
     plain = [r.hypotheses[0] for r in Translator.load([m["model"]]).translate(src)]
@@ -160,6 +160,11 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models):
     assert len(unk_positions) > len(src)
     right = sum(h.split()[i] == r.split()[i] for h, r, i in unk_positions) / len(unk_positions)
     assert right > 0.6  # measured 0.78; a word picked at random from the source would be right 1 time in 4
+    # the command keeps the attention for -replace_unk (and only then: it has no other use for it)
+    for flag, expected in (["-replace_unk"], replaced), ([], plain):
+        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-out", tmp_path / "o.txt", *flag)
+        assert result.returncode == 0, result.stderr
+        assert lines(tmp_path / "o.txt") == expected
     translator = Translator.load([m["model"]], replace_unk=True)
     oov = next(f"w{i}" for i in range(20) if f"w{i}" not in translator.vocabs["tgt"])
     translator.phrase_table = {oov: "MAPPED"}

@@ -84,6 +84,18 @@ def test_the_first_of_an_n_best_list_is_the_1_best(seed):
         assert scores == sorted(scores, reverse=True) and len(scores) == 5
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_search_without_attention_finds_the_same_hypotheses_and_keeps_no_attention(beam_size):
+    table = markov_table(4)
+    with_attention = run(table, beam_size=beam_size, n_best=beam_size)
+    without = run(table, beam_size=beam_size, n_best=beam_size, attention=False)
+    for a, b in zip(with_attention, without):
+        assert [(h.tokens, h.score, h.log_prob) for h in a] == [(h.tokens, h.score, h.log_prob) for h in b]
+        # a row per token and </s> (none when cut at the maximum length), a column per source position
+        assert all(h.attention["std"].shape in ((len(h.tokens) + 1, 3), (MAX, 3)) for h in a)
+        assert all(h.attention == {} for h in b)
+
+
 def test_greedy_follows_the_argmax_chain():
     table = markov_table(3)
     result = run(table, beam_size=1)
