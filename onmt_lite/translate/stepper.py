@@ -3,7 +3,8 @@
 ``ModelStepper`` holds the encoder output and the DecoderState of one model tiled over the beam;
 ``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
 the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
-``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models);
+``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models when
+``with_p_copy``: only the attention the search keeps uses it);
 ``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move rows
 from one stepper to another: examples encoded in one batch join a search that is already running
 (the source width S of the attention then grows to the longest; it never shrinks).
@@ -41,8 +42,9 @@ def _joined(a, b, dim, pad_dims=()):
 
 
 class ModelStepper:
-    def __init__(self, model, batch, beam_size, vocab_size):
+    def __init__(self, model, batch, beam_size, vocab_size, with_p_copy=True):
         self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
+        self.with_p_copy = with_p_copy
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         self.memory_bank, self.lengths = tile(memory_bank, beam_size, 1), tile(lengths, beam_size, 0)
         self.state = state.map(lambda t, dim: tile(t, beam_size, dim))
@@ -57,7 +59,8 @@ class ModelStepper:
         if not self.copy:
             return self.model.generator(dec_out[0]), attns
         log_probs = self.model.generator(dec_out[0], attns["copy"], self.src_map)
-        attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
+        if self.with_p_copy:
+            attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
         return collapse_copy_log_probs(log_probs, self.ex_ids, self.vocab_size), attns
 
     def part(self, rows):

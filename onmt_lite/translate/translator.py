@@ -157,7 +157,7 @@ class Translator:
     def _stepper(self, batch):
         """The stepper of ``batch``: its examples encoded by every model, tiled over the beam."""
         beam, vocab_size = self.search_options.beam_width, len(self.vocabs["tgt"])
-        steppers = [ModelStepper(m, batch, beam, vocab_size) for m in self.models]
+        steppers = [ModelStepper(m, batch, beam, vocab_size, self.search_options.attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
     def decode_batch(self, batch, search=None, sources=None):

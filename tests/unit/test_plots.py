@@ -141,6 +141,15 @@ def test_copy_models_plot_the_copy_attention_and_p_copy(tmp_path):
     assert plain.copy_attention == [None] and plain.p_copy == [None]
 
 
+def test_without_attention_a_copy_model_gives_the_same_translation_and_no_attention():
+    kept = make_translator(copy=True).translate([SOURCE])[0]
+    translator = make_translator(copy=True)
+    translator.search_options.attention = False
+    result = translator.translate([SOURCE])[0]
+    assert (result.hypotheses, result.scores) == (kept.hypotheses, kept.scores)
+    assert result.attention == result.copy_attention == result.p_copy == [None]
+
+
 def test_figure_size_clamps_each_side():
     assert attn_plot.figure_size(1, 1) == (120 + 150 + 30 + 15 + 60, 120 + 150 + 40)
     assert attn_plot.figure_size(100_000, 100, 2, True) == (120 + 2 * 2030 + 60 + 75, 120 + 2000 + 40)
