@@ -197,7 +197,7 @@ class Search:
         scaled = state.scores
         if o.length_penalty != "none":
             scaled = scaled / length_penalty(o.length_penalty, state.lengths().unsqueeze(1).float(), o.alpha)
-        return scaled if o.stepwise_penalty or o.coverage_penalty == "none" else scaled - self._coverage_penalty(state)
+        return scaled if o.stepwise_penalty else scaled - self._coverage_penalty(state)
 
     def _select(self, state, log_probs):
         """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``;
