@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from onmt_lite.loss import build_loss_compute
-from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, collapse_copy_log_probs,
-                                             collapse_copy_scores, collapsed_argmax)
+from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, NMTGenerator,
+                                             collapse_copy_log_probs, collapse_copy_scores, collapsed_argmax)
 from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
 
 V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2
@@ -42,6 +42,19 @@ def test_copy_generator_gives_the_same_scores_with_and_without_gradients():
     trained = generator(hidden, attn, batch.src_map)
     assert trained.requires_grad and not inferred.requires_grad
     assert torch.equal(inferred, trained.detach())
+
+
+def test_the_generator_gives_the_same_log_probs_in_place_without_gradients():
+    """Inference writes log_softmax over the logits: the values of the autograd path, bit for bit."""
+    torch.manual_seed(4)
+    generator = NMTGenerator(8, 300)
+    hidden = torch.randn(7, 8) * 4
+    with torch.no_grad():
+        inferred = generator(hidden)
+    trained = generator(hidden)
+    assert trained.requires_grad and not inferred.requires_grad
+    assert torch.equal(inferred, trained.detach())
+    torch.testing.assert_close(inferred.exp().sum(1), torch.ones(7))
 
 
 def test_copy_loss_cases_by_hand():
