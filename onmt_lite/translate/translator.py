@@ -8,14 +8,13 @@
 import dataclasses
 
 import torch
-import torch.nn as nn
 
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
-from onmt_lite.translate.packed import ROW_BUCKET, fuse_cells, pack_for_cpu
+from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.utils.errors import UserError
@@ -39,19 +38,6 @@ class Result:
     gold_words: int = 0
     copy_attention: list = dataclasses.field(default_factory=list)
     p_copy: list = dataclasses.field(default_factory=list)
-
-
-def quantize_int8(model):
-    """The model with its linear and recurrent layers dynamically quantised to int8 (CPU inference:
-    int8 weights, activations quantised on the fly), the decoder's cells first fused into linear
-    products (see packed.py); embeddings stay float."""
-    import warnings
-
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(fuse_cells(model), {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
 
 
 def decoding_rows(batch_size, batch_type="sents", beam_width=1):

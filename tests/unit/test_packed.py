@@ -5,8 +5,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from onmt_lite.translate.packed import (ROW_BUCKET, FusedGRUCell, FusedLSTMCell, PackedLinear, fuse_cells,
-                                        pack_for_cpu, packing_available)
+import torch.ao.quantization
+
+from onmt_lite.translate import packed as packed_module
+from onmt_lite.translate.packed import (ROW_BUCKET, WIDE_INT8_OUTPUTS, FusedGRUCell, FusedLSTMCell, PackedLinear,
+                                        fuse_cells, pack_for_cpu, packing_available, quantize_int8)
 from onmt_lite.translate.translator import decoding_rows
 from tests.model_helpers import make_batch, make_model, random_pairs
 
@@ -79,3 +82,28 @@ def test_a_packed_model_decodes_like_the_original(args):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     for name in expected_attns:
         torch.testing.assert_close(got_attns[name], expected_attns[name], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif("onednn" not in torch.backends.quantized.supported_engines, reason="no oneDNN int8 backend")
+def test_int8_wide_layers_are_packed_for_onednn_and_compute_what_the_default_backend_does(monkeypatch):
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(32, WIDE_INT8_OUTPUTS), nn.ReLU(), nn.Linear(WIDE_INT8_OUTPUTS, 8))
+    x = torch.randn(20, 32)
+    engines, quantize_dynamic = [], torch.ao.quantization.quantize_dynamic
+
+    def spy(module, spec, **kwargs):
+        engines.append((torch.backends.quantized.engine, spec))
+        return quantize_dynamic(module, spec, **kwargs)
+
+    monkeypatch.setattr(torch.ao.quantization, "quantize_dynamic", spy)
+    engine = torch.backends.quantized.engine
+    mixed = quantize_int8(copy.deepcopy(model))
+    assert engines[0] == ("onednn", {"0"})  # the wide layer only; the narrow one on the default backend
+    assert torch.backends.quantized.engine == engine
+    monkeypatch.setattr(packed_module, "WIDE_INT8_OUTPUTS", 10 ** 9)
+    default = quantize_int8(copy.deepcopy(model))
+    assert all(e == engine for e, _ in engines[1:])
+    with torch.no_grad():
+        assert all("quantized.dynamic" in type(m).__module__ for m in (mixed[0], mixed[2], default[0]))
+        torch.testing.assert_close(mixed(x), default(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mixed(x), model(x), atol=0.05, rtol=0.05)  # int8 rounding only
