@@ -52,13 +52,17 @@ def top_k_with_offsets(scores, offsets, k):
     device = scores.device
     maxima = scores[:, : n_chunks * CHUNK].view(rows, n_chunks, CHUNK).amax(2) + offsets.view(-1, 1)
     kept = maxima.view(groups, n * n_chunks).topk(k, dim=1).indices  # [groups x k]: row-in-group * n_chunks + chunk
-    starts = torch.div(kept, n_chunks, rounding_mode="floor") * width + kept % n_chunks * CHUNK
+    row = torch.div(kept, n_chunks, rounding_mode="floor")
+    starts = row * width + (kept - row * n_chunks) * CHUNK
     candidates = (starts.unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
+    # each candidate plus its own row's offset, broadcast per kept chunk (no division per candidate)
+    picked = scores.view(groups, n * width).gather(1, candidates).view(groups, k, CHUNK)
+    sums = (picked + offsets.gather(1, row).unsqueeze(2)).view(groups, k * CHUNK)
     if n_chunks * CHUNK < width:  # the last, partial chunk of every row is always a candidate
-        tail = torch.arange(n_chunks * CHUNK, width, device=device)
-        tails = torch.arange(n, device=device).unsqueeze(1) * width + tail
+        tail = scores[:, n_chunks * CHUNK:].reshape(groups, n, -1)
+        tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(n_chunks * CHUNK, width,
+                                                                                device=device)
         candidates = torch.cat([candidates, tails.view(1, -1).expand(groups, -1)], 1)
-    flat = scores.view(groups, n * width)
-    sums = flat.gather(1, candidates) + offsets.gather(1, torch.div(candidates, width, rounding_mode="floor"))
+        sums = torch.cat([sums, (tail + offsets.unsqueeze(2)).view(groups, -1)], 1)
     values, positions = sums.topk(k, dim=1)
     return values, candidates.gather(1, positions)
