@@ -20,6 +20,10 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import write_results  # noqa: E402
+
 CONFIGS = [  # (name, max_generator_batches, truncated_decoder, accum_count, the row whose gradients it must equal)
     ("-max_generator_batches 0 (no sharding)", 0, 0, 1, 0),
     ("-max_generator_batches 32 (default)", 32, 0, 1, 0),
@@ -117,10 +121,8 @@ def main():
     for row in rows:
         print(f"{row['config']:<48} {row['step_mib']:>14.0f} {row['step_mib'] / base:>12.0%} "
               f"{row['peak_mib']:>12.0f} {row['max_relative_grad_difference']:>10.1e}")
-    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
-    with open(os.path.join(REPO, "bench", "results", "shard_memory.json"), "w") as f:
-        json.dump({"settings": {k: getattr(args, k) for k in ("vocab", "batch", "length", "hidden")}, "rows": rows},
-                  f, indent=2)
+    write_results("shard_memory", {"settings": {k: getattr(args, k) for k in ("vocab", "batch", "length", "hidden")},
+                                   "rows": rows})
 
 
 if __name__ == "__main__":

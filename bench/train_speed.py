@@ -21,8 +21,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import (LITE_BIN, PEER_ENV, REPO, SHARED, lite_args, normalised_copy, peer_config,  # noqa: E402
-                     write_results)
+from quality import (LITE_BIN, PEER_ENV, REPO, SHARED, lite_args, machine, normalised_copy,  # noqa: E402
+                     peer_config, write_results)
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
         "global_attention": "general", "input_feed": 1, "dropout": 0.3}
@@ -138,7 +138,7 @@ def main():
                     command = [f"{opt.peer}/bin/onmt_train", "-config", f"{work}/peer.yaml", "-train_steps", total]
                     memory = run_measured(command, log, PEER_ENV)
                 runs[toolkit].append({"tgt_tok_s": target_rate(log, opt.warmup), "peak_mib": memory})
-        row = {"config": config}
+        row = {"config": config, "machine": machine()}  # rows of several runs (-only) may differ in it
         for toolkit, values in runs.items():
             row[toolkit] = {"tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),
                             "peak_mib": statistics.median(v["peak_mib"] for v in values), "runs": values}
