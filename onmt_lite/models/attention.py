@@ -36,9 +36,14 @@ class GlobalAttention(nn.Module):
         self.linear_cover = nn.Linear(1, dim if attn_type == "mlp" else 1, bias=False) if coverage else None
         self.linear_out = nn.Linear(dim * 2, dim, bias=attn_type == "mlp") if output_layer else None
 
+    @property
+    def projects_memory(self):
+        """Whether ``memory_keys`` computes something (mlp) rather than return the memory itself."""
+        return self.attn_type == "mlp"
+
     def memory_keys(self, memory):
         """What the score needs of the memory ``[B x S x H]``, computed once per sequence."""
-        return self.linear_memory(memory) if self.attn_type == "mlp" else memory
+        return self.linear_memory(memory) if self.projects_memory else memory
 
     def score(self, query, keys, coverage=None):
         """Unnormalised scores ``[B x T x S]`` of ``query`` ``[B x T x H]`` against ``keys``.

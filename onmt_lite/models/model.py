@@ -19,9 +19,10 @@ class NMTModel(nn.Module):
         final, memory_bank, lengths = self.encoder(src, lengths)
         return memory_bank, lengths, self.decoder.init_state(final, memory_bank)
 
-    def decode(self, tgt, memory_bank, lengths, state):
-        """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState."""
-        return self.decoder(tgt, memory_bank, state, lengths)
+    def decode(self, tgt, memory_bank, lengths, state, memory_keys=None):
+        """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState.
+        ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position."""
+        return self.decoder(tgt, memory_bank, state, lengths, memory_keys)
 
     def forward(self, src, tgt, lengths):
         """Teacher-forced pass: ``tgt`` ``[T x B]`` is ``<s> .. </s>``; returns dec_out

@@ -90,6 +90,12 @@ class RNNDecoderBase(nn.Module):
         return DecoderState(encoder_final, zeros(batch, self.hidden_size),
                             zeros(batch, src_len) if self.coverage_attn else None)
 
+    def memory_keys(self, memory_bank):
+        """What the attention scores ``memory_bank`` ``[S x B x H]`` by: ``[B x S x H]``, the memory
+        itself for dot and general attention, a projection of it for mlp. A caller that decodes one
+        position at a time computes it once and passes it back to ``forward`` (``memory_keys=``)."""
+        return self.attn.memory_keys(memory_bank.transpose(0, 1))
+
     def _attend(self, query, memory, lengths, keys, coverage, mask=None):
         """Attention of ``query`` ``[B x T x H]``; with coverage, one position at a time.
 
@@ -131,13 +137,15 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size,
                                 hidden_size, dropout)
 
-    def forward(self, tgt, memory_bank, state, memory_lengths):
-        """Decode ``tgt`` ``[T x B]`` from ``state``.
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
+        """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
+        if already computed).
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
         memory = memory_bank.transpose(0, 1)
-        keys, mask = self.attn.memory_keys(memory), length_mask(memory_lengths, memory.size(1))  # once, not per step
+        keys = self.attn.memory_keys(memory) if memory_keys is None else memory_keys  # once, not per position
+        mask = length_mask(memory_lengths, memory.size(1))
         hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
         outs, aligns, covs = [], [], []
         for emb_t in self.embeddings(tgt):
@@ -164,13 +172,14 @@ class StdRNNDecoder(RNNDecoderBase):
         self.rnn = getattr(nn, rnn_type)(embeddings.word_vec_size, hidden_size, num_layers,
                                          dropout=dropout if num_layers > 1 else 0.0)
 
-    def forward(self, tgt, memory_bank, state, memory_lengths):
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
         """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
         rnn_out, hidden = self.rnn(self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
         hidden = hidden if self.is_lstm else (hidden,)
         memory = memory_bank.transpose(0, 1)
         attn_h, align, covs, coverage = self._attend(
-            rnn_out.transpose(0, 1), memory, memory_lengths, self.attn.memory_keys(memory), state.coverage)
+            rnn_out.transpose(0, 1), memory, memory_lengths,
+            self.attn.memory_keys(memory) if memory_keys is None else memory_keys, state.coverage)
         dec_out = self.dropout(attn_h)
         attns = self._attns(dec_out, align, covs, memory, memory_lengths)
         return dec_out.transpose(0, 1), attns, DecoderState(hidden, dec_out[:, -1], coverage)

@@ -55,6 +55,9 @@ class ModelStepper:
         self.with_p_copy = with_p_copy
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         self.memory_bank = _time_major(tile(memory_bank.transpose(0, 1), beam_size, 0))
+        # mlp attention projects the memory: once per example here, not at every step for every beam
+        keys = model.decoder.memory_keys(memory_bank) if model.decoder.attn.projects_memory else None
+        self.keys = None if keys is None else tile(keys, beam_size, 0)  # [rows x S x H]
         self.lengths = tile(lengths, beam_size, 0)
         self.state = state.map(lambda t, dim: tile(t, beam_size, dim))
         if self.copy:
@@ -63,7 +66,7 @@ class ModelStepper:
 
     def step(self, tokens):
         inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
-        dec_out, attns, self.state = self.model.decode(inputs, self.memory_bank, self.lengths, self.state)
+        dec_out, attns, self.state = self.model.decode(inputs, self.memory_bank, self.lengths, self.state, self.keys)
         attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
         if not self.copy:
             return self.model.generator(dec_out[0]), attns
@@ -83,6 +86,8 @@ class ModelStepper:
         self.memory_bank = _time_major(
             _joined(self.memory_bank.transpose(0, 1), other.memory_bank.transpose(0, 1), 0, (1,)))
         self.lengths = torch.cat([self.lengths, other.lengths])
+        if self.keys is not None:
+            self.keys = _joined(self.keys, other.keys, 0, (1,))
         a, b = self.state, other.state
         self.state = DecoderState(
             tuple(torch.cat([h, g], 1) for h, g in zip(a.hidden, b.hidden)),
@@ -98,6 +103,8 @@ class ModelStepper:
         if memory_rows is not None:
             self.memory_bank = _time_major(self.memory_bank.transpose(0, 1).index_select(0, memory_rows))
             self.lengths = self.lengths.index_select(0, memory_rows)
+            if self.keys is not None:
+                self.keys = self.keys.index_select(0, memory_rows)
             if self.copy:
                 self.src_map = self.src_map.index_select(1, memory_rows)
                 self.ex_ids = self.ex_ids.index_select(0, memory_rows)
