@@ -9,7 +9,8 @@ layout runs them about three times faster here (vocabulary projection 32 x 256 x
 (about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear`` modules for
 packed ones (inference only: no gradients), after ``fuse_cells`` has made each ``nn.LSTMCell`` and
 ``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8`` quantises those same linear
-modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep PyTorch's kernels.
+modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep
+PyTorch's kernels.
 """
 import torch
 import torch.nn as nn

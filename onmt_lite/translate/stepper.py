@@ -41,20 +41,15 @@ def _joined(a, b, dim, pad_dims=()):
     return torch.cat([a, b], dim)
 
 
-def _time_major(batch_first):
-    """The time-major view ``[S x rows x H]`` of a batch-first ``[rows x S x H]`` memory bank. The
-    stepper keeps the memory bank batch-first in memory: examples that leave are dropped with one
-    contiguous copy per row (2.4x faster than gathering the rows of a time-major tensor: 80 against
-    200 us at 160 rows of 40 x 256), and the attention reads each row's memory contiguously."""
-    return batch_first.transpose(0, 1)
-
-
 class ModelStepper:
     def __init__(self, model, batch, beam_size, vocab_size, with_p_copy=True):
         self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
         self.with_p_copy = with_p_copy
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
-        self.memory_bank = _time_major(tile(memory_bank.transpose(0, 1), beam_size, 0))
+        # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one contiguous
+        # copy per row (2.4x faster than gathering the rows of a time-major tensor: 80 against 200 us at
+        # 160 rows of 40 x 256), and the attention reads each row's memory contiguously
+        self.memory = tile(memory_bank.transpose(0, 1), beam_size, 0)
         # mlp attention projects the memory: once per example here, not at every step for every beam
         keys = model.decoder.memory_keys(memory_bank) if model.decoder.attn.projects_memory else None
         self.keys = None if keys is None else tile(keys, beam_size, 0)  # [rows x S x H]
@@ -66,7 +61,8 @@ class ModelStepper:
 
     def step(self, tokens):
         inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
-        dec_out, attns, self.state = self.model.decode(inputs, self.memory_bank, self.lengths, self.state, self.keys)
+        dec_out, attns, self.state = self.model.decode(inputs, self.memory.transpose(0, 1), self.lengths, self.state,
+                                                       self.keys)
         attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
         if not self.copy:
             return self.model.generator(dec_out[0]), attns
@@ -83,8 +79,7 @@ class ModelStepper:
 
     def extend(self, other):
         """Append the rows of ``other``; source positions and copy entries padded to the longer."""
-        self.memory_bank = _time_major(
-            _joined(self.memory_bank.transpose(0, 1), other.memory_bank.transpose(0, 1), 0, (1,)))
+        self.memory = _joined(self.memory, other.memory, 0, (1,))
         self.lengths = torch.cat([self.lengths, other.lengths])
         if self.keys is not None:
             self.keys = _joined(self.keys, other.keys, 0, (1,))
@@ -101,7 +96,7 @@ class ModelStepper:
         """Follow the search: state rows ``rows``; with ``memory_rows`` the batch also shrank."""
         self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
         if memory_rows is not None:
-            self.memory_bank = _time_major(self.memory_bank.transpose(0, 1).index_select(0, memory_rows))
+            self.memory = self.memory.index_select(0, memory_rows)
             self.lengths = self.lengths.index_select(0, memory_rows)
             if self.keys is not None:
                 self.keys = self.keys.index_select(0, memory_rows)
