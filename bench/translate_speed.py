@@ -1,6 +1,6 @@
 """Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
 
-    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500]
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-only 'no copy'|copy|g2p]
 
 Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
 settings and the same number of steps (1,000), without and with copy attention; they are trained
@@ -12,9 +12,11 @@ medians: sentences/s, generated tokens/s (words of the output plus the end of ea
 ratios of the medians and the medians of the ratios within each round, and BLEU of each output
 against tgt-val.txt. int8 is also scored where accuracy means
 something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
-Figures go to bench/results/translate_speed.json.
+Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
+row with the CPU it was measured on.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -23,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (LITE_BIN, PEER_TRANSLATE_WITH_COPY_DATA, REPAIR_PEER_COPY_CHECKPOINT, SHARED,  # noqa: E402
-                     newest_checkpoint, normalised_copy, run, write_results)
+                     machine, newest_checkpoint, normalised_copy, run, write_results)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_beam_5"}
@@ -150,6 +152,8 @@ def main():
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
     parser.add_argument("-work", default="/tmp/onmt_lite_translate_speed")
+    parser.add_argument("-only", choices=list(MODELS) + ["g2p"],
+                        help="Measure this alone; the other figures stay as bench/results/translate_speed.json has them")
     opt = parser.parse_args()
     if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
         subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
@@ -163,7 +167,9 @@ def main():
     with open(f"{d}/tgt-val.txt", encoding="utf-8") as f:
         refs = [" ".join(line.split()) for line in f][: opt.lines]
     results = {"lines": opt.lines, "rows": []}
-    for setting in MODELS:
+    if opt.only:
+        results = earlier_results(opt.only)
+    for setting in MODELS if opt.only is None else [s for s in MODELS if s == opt.only]:
         models = ensure_models(opt.quality_work, setting)
         repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
         run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
@@ -171,13 +177,25 @@ def main():
         models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
             row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
-            row.update({"setting": setting, "mode": mode})
-            results["rows"].append(row)
+            row.update({"setting": setting, "mode": mode, "machine": machine()})
+            results["rows"] = [r for r in results["rows"] if (r["setting"], r["mode"]) != (setting, mode)] + [row]
             print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
                       f"medians of {opt.rounds} rounds", row)
             write_results("translate_speed", results)
-    results["g2p_int8"] = g2p_int8(opt.quality_work, opt.rounds, opt.work)
+    if opt.only in (None, "g2p"):
+        results["g2p_int8"] = {**g2p_int8(opt.quality_work, opt.rounds, opt.work), "machine": machine()}
     write_results("translate_speed", results)
+
+
+def earlier_results(only):
+    """The figures of bench/results/translate_speed.json, but for those of ``only``."""
+    path = os.path.join(REPO, "bench", "results", "translate_speed.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"-only {only} keeps the other figures of {path}, which does not exist: run without -only")
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    results["rows"] = [r for r in results["rows"] if r["setting"] != only]
+    return results
 
 
 if __name__ == "__main__":
