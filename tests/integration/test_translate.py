@@ -149,17 +149,25 @@ def test_empty_and_very_long_lines(models, tmp_path):
 def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     m = models["unk"]
     src, tgt = lines(m["src"]), lines(m["tgt"])
-    plain = [r.hypotheses[0] for r in Translator.load([m["model"]]).translate(src)]
+    plain_results = Translator.load([m["model"]]).translate(src)
+    plain = [r.hypotheses[0] for r in plain_results]
     assert sum("<unk>" in h for h in plain) > len(src) / 2
     replaced = [r.hypotheses[0] for r in Translator.load([m["model"]], replace_unk=True).translate(src)]
     assert not any("<unk>" in h for h in replaced)
     assert exact_match(plain, tgt) == 0
-    # each <unk> is replaced by the source word it attends to most: on the reversal task, mostly the right one
-    unk_positions = [(h, r, i) for p, h, r in zip(plain, replaced, tgt) for i, w in enumerate(p.split())
-                     if w == "<unk>" and len(h.split()) == len(r.split()) == len(p.split())]
-    assert len(unk_positions) > len(src)
-    right = sum(h.split()[i] == r.split()[i] for h, r, i in unk_positions) / len(unk_positions)
-    assert right > 0.6  # measured 0.78; a word picked at random from the source would be right 1 time in 4
+    # each <unk> is replaced by the source word its row of the attention weighs most (the attention
+    # the plain run returns); other words stay. How often that is the right word depends on how well
+    # the small model's attention learnt the reversal: 0.32 to 0.83 over seeds, so it is not asserted.
+    n_unk = 0
+    for result, replaced_line, source_line in zip(plain_results, replaced, src):
+        source_words = source_line.split()
+        for i, (before, after) in enumerate(zip(result.hypotheses[0].split(), replaced_line.split())):
+            expected = source_words[int(result.attention[0][i, :len(source_words)].argmax())] if before == "<unk>" \
+                else before
+            assert after == expected
+            n_unk += before == "<unk>"
+        assert len(replaced_line.split()) == len(result.hypotheses[0].split())
+    assert n_unk > len(src)
     # the command keeps the attention for -replace_unk (and only then: it has no other use for it)
     for flag, expected in (["-replace_unk"], replaced), ([], plain):
         result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-out", tmp_path / "o.txt", *flag)
