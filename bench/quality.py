@@ -82,12 +82,24 @@ def machine():
             "isa": sorted(isa & set(info.get("flags", "").split())), "cores": os.cpu_count()}
 
 
+def results_path(name):
+    return os.path.join(REPO, "bench", "results", f"{name}.json")
+
+
+def read_results(name):
+    """The figures of bench/results/NAME.json, or None when there is no such file."""
+    if not os.path.exists(results_path(name)):
+        return None
+    with open(results_path(name), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def write_results(name, figures):
     """Write ``figures`` to bench/results/NAME.json, with ``machine()`` when they are a dict."""
     if isinstance(figures, dict):
         figures = {**figures, "machine": machine()}
-    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
-    with open(os.path.join(REPO, "bench", "results", f"{name}.json"), "w") as f:
+    os.makedirs(os.path.dirname(results_path(name)), exist_ok=True)
+    with open(results_path(name), "w") as f:
         json.dump(figures, f, indent=2)
 
 

@@ -12,7 +12,6 @@ table quotes medians over the rounds and the ratios; figures go to bench/results
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
 """
 import argparse
-import json
 import os
 import re
 import statistics
@@ -21,8 +20,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import (LITE_BIN, PEER_ENV, REPO, SHARED, lite_args, machine, normalised_copy,  # noqa: E402
-                     peer_config, write_results)
+from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, machine, normalised_copy,  # noqa: E402
+                     peer_config, read_results, write_results)
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
         "global_attention": "general", "input_feed": 1, "dropout": 0.3}
@@ -80,11 +79,8 @@ def target_rate(log, warmup):
 def earlier_rows(only):
     """With -only, the rows of the other configurations from bench/results/train_speed.json (so that
     configurations measured at different times share one file)."""
-    path = os.path.join(REPO, "bench", "results", "train_speed.json")
-    if not only or not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [row for row in json.load(f) if row["config"] not in only]
+    earlier = read_results("train_speed") if only else None
+    return [row for row in earlier or [] if row["config"] not in only]
 
 
 def prepare(config, model_args, work, peer, data):

@@ -16,7 +16,6 @@ Figures go to bench/results/translate_speed.json (with ``-only``, the other figu
 row with the CPU it was measured on.
 """
 import argparse
-import json
 import os
 import re
 import statistics
@@ -25,7 +24,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (LITE_BIN, PEER_TRANSLATE_WITH_COPY_DATA, REPAIR_PEER_COPY_CHECKPOINT, SHARED,  # noqa: E402
-                     machine, newest_checkpoint, normalised_copy, run, write_results)
+                     machine, newest_checkpoint, normalised_copy, read_results, results_path, run,
+                     write_results)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_beam_5"}
@@ -178,7 +178,7 @@ def main():
         for mode, beam in MODES.items():
             row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
             row.update({"setting": setting, "mode": mode, "machine": machine()})
-            results["rows"] = [r for r in results["rows"] if (r["setting"], r["mode"]) != (setting, mode)] + [row]
+            results["rows"].append(row)
             print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
                       f"medians of {opt.rounds} rounds", row)
             write_results("translate_speed", results)
@@ -189,11 +189,10 @@ def main():
 
 def earlier_results(only):
     """The figures of bench/results/translate_speed.json, but for those of ``only``."""
-    path = os.path.join(REPO, "bench", "results", "translate_speed.json")
-    if not os.path.exists(path):
-        raise SystemExit(f"-only {only} keeps the other figures of {path}, which does not exist: run without -only")
-    with open(path, encoding="utf-8") as f:
-        results = json.load(f)
+    results = read_results("translate_speed")
+    if results is None:
+        raise SystemExit(f"-only {only} keeps the other figures of {results_path('translate_speed')}, which does "
+                         "not exist: run without -only")
     results["rows"] = [r for r in results["rows"] if r["setting"] != only]
     return results
 
