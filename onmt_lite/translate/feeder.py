@@ -56,7 +56,7 @@ class RowFeeder:
             if last == first:
                 break
             joining = stepper if (first, last) == (0, batch.batch_size) else \
-                stepper.part(torch.arange(first * self.beam, last * self.beam, device=self.device))
+                stepper.part(torch.arange(first, last, device=self.device))
             if self.stepper is None:
                 self.stepper = joining
             else:

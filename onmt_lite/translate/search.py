@@ -1,8 +1,11 @@
 """One decode loop for beam search, greedy search (beam 1) and random sampling.
 
 The loop works on ``B x K`` rows (B examples still searching, K beams each). Each step asks a
-``stepper`` for log-probabilities ``[B*K x V']`` and attention ``{name: [B*K x S]}``, picks the K best
-continuations per example (or samples one), and tells the stepper how to reorder its state. A
+``stepper`` for log-probabilities ``[rows x V']`` and attention ``{name: [rows x S]}``, picks the K best
+continuations per example (or samples one), and tells the stepper how to reorder its state. An
+example joins with one row in the stepper: its K beams would be alike until its first step, so the
+stepper computes that step once (first steps are 4% of a beam-5 search's rows on toy-ende), and
+the reorder after it gives the example its K rows. A
 hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example stops
 when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them, so the
 first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream`` (continuous
@@ -96,7 +99,8 @@ class BeamState:
     columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
     entry per column after the first (kept only ``with_attention``). Columns no live example needs
     are dropped. ``coverage`` ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept
-    only ``with_coverage``.
+    only ``with_coverage``. ``stepped`` ``[rows]``: the rows the stepper holds, in its order, when
+    examples have just joined (the first beam of each of them); None when it holds every row.
     """
 
     def __init__(self, beam_size, bos, device, with_attention=True, with_coverage=True):
@@ -111,10 +115,14 @@ class BeamState:
         self.nth_best = torch.empty(0, device=device)  # score of the n-th best finished
         self.attn = {}
         self.coverage = None
+        self.stepped = None
 
     def add(self, examples, src_lengths, max_lengths):
         """Let ``examples`` ``[n]`` (their ids) join with ``<s>`` as their next input."""
-        n, K = examples.numel(), self.K
+        n, K, total = examples.numel(), self.K, self.seqs.size(0)
+        if K > 1:
+            stepped = torch.arange(total, device=self.device) if self.stepped is None else self.stepped
+            self.stepped = torch.cat([stepped, torch.arange(total, total + n * K, K, device=self.device)])
         rows = torch.full((n * K, self.seqs.size(1)), self.bos, dtype=torch.long, device=self.device)
         self.seqs = torch.cat([self.seqs, rows])
         scores = torch.full((n, K), NEG_INF, device=self.device)
@@ -136,26 +144,38 @@ class BeamState:
         """Tokens each example has produced ``[B]``."""
         return self.seqs.size(1) - 1 - self.col
 
+    def of_stepped(self, tensor):
+        """The entries of ``tensor`` ``[B*K x ...]`` for the rows the stepper holds."""
+        return tensor if self.stepped is None else tensor[self.stepped]
+
     def advance(self, select, tokens, scores, attn):
         """Keep rows ``select`` ``[B*K]`` (None: every row where it is), append ``tokens`` ``[B x K]``,
-        record attention."""
-        def kept(tensor, dim=0):
-            return tensor if select is None else tensor.index_select(dim, select)
+        record attention ``{name: [stepped rows x S]}``. Returns the stepper's rows that ``select``
+        names (what the stepper must keep, in order); every row is a stepped one afterwards."""
+        picked = select
+        if self.stepped is not None:
+            position = torch.zeros(self.seqs.size(0), dtype=torch.long, device=self.device)
+            position[self.stepped] = torch.arange(self.stepped.numel(), device=self.device)
+            picked, self.stepped = position[select], None
+
+        def kept(tensor, dim=0, rows=select):
+            return tensor if rows is None else tensor.index_select(dim, rows)
 
         self.seqs = torch.cat([kept(self.seqs), tokens.view(-1, 1)], 1)
         self.scores = scores
         self.penalty = kept(self.penalty.view(-1)).view_as(scores)
         for name, value in attn.items() if self.with_attention else ():
-            step = kept(value).unsqueeze(0)
+            step = kept(value, rows=picked).unsqueeze(0)
             if name in self.attn:  # the stepper's source width only grows: pad the history to it
                 step = torch.cat([pad_to(kept(self.attn[name], 1), 2, step.size(2)), step])
             self.attn[name] = step
         if self.with_coverage:
-            std = kept(attn["std"])
+            std = kept(attn["std"], rows=picked)
             self.coverage = std if self.coverage is None else pad_to(kept(self.coverage), 1, std.size(1)) + std
+        return picked
 
     def keep(self, examples):
-        """Keep only the examples ``examples`` (positions among the current ones); returns row indices."""
+        """Keep only the examples ``examples`` (positions among the current ones)."""
         rows = (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=examples.device)).view(-1)
         self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
         self.penalty, self.col = self.penalty[examples], self.col[examples]
@@ -167,7 +187,6 @@ class BeamState:
         if unused:  # columns before every live example's <s>
             self.seqs, self.col = self.seqs[:, unused:], self.col - unused
             self.attn = {name: value[unused:] for name, value in self.attn.items()}
-        return rows
 
 
 class Search:
@@ -210,7 +229,7 @@ class Search:
         if K == 1:  # the best token of each row: adding the row's score does not change which
             best, tokens = top_k(log_probs, 1)
             return None, tokens, state.scores + best
-        scores, ids = top_k_with_offsets(log_probs, state.scores, K)
+        scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)
         origin = torch.div(ids, width, rounding_mode="floor")
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
@@ -269,8 +288,8 @@ class Search:
         as each example is done.
 
         ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
-        examples still searching ``[B]``: it appends the rows of the examples joining now (if any) to
-        ``feeder.stepper`` and returns their ids and source lengths, or None.
+        examples still searching ``[B]``: it appends the rows of the examples joining now (if any; one
+        row each) to ``feeder.stepper`` and returns their ids and source lengths, or None.
         """
         o = self.opts
         state = BeamState(o.beam_width, self.bos, feeder.device, o.attention, o.coverage_penalty != "none")
@@ -283,29 +302,30 @@ class Search:
                 finished.update((i, []) for i in ids.tolist())
             if state.example.numel() == 0:
                 return
-            log_probs, attn = feeder.stepper.step(state.seqs[:, -1])
+            log_probs, attn = feeder.stepper.step(state.of_stepped(state.seqs[:, -1]))
             if o.min_length > 0:
-                short = (state.lengths() < o.min_length).repeat_interleave(state.K)
+                short = state.of_stepped((state.lengths() < o.min_length).repeat_interleave(state.K))
                 log_probs[:, self.eos].masked_fill_(short, NEG_INF)
             if o.block_ngram_repeat > 0:
-                log_probs = block_ngrams(log_probs, state.seqs[:, 1:], o.block_ngram_repeat,
-                                         o.ignore_when_blocking, state.col.repeat_interleave(state.K))
+                log_probs = block_ngrams(log_probs, state.of_stepped(state.seqs[:, 1:]), o.block_ngram_repeat,
+                                         o.ignore_when_blocking, state.of_stepped(state.col.repeat_interleave(state.K)))
+            joined = state.stepped is not None
             select, tokens, scores = self._select(state, log_probs)
-            state.advance(select, tokens, scores, attn)
+            rows = state.advance(select, tokens, scores, attn)
             if o.stepwise_penalty:
                 self._stepwise(state)
             ended = self._finish(state, tokens, finished)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)
-            rows, memory_rows = select, None
             if done.any():
                 for original in state.example[done].tolist():
                     yield original, finished.pop(original)[: o.n_best]
                 remaining = (~done).nonzero().view(-1)
-                rows = remaining if select is None else select.view(-1, state.K)[remaining].view(-1)
-                memory_rows = state.keep(remaining)
+                rows = remaining if rows is None else rows.view(-1, state.K)[remaining].view(-1)
+                state.keep(remaining)
+            # the rows of an example share its memory: rows that stay in their example can name it
             if rows is not None:
-                feeder.stepper.reorder(rows, memory_rows)
+                feeder.stepper.reorder(rows, rows if joined or done.any() else None)
 
 
 class OneBatch:

@@ -34,35 +34,53 @@ def top_k(scores, k):
     return values, candidates.gather(1, positions)
 
 
-def top_k_with_offsets(scores, offsets, k):
+def _spread(values, rows, total):
+    """``values`` ``[len(rows) x ...]`` placed at ``rows`` of a ``[total x ...]`` tensor of -inf (None:
+    ``values`` itself, which then holds every row)."""
+    if rows is None:
+        return values
+    out = values.new_full((total,) + values.shape[1:], float("-inf"))
+    out[rows] = values
+    return out
+
+
+def top_k_with_offsets(scores, offsets, k, rows=None):
     """The k best of ``scores + offsets`` per group of rows, without forming the sum.
 
     ``scores`` ``[groups*n x width]``, ``offsets`` ``[groups x n]`` (one per row): what
     ``top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)`` returns, values and indices
-    into ``n * width``. Adding a row's offset cannot reorder that row's entries, so each chunk's
+    into ``n * width``. With ``rows`` (indices into ``groups*n``), ``scores`` holds only
+    those rows ``[len(rows) x width]`` and the others count as -inf; their offsets must be -inf.
+    Adding a row's offset cannot reorder that row's entries, so each chunk's
     maximum plus its row's offset is the maximum of the chunk's sums, and the argument of ``top_k``
     holds here chunk by chunk within each row. The sums are formed for the candidates only: the same
     float additions, so the same values.
     """
-    rows, width = scores.shape
+    width = scores.size(1)
     groups, n = offsets.shape
-    n_chunks = width // CHUNK
+    total, n_chunks, device = groups * n, width // CHUNK, scores.device
+    row_offsets = offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]  # [len(rows) x 1]
     if n_chunks * n <= k:
-        return top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)
-    device = scores.device
-    maxima = scores[:, : n_chunks * CHUNK].view(rows, n_chunks, CHUNK).amax(2) + offsets.view(-1, 1)
-    kept = maxima.view(groups, n * n_chunks).topk(k, dim=1).indices  # [groups x k]: row-in-group * n_chunks + chunk
+        return top_k(_spread(scores + row_offsets, rows, total).view(groups, n * width), k)
+    maxima = scores[:, : n_chunks * CHUNK].view(-1, n_chunks, CHUNK).amax(2) + row_offsets
+    kept = _spread(maxima, rows, total).view(groups, n * n_chunks).topk(k, dim=1).indices  # row-in-group * n_chunks + chunk
     row = torch.div(kept, n_chunks, rounding_mode="floor")
-    starts = row * width + (kept - row * n_chunks) * CHUNK
-    candidates = (starts.unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
+    column = (kept - row * n_chunks) * CHUNK  # [groups x k]: each kept chunk's first column
+    candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
+    flat_row = row + torch.arange(groups, device=device).unsqueeze(1) * n  # [groups x k]: into groups*n
+    source = flat_row
+    if rows is not None:  # where each kept row is in ``scores`` (a row not there: 0; its offset is -inf)
+        position = torch.zeros(total, dtype=torch.long, device=device)
+        position[rows] = torch.arange(rows.numel(), device=device)
+        source = position[flat_row]
     # each candidate plus its own row's offset, broadcast per kept chunk (no division per candidate)
-    picked = scores.view(groups, n * width).gather(1, candidates).view(groups, k, CHUNK)
-    sums = (picked + offsets.gather(1, row).unsqueeze(2)).view(groups, k * CHUNK)
+    picked = scores.take((source * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device))
+    sums = (picked + offsets.view(-1)[flat_row].unsqueeze(2)).view(groups, k * CHUNK)
     if n_chunks * CHUNK < width:  # the last, partial chunk of every row is always a candidate
-        tail = scores[:, n_chunks * CHUNK:].reshape(groups, n, -1)
+        tail = _spread(scores[:, n_chunks * CHUNK:] + row_offsets, rows, total).view(groups, -1)
         tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(n_chunks * CHUNK, width,
                                                                                 device=device)
         candidates = torch.cat([candidates, tails.view(1, -1).expand(groups, -1)], 1)
-        sums = torch.cat([sums, (tail + offsets.unsqueeze(2)).view(groups, -1)], 1)
+        sums = torch.cat([sums, tail], 1)
     values, positions = sums.topk(k, dim=1)
     return values, candidates.gather(1, positions)

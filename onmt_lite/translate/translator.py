@@ -43,8 +43,9 @@ class Result:
 def decoding_rows(batch_size, batch_type="sents", beam_width=1):
     """``(rows, multiple)``: the rows the decoder multiplies at each step (sentences x beam), to pack
     the weights for, and what their count is padded to a multiple of. Token batches hold no fixed
-    number of sentences: 64 rows, padded to multiples of 16. A beam search's rows are whole beams:
-    padded to the beam width, i.e. not at all (toy-ende, beam 5: 5-7% faster than padding to 16)."""
+    number of sentences: 64 rows, padded to multiples of 16. A beam search's rows are whole beams
+    but for the first step of examples that join (a row each): padded to the beam width, they are
+    padded only then (toy-ende, beam 5: 5-7% faster than padding to 16)."""
     if batch_type != "sents":
         return 64, ROW_BUCKET
     return batch_size * beam_width, beam_width if beam_width > 1 else ROW_BUCKET
@@ -141,9 +142,9 @@ class Translator:
         return results
 
     def _stepper(self, batch):
-        """The stepper of ``batch``: its examples encoded by every model, tiled over the beam."""
-        beam, vocab_size = self.search_options.beam_width, len(self.vocabs["tgt"])
-        steppers = [ModelStepper(m, batch, beam, vocab_size, self.search_options.attention) for m in self.models]
+        """The stepper of ``batch``: its examples encoded by every model, a row each."""
+        vocab_size = len(self.vocabs["tgt"])
+        steppers = [ModelStepper(m, batch, vocab_size, self.search_options.attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
     def decode_batch(self, batch, search=None, sources=None):

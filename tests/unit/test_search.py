@@ -20,11 +20,12 @@ def markov_table(seed):
 
 
 class MarkovStepper:
-    """A stepper whose rows remember their example and step; reorder follows the search."""
+    """A stepper whose rows remember their example and step; reorder follows the search. It starts
+    with one row per example, as a model's stepper does."""
 
-    def __init__(self, table, batch_size, beam):
+    def __init__(self, table, batch_size):
         self.table, self.step_no = table, 0
-        self.example = torch.arange(batch_size).repeat_interleave(beam)
+        self.example = torch.arange(batch_size)
 
     def step(self, tokens):
         log_probs = self.table[self.example, tokens, self.step_no].clone()
@@ -58,8 +59,7 @@ def brute_force(table, example, penalty="none", alpha=0.0, min_length=0):
 
 def run(table, **options):
     opts = SearchOptions(max_length=MAX, **options)
-    beam = 1 if opts.sampling else opts.beam_size
-    return Search(opts, BOS, EOS).run(MarkovStepper(table, 2, beam), 2, torch.tensor([3, 3]))
+    return Search(opts, BOS, EOS).run(MarkovStepper(table, 2), 2, torch.tensor([3, 3]))
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -127,7 +127,7 @@ def test_min_and_max_length_and_ratio_are_respected():
         assert [h.tokens for h in hyps] == [t for _, t in brute_force(table, example, min_length=2)[:3]]
         assert all(len(h.tokens) >= 2 for h in hyps)
     short = Search(SearchOptions(beam_size=3, max_length=MAX, ratio=0.5), BOS, EOS).run(
-        MarkovStepper(table, 2, 3), 2, torch.tensor([2, 4]))
+        MarkovStepper(table, 2), 2, torch.tensor([2, 4]))
     assert all(len(h.tokens) <= 1 for h in short[0]) and all(len(h.tokens) <= 2 for h in short[1])
 
 
@@ -181,7 +181,7 @@ def test_coverage_penalty_ranking_equals_brute_force(stepwise):
     table = markov_table(7)
     opts = SearchOptions(max_length=MAX, beam_size=V ** MAX, n_best=3, coverage_penalty="wu", beta=0.5,
                          stepwise_penalty=stepwise)
-    nbest = Search(opts, BOS, EOS).run(FocusedStepper(table, 2, V ** MAX), 2, torch.tensor([3, 3]))
+    nbest = Search(opts, BOS, EOS).run(FocusedStepper(table, 2), 2, torch.tensor([3, 3]))
     for example in range(2):
         expected = brute_force_with_coverage(table, example, 0.5, stepwise)[:3]
         assert [h.tokens for h in nbest[example]] == [t for _, t in expected]

@@ -13,38 +13,45 @@ BEAM = 2
 @pytest.mark.parametrize("args", [[], ["-global_attention", "mlp"], ["-global_attention", "mlp", "-copy_attn"],
                                   ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0]])
 def test_rows_that_join_and_leave_step_as_each_example_alone(args):
-    """Examples 0-2 start, 3-4 join after one step, example 1 leaves after two: every output row equals
-    that example's row when it is decoded alone with the same inputs."""
+    """Examples 0-2 start with a row each and get two after their first step; 3-4 join after one
+    step and get theirs after their own first step; example 1 leaves after two: every output row
+    equals that example's row when it is decoded alone with the same inputs."""
     model, _ = make_model(*args)
     model.eval()
     pairs = random_pairs(5, seed=11, min_len=2)
     vocab = len(TGT_VOCAB)
     generator = torch.Generator().manual_seed(0)
-    inputs = [torch.full((6,), BOS_ID), torch.randint(4, vocab, (10,), generator=generator),
+    inputs = [torch.full((3,), BOS_ID), torch.cat([torch.randint(4, vocab, (6,), generator=generator),
+                                                  torch.full((2,), BOS_ID)]),
               torch.randint(4, vocab, (8,), generator=generator)]
+    beams = torch.tensor([0, 0, 1, 1, 2, 2])  # a row per beam: the rows of example e are 2e and 2e + 1
     kept = torch.tensor([0, 1, 4, 5, 6, 7, 8, 9])  # the rows of examples 0, 2, 3 and 4
     with torch.no_grad():
-        stepper = ModelStepper(model, make_batch(pairs[:3]), BEAM, vocab)
+        stepper = ModelStepper(model, make_batch(pairs[:3]), vocab)
         outputs = [stepper.step(inputs[0])]
-        stepper.extend(ModelStepper(model, make_batch(pairs[3:]), BEAM, vocab))
-        outputs.append(stepper.step(torch.cat([inputs[1][:6], torch.full((4,), BOS_ID)])))
+        stepper.reorder(beams, beams)
+        stepper.extend(ModelStepper(model, make_batch(pairs[3:]), vocab))
+        outputs.append(stepper.step(inputs[1]))
+        joined = torch.cat([torch.arange(6), torch.tensor([6, 6, 7, 7])])
+        stepper.reorder(joined, joined)
         stepper.reorder(kept, kept)
         outputs.append(stepper.step(inputs[2]))
         for example, pair in enumerate(pairs):
-            alone = ModelStepper(model, make_batch([pair]), BEAM, vocab)
+            alone = ModelStepper(model, make_batch([pair]), vocab)
             # (step, rows of this example in the joint stepper at that step, its input there)
             if example < 3:
-                rows = [torch.arange(2 * example, 2 * example + 2)] * 2
-                steps = [(0, rows[0], inputs[0][rows[0]]), (1, rows[1], inputs[1][rows[1]])]
-            else:
                 rows = torch.arange(2 * example, 2 * example + 2)
-                steps = [(1, rows, torch.full((BEAM,), BOS_ID))]
+                steps = [(0, torch.tensor([example]), inputs[0][:1]), (1, rows, inputs[1][rows])]
+            else:
+                steps = [(1, torch.tensor([example + 3]), inputs[1][6:7])]
             if example != 1:
                 later = (kept == 2 * example).nonzero().item()
                 steps.append((2, torch.arange(later, later + 2), inputs[2][later:later + 2]))
             src_len = len(pair[0])
             for step, rows, tokens in steps:
                 log_probs, attns = alone.step(tokens)
+                if tokens.numel() == 1:  # the example's first step: then a row per beam
+                    alone.reorder(torch.zeros(BEAM, dtype=torch.long), torch.zeros(BEAM, dtype=torch.long))
                 joint_log_probs, joint_attns = outputs[step]
                 torch.testing.assert_close(joint_log_probs[rows, :vocab], log_probs[:, :vocab])
                 for name in attns:
@@ -58,7 +65,10 @@ def test_mlp_attention_projects_the_memory_once_per_stepper():
     model.decoder.attn.linear_memory.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
     batch = make_batch(random_pairs(3, seed=4))
     with torch.no_grad():
-        stepper = ModelStepper(model, batch, BEAM, len(TGT_VOCAB))
-        for _ in range(4):
+        stepper = ModelStepper(model, batch, len(TGT_VOCAB))
+        stepper.step(torch.full((3,), BOS_ID))
+        beams = torch.arange(3).repeat_interleave(BEAM)
+        stepper.reorder(beams, beams)
+        for _ in range(3):
             stepper.step(torch.full((3 * BEAM,), BOS_ID))
     assert calls == [torch.Size([3, batch.src.size(0), 8])]  # the untiled memory bank, before the first step

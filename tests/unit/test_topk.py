@@ -59,3 +59,17 @@ def test_top_k_with_offsets_finds_a_winner_in_a_partial_last_chunk_of_a_later_ro
     values, indices = top_k_with_offsets(scores, torch.tensor([[0.0, -1.0]]), 2)
     assert values.tolist() == [[9.0, 0.0]]
     assert indices[0, 0].item() == width + width - 1
+
+
+@pytest.mark.parametrize("groups,n,width,k", [(28, 5, 20004, 5), (3, 5, 4 * CHUNK, 5), (4, 2, 300, 2), (2, 3, 40, 4)])
+def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_at_minus_infinity(groups, n, width, k):
+    """Rows just joined have one row in ``scores`` (``rows``); the full-matrix call is the reference."""
+    torch.manual_seed(groups + n + width)
+    full = torch.randn(groups * n, width).log_softmax(1)
+    offsets = torch.randn(groups, n) * 4
+    offsets[1:, 1:] = float("-inf")  # every example but the first has just joined: only its first row is there
+    rows = (offsets.view(-1) > float("-inf")).nonzero().view(-1)
+    expected = top_k_with_offsets(full, offsets, k)
+    values, indices = top_k_with_offsets(full[rows], offsets, k, rows)
+    assert torch.equal(values, expected[0]) and torch.equal(indices, expected[1])
+    assert (indices[1:] < width).all()
