@@ -135,6 +135,13 @@ def pack_for_cpu(model, rows, multiple=ROW_BUCKET):
 WIDE_INT8_OUTPUTS = 2048  # int8 layers with at least this many outputs run on oneDNN (see quantize_int8)
 
 
+def _has_vnni():
+    """Whether the CPU has int8 dot-product instructions (AVX512-VNNI or AVX-VNNI); True when this
+    PyTorch cannot tell."""
+    check = getattr(torch.cpu, "_is_vnni_supported", None)
+    return True if check is None else bool(check())
+
+
 def quantize_int8(model):
     """The model (on the CPU) with its linear and recurrent layers dynamically quantised to int8
     (int8 weights, activations quantised on the fly), the decoder's cells first fused into linear
@@ -142,9 +149,12 @@ def quantize_int8(model):
 
     PyTorch packs each int8 weight for one backend, which then runs that layer's products. fbgemm
     (the default) is the faster for the cells and the attention's layers, but slow for wide
-    products with many rows: the vocabulary projection (256 x 20004) takes 3.1 ms for 160 rows with
-    fbgemm and 2.4 ms with oneDNN, with the same quantisation (outputs within 1e-6). Layers with at
-    least ``WIDE_INT8_OUTPUTS`` outputs are therefore packed for oneDNN where this PyTorch has it.
+    products with many rows on a CPU with VNNI (its int8 dot-product instructions): the vocabulary
+    projection (256 x 20004) took 3.1 ms for 160 rows with fbgemm and 2.4 ms with oneDNN on an AMD
+    Zen 4, with the same quantisation (outputs within 1e-6). Layers with at least
+    ``WIDE_INT8_OUTPUTS`` outputs are therefore packed for oneDNN where this PyTorch has it and the
+    CPU has VNNI. Without VNNI (an AVX2 Zen 3) fbgemm was the faster there too: 2.5 against 6.1 ms at
+    40 rows, 7.6-10.4 against 9.2-11.1 at 130.
     """
     import warnings
 
@@ -155,7 +165,7 @@ def quantize_int8(model):
             if isinstance(m, nn.Linear) and m.out_features >= WIDE_INT8_OUTPUTS}
     with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
         warnings.simplefilter("ignore")
-        if wide and "onednn" in torch.backends.quantized.supported_engines:
+        if wide and "onednn" in torch.backends.quantized.supported_engines and _has_vnni():
             default, torch.backends.quantized.engine = torch.backends.quantized.engine, "onednn"
             try:
                 quantize_dynamic(model, wide, dtype=torch.qint8, inplace=True)

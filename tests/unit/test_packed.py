@@ -86,6 +86,7 @@ def test_a_packed_model_decodes_like_the_original(args):
 
 @pytest.mark.skipif("onednn" not in torch.backends.quantized.supported_engines, reason="no oneDNN int8 backend")
 def test_int8_wide_layers_are_packed_for_onednn_and_compute_what_the_default_backend_does(monkeypatch):
+    """On a CPU with VNNI; without it every layer stays on the default backend."""
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(32, WIDE_INT8_OUTPUTS), nn.ReLU(), nn.Linear(WIDE_INT8_OUTPUTS, 8))
     x = torch.randn(20, 32)
@@ -97,6 +98,11 @@ def test_int8_wide_layers_are_packed_for_onednn_and_compute_what_the_default_bac
 
     monkeypatch.setattr(torch.ao.quantization, "quantize_dynamic", spy)
     engine = torch.backends.quantized.engine
+    monkeypatch.setattr(packed_module, "_has_vnni", lambda: False)
+    quantize_int8(copy.deepcopy(model))
+    assert [e for e, _ in engines] == [engine]
+    engines.clear()
+    monkeypatch.setattr(packed_module, "_has_vnni", lambda: True)
     mixed = quantize_int8(copy.deepcopy(model))
     assert engines[0] == ("onednn", {"0"})  # the wide layer only; the narrow one on the default backend
     assert torch.backends.quantized.engine == engine
