@@ -2,14 +2,15 @@
 
 The loop works on ``B x K`` rows (B examples still searching, K beams each). Each step asks a
 ``stepper`` for log-probabilities ``[rows x V']`` and attention ``{name: [rows x S]}``, picks the K best
-continuations per example (or samples one), and tells the stepper how to reorder its state. An
-example joins with one row in the stepper: its K beams would be alike until its first step, so the
-stepper computes that step once (first steps are 4% of a beam-5 search's rows on toy-ende), and
-the reorder after it gives the example its K rows. A
+continuations per example (or samples one), and tells the stepper how to reorder its state. A
 hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example stops
 when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them, so the
 first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream`` (continuous
 batching) waiting examples take their place at once, each example counting its own length.
+
+An example joins with one row in the stepper: its K beams would be alike until its first step, so
+the stepper computes that step once (first steps are 4% of a beam-5 search's rows on toy-ende), and
+the reorder after it gives the example its K rows.
 """
 import dataclasses
 
@@ -317,7 +318,8 @@ class Search:
             ended = self._finish(state, tokens, finished)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)
-            if done.any():
+            leaving = bool(done.any())
+            if leaving:
                 for original in state.example[done].tolist():
                     yield original, finished.pop(original)[: o.n_best]
                 remaining = (~done).nonzero().view(-1)
@@ -325,7 +327,7 @@ class Search:
                 state.keep(remaining)
             # the rows of an example share its memory: rows that stay in their example can name it
             if rows is not None:
-                feeder.stepper.reorder(rows, rows if joined or done.any() else None)
+                feeder.stepper.reorder(rows, rows if joined or leaving else None)
 
 
 class OneBatch:

@@ -115,6 +115,7 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(models, kin
     assert len(streamed) < len(rows) if kind == "copy" else len(streamed) <= len(rows)
     if batch_type == "sents":
         assert max(streamed) <= batch_size * beam
+        assert streamed[0] == batch_size  # a row per example until its first step, then one per beam
     if batch_type == "sents" and beam == 1:
         assert max(streamed) == batch_size and streamed.count(batch_size) > 0.8 * len(streamed)
 
