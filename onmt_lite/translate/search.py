@@ -18,7 +18,7 @@ import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
 from onmt_lite.translate.stepper import pad_to
-from onmt_lite.translate.topk import top_k, top_k_with_offsets
+from onmt_lite.translate.topk import row_positions, top_k, top_k_with_offsets
 
 NEG_INF = float("-inf")
 
@@ -155,9 +155,7 @@ class BeamState:
         names (what the stepper must keep, in order); every row is a stepped one afterwards."""
         picked = select
         if self.stepped is not None:
-            position = torch.zeros(self.seqs.size(0), dtype=torch.long, device=self.device)
-            position[self.stepped] = torch.arange(self.stepped.numel(), device=self.device)
-            picked, self.stepped = position[select], None
+            picked, self.stepped = row_positions(self.stepped, self.seqs.size(0))[select], None
 
         def kept(tensor, dim=0, rows=select):
             return tensor if rows is None else tensor.index_select(dim, rows)

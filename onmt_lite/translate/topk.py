@@ -34,6 +34,13 @@ def top_k(scores, k):
     return values, candidates.gather(1, positions)
 
 
+def row_positions(rows, total):
+    """``[total]``: where each of ``total`` rows is in ``rows`` (0 for a row not there)."""
+    position = torch.zeros(total, dtype=torch.long, device=rows.device)
+    position[rows] = torch.arange(rows.numel(), device=rows.device)
+    return position
+
+
 def _spread(values, rows, total):
     """``values`` ``[len(rows) x ...]`` placed at ``rows`` of a ``[total x ...]`` tensor of -inf (None:
     ``values`` itself, which then holds every row)."""
@@ -68,11 +75,8 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     column = (kept - row * n_chunks) * CHUNK  # [groups x k]: each kept chunk's first column
     candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
     flat_row = row + torch.arange(groups, device=device).unsqueeze(1) * n  # [groups x k]: into groups*n
-    source = flat_row
-    if rows is not None:  # where each kept row is in ``scores`` (a row not there: 0; its offset is -inf)
-        position = torch.zeros(total, dtype=torch.long, device=device)
-        position[rows] = torch.arange(rows.numel(), device=device)
-        source = position[flat_row]
+    # where each kept row is in ``scores`` (a row not there: 0; its offset is -inf)
+    source = flat_row if rows is None else row_positions(rows, total)[flat_row]
     # each candidate plus its own row's offset, broadcast per kept chunk (no division per candidate)
     picked = scores.take((source * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device))
     sums = (picked + offsets.view(-1)[flat_row].unsqueeze(2)).view(groups, k * CHUNK)
