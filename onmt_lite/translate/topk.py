@@ -56,12 +56,11 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
 
     ``scores`` ``[groups*n x width]``, ``offsets`` ``[groups x n]`` (one per row): what
     ``top_k((scores + offsets.view(-1, 1)).view(groups, n * width), k)`` returns, values and indices
-    into ``n * width``. With ``rows`` (indices into ``groups*n``), ``scores`` holds only
-    those rows ``[len(rows) x width]`` and the others count as -inf; their offsets must be -inf.
-    Adding a row's offset cannot reorder that row's entries, so each chunk's
-    maximum plus its row's offset is the maximum of the chunk's sums, and the argument of ``top_k``
-    holds here chunk by chunk within each row. The sums are formed for the candidates only: the same
-    float additions, so the same values.
+    into ``n * width``. With ``rows`` (indices into ``groups*n``), ``scores`` holds only those rows
+    ``[len(rows) x width]`` and the others count as -inf; their offsets must be -inf. Adding a row's
+    offset cannot reorder that row's entries, so each chunk's maximum plus its row's offset is the
+    maximum of the chunk's sums, and the argument of ``top_k`` holds here chunk by chunk within each
+    row. The sums are formed for the candidates only: the same float additions, so the same values.
     """
     width = scores.size(1)
     groups, n = offsets.shape
@@ -70,7 +69,8 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     if n_chunks * n <= k:
         return top_k(_spread(scores + row_offsets, rows, total).view(groups, n * width), k)
     maxima = scores[:, : n_chunks * CHUNK].view(-1, n_chunks, CHUNK).amax(2) + row_offsets
-    kept = _spread(maxima, rows, total).view(groups, n * n_chunks).topk(k, dim=1).indices  # row-in-group * n_chunks + chunk
+    # [groups x k]: row-in-group * n_chunks + chunk
+    kept = _spread(maxima, rows, total).view(groups, n * n_chunks).topk(k, dim=1).indices
     row = torch.div(kept, n_chunks, rounding_mode="floor")
     column = (kept - row * n_chunks) * CHUNK  # [groups x k]: each kept chunk's first column
     candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
