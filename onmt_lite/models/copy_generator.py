@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
+from onmt_lite.models.projection import project
 
 TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
 
@@ -38,8 +39,8 @@ class NMTGenerator(nn.Sequential):
 
     def forward(self, hidden):
         if torch.is_grad_enabled():
-            return super().forward(hidden)
-        return log_softmax_(self[0](hidden).contiguous())
+            return self[1](project(self[0], hidden))
+        return log_softmax_(project(self[0], hidden).contiguous())
 
 
 class NMTCriterion(nn.Module):
@@ -81,7 +82,7 @@ class CopyGenerator(nn.Module):
         copy_prob = torch.bmm(per_example, src_map.transpose(0, 1)).transpose(0, 1).reshape(-1, n_words)
         if rows is not None:
             hidden, copy_prob = hidden[rows], copy_prob[rows]
-        logits = self.linear(hidden)
+        logits = project(self.linear, hidden)
         logits[:, self.pad_idx] = float("-inf")
         gate = self.linear_copy(hidden)
         log_copy = torch.log(copy_prob.clamp_min(TINY))

@@ -10,8 +10,8 @@ from tests.model_helpers import assert_grads_equal, grads, make_batch, random_pa
 from tests.unit.test_trainer import make_trainer, params
 
 
-def float32_trainer(precision=None, **kwargs):
-    trainer, model = make_trainer(**kwargs)
+def float32_trainer(precision=None, model_args=(), **kwargs):
+    trainer, model = make_trainer(*model_args, **kwargs)
     model.float()
     trainer.precision = precision or Precision("fp32")
     return trainer, model
