@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.projection import project, row_bucket
 from onmt_lite.train.precision import Precision
 from tests.unit.test_precision import float32_trainer, float_batch
@@ -68,6 +69,6 @@ def test_bf16_training_projects_only_bucket_sizes_of_rows(model_args):
     for seed in range(6):
         batch = float_batch(random_pairs(3 + seed, seed=seed))
         trainer.forward_backward(batch, 4)
-        words.append(int((batch.tgt[1:] != 1).sum()))
+        words.append(int((batch.tgt[1:] != PAD_ID).sum()))
     assert seen and all(rows == row_bucket(rows) for rows in seen)
     assert sum(seen) >= sum(words)  # every real target word was projected
