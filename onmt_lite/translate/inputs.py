@@ -36,12 +36,14 @@ class TextBatches:
                 self.lines.append(i)
         self.view = ShardView(make_shard(examples)) if examples else None
 
-    def batches(self, batch_size, batch_type):
-        """Yield Batch objects; ``batch.indices`` holds each example's line number (from 0)."""
+    def batches(self, batch_size, batch_type, part=0, parts=1):
+        """Yield Batch objects; ``batch.indices`` holds each example's line number (from 0). With
+        ``parts``, only every ``parts``-th batch from the ``part``-th (from 0): a stream's share."""
         if self.view is None:
             return
-        for ids in pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(), batch_size,
-                                  batch_type, pool_factor=64):
+        cut = pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(), batch_size,
+                             batch_type, pool_factor=64)
+        for ids in cut[part::parts]:
             yield self.view.batch(ids)
 
 

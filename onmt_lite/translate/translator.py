@@ -6,6 +6,7 @@
         print(result.hypotheses[0], result.scores[0])
 """
 import dataclasses
+import threading
 
 import torch
 
@@ -17,6 +18,7 @@ from onmt_lite.translate.inputs import TextBatches, build_tokenizers
 from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
+from onmt_lite.translate.streams import run_streams, stream_threads
 from onmt_lite.utils.errors import UserError
 
 
@@ -120,17 +122,24 @@ class Translator:
         """
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
-        search = Search(self.search_options, BOS_ID, EOS_ID)
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
-        with torch.no_grad():
-            feeder = RowFeeder(inputs.batches(self.batch_size, self.batch_type), self._stepper,
-                               self.search_options.beam_width, self.batch_size, self.batch_type, self.device)
-            for example, nbest in search.stream(feeder):
+        streams = stream_threads(torch.get_num_threads(), self.device, self.search_options.sampling)
+        progress_lock = threading.Lock()
+
+        def decode_stream(i):
+            """Decode the ``i``-th stream's share of the batches; each example's n-best into its Result."""
+            feeder = RowFeeder(inputs.batches(self.batch_size, self.batch_type, i, len(streams)), self._stepper, self.search_options.beam_width, self.batch_size,
+                               self.batch_type, self.device)
+            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID).stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
                 self._record(results[line], nbest, ex_words)
                 if progress is not None:
-                    progress(1)
+                    with progress_lock:
+                        progress(1)
+
+        run_streams(streams, decode_stream)
+        with torch.no_grad():
             if inputs.has_target:
                 for batch in inputs.batches(self.batch_size, self.batch_type):
                     self._gold(batch.to(self.device), results)
