@@ -23,15 +23,20 @@ def two_threads():
     torch.set_num_threads(threads)
 
 
-def test_each_stream_runs_in_a_thread_of_its_own_with_its_threads_and_no_gradients(two_threads):
+@pytest.mark.parametrize("autocast", [False, True])
+def test_each_stream_runs_in_a_thread_of_its_own_with_its_threads_and_no_gradients(two_threads, autocast):
+    """... and under the caller's CPU autocast (per thread in PyTorch, like the gradient mode)."""
     seen, both_started = {}, threading.Barrier(2, timeout=10)
 
     def work(i):
         both_started.wait()  # both run at the same time: neither waits for the other to finish
-        seen[i] = (threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled())
+        product = torch.ones(2, 2) @ torch.ones(2, 2)
+        seen[i] = (threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled(), product.dtype)
 
-    run_streams([3, 1], work)
-    assert seen[0][1:] == (3, False) and seen[1][1:] == (1, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        run_streams([3, 1], work)
+    dtype = torch.bfloat16 if autocast else torch.float32
+    assert seen[0][1:] == (3, False, dtype) and seen[1][1:] == (1, False, dtype)
     assert len({seen[0][0], seen[1][0], threading.get_ident()}) == 3
     assert torch.get_num_threads() == 2 and torch.is_grad_enabled()
 
