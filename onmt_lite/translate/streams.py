@@ -47,7 +47,7 @@ def run_streams(threads, work):
             torch.set_num_threads(threads[i])  # only then its own
             with torch.no_grad(), torch.autocast("cpu", **autocast):  # both are per thread
                 work(i)
-        except BaseException as error:  # noqa: B036 - handed to the calling thread
+        except BaseException as error:  # any: handed to the calling thread
             errors.append(error)
 
     total = torch.get_num_threads()

@@ -9,9 +9,9 @@ from onmt_lite import Translator
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import shard_paths
 from onmt_lite.loss import build_loss_compute
+from onmt_lite.translate import translator as translator_module
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.stepper import EnsembleStepper
-from onmt_lite.translate import translator as translator_module
 from onmt_lite.translate.translator import load_models
 from onmt_lite.train.trainer import Trainer
 from tests.helpers import preprocess_in_process, run_cli, train_in_process, write_lines
