@@ -9,7 +9,6 @@ from onmt_lite import Translator
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import shard_paths
 from onmt_lite.loss import build_loss_compute
-from onmt_lite.translate import translator as translator_module
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
@@ -89,53 +88,42 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind,beam", [("plain", 1), ("plain", 3), ("copy", 1), ("copy", 3)])
-def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, monkeypatch):
+def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, monkeypatch, two_threads, request):
     """With 2 threads the lines are decoded by two streams, one thread each (streams.py): every line's
     n-best list and scores are those of one stream; both streams took part."""
     sources = lines(models[kind]["src"])[:40]
     translator = Translator.load([models[kind]["model"]], batch_size=4, beam_size=beam, n_best=min(beam, 2))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        callers = set()
-        step = EnsembleStepper.step
-        monkeypatch.setattr(EnsembleStepper, "step",
-                            lambda self, tokens: callers.add(threading.get_ident()) or step(self, tokens))
-        two = translator.translate(sources)
-        monkeypatch.setattr(EnsembleStepper, "step", step)
-        monkeypatch.setattr(translator_module, "stream_threads", lambda threads, device, sampling: [threads])
-        one = translator.translate(sources)
-    finally:
-        torch.set_num_threads(threads)
+    callers = set()
+    step = EnsembleStepper.step
+    monkeypatch.setattr(EnsembleStepper, "step",
+                        lambda self, tokens: callers.add(threading.get_ident()) or step(self, tokens))
+    two = translator.translate(sources)
+    monkeypatch.setattr(EnsembleStepper, "step", step)
+    request.getfixturevalue("one_stream")
+    one = translator.translate(sources)
     assert len(callers) == 2
     for a, b in zip(one, two):
         assert a.hypotheses == b.hypotheses
         assert a.scores == pytest.approx(b.scores, rel=1e-5, abs=1e-6)
 
 
-def test_int8_output_does_not_depend_on_the_streams_timing(models):
+def test_int8_output_does_not_depend_on_the_streams_timing(models, two_threads):
     """int8 quantises a product's rows together, so its output depends on what decodes together:
     each stream's share of the batches is fixed, and two runs give the same output."""
     sources = lines(models["plain"]["src"])
     translator = Translator.load([models["plain"]["model"]], quantize="int8", batch_size=4, beam_size=3)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        runs = [[(r.hypotheses, r.scores) for r in translator.translate(sources)] for _ in range(3)]
-    finally:
-        torch.set_num_threads(threads)
+    runs = [[(r.hypotheses, r.scores) for r in translator.translate(sources)] for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
 
 
 @pytest.mark.parametrize("kind,batch_type,batch_size,beam", [("plain", "sents", 4, 1), ("copy", "sents", 3, 1),
                                                               ("plain", "tokens", 12, 1), ("copy", "sents", 3, 3)])
 def test_examples_joining_a_running_search_translate_as_on_their_own(models, kind, batch_type, batch_size, beam,
-                                                                     monkeypatch):
+                                                                     monkeypatch, one_stream):
     """Continuous batching (greedy search): rows of finished examples are refilled with waiting ones;
     every line's n-best list, scores and attention are those of translating the line alone. A beam
     search's examples join in groups, once a quarter of the batch is free. One decoding stream: the
     step counts below are those of one search."""
-    monkeypatch.setattr(translator_module, "stream_threads", lambda threads, device, sampling: [threads])
     sources = lines(models[kind]["src"])[:40]
     options = dict(beam_size=beam, n_best=min(beam, 2), block_ngram_repeat=2, min_length=1)
     alone = Translator.load([models[kind]["model"]], batch_size=1, **options).translate(sources)

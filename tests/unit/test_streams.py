@@ -15,14 +15,6 @@ def test_stream_threads(threads, device, sampling, expected):
     assert stream_threads(threads, device, sampling) == expected
 
 
-@pytest.fixture
-def two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("autocast", [False, True])
 def test_each_stream_runs_in_a_thread_of_its_own_with_its_threads_and_no_gradients(two_threads, autocast):
     """... and under the caller's CPU autocast (per thread in PyTorch, like the gradient mode)."""
