@@ -39,6 +39,8 @@ def train_process(opt):
         if main_rank:
             raise
         raise Stopped("", getattr(err, "exit_code", 2)) from None
+    if dist is not None:  # not after an error: the other processes may be gone or mid-collective
+        dist.close()
 
 
 def spawned_process(opt):

@@ -44,6 +44,15 @@ class Distributed:
     def is_main(self):
         return self.rank == 0
 
+    def close(self):
+        """Leave the process group once every process is done with it (after training ended without
+        an error): all meet at a barrier first, then the group is destroyed while the interpreter is
+        fully alive. A gloo group left to the interpreter's exit, or destroyed while a peer still
+        talks to it, can abort the process ("terminate called without an active exception")."""
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
     def _tensor(self, values, dtype=torch.float64):
         # gloo reduces CPU tensors, nccl CUDA tensors
         return torch.tensor(values, dtype=dtype, device=self.device if dist.get_backend() == "nccl" else "cpu")

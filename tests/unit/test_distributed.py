@@ -67,13 +67,12 @@ def one_step(settings, dist=None):
 
 def _worker(rank, port, settings, path):
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        torch.set_num_threads(1)
-        result = one_step(settings, Distributed(rank, 2, torch.device("cpu")))
-        if rank == 0:
-            torch.save(result, path)
-    finally:
-        torch.distributed.destroy_process_group()
+    torch.set_num_threads(1)
+    distributed = Distributed(rank, 2, torch.device("cpu"))
+    result = one_step(settings, distributed)
+    if rank == 0:
+        torch.save(result, path)
+    distributed.close()
 
 
 def two_process_step(settings, tmp_path):
