@@ -38,6 +38,7 @@ from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion, collapsed_argmax
 from onmt_lite.train.statistics import Statistics
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.topk import row_argmax
 
 
 def _smoothing(opt, train):
@@ -205,7 +206,7 @@ class NMTLossCompute(LossComputeBase):
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
                 std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
-        stats = self._stats(nll.sum(), log_probs.detach().argmax(1), gold)
+        stats = self._stats(nll.sum(), row_argmax(log_probs.detach()), gold)
         return loss.sum(), stats
 
 

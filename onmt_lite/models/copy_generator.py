@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
 from onmt_lite.models.projection import project
+from onmt_lite.utils.topk import row_argmax
 
 TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
 
@@ -160,7 +161,8 @@ def collapsed_argmax(log_probs, src_ex_tgt_ids, vocab_size):
     those are compared in log space (``logaddexp`` of the fixed and the copy term).
     """
     fixed, copy, ids, in_vocab = _copy_entries(log_probs, src_ex_tgt_ids, vocab_size)
-    best_fixed, best_fixed_id = fixed.max(1)
+    best_fixed_id = row_argmax(fixed)
+    best_fixed = fixed.gather(1, best_fixed_id.unsqueeze(1)).squeeze(1)
     collapsed = torch.where(in_vocab, torch.logaddexp(fixed.gather(1, ids), copy), copy)  # [N x n]
     best_word, j = collapsed.max(1)
     j = j.unsqueeze(1)

@@ -62,3 +62,40 @@ def test_detach_keeps_values_and_cuts_the_graph():
                              detached.hidden + (detached.input_feed, detached.coverage)):
         assert before.grad_fn is not None and after.grad_fn is None
         assert torch.equal(before, after)
+
+
+def test_step_dropout_masks_zero_a_fraction_p_and_scale_the_rest():
+    from onmt_lite.models.rnn_decoder import step_dropout_masks
+
+    dropout = torch.nn.Dropout(0.3)
+    torch.manual_seed(0)
+    masks = step_dropout_masks(dropout, 20, 2, torch.zeros(64, 128))
+    assert masks.shape == (20, 2, 64, 128)
+    dropped = masks == 0
+    assert abs(dropped.float().mean().item() - 0.3) < 0.01  # 327,680 draws: 0.3 within 0.01
+    assert torch.equal(masks[~dropped], torch.full_like(masks[~dropped], 1 / 0.7))
+    assert abs(masks.mean().item() - 1) < 0.02  # the expectation is kept
+    assert not torch.equal(masks[0], masks[1])  # each step its own mask
+    dropout.eval()
+    assert step_dropout_masks(dropout, 20, 2, torch.zeros(64, 128)) is None
+    assert step_dropout_masks(torch.nn.Dropout(0.0), 20, 2, torch.zeros(64, 128)) is None
+
+
+def test_input_feed_decoder_in_training_drops_units_of_the_fed_output():
+    """With dropout 0.5 the decoder's outputs in training are its masked outputs: about half the
+    entries exactly 0, the others scaled; with the same seed, the same outputs."""
+    model, _ = make_model("-input_feed", 1, "-dropout", 0.5)
+    batch = make_batch(random_pairs(6, seed=3))
+    model.train()
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        outputs.append(model.decode(batch.tgt[:-1], memory_bank, lengths, state)[0])
+    assert torch.equal(outputs[0], outputs[1])
+    zero = (outputs[0] == 0).double().mean().item()  # tanh outputs are never 0 by themselves
+    assert 0.4 < zero < 0.6
+    model.eval()
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        assert (model.decode(batch.tgt[:-1], memory_bank, lengths, state)[0] != 0).all()

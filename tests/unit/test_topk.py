@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from onmt_lite.translate.topk import CHUNK, top_k, top_k_with_offsets
+from onmt_lite.utils.topk import CHUNK, row_argmax, top_k, top_k_with_offsets
 
 
 @pytest.mark.parametrize("rows,width,k", [(32, 20004, 1), (32, 100020, 5), (3, 5 * CHUNK, 5), (7, 6 * CHUNK + 1, 5),
@@ -73,3 +73,22 @@ def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_
     values, indices = top_k_with_offsets(full[rows], offsets, k, rows)
     assert torch.equal(values, expected[0]) and torch.equal(indices, expected[1])
     assert (indices[1:] < width).all()
+
+
+@pytest.mark.parametrize("rows,width", [(64, 20004), (5, 4 * CHUNK), (3, 2 * CHUNK + 1), (4, CHUNK + 7), (2, 9)])
+def test_row_argmax_is_the_first_position_of_the_maximum_as_torch_argmax(rows, width):
+    torch.manual_seed(rows + width)
+    scores = torch.randint(0, 5, (rows, width)).float()  # many ties: the first one must win
+    scores[0] = float("-inf")
+    scores[0, -1] = 0.0  # the best in the last, partial chunk (or the last column)
+    scores[-1] = 2.0  # all equal: position 0
+    assert torch.equal(row_argmax(scores), scores.argmax(1))
+    plain = torch.randn(rows, width)
+    assert torch.equal(row_argmax(plain), plain.argmax(1))
+
+
+def test_row_argmax_reads_a_strided_slice():  # the fixed-vocabulary part of a copy model's scores
+    torch.manual_seed(1)
+    scores = torch.randn(6, 3 * CHUNK + 40)
+    fixed = scores[:, : 3 * CHUNK + 5]
+    assert torch.equal(row_argmax(fixed), fixed.argmax(1))

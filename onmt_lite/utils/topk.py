@@ -1,4 +1,5 @@
-"""The k best entries of each row of a wide score matrix, faster than ``torch.topk`` on the CPU.
+"""The k best entries (and the first best) of each row of a wide score matrix, faster than
+``torch.topk`` and ``torch.argmax`` on the CPU.
 
 A search step picks the k best of ``beam x vocabulary`` scores per example (100,000 entries for beam 5
 and a 20,000-word vocabulary). PyTorch's CPU ``topk`` (and ``max`` with indices) walks such rows
@@ -9,7 +10,8 @@ vectorised and about 20 times faster, so ``top_k`` first takes the maximum of ea
 Why that is exact: an entry outside the k kept chunks is at most its own chunk's maximum, which is
 at most each kept chunk's maximum; so each of the k kept chunks holds an entry at least as large,
 and the k best values all lie in the kept chunks. Only the order of equal values may differ from
-``torch.topk``'s (which does not specify it either).
+``torch.topk``'s (which does not specify it either). ``row_argmax`` does the same for the accuracy of
+a training step (the first best of each of ~1,600 rows of 20,000: 17 ms with ``argmax``, 5 with it).
 """
 import torch
 
@@ -32,6 +34,24 @@ def top_k(scores, k):
         candidates = torch.cat([candidates, tail.expand(rows, -1)], 1)
     values, positions = scores.gather(1, candidates).topk(k, dim=1)
     return values, candidates.gather(1, positions)
+
+
+def row_argmax(scores):
+    """``scores.argmax(1)`` for ``scores`` ``[rows x width]`` without NaN: the first position of each
+    row's maximum. The first chunk whose maximum is the row's holds that position (an earlier one
+    would have the maximum too); ``argmax`` returns the first of equal values, among the chunks' maxima
+    and within the chunk."""
+    rows, width = scores.shape
+    full = width // CHUNK
+    if full < 2:
+        return scores.argmax(1)
+    maxima = scores[:, : full * CHUNK].view(rows, full, CHUNK).amax(2)  # [rows x chunks]
+    if full * CHUNK < width:  # the last, partial chunk
+        maxima = torch.cat([maxima, scores[:, full * CHUNK:].amax(1, keepdim=True)], 1)
+    first = maxima.argmax(1, keepdim=True)
+    # the columns of that chunk; past the last column, the last again (later, so never the first best)
+    columns = (first * CHUNK + torch.arange(CHUNK, device=scores.device)).clamp_(max=width - 1)
+    return columns.gather(1, scores.gather(1, columns).argmax(1, keepdim=True)).squeeze(1)
 
 
 def row_positions(rows, total):
