@@ -45,26 +45,25 @@ def step_dropout_masks(dropout, steps, count, like):
     return keep.to(like.dtype).div_(1 - dropout.p)
 
 
-def masked(x, mask):
-    """``x`` times a dropout ``mask`` (None: ``x``), in ``x``'s dtype."""
-    return x if mask is None else x * mask.to(x.dtype)
+def masked(x, masks, i):
+    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is None."""
+    return x if masks is None else x * masks[i].to(x.dtype)
 
 
 class StackedCells(nn.Module):
-    """``num_layers`` LSTM or GRU cells stepped together, dropout between layers."""
+    """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks given)."""
 
-    def __init__(self, rnn_type, num_layers, input_size, hidden_size, dropout):
+    def __init__(self, rnn_type, num_layers, input_size, hidden_size):
         super().__init__()
         cell = nn.LSTMCell if rnn_type == "LSTM" else nn.GRUCell
         self.is_lstm = rnn_type == "LSTM"
         self.cells = nn.ModuleList(
             cell(input_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers))
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, hidden, masks=None):
-        """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``; ``masks``, the
-        dropout masks between layers ``[layers - 1 x B x H]`` (``step_dropout_masks``), or None:
-        ``self.dropout``."""
+        """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``; ``masks``
+        ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]`` after
+        layer i but the last (``masks[0]`` is the caller's, for the step's output), or None: no dropout."""
         new_states = []
         for i, cell in enumerate(self.cells):
             if self.is_lstm:
@@ -73,7 +72,7 @@ class StackedCells(nn.Module):
                 layer_state = (cell(x, hidden[0][i]),)
             x = layer_state[0]
             if i + 1 < len(self.cells):
-                x = self.dropout(x) if masks is None else masked(x, masks[i])
+                x = masked(x, masks, i + 1)
             new_states.append(layer_state)
         return x, tuple(torch.stack(states) for states in zip(*new_states))
 
@@ -153,8 +152,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
 
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
         super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
-        self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size,
-                                hidden_size, dropout)
+        self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size, hidden_size)
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
         """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
@@ -167,15 +165,14 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         mask = length_mask(memory_lengths, memory.size(1))
         hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
         outs, aligns, covs = [], [], []
-        # the step's dropout masks: [0] the output's, [1:] between the layers
+        # each step's dropout masks: [0] the output's, [1:] between the layers
         masks = step_dropout_masks(self.dropout, tgt.size(0), len(self.rnn.cells), feed)
         for t, emb_t in enumerate(self.embeddings(tgt)):
             step_masks = None if masks is None else masks[t]
-            rnn_out, hidden = self.rnn(torch.cat([emb_t, feed], 1), hidden,
-                                       None if step_masks is None else step_masks[1:])
+            rnn_out, hidden = self.rnn(torch.cat([emb_t, feed], 1), hidden, step_masks)
             attn_h, align, cov_before, coverage = self._attend(
                 rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask)
-            feed = masked(attn_h.squeeze(1), None if step_masks is None else step_masks[0])
+            feed = masked(attn_h.squeeze(1), step_masks, 0)
             outs.append(feed)
             aligns.append(align)
             covs.append(cov_before)
