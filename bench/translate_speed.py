@@ -5,8 +5,12 @@
 Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
 settings and the same number of steps (1,000), without and with copy attention; they are trained
 first when missing. Input: the first ``-lines`` lines of src-val.txt, batch 32, beam 5 and greedy,
-the machine's default thread count (2 here) for both. Each round runs onmt_lite, onmt_lite with
-``-quantize int8`` and OpenNMT-py one after the other (A B C A B C); a run's time is the decoding
+the machine's default thread count (2 here) for both, and the same search for both: onmt_lite's
+defaults (no length penalty, at most 100 tokens), given to OpenNMT-py explicitly, since its 3.x
+defaults are another search (an average length penalty, outputs cut at 1.25 x the batch's longest
+source + 5). OpenNMT-py also runs with its own defaults, for reference. Each round runs onmt_lite,
+onmt_lite with ``-quantize int8``, OpenNMT-py and OpenNMT-py with its defaults one after the other
+(A B C D A B C D); a run's time is the decoding
 time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
 medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
 ratios of the medians and the medians of the ratios within each round, and BLEU of each output
@@ -32,6 +36,12 @@ MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_be
 MODES = {"beam 5": 5, "greedy": 1}
 LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
+# the same search for both toolkits: onmt_lite's defaults (OpenNMT-py 1.x's), which OpenNMT-py 3.5.1
+# changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest source + 5
+SEARCH = ["-length_penalty", "none", "-alpha", 0, "-max_length", 100]
+PEER_SEARCH = ["-max_length_ratio", 0]
+PEER_DEFAULTS = "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
+TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
 
 
 def ensure_models(quality_work, setting):
@@ -48,7 +58,7 @@ def ensure_models(quality_work, setting):
 def decode_seconds(toolkit, log, n_lines):
     with open(log, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    if toolkit == "OpenNMT-py":
+    if toolkit.startswith("OpenNMT-py"):
         found = PEER_TIME.findall(text)
         if not found:
             raise SystemExit(f"{log}: no 'Average translation time' line")
@@ -61,11 +71,13 @@ def decode_seconds(toolkit, log, n_lines):
 
 def translate(toolkit, model, src, out, beam, peer, log):
     common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam, "-batch_size", 32, "-report_time"]
-    if toolkit == "OpenNMT-py":
+    if toolkit == PEER_DEFAULTS:
         command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common]
+    elif toolkit == "OpenNMT-py":
+        command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common, *SEARCH, *PEER_SEARCH]
     else:
         command = [f"{LITE_BIN}/onmt_lite_translate", *common] + (
-            ["-quantize", "int8"] if toolkit == "onmt_lite int8" else [])
+            ["-quantize", "int8"] if toolkit == "onmt_lite int8" else []) + SEARCH
     run(command, log)
     with open(out, encoding="utf-8") as f:
         hyps = [" ".join(line.split()) for line in f]
@@ -80,12 +92,12 @@ def bleu(hyps, refs):
 
 def measure(models, src, refs, beam, rounds, work, peer, tag):
     """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output."""
-    runs = {toolkit: [] for toolkit in ("onmt_lite", "onmt_lite int8", "OpenNMT-py")}
+    runs = {toolkit: [] for toolkit in TOOLKITS}
     scores = {}
     for r in range(rounds):
         for toolkit in runs:
             name = re.sub(r"\W+", "_", f"{toolkit}_{tag}_{r}")
-            model = models["OpenNMT-py" if toolkit == "OpenNMT-py" else "onmt_lite"]
+            model = models["onmt_lite" if toolkit.startswith("onmt_lite") else "OpenNMT-py"]
             hyps = translate(toolkit, model, src, f"{work}/{name}.pred", beam, peer, f"{work}/{name}.log")
             seconds = decode_seconds(toolkit, f"{work}/{name}.log", len(hyps))
             words = sum(len(h.split()) + 1 for h in hyps)
@@ -96,9 +108,11 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
         row[toolkit] = {"sents_s": statistics.median(v["sents_s"] for v in values),
                         "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
     row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
+    row["speed_ratio_peer_defaults"] = row["onmt_lite"]["sents_s"] / row[PEER_DEFAULTS]["sents_s"]
     row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
     # the same ratios within each round (runs minutes apart share this VM's slow and fast phases less)
     row["speed_ratio_paired"] = paired_median(runs["onmt_lite"], runs["OpenNMT-py"])
+    row["speed_ratio_peer_defaults_paired"] = paired_median(runs["onmt_lite"], runs[PEER_DEFAULTS])
     row["int8_speedup_paired"] = paired_median(runs["onmt_lite int8"], runs["onmt_lite"])
     return row
 
@@ -110,13 +124,14 @@ def paired_median(runs, baseline_runs):
 
 def print_row(title, row):
     print(f"\n{title}")
-    print(f"{'toolkit':<16} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
-    for toolkit in ("onmt_lite", "onmt_lite int8", "OpenNMT-py"):
+    print(f"{'toolkit':<20} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
+    for toolkit in TOOLKITS:
         v = row[toolkit]
-        print(f"{toolkit:<16} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {v['bleu']:>6.2f}")
-    print(f"onmt_lite / OpenNMT-py: {row['speed_ratio']:.2f}x sentences/s (round by round: "
-          f"{row['speed_ratio_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by round: "
-          f"{row['int8_speedup_paired']:.2f}x), BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+        print(f"{toolkit:<20} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {v['bleu']:>6.2f}")
+    print(f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
+          f"{row['speed_ratio_paired']:.2f}x); against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
+          f"({row['speed_ratio_peer_defaults_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by "
+          f"round: {row['int8_speedup_paired']:.2f}x), BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
 
 
 def g2p_int8(quality_work, rounds, work):
