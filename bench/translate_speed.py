@@ -131,7 +131,8 @@ def print_row(title, row):
     print(f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
           f"{row['speed_ratio_paired']:.2f}x); against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
           f"({row['speed_ratio_peer_defaults_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by "
-          f"round: {row['int8_speedup_paired']:.2f}x), BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+          f"round: {row['int8_speedup_paired']:.2f}x), "
+          f"BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
 
 
 def g2p_int8(quality_work, rounds, work):
