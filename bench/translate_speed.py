@@ -14,7 +14,8 @@ onmt_lite with ``-quantize int8``, OpenNMT-py and OpenNMT-py with its defaults o
 time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
 medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
 ratios of the medians and the medians of the ratios within each round, and BLEU of each output
-against tgt-val.txt. int8 is also scored where accuracy means
+against tgt-val.txt, with the float32 matrix-multiply rate measured before each round (this VM's
+speed drifts, and not alike for both toolkits). int8 is also scored where accuracy means
 something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
 Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
 row with the CPU it was measured on.
@@ -27,6 +28,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from roofline import matmul_rate  # noqa: E402
 from quality import (LITE_BIN, PEER_TRANSLATE_WITH_COPY_DATA, REPAIR_PEER_COPY_CHECKPOINT, SHARED,  # noqa: E402
                      machine, newest_checkpoint, normalised_copy, read_results, results_path, run,
                      write_results)
@@ -93,8 +95,11 @@ def bleu(hyps, refs):
 def measure(models, src, refs, beam, rounds, work, peer, tag):
     """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output."""
     runs = {toolkit: [] for toolkit in TOOLKITS}
-    scores = {}
+    scores, host_rates = {}, []
     for r in range(rounds):
+        # the host's float32 rate before each round: this VM's second core comes and goes, which
+        # moves onmt_lite (bound by the products) more than OpenNMT-py (bound by Python)
+        host_rates.append(matmul_rate(1024, 3) / 1e9)
         for toolkit in runs:
             name = re.sub(r"\W+", "_", f"{toolkit}_{tag}_{r}")
             model = models["onmt_lite" if toolkit.startswith("onmt_lite") else "OpenNMT-py"]
@@ -103,7 +108,7 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
             words = sum(len(h.split()) + 1 for h in hyps)
             runs[toolkit].append({"seconds": seconds, "sents_s": len(hyps) / seconds, "tok_s": words / seconds})
             scores[toolkit] = bleu(hyps, refs) if refs is not None else None
-    row = {}
+    row = {"host_gflops": host_rates}
     for toolkit, values in runs.items():
         row[toolkit] = {"sents_s": statistics.median(v["sents_s"] for v in values),
                         "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
@@ -123,7 +128,8 @@ def paired_median(runs, baseline_runs):
 
 
 def print_row(title, row):
-    print(f"\n{title}")
+    print(f"\n{title}; float32 matrix multiply before each round: "
+          + ", ".join(f"{rate:.0f}" for rate in row.get("host_gflops", [])) + " GFLOP/s")
     print(f"{'toolkit':<20} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
     for toolkit in TOOLKITS:
         v = row[toolkit]
