@@ -11,10 +11,10 @@ from onmt_lite.translate.search import Search, SearchOptions, block_ngrams
 BOS, EOS, V, MAX = 2, 3, 7, 4  # tokens 4..6 are words; <unk>/<blank> (0, 1) get no probability
 
 
-def markov_table(seed):
-    """log p(next | example, last token, step) for 2 examples: [2 x V x MAX x V]."""
+def markov_table(seed, steps=MAX, scale=2.0):
+    """log p(next | example, last token, step) for 2 examples: [2 x V x steps x V]."""
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(2, V, MAX, V, generator=g) * 2
+    logits = torch.randn(2, V, steps, V, generator=g) * scale
     logits[..., :3] = float("-inf")  # never <unk>, <blank>, <s>
     return torch.log_softmax(logits, -1)
 
@@ -36,10 +36,10 @@ class MarkovStepper:
         self.example = self.example[rows]
 
 
-def brute_force(table, example, penalty="none", alpha=0.0, min_length=0):
-    """Every sequence ending in </s> within MAX steps, best first: [(score, tokens)]."""
+def brute_force(table, example, penalty="none", alpha=0.0, min_length=0, max_length=MAX):
+    """Every sequence ending in </s> within ``max_length`` steps, best first: [(score, tokens)]."""
     found = []
-    for length in range(1, MAX + 1):
+    for length in range(1, max_length + 1):
         for words in itertools.product(range(4, V), repeat=length - 1):
             sequence, last, total = list(words) + [EOS], BOS, 0.0
             for step, token in enumerate(sequence):
@@ -47,13 +47,13 @@ def brute_force(table, example, penalty="none", alpha=0.0, min_length=0):
                 last = token
             if length - 1 >= min_length:
                 found.append((total / length_penalty(penalty, float(length), alpha), list(words)))
-    # sequences forced to end at MAX without </s>
-    for words in itertools.product(range(4, V), repeat=MAX):
+    # sequences forced to end at the maximum length without </s>
+    for words in itertools.product(range(4, V), repeat=max_length):
         last, total = BOS, 0.0
         for step, token in enumerate(words):
             total += table[example, last, step, token].item()
             last = token
-        found.append((total / length_penalty(penalty, float(MAX), alpha), list(words)))
+        found.append((total / length_penalty(penalty, float(max_length), alpha), list(words)))
     return sorted(found, key=lambda x: -x[0])
 
 
@@ -72,6 +72,48 @@ def test_a_wide_beam_returns_the_exact_n_best_list(seed, penalty, alpha):
         assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
         for hyp, (score, _) in zip(nbest[example], expected):
             assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+@pytest.mark.parametrize("penalty,alpha", [("wu", 0.9), ("avg", 0.0)])
+def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_examples_maximum(penalty, alpha):
+    table = markov_table(6)
+    opts = SearchOptions(beam_size=V ** MAX, n_best=4, max_length=MAX, ratio=1.0, length_penalty=penalty,
+                         alpha=alpha)
+    nbest = Search(opts, BOS, EOS).run(MarkovStepper(table, 2), 2, torch.tensor([2, 3]))  # at most 2 and 3 tokens
+    for example, max_length in enumerate([2, 3]):
+        expected = brute_force(table, example, penalty, alpha, max_length=max_length)[:4]
+        assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
+        for hyp, (score, _) in zip(nbest[example], expected):
+            assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+class SearchToTheEnd(Search):
+    """A search whose examples stop only when none of their beams is alive: no early stop."""
+
+    def _done(self, state):
+        return (state.scores + state.penalty).max(1).values == float("-inf")
+
+
+@pytest.mark.parametrize("penalty,alpha,ratio", [("none", 0.0, 0.0), ("avg", 0.0, 0.0), ("avg", 0.0, 1.0),
+                                                 ("wu", 0.9, 1.0), ("wu", 2.0, 0.0), ("wu", -1.0, 1.0)])
+def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(penalty, alpha, ratio):
+    """The early stop bounds what a live beam can still score with its example's maximum length
+    (-ratio) and the length penalty at either end of the lengths left: the results are those of a
+    search that runs every beam to its end."""
+    steps, stopped_early = 10, 0
+    for seed in range(30):
+        table = markov_table(seed, steps, scale=3.0)
+        for beam_size, n_best in ((2, 1), (3, 2)):
+            opts = SearchOptions(beam_size=beam_size, n_best=n_best, max_length=steps, ratio=ratio,
+                                 length_penalty=penalty, alpha=alpha)
+            lengths = torch.tensor([6, 9])
+            early_stepper, full_stepper = MarkovStepper(table, 2), MarkovStepper(table, 2)
+            early = Search(opts, BOS, EOS).run(early_stepper, 2, lengths)
+            full = SearchToTheEnd(opts, BOS, EOS).run(full_stepper, 2, lengths)
+            for a, b in zip(early, full):
+                assert [(h.tokens, h.score) for h in a] == [(h.tokens, h.score) for h in b]
+            stopped_early += early_stepper.step_no < full_stepper.step_no
+    assert stopped_early > 0  # the early stop was put to the test
 
 
 @pytest.mark.parametrize("seed", range(5))
