@@ -266,13 +266,13 @@ class Search:
         # the log-probability alone bounds the final score: penalties are never negative (with
         # -stepwise_penalty the penalty in the running score may still shrink)
         best_alive = (state.scores + state.penalty).max(1).values
-        # a live row ends at a length from its own + 1 to its example's maximum; the score is not positive,
-        # so the largest length penalty there (at either end: it is monotonic in the length) bounds it best
-        o = self.opts
-        next_length = (state.lengths() + 1).float()
-        penalty = torch.maximum(length_penalty(o.length_penalty, next_length, o.alpha),
-                                length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha))
-        bound = best_alive / penalty
+        o, bound = self.opts, best_alive
+        if o.length_penalty != "none":
+            # a live row ends at a length from its own + 1 to its example's maximum; its score is not
+            # positive, so the largest length penalty there (at either end: it is monotonic) bounds it
+            penalty = torch.maximum(length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha),
+                                    length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha))
+            bound = best_alive / penalty
         return ((state.n_finished >= self.opts.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
 
     def _max_lengths(self, src_lengths):
