@@ -73,10 +73,9 @@ def decode_seconds(toolkit, log, n_lines):
 
 def translate(toolkit, model, src, out, beam, peer, log):
     common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam, "-batch_size", 32, "-report_time"]
-    if toolkit == PEER_DEFAULTS:
-        command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common]
-    elif toolkit == "OpenNMT-py":
-        command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common, *SEARCH, *PEER_SEARCH]
+    if toolkit.startswith("OpenNMT-py"):
+        command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common] + (
+            [] if toolkit == PEER_DEFAULTS else SEARCH + PEER_SEARCH)
     else:
         command = [f"{LITE_BIN}/onmt_lite_translate", *common] + (
             ["-quantize", "int8"] if toolkit == "onmt_lite int8" else []) + SEARCH

@@ -273,7 +273,7 @@ class Search:
             penalty = torch.maximum(length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha),
                                     length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha))
             bound = best_alive / penalty
-        return ((state.n_finished >= self.opts.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
+        return ((state.n_finished >= o.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
 
     def _max_lengths(self, src_lengths):
         """The most tokens each example may produce: -max_length, or less with -ratio."""
