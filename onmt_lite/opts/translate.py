@@ -58,7 +58,8 @@ def _efficiency_and_logging_opts(parser):
     add(group, "gpu", type=int, default=-1, help="CUDA device (-1: CPU)")
     add(group, "threads", type=int_at_least(0), default=0,
         help="CPU threads for the tensor operations (0: PyTorch's default, one per core); with 2 or "
-             "more, two searches decode side by side, each with half of them")
+             "more, searches decode side by side: one per thread, each in a process of its own, on "
+             "Linux; elsewhere two threads, each with half of them")
     add(group, "quantize", default="none", type=choice("quantize", ["none", "int8"]),
         help="int8: dynamic int8 quantisation of the linear and recurrent layers (CPU; faster, "
              "slightly different output)")

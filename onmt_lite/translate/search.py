@@ -250,7 +250,8 @@ class Search:
             seq = seqs[i][col + 1:]
             if seq[-1] == self.eos:
                 seq.pop()
-            attention = {name: value[col:, row, :src_lengths[i]] for name, value in state.attn.items()}
+            # a copy: a view would keep the whole history alive (and be pickled whole by a stream)
+            attention = {name: value[col:, row, :src_lengths[i]].clone() for name, value in state.attn.items()}
             hyps = finished[examples[i]]
             hyps.append(Hypothesis(seq, final[i], log_probs[i], attention))
             hyps.sort(key=lambda h: -h.score)

@@ -1,52 +1,102 @@
-"""Decoding streams: two searches side by side on a CPU, each with half the threads.
+"""Decoding streams: several searches side by side on a CPU, each over its own share of the batches.
 
-A decoding step is a few large products (the vocabulary projection, the cells' gates), which use
-every thread, and many small operations (gathers, the search's bookkeeping, the interpreter itself),
-which mostly run on one thread while the others wait. Two streams, each a search of its own over
-every other batch and each with half the threads, fill that idle time: while one stream does its
-small operations, the other multiplies. On 2 cores (toy-ende, batch 32, interleaved runs of
-``onmt_lite_translate``) beam 5 ran 8-13% faster and greedy search 12-15%, with the same outputs: an
-example's result does not depend on what it is decoded with (the batch-invariance tests), nor on
-which stream. Which batches a stream decodes is fixed (not whichever stream is free first), so that
-what decodes together, and with it int8's output (its activations are quantised per product, over
-all rows), does not depend on timing.
+A decoding step is a few large products (the vocabulary projection, the cells' gates) and many small
+operations (gathers, the search's bookkeeping, the interpreter itself). On one stream the small
+operations run on one thread while the others wait; several streams fill that time. Where the
+operating system can fork (Linux), each stream but the first runs in a child process with one
+thread, so that the streams' Python runs in parallel too (threads share one interpreter lock: with
+two of them, a copy model's greedy search spent 14% more time than with two processes, int8's 30%
+more). Elsewhere two streams run in threads of this process, each with half the threads.
 
-PyTorch keeps a thread count per thread (each thread's first call copies the process's last set
-count, which ``set_num_threads`` also changes) and MKL one for the process: ``run_streams`` sets
-each stream's after its thread's first call, and puts the caller's back when the streams are done.
+The outputs stay the same: an example's result does not depend on what it is decoded with (the
+batch-invariance tests), nor on which stream. Which batches a stream decodes is fixed (not
+whichever stream is free first), so that what decodes together, and with it int8's output (its
+activations are quantised per product, over all rows), does not depend on timing.
+
+A forked child keeps one thread: GNU OpenMP's worker threads do not survive a fork, and a child that
+asked for more of them after its parent had used some hung. A child sends what its stream yields,
+pickled, through a pipe; ``consume`` runs in the calling process, one item at a time. The child
+ends with ``os._exit``, so it never flushes its copies of the parent's buffers.
 """
+import ctypes
+import os
+import pickle
+import signal
+import sys
 import threading
+import traceback
+from multiprocessing.connection import Pipe
 
 import torch
 
+PR_SET_PDEATHSIG = 1  # prctl's option (linux/prctl.h)
 
-def stream_threads(threads, device, sampling):
-    """The thread count of each decoding stream: two streams of half the ``threads`` on a CPU with
-    at least 2; one stream on a GPU, or when sampling (the streams would take random numbers from
-    one generator in an order that depends on timing, and ``-seed`` would no longer fix the output)."""
+
+def can_fork():
+    """Whether streams may run in forked processes: on Linux (forking is unsafe on macOS, absent
+    on Windows)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def stream_threads(threads, device, sampling, processes=None):
+    """The thread count of each decoding stream. On a CPU with at least 2 threads: one stream per
+    thread when streams run in processes (``processes``, by default ``can_fork()``), else two threads
+    of half the ``threads`` each. One stream on a GPU, or when sampling (the streams would take random
+    numbers from one generator in an order that depends on timing, and ``-seed`` would no longer fix
+    the output)."""
     if torch.device(device).type != "cpu" or sampling or threads < 2:
         return [threads]
+    if can_fork() if processes is None else processes:
+        return [1] * threads
     return [threads - threads // 2, threads // 2]
 
 
-def run_streams(threads, work):
-    """``work(i)`` for each stream ``i``, each in a thread of its own that runs PyTorch's operations
-    with ``threads[i]`` threads, without gradients, under the caller's CPU autocast if any; returns
-    when all are done and re-raises the first exception any of them raised. One stream runs in the
-    calling thread."""
+class StreamTraceback(Exception):
+    """The traceback of an error raised in a stream's child process (the cause of the re-raised error)."""
+
+
+def run_streams(threads, work, consume, processes=None):
+    """``consume(item)`` for each item that ``work(i)`` yields, for each stream ``i``, one item at a
+    time, in the calling process. Stream ``i`` runs PyTorch's operations with ``threads[i]``
+    threads, without gradients, under the caller's CPU autocast if any; streams after the first run
+    in child processes (``processes``, by default ``can_fork()``; each needs one thread) or else in
+    threads. Returns when all are done; re-raises the first error of any of them."""
     if len(threads) == 1:
         with torch.no_grad():
-            work(0)
+            for item in work(0):
+                consume(item)
         return
-    errors = []
-    autocast = {"enabled": torch.is_autocast_enabled("cpu"), "dtype": torch.get_autocast_dtype("cpu")}
+    if can_fork() if processes is None else processes:
+        assert all(count == 1 for count in threads[1:]), "a forked stream runs on one thread"
+        _run_in_processes(threads, work, consume)
+    else:
+        _run_in_threads(threads, work, consume)
+
+
+def _autocast():
+    return {"enabled": torch.is_autocast_enabled("cpu"), "dtype": torch.get_autocast_dtype("cpu")}
+
+
+def _run_stream(i, threads, work, consume, autocast):
+    torch.get_num_threads()  # a new thread takes the process's last count at its first call
+    torch.set_num_threads(threads)  # only then its own
+    with torch.no_grad(), torch.autocast("cpu", **autocast):  # both are per thread
+        for item in work(i):
+            consume(item)
+
+
+def _run_in_threads(threads, work, consume):
+    """Each stream in a thread of its own (PyTorch keeps a thread count per thread, MKL one for
+    the process: the caller's is put back afterwards)."""
+    errors, lock, autocast = [], threading.Lock(), _autocast()
+
+    def locked(item):
+        with lock:
+            consume(item)
 
     def run(i):
         try:
-            torch.get_num_threads()  # a new thread takes the process's last count at its first call
-            torch.set_num_threads(threads[i])  # only then its own
-            with torch.no_grad(), torch.autocast("cpu", **autocast):  # both are per thread
-                work(i)
+            _run_stream(i, threads[i], work, locked, autocast)
         except BaseException as error:  # any: handed to the calling thread
             errors.append(error)
 
@@ -58,6 +108,103 @@ def run_streams(threads, work):
         for worker in workers:
             worker.join()
     finally:
-        torch.set_num_threads(total)  # MKL's count is the process's: the streams changed it
+        torch.set_num_threads(total)
     if errors:
         raise errors[0]
+
+
+def _die_with_parent(parent):
+    """Have the kernel kill this process when its parent dies (Linux's PR_SET_PDEATHSIG): a parent
+    killed outright leaves no stream decoding on."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before that
+        os._exit(1)
+
+
+def _child(i, work, writer, autocast, parent):
+    """The body of stream ``i``'s child process: sends each item, then "done" or the error."""
+    code = 1
+    try:
+        _die_with_parent(parent)
+        _run_stream(i, 1, work, lambda item: writer.send_bytes(pickle.dumps(("item", item), -1)), autocast)
+        writer.send_bytes(pickle.dumps(("done", None), -1))
+        code = 0
+    except BaseException as error:
+        text = traceback.format_exc()
+        try:
+            message = pickle.dumps(("error", (error, text)), -1)
+        except Exception:  # an error that does not pickle: its text
+            message = pickle.dumps(("error", (RuntimeError(f"{type(error).__name__}: {error}"), text)), -1)
+        try:
+            writer.send_bytes(message)
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _run_in_processes(threads, work, consume):
+    """Streams after the first in forked children, which send their items through pipes; the first
+    runs here, its items and the children's consumed under one lock."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    autocast, children, drains, errors, lock = _autocast(), [], [], [], threading.Lock()
+
+    def locked(item):
+        with lock:
+            consume(item)
+
+    def drain(i, pid, reader):
+        try:
+            while True:
+                kind, payload = pickle.loads(reader.recv_bytes())
+                if kind == "item":
+                    locked(payload)
+                    continue
+                if kind == "error":
+                    error, text = payload
+                    error.__cause__ = StreamTraceback(f"in decoding stream {i}:\n{text}")
+                    errors.append(error)
+                return
+        except EOFError:
+            errors.append(RuntimeError(f"decoding stream {i} (process {pid}) ended without its results"))
+        except BaseException as error:
+            errors.append(error)
+
+    total, parent = torch.get_num_threads(), os.getpid()
+    try:
+        for i in range(1, len(threads)):
+            reader, writer = Pipe(duplex=False)
+            pid = os.fork()
+            if pid == 0:
+                reader.close()
+                _child(i, work, writer, autocast, parent)
+            writer.close()  # the child's alone now: EOF when it exits
+            children.append((i, pid, reader))
+        drains = [threading.Thread(target=drain, args=child, daemon=True) for child in children]
+        for thread in drains:
+            thread.start()
+        _run_stream(0, threads[0], work, locked, autocast)
+    except BaseException:
+        for _, pid, _ in children:
+            _kill(pid)
+        raise
+    finally:
+        torch.set_num_threads(total)
+        for thread in drains:
+            thread.join()
+        for _, pid, reader in children:
+            os.waitpid(pid, 0)
+            reader.close()
+    if errors:
+        raise errors[0]
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass

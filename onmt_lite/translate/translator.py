@@ -6,7 +6,6 @@
         print(result.hypotheses[0], result.scores[0])
 """
 import dataclasses
-import threading
 
 import torch
 
@@ -119,29 +118,32 @@ class Translator:
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
-        On a CPU with 2 or more threads (``torch.get_num_threads()``) two searches decode side by
-        side, each with half of them and every other batch (streams.py); the results are the same.
+        On a CPU with 2 or more threads (``torch.get_num_threads()``) several searches decode side
+        by side, each over its share of the batches, in processes of one thread each where the
+        system can fork (streams.py); the results are the same.
         """
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
         streams = stream_threads(torch.get_num_threads(), self.device, self.search_options.sampling)
-        progress_lock = threading.Lock()
 
         def decode_stream(i):
-            """Decode the ``i``-th stream's share of the batches; each example's n-best into its Result."""
+            """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(batches, self._stepper, self.search_options.beam_width, self.batch_size,
                                self.batch_type, self.device)
             for example, nbest in Search(self.search_options, BOS_ID, EOS_ID).stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
-                self._record(results[line], nbest, ex_words)
-                if progress is not None:
-                    with progress_lock:
-                        progress(1)
+                yield line, nbest, ex_words
 
-        run_streams(streams, decode_stream)
+        def record(item):
+            line, nbest, ex_words = item
+            self._record(results[line], nbest, ex_words)
+            if progress is not None:
+                progress(1)
+
+        run_streams(streams, decode_stream, record)
         with torch.no_grad():
             if inputs.has_target:
                 for batch in inputs.batches(self.batch_size, self.batch_type):

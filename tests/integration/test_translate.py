@@ -9,6 +9,7 @@ from onmt_lite import Translator
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import shard_paths
 from onmt_lite.loss import build_loss_compute
+from onmt_lite.translate import streams
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
@@ -87,21 +88,32 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
     assert outputs[0] == outputs[1] and len(outputs[0]) == 2 * len(lines(m["src"]))
 
 
+@pytest.mark.parametrize("processes", [pytest.param(True, marks=pytest.mark.skipif(
+    not streams.can_fork(), reason="streams run in forked processes on Linux only")), False])
 @pytest.mark.parametrize("kind,beam", [("plain", 1), ("plain", 3), ("copy", 1), ("copy", 3)])
-def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, monkeypatch, two_threads, request):
-    """With 2 threads the lines are decoded by two streams, one thread each (streams.py): every line's
-    n-best list and scores are those of one stream; both streams took part."""
+def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, processes, monkeypatch, two_threads,
+                                                     request, tmp_path):
+    """With 2 threads the lines are decoded by two streams, one thread each (streams.py), in two
+    processes or in two threads: every line's n-best list and scores are those of one stream; both
+    streams took part."""
+    monkeypatch.setattr(streams, "can_fork", lambda: processes)
     sources = lines(models[kind]["src"])[:40]
     translator = Translator.load([models[kind]["model"]], batch_size=4, beam_size=beam, n_best=min(beam, 2))
-    callers = set()
+    callers = tmp_path / "callers"  # a file: a stream in another process appends to it too
     step = EnsembleStepper.step
-    monkeypatch.setattr(EnsembleStepper, "step",
-                        lambda self, tokens: callers.add(threading.get_ident()) or step(self, tokens))
+
+    def noted_step(self, tokens):
+        with open(callers, "a") as f:
+            f.write(f"{os.getpid()} {threading.get_ident()}\n")
+        return step(self, tokens)
+
+    monkeypatch.setattr(EnsembleStepper, "step", noted_step)
     two = translator.translate(sources)
     monkeypatch.setattr(EnsembleStepper, "step", step)
     request.getfixturevalue("one_stream")
     one = translator.translate(sources)
-    assert len(callers) == 2
+    assert len(set(callers.read_text().splitlines())) == 2
+    assert len({line.split()[0] for line in callers.read_text().splitlines()}) == (2 if processes else 1)
     for a, b in zip(one, two):
         assert a.hypotheses == b.hypotheses
         assert a.scores == pytest.approx(b.scores, rel=1e-5, abs=1e-6)
