@@ -17,4 +17,4 @@ def one_stream(monkeypatch):
     """Translation decodes in one stream, whatever the thread count."""
     from onmt_lite.translate import translator
 
-    monkeypatch.setattr(translator, "stream_threads", lambda threads, device, sampling: [threads])
+    monkeypatch.setattr(translator, "stream_threads", lambda threads, device, sampling, batches: [threads])

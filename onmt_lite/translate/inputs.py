@@ -37,16 +37,24 @@ class TextBatches:
         self.view = ShardView(make_shard(examples)) if examples else None
         self._cuts = {}  # (batch_size, batch_type) -> the batches' example positions
 
+    def _cut(self, batch_size, batch_type):
+        """The batches' example positions (once, not per stream); none without examples."""
+        if self.view is None:
+            return []
+        key = (batch_size, batch_type)
+        if key not in self._cuts:
+            self._cuts[key] = pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(),
+                                             batch_size, batch_type, pool_factor=64)
+        return self._cuts[key]
+
+    def count(self, batch_size, batch_type):
+        """How many batches ``batches`` yields in all."""
+        return len(self._cut(batch_size, batch_type))
+
     def batches(self, batch_size, batch_type, part=0, parts=1):
         """Yield Batch objects; ``batch.indices`` holds each example's line number (from 0). With
         ``parts``, only every ``parts``-th batch from the ``part``-th (from 0): a stream's share."""
-        if self.view is None:
-            return
-        key = (batch_size, batch_type)
-        if key not in self._cuts:  # once, not per stream
-            self._cuts[key] = pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(),
-                                             batch_size, batch_type, pool_factor=64)
-        for ids in self._cuts[key][part::parts]:
+        for ids in self._cut(batch_size, batch_type)[part::parts]:
             yield self.view.batch(ids)
 
 

@@ -38,16 +38,17 @@ def can_fork():
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def stream_threads(threads, device, sampling, processes=None):
-    """The thread count of each decoding stream. On a CPU with at least 2 threads: one stream per
-    thread when streams run in processes (``processes``, by default ``can_fork()``), else two threads
-    of half the ``threads`` each. One stream on a GPU, or when sampling (the streams would take random
-    numbers from one generator in an order that depends on timing, and ``-seed`` would no longer fix
-    the output)."""
-    if torch.device(device).type != "cpu" or sampling or threads < 2:
+def stream_threads(threads, device, sampling, batches, processes=None):
+    """The thread count of each decoding stream, for ``batches`` batches. On a CPU with at least 2
+    threads: one stream per thread (but no more than batches) when streams run in processes
+    (``processes``, by default ``can_fork()``), else two threads of half the ``threads`` each. One
+    stream for a single batch, on a GPU, or when sampling (the streams would take random numbers
+    from one generator in an order that depends on timing, and ``-seed`` would no longer fix the
+    output)."""
+    if torch.device(device).type != "cpu" or sampling or threads < 2 or batches < 2:
         return [threads]
     if can_fork() if processes is None else processes:
-        return [1] * threads
+        return [1] * min(threads, batches)
     return [threads - threads // 2, threads // 2]
 
 

@@ -126,7 +126,8 @@ class Translator:
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
-        streams = stream_threads(torch.get_num_threads(), self.device, self.search_options.sampling)
+        streams = stream_threads(torch.get_num_threads(), self.device, self.search_options.sampling,
+                                 inputs.count(self.batch_size, self.batch_type))
 
         def decode_stream(i):
             """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
