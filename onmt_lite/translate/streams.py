@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from multiprocessing.connection import Pipe
 
 import torch
@@ -179,7 +180,12 @@ def _run_in_processes(threads, work, consume):
     try:
         for i in range(1, len(threads)):
             reader, writer = Pipe(duplex=False)
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of forking a process with threads (here OpenMP's, idle): a
+                # child could find a lock another thread held. Ours runs one thread of PyTorch
+                # (OpenMP's pool is not used) and takes no lock of the other threads' making.
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                pid = os.fork()
             if pid == 0:
                 reader.close()
                 _child(i, work, writer, autocast, parent)
@@ -206,6 +212,6 @@ def _run_in_processes(threads, work, consume):
 
 def _kill(pid):
     try:
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
