@@ -5,8 +5,8 @@ operations (gathers, the search's bookkeeping, the interpreter itself). On one s
 operations run on one thread while the others wait; several streams fill that time. Where the
 operating system can fork (Linux), each stream but the first runs in a child process with one
 thread, so that the streams' Python runs in parallel too (threads share one interpreter lock: with
-two of them, a copy model's greedy search spent 14% more time than with two processes, int8's 30%
-more). Elsewhere two streams run in threads of this process, each with half the threads.
+two of them, a copy model's greedy search took 10% longer than with two processes, int8's 31%
+longer). Elsewhere two streams run in threads of this process, each with half the threads.
 
 The outputs stay the same: an example's result does not depend on what it is decoded with (the
 batch-invariance tests), nor on which stream. Which batches a stream decodes is fixed (not
@@ -68,11 +68,17 @@ def run_streams(threads, work, consume, processes=None):
             for item in work(0):
                 consume(item)
         return
+    lock = threading.Lock()
+
+    def locked(item):
+        with lock:
+            consume(item)
+
     if can_fork() if processes is None else processes:
         assert all(count == 1 for count in threads[1:]), "a forked stream runs on one thread"
-        _run_in_processes(threads, work, consume)
+        _run_in_processes(threads, work, locked)
     else:
-        _run_in_threads(threads, work, consume)
+        _run_in_threads(threads, work, locked)
 
 
 def _autocast():
@@ -89,16 +95,12 @@ def _run_stream(i, threads, work, consume, autocast):
 
 def _run_in_threads(threads, work, consume):
     """Each stream in a thread of its own (PyTorch keeps a thread count per thread, MKL one for
-    the process: the caller's is put back afterwards)."""
-    errors, lock, autocast = [], threading.Lock(), _autocast()
-
-    def locked(item):
-        with lock:
-            consume(item)
+    the process: the caller's is put back afterwards); ``consume`` is thread-safe."""
+    errors, autocast = [], _autocast()
 
     def run(i):
         try:
-            _run_stream(i, threads[i], work, locked, autocast)
+            _run_stream(i, threads[i], work, consume, autocast)
         except BaseException as error:  # any: handed to the calling thread
             errors.append(error)
 
@@ -149,22 +151,18 @@ def _child(i, work, writer, autocast, parent):
 
 
 def _run_in_processes(threads, work, consume):
-    """Streams after the first in forked children, which send their items through pipes; the first
-    runs here, its items and the children's consumed under one lock."""
+    """Streams after the first in forked children, which send their items through pipes, read
+    here by a thread per child; the first runs here. ``consume`` is thread-safe."""
     sys.stdout.flush()
     sys.stderr.flush()
-    autocast, children, drains, errors, lock = _autocast(), [], [], [], threading.Lock()
-
-    def locked(item):
-        with lock:
-            consume(item)
+    autocast, children, drains, errors = _autocast(), [], [], []
 
     def drain(i, pid, reader):
         try:
             while True:
                 kind, payload = pickle.loads(reader.recv_bytes())
                 if kind == "item":
-                    locked(payload)
+                    consume(payload)
                     continue
                 if kind == "error":
                     error, text = payload
@@ -194,7 +192,7 @@ def _run_in_processes(threads, work, consume):
         drains = [threading.Thread(target=drain, args=child, daemon=True) for child in children]
         for thread in drains:
             thread.start()
-        _run_stream(0, threads[0], work, locked, autocast)
+        _run_stream(0, threads[0], work, consume, autocast)
     except BaseException:
         for _, pid, _ in children:
             _kill(pid)
