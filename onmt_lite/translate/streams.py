@@ -74,11 +74,15 @@ def run_streams(threads, work, consume, processes=None):
         with lock:
             consume(item)
 
-    if can_fork() if processes is None else processes:
-        assert all(count == 1 for count in threads[1:]), "a forked stream runs on one thread"
-        _run_in_processes(threads, work, locked)
-    else:
-        _run_in_threads(threads, work, locked)
+    total = torch.get_num_threads()  # the caller's count, put back after the streams changed it
+    try:
+        if can_fork() if processes is None else processes:
+            assert all(count == 1 for count in threads[1:]), "a forked stream runs on one thread"
+            _run_in_processes(threads, work, locked)
+        else:
+            _run_in_threads(threads, work, locked)
+    finally:
+        torch.set_num_threads(total)
 
 
 def _autocast():
@@ -95,7 +99,7 @@ def _run_stream(i, threads, work, consume, autocast):
 
 def _run_in_threads(threads, work, consume):
     """Each stream in a thread of its own (PyTorch keeps a thread count per thread, MKL one for
-    the process: the caller's is put back afterwards); ``consume`` is thread-safe."""
+    the process); ``consume`` is thread-safe."""
     errors, autocast = [], _autocast()
 
     def run(i):
@@ -104,15 +108,11 @@ def _run_in_threads(threads, work, consume):
         except BaseException as error:  # any: handed to the calling thread
             errors.append(error)
 
-    total = torch.get_num_threads()
     workers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(threads))]
-    try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-    finally:
-        torch.set_num_threads(total)
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     if errors:
         raise errors[0]
 
@@ -174,7 +174,7 @@ def _run_in_processes(threads, work, consume):
         except BaseException as error:
             errors.append(error)
 
-    total, parent = torch.get_num_threads(), os.getpid()
+    parent = os.getpid()
     try:
         for i in range(1, len(threads)):
             reader, writer = Pipe(duplex=False)
@@ -198,7 +198,6 @@ def _run_in_processes(threads, work, consume):
             _kill(pid)
         raise
     finally:
-        torch.set_num_threads(total)
         for thread in drains:
             thread.join()
         for _, pid, reader in children:
