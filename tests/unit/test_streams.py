@@ -2,7 +2,11 @@
 with its share of them, without gradients, its items consumed in the caller's process and its
 errors reaching the caller."""
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -155,11 +159,6 @@ run_streams([1, 1], work, lambda item: None, processes=True)
 
 @needs_fork
 def test_a_stream_process_ends_when_its_parent_is_killed(tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
-
     pid_file = tmp_path / "child"
     parent = subprocess.Popen([sys.executable, "-c", STREAMS_FOREVER, str(pid_file)])
     try:
