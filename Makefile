@@ -49,6 +49,7 @@ demo: $(VENV)/.demo
 # Side by side with OpenNMT-py 3.5.1 (installed into /tmp/peer-opennmt on first use); about 2 hours on 2 cores.
 bench: $(VENV)/.demo
 	$(BIN)/python bench/train_speed.py
+	$(BIN)/python bench/precision_curve.py
 	$(BIN)/python bench/translate_speed.py
 	$(BIN)/python bench/shard_memory.py
 	$(BIN)/python bench/scaling.py
