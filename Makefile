@@ -46,7 +46,7 @@ demo: $(VENV)/.demo
 	@echo "  echo 'h e l l o' > words.txt"
 	@echo "  $(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src words.txt -output phones.txt && cat phones.txt"
 
-# Side by side with OpenNMT-py 3.5.1 (installed into /tmp/peer-opennmt on first use); about 2 hours on 2 cores.
+# Side by side with OpenNMT-py 3.5.1 (installed into /tmp/peer-opennmt on first use); about 2.5 hours on 2 cores.
 bench: $(VENV)/.demo
 	$(BIN)/python bench/train_speed.py
 	$(BIN)/python bench/precision_curve.py
