@@ -19,8 +19,8 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.join(os.path.dirname(BENCH), "tools"))
 from plot_training import read_log  # noqa: E402
-from quality import LITE_BIN, SHARED, lite_args, results_path, run, write_results  # noqa: E402
-from train_speed import BASE, target_rate  # noqa: E402
+from quality import LITE_BIN, lite_args, results_path, run, write_results  # noqa: E402
+from train_speed import BASE, PREPROCESS, target_rate, toy_ende  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
 
@@ -44,11 +44,10 @@ def main():
     parser.add_argument("-work", default="/tmp/onmt_lite_precision_curve")
     opt = parser.parse_args()
     os.makedirs(opt.work, exist_ok=True)
-    d = os.path.join(SHARED, "data", "toy-ende")
-    run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", f"{d}/src-train.txt", "-train_tgt", f"{d}/tgt-train.txt",
-         "-valid_src", f"{d}/src-val.txt", "-valid_tgt", f"{d}/tgt-val.txt", "-save_data", f"{opt.work}/data",
-         "-overwrite", "-src_vocab_size", "20000", "-tgt_vocab_size", "20000", "-src_seq_length", "200",
-         "-tgt_seq_length", "200"], f"{opt.work}/preprocess.log")
+    data = toy_ende()
+    run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
+         "-valid_src", data["src_valid"], "-valid_tgt", data["tgt_valid"], "-save_data", f"{opt.work}/data",
+         "-overwrite", *PREPROCESS], f"{opt.work}/preprocess.log")
     train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "seed": 1,
                   "report_every": opt.report_every, "valid_steps": opt.valid_steps,
                   "save_checkpoint_steps": opt.steps, "train_steps": opt.steps}
@@ -71,11 +70,10 @@ def main():
     write_results("precision_curve", figures)
 
     print(f"\ntoy-ende, standard configuration, seed 1, {opt.steps} steps: perplexity, bf16 against fp32")
-    print(f"{'step':>6} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10}")
-    for step, a, b, ratio in train_rows:
-        print(f"{step:>6} {a:>9.2f} {b:>9.2f} {ratio:>10.3f}")
-    for step, a, b, ratio in valid_rows:
-        print(f"{'valid ' + str(step):>6} {a:>9.2f} {b:>9.2f} {ratio:>10.3f}")
+    print(f"{'step':>10} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10}")
+    for label, rows in (("", train_rows), ("valid ", valid_rows)):
+        for step, a, b, ratio in rows:
+            print(f"{label + str(step):>10} {a:>9.2f} {b:>9.2f} {ratio:>10.3f}")
     print(f"training perplexity bf16/fp32 {figures['train_ppl_ratio_range'][0]:.3f}-"
           f"{figures['train_ppl_ratio_range'][1]:.3f}; target tokens/s fp32 {fp32['tgt_tok_s']:.0f}, "
           f"bf16 {bf16['tgt_tok_s']:.0f} ({figures['speed_ratio']:.2f}x)")

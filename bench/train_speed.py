@@ -29,6 +29,8 @@ BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size":
 # precision against the peer's float32 (OpenNMT-py's fp16 does not run on a CPU).
 CONFIGS = {"standard": (BASE, []), "copy": ({**BASE, "copy_attn": True}, []),
            "no_input_feed": ({**BASE, "input_feed": 0}, []), "standard_bf16": (BASE, ["-model_dtype", "bf16"])}
+# onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
+PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_length", 200, "-tgt_seq_length", 200]
 RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
@@ -76,6 +78,13 @@ def target_rate(log, warmup):
     return statistics.mean(rates)
 
 
+def toy_ende():
+    """The toy-ende files in ../shared/data."""
+    d = os.path.join(SHARED, "data", "toy-ende")
+    return {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
+            "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
+
+
 def earlier_rows(only):
     """With -only, the rows of the other configurations from bench/results/train_speed.json (so that
     configurations measured at different times share one file)."""
@@ -86,8 +95,7 @@ def earlier_rows(only):
 def prepare(config, model_args, work, peer, data):
     """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration)."""
     pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
-           "-save_data", f"{work}/lite", "-overwrite", "-src_vocab_size", 20000, "-tgt_vocab_size", 20000,
-           "-src_seq_length", 200, "-tgt_seq_length", 200] + (["-dynamic_dict"] if config == "copy" else [])
+           "-save_data", f"{work}/lite", "-overwrite", *PREPROCESS] + (["-dynamic_dict"] if config == "copy" else [])
     run_measured(pre, f"{work}/lite_preprocess.log")
     peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
     train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "valid_steps": 1000000,
@@ -110,9 +118,7 @@ def main():
     opt = parser.parse_args()
     if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
         subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
-    d = os.path.join(SHARED, "data", "toy-ende")
-    data = {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
-            "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
+    data = toy_ende()
     total = opt.warmup + opt.steps
     rows = earlier_rows(opt.only)
     for config, (model_args, lite_extra) in CONFIGS.items():
