@@ -17,10 +17,15 @@ ratios of the medians and the medians of the ratios within each round, and BLEU 
 against tgt-val.txt, with the float32 matrix-multiply rate measured before each round (this VM's
 speed drifts, and not alike for both toolkits). int8 is also scored where accuracy means
 something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
+Each row also gives the least time onmt_lite's matrix products take at the machine's float32 rate
+(``bench/decoding_floor.py``: the rows and source tokens of the same search, counted, times the
+model's weight shapes), the fraction of that limit onmt_lite reaches, and the fraction that 2x
+OpenNMT-py's sentences/s would need.
 Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
 row with the CPU it was measured on.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -121,6 +126,21 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
     return row
 
 
+def decoding_floor(model, src, beam, row):
+    """decoding_floor.py's count of onmt_lite's products and the least time they take on this machine;
+    the fraction of that limit onmt_lite reaches, and the fraction 2x of OpenNMT-py's speed needs."""
+    found = subprocess.run([sys.executable, os.path.join(REPO, "bench", "decoding_floor.py"), "-model", model,
+                            "-src", src, "-beam_size", str(beam), "-batch_size", "32"],
+                           check=True, capture_output=True, text=True)
+    floor = json.loads(found.stdout.splitlines()[-1])
+    with open(src, encoding="utf-8") as f:
+        lines = sum(1 for _ in f)
+    lite_seconds = lines / row["onmt_lite"]["sents_s"]
+    budget = lines / (2 * row["OpenNMT-py"]["sents_s"])
+    return {**floor, "onmt_lite_seconds": lite_seconds, "fraction_of_limit": floor["seconds"] / lite_seconds,
+            "seconds_for_2x": budget, "fraction_needed_for_2x": floor["seconds"] / budget}
+
+
 def paired_median(runs, baseline_runs):
     """The median over rounds of the speed ratio of two toolkits' runs of the same round."""
     return statistics.median(a["sents_s"] / b["sents_s"] for a, b in zip(runs, baseline_runs))
@@ -138,6 +158,12 @@ def print_row(title, row):
           f"({row['speed_ratio_peer_defaults_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by "
           f"round: {row['int8_speedup_paired']:.2f}x), "
           f"BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+    floor = row.get("floor")
+    if floor:
+        print(f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at the float32 rate "
+              f"({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; onmt_lite took "
+              f"{floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} of that limit); 2x OpenNMT-py's "
+              f"speed means {floor['seconds_for_2x']:.2f} s ({floor['fraction_needed_for_2x']:.0%} of it)")
 
 
 def g2p_int8(quality_work, rounds, work):
@@ -198,6 +224,7 @@ def main():
         models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
             row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
+            row["floor"] = decoding_floor(models["onmt_lite"], src, beam, row)
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
             print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
