@@ -126,17 +126,16 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
     return row
 
 
-def decoding_floor(model, src, beam, row):
-    """decoding_floor.py's count of onmt_lite's products and the least time they take on this machine;
-    the fraction of that limit onmt_lite reaches, and the fraction 2x of OpenNMT-py's speed needs."""
+def decoding_floor(model, src, n_lines, beam, row):
+    """decoding_floor.py's count of onmt_lite's products on the ``n_lines`` lines of ``src`` and the least
+    time they take on this machine; the fraction of that limit onmt_lite reaches, and the fraction 2x of
+    OpenNMT-py's speed needs."""
     found = subprocess.run([sys.executable, os.path.join(REPO, "bench", "decoding_floor.py"), "-model", model,
                             "-src", src, "-beam_size", str(beam), "-batch_size", "32"],
                            check=True, capture_output=True, text=True)
     floor = json.loads(found.stdout.splitlines()[-1])
-    with open(src, encoding="utf-8") as f:
-        lines = sum(1 for _ in f)
-    lite_seconds = lines / row["onmt_lite"]["sents_s"]
-    budget = lines / (2 * row["OpenNMT-py"]["sents_s"])
+    lite_seconds = n_lines / row["onmt_lite"]["sents_s"]
+    budget = n_lines / (2 * row["OpenNMT-py"]["sents_s"])
     return {**floor, "onmt_lite_seconds": lite_seconds, "fraction_of_limit": floor["seconds"] / lite_seconds,
             "seconds_for_2x": budget, "fraction_needed_for_2x": floor["seconds"] / budget}
 
@@ -224,7 +223,7 @@ def main():
         models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
             row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
-            row["floor"] = decoding_floor(models["onmt_lite"], src, beam, row)
+            row["floor"] = decoding_floor(models["onmt_lite"], src, len(lines), beam, row)
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
             print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
