@@ -3,8 +3,9 @@ machine's float32 matrix-multiply rate.
 
     .venv/bin/python bench/decoding_floor.py -model M.pt -src FILE [-beam_size 5] [-batch_size 32]
 
-Decodes ``-src`` with the checkpoint as ``onmt_lite_translate`` does (no length penalty, at most 100
-tokens; one thread, so that every step is seen in this process) and counts what the products multiply:
+Decodes ``-src`` with the checkpoint as ``translate_speed.py`` has ``onmt_lite_translate`` do it (its
+``SEARCH_OPTIONS``: no length penalty, at most 100 tokens), on one thread so that every step is seen
+in this process, and counts what the products multiply:
 
     encoder, per source token     every weight matrix of the encoder (each LSTM/GRU direction and layer)
     decoder, per row of a step    every weight matrix of the decoder and generator: the cells, the
@@ -34,6 +35,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from roofline import matmul_rate  # noqa: E402
+from translate_speed import SEARCH_OPTIONS  # noqa: E402
 
 
 def weight_macs(module):
@@ -62,8 +64,8 @@ def count_search(model_path, sources, beam_size, batch_size):
 
     ModelStepper.__init__, ModelStepper.step = counting_init, counting_step
     try:
-        translator = Translator.load([model_path], beam_size=beam_size, batch_size=batch_size,
-                                     length_penalty="none", alpha=0.0, max_length=100, attention=False)
+        translator = Translator.load([model_path], beam_size=beam_size, batch_size=batch_size, attention=False,
+                                     **SEARCH_OPTIONS)
         translator.translate(sources)
     finally:
         ModelStepper.__init__, ModelStepper.step = init, step

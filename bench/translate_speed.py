@@ -45,7 +45,8 @@ LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
 # the same search for both toolkits: onmt_lite's defaults (OpenNMT-py 1.x's), which OpenNMT-py 3.5.1
 # changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest source + 5
-SEARCH = ["-length_penalty", "none", "-alpha", 0, "-max_length", 100]
+SEARCH_OPTIONS = {"length_penalty": "none", "alpha": 0.0, "max_length": 100}  # decoding_floor.py's too
+SEARCH = [arg for name, value in SEARCH_OPTIONS.items() for arg in (f"-{name}", value)]
 PEER_SEARCH = ["-max_length_ratio", 0]
 PEER_DEFAULTS = "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
 TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
