@@ -135,7 +135,8 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
         pre += ["-dynamic_dict"]
     run(pre, f"{work}/lite_preprocess.log")
     if reuse and glob.glob(f"{work}/lite_model_step_*.pt") and glob.glob(f"{work}/peer_model_step_*.pt"):
-        return {"onmt_lite": (*newest_checkpoint(f"{work}/lite_model_step_*.pt"), logged_seconds(f"{work}/lite_train.log")),
+        return {"onmt_lite": (*newest_checkpoint(f"{work}/lite_model_step_*.pt"),
+                              logged_seconds(f"{work}/lite_train.log")),
                 "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"),
                                logged_seconds(f"{work}/peer_train.log"))}
     seconds = run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/lite_model",

@@ -32,12 +32,12 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
     import torch
 
     from onmt_lite.data.batch import ShardView
+    from onmt_lite.data.example import make_example
     from onmt_lite.data.shards import make_shard
     from onmt_lite.data.vocab import Vocab
     from onmt_lite.loss import build_loss_compute
     from onmt_lite.models.builder import build_model
     from onmt_lite.opts import build_parser, model_opts, parse, train_opts
-    from onmt_lite.preprocess import make_example
     from onmt_lite.train.optim import Optimizer
     from onmt_lite.train.trainer import Trainer
 
@@ -56,8 +56,8 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
 
     examples = [make_example(i, sentence(), sentence(), vocab, vocab, False) for i in range(batch_size)]
     batch = ShardView(make_shard(examples)).batch(list(range(batch_size)))
-    trainer = Trainer(model, build_loss_compute(model, vocab, opt), None, Optimizer(model, opt, 256),
-                      torch.device("cpu"), shard_size=opt.max_generator_batches)
+    trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), optim=Optimizer(model, opt, 256),
+                      shard_size=opt.max_generator_batches)
     for _ in range(2):
         trainer.train_step([batch])
     start = time.perf_counter()
@@ -119,7 +119,8 @@ def main():
     print("\nTraining, length 25: target tokens/s by batch size")
     for b, r in zip(BATCH_SIZES, rates):
         print(f"batch {b:>4}: {r:>7.0f}")
-    plot("train_batch", "Training speed, length 25", "batch size", "target tokens/s", {"onmt_lite": (BATCH_SIZES, rates)})
+    plot("train_batch", "Training speed, length 25", "batch size", "target tokens/s",
+         {"onmt_lite": (BATCH_SIZES, rates)})
 
     rates = [training_rate(64, n, opt.steps) for n in LENGTHS]
     results["train_by_length"] = dict(zip(LENGTHS, rates))

@@ -43,14 +43,13 @@ def child(args):
     import torch
 
     from onmt_lite.data.batch import ShardView
+    from onmt_lite.data.example import make_example
     from onmt_lite.data.shards import make_shard
     from onmt_lite.data.vocab import Vocab
     from onmt_lite.loss import build_loss_compute
     from onmt_lite.models.builder import build_model
     from onmt_lite.opts import build_parser, model_opts, parse, train_opts
-    from onmt_lite.preprocess import make_example
     from onmt_lite.train.trainer import Trainer, normalization
-
     from onmt_lite.utils.memory import reuse_freed_memory
 
     reuse_freed_memory()  # as onmt_lite_train does
@@ -70,8 +69,8 @@ def child(args):
     ids = list(range(args.batch))
     half = args.batch // args.accum
     batches = [view.batch(ids[i * half:(i + 1) * half]) for i in range(args.accum)]
-    trainer = Trainer(model, build_loss_compute(model, vocab, opt), None, None, torch.device("cpu"),
-                      args.accum, args.shard, args.trunc)
+    trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), accum_count=args.accum,
+                      shard_size=args.shard, trunc_size=args.trunc)
     before = peak_mib()
     norm = normalization(batches, "sents")
     for batch in batches:

@@ -4,7 +4,8 @@
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
--input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
+-input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. Each round runs
+onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
 the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
 own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory the resident memory of its
 whole process tree (OpenNMT-py's data-loading workers included), sampled every 0.2 s. The
@@ -20,8 +21,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import (LITE_BIN, PEER_ENV, SHARED, lite_args, machine, normalised_copy,  # noqa: E402
-                     peer_config, read_results, write_results)
+from quality import (  # noqa: E402
+    LITE_BIN,
+    PEER_ENV,
+    SHARED,
+    lite_args,
+    machine,
+    normalised_copy,
+    peer_config,
+    read_results,
+    write_results,
+)
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
         "global_attention": "general", "input_feed": 1, "dropout": 0.3}

@@ -33,10 +33,20 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import (  # noqa: E402
+    LITE_BIN,
+    PEER_TRANSLATE_WITH_COPY_DATA,
+    REPAIR_PEER_COPY_CHECKPOINT,
+    SHARED,
+    machine,
+    newest_checkpoint,
+    normalised_copy,
+    read_results,
+    results_path,
+    run,
+    write_results,
+)
 from roofline import matmul_rate  # noqa: E402
-from quality import (LITE_BIN, PEER_TRANSLATE_WITH_COPY_DATA, REPAIR_PEER_COPY_CHECKPOINT, SHARED,  # noqa: E402
-                     machine, newest_checkpoint, normalised_copy, read_results, results_path, run,
-                     write_results)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_beam_5"}
@@ -200,7 +210,8 @@ def main():
     parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
     parser.add_argument("-work", default="/tmp/onmt_lite_translate_speed")
     parser.add_argument("-only", choices=list(MODELS) + ["g2p"],
-                        help="Measure this alone; the other figures stay as bench/results/translate_speed.json has them")
+                        help="Measure this alone; the other figures stay as "
+                             "bench/results/translate_speed.json has them")
     opt = parser.parse_args()
     if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
         subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)

@@ -7,8 +7,9 @@ under a temporary name and renamed into place only when everything succeeded.
 import os
 import random
 
-from onmt_lite.data import copy, shards
+from onmt_lite.data import shards
 from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenized_pairs
+from onmt_lite.data.example import make_example
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs, require_directory
@@ -73,22 +74,6 @@ def build_vocabs(opt, src_tok, tgt_tok, limits):
     if tgt_file is None:
         tgt_file = Vocab.from_counter(tgt_counter, opt.tgt_vocab_size, opt.tgt_words_min_frequency)
     return src_file, tgt_file
-
-
-def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False):
-    """One example as plain id lists (plus the copy data with ``dynamic_dict``, and the target words
-    themselves with ``keep_target``: validation references for BLEU)."""
-    example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
-               "tgt": tgt_vocab.numericalize(tgt_tokens)}
-    if keep_target:
-        example["tgt_tokens"] = list(tgt_tokens)
-    if dynamic_dict:
-        ex_words = copy.source_vocab(src_tokens)
-        example["src_ex_vocab"] = ex_words
-        example["src_ex_tgt_ids"] = copy.target_ids(ex_words, tgt_vocab)
-        example["src_map"] = copy.copy_ids(src_tokens, ex_words)
-        example["alignment"] = copy.alignment_ids(tgt_tokens, ex_words)
-    return example
 
 
 def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, opt, staged):

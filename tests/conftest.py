@@ -17,4 +17,5 @@ def one_stream(monkeypatch):
     """Translation decodes in one stream, whatever the thread count."""
     from onmt_lite.translate import translator
 
-    monkeypatch.setattr(translator, "stream_threads", lambda threads, device, sampling, batches: [threads])
+    monkeypatch.setattr(translator, "decoding_streams",
+                        lambda threads, device, sampling, batches, fork: ([threads], False))

@@ -10,6 +10,7 @@ stored in the first checkpoint's dtype); other tensors must be equal in all chec
 keeps the ``vocab``, ``opt``, ``preprocess`` and ``step`` of the last checkpoint and has no training
 state (``optim``, ``rng``, ``data`` and ``trainer`` are removed): it is for translating, not resuming.
 """
+from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
@@ -63,7 +64,7 @@ def average_state(states, part, paths):
 
 def average_checkpoints(paths):
     """The averaged checkpoint of the checkpoint files ``paths``."""
-    from onmt_lite.train.checkpoint import load_checkpoint
+    from onmt_lite.models.checkpoint import load_checkpoint
 
     states = [load_checkpoint(path) for path in paths]
     for state, path in zip(states[1:], paths[1:]):
@@ -78,7 +79,7 @@ def average_checkpoints(paths):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run average_models.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     require_directory(opt.output, "-output")

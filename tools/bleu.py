@@ -11,12 +11,14 @@ detokenized text; use ``-tokenize none`` for text that is already tokenized (suc
 model trained on tokenized data), so that the score is on those tokens. TER uses sacrebleu's
 defaults (its own tokenization, case-insensitive) whatever ``-tokenize`` and ``-lowercase`` say.
 """
+from __future__ import annotations
+
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, parse
 from onmt_lite.utils.errors import UserError, run_command
+from onmt_lite.utils.metrics import METRICS, corpus_scores
 
 PROG = "bleu.py"
-METRICS = ("BLEU", "chrF", "TER")
 TOKENIZERS = ("13a", "none", "intl", "char")
 
 
@@ -54,29 +56,13 @@ def read_inputs(hyp_path, ref_paths):
     return hyps, refs
 
 
-def make_metric(name, tokenize, lowercase):
-    """A sacrebleu metric object for ``name``."""
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
-    if name == "BLEU":
-        return BLEU(tokenize=tokenize, lowercase=lowercase)
-    if name == "chrF":
-        return CHRF(lowercase=lowercase)
-    return TER()
-
-
 def score_lines(hyps, refs, metrics, tokenize="13a", lowercase=False):
     """One ``signature = score`` line per metric, as sacrebleu prints them."""
-    lines = []
-    for name in metrics:
-        metric = make_metric(name, tokenize, lowercase)
-        score = metric.corpus_score(hyps, refs)
-        lines.append(score.format(signature=str(metric.get_signature())))
-    return lines
+    return [score.sacrebleu_line() for score in corpus_scores(metrics, hyps, refs, tokenize, lowercase)]
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run bleu.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     hyps, refs = read_inputs(opt.hyp, opt.ref)

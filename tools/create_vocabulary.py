@@ -7,6 +7,8 @@ Words are the whitespace-separated tokens of the UTF-8 input files. The output h
 a line, most frequent first, ties in alphabetical order (by code point); the special tokens
 ``<unk> <blank> <s> </s>`` are left out (preprocessing adds them itself).
 """
+from __future__ import annotations
+
 import collections
 
 from onmt_lite.data.corpus import read_lines
@@ -48,7 +50,7 @@ def ranked_words(counter, size=0, min_frequency=1):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run create_vocabulary.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     require_directory(opt.out_file, "-out_file")

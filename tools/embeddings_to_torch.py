@@ -12,6 +12,7 @@ first. ``PREFIX.enc.pt`` and ``PREFIX.dec.pt`` are float32 tensors ``[len(vocab)
 order of the source and target vocabularies of ``-dict_file`` (the ``.vocab.pt`` file of
 onmt_lite_preprocess): the file's vector for each word found and zeros for the others.
 """
+from __future__ import annotations
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, parse
@@ -84,7 +85,7 @@ def convert(emb_path, words, side):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run embeddings_to_torch.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     # imported after parsing, so that -h does not load torch

@@ -7,6 +7,8 @@ Writes ``src_embeddings.txt`` and ``tgt_embeddings.txt`` into ``-output_dir`` (c
 one line per vocabulary word in id order, special tokens included, ``word v1 v2 ...``. Values are
 written with 9 significant digits, which reproduces float32 (and float16) weights exactly.
 """
+from __future__ import annotations
+
 import os
 
 from onmt_lite.opts import OptionParser, add, parse
@@ -46,11 +48,11 @@ def table(checkpoint, side, path):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run extract_embeddings.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     # imported after parsing, so that -h does not load torch
-    from onmt_lite.train.checkpoint import load_checkpoint
+    from onmt_lite.models.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(opt.model)
     tables = {side: table(checkpoint, side, opt.model) for side in TABLES}

@@ -7,9 +7,12 @@ Word accuracy is the share of words whose phones are all right; the phone error 
 distance (insertions, deletions, substitutions) between predicted and reference phones, summed over
 the words, over the number of reference phones; BLEU is sacrebleu's corpus BLEU over phones.
 """
+from __future__ import annotations
+
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
+from onmt_lite.utils.metrics import corpus_scores
 
 PROG = "g2p_scores.py"
 
@@ -35,10 +38,8 @@ def scores(hypotheses, references):
 
 def phone_bleu(hypotheses, references):
     """Corpus BLEU (sacrebleu) with each phone as a word."""
-    from sacrebleu.metrics import BLEU
-
     join = [" ".join(tokens) for tokens in hypotheses], [" ".join(tokens) for tokens in references]
-    return BLEU(tokenize="none").corpus_score(join[0], [join[1]]).score
+    return corpus_scores(["BLEU"], join[0], [join[1]], tokenize="none")[0].score
 
 
 def read_tokens(path):
@@ -46,7 +47,7 @@ def read_tokens(path):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     parser = OptionParser(PROG, __doc__)
     group = parser.add_argument_group("Files")
     add(group, "hyp", required=True, help="Predicted phones, one word a line")

@@ -21,12 +21,14 @@ With ``-readme FILE`` the table replaces the text between the lines ``<!-- optio
 and ``<!-- options-table:end -->`` of FILE; with ``-output FILE`` it is written to FILE; with neither
 it is printed.
 """
+from __future__ import annotations
+
 import collections
 import os
 import sys
 
-from onmt_lite.opts import (UNSUPPORTED_OPTIONS, OptionParser, add, config_opts, model_opts, parse,
-                            preprocess_opts, train_opts, translate_opts)
+from onmt_lite.opts import (UNSUPPORTED_OPTIONS, OptionParser, add, config_opts, model_opts, parse, preprocess_opts,
+                            train_opts, translate_opts)
 from onmt_lite.opts import build_parser as build_command_parser
 from onmt_lite.utils.errors import UserError, run_command, where
 from onmt_lite.utils.files import require_directory, write_text
@@ -269,7 +271,7 @@ def _read_text(path):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run options_table.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     if opt.output and opt.readme:

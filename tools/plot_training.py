@@ -17,12 +17,14 @@ checkpoints keep no history of the scores. The lines read are those of onmt_lite
 
 The figure is 1000 x 750 pixels (``FIGURE_SIZE``), written atomically.
 """
+from __future__ import annotations
+
 import re
 
 from onmt_lite.opts import OptionParser, add, parse
-from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 from onmt_lite.utils.errors import UserError, run_command
 from onmt_lite.utils.files import require_directory
+from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 
 PROG = "plot_training.py"
 FIGURE_SIZE = (1000, 750)  # pixels
@@ -115,7 +117,7 @@ def draw(logs):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run plot_training.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     require_matplotlib(PROG)

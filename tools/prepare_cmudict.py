@@ -14,6 +14,8 @@ Usage::
 
     python tools/prepare_cmudict.py -output_dir data/cmudict
 """
+from __future__ import annotations
+
 import os
 import random
 import re
@@ -113,7 +115,7 @@ def write_split(output_dir, split, words, prons, keep_stress=False):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run the tool on ``argv`` (default: ``sys.argv[1:]``) and return 0; a problem is one
     ``prepare_cmudict.py: error: ...`` line on stderr and exit status 2."""
     opt = parse(build_parser(), argv)

@@ -8,6 +8,7 @@ optimizer, random-generator, data-position and trainer state are removed, so the
 translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
 float16 (half the size); translating loads those values into the float32 model.
 """
+from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import run_command
@@ -44,11 +45,11 @@ def release(checkpoint, fp16=False):
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run release_model.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     # imported after parsing, so that -h does not load torch
-    from onmt_lite.train.checkpoint import load_checkpoint
+    from onmt_lite.models.checkpoint import load_checkpoint
 
     require_directory(opt.output, "-output")
     checkpoint = load_checkpoint(opt.model)  # map_location="cpu"

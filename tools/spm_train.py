@@ -7,12 +7,14 @@ Writes ``PREFIX.model`` and ``PREFIX.vocab``. Both are trained under temporary n
 and renamed into place only when training succeeded. sentencepiece's own log is not shown; its
 errors (such as a ``-vocab_size`` too large for a small corpus) are reported in one line.
 """
+from __future__ import annotations
+
 import os
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, float_in, int_at_least, parse
-from onmt_lite.utils.files import require_directory
 from onmt_lite.utils.errors import UserError, run_command
+from onmt_lite.utils.files import require_directory
 
 PROG = "spm_train.py"
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
@@ -60,7 +62,7 @@ def train(inputs, prefix, vocab_size, model_type="unigram", character_coverage=1
 
 
 @run_command(PROG)
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     """Run spm_train.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     for path in opt.input:  # sentencepiece's own errors name neither the file nor the line

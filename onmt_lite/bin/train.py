@@ -32,7 +32,7 @@ def train_process(opt):
     dist = from_environment(opt)
     main_rank = dist is None or dist.is_main
     init_logger(opt.log_file if main_rank else None, logging.INFO if main_rank else logging.WARNING)
-    reuse_freed_memory()
+    reuse_freed_memory(training_device_type(opt, dist))
     try:
         train(opt, dist)
     except (UserError, Stopped) as err:
@@ -41,6 +41,13 @@ def train_process(opt):
         raise Stopped("", getattr(err, "exit_code", 2)) from None
     if dist is not None:  # not after an error: the other processes may be gone or mid-collective
         dist.close()
+
+
+def training_device_type(opt, dist):
+    """"cuda" when this process trains on a CUDA device (as ``-gpu_ranks``/``-gpu`` or torchrun say), else "cpu"."""
+    if dist is not None:
+        return dist.device.type
+    return "cuda" if opt.gpu_ranks or opt.gpu >= 0 else "cpu"
 
 
 def spawned_process(opt):

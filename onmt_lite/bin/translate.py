@@ -12,7 +12,7 @@ PROG = "onmt_lite_translate"
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, translate_opts], __doc__), args)
     init_logger(opt.log_file)
-    reuse_freed_memory()
+    reuse_freed_memory("cpu" if opt.gpu < 0 else "cuda")
     translate(opt)
 
 

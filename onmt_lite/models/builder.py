@@ -1,17 +1,19 @@
 """build_model: options and vocabularies -> NMTModel (with its generator), initialised."""
+from __future__ import annotations
+
+import argparse
 import types
 
 import torch
 import torch.nn as nn
 
-from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator
 from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.utils.errors import UserError
-
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
 
@@ -86,7 +88,7 @@ def initialise(model, opt, src_emb, tgt_emb):
             emb.freeze()
 
 
-def build_model(opt, vocabs):
+def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
     check_options(opt)
     dims = model_dims(opt)

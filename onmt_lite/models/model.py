@@ -1,5 +1,10 @@
 """NMTModel: encoder + decoder (the generator is called by the loss, shard by shard)."""
+from __future__ import annotations
+
 import torch.nn as nn
+from torch import Tensor
+
+from onmt_lite.models.rnn_decoder import DecoderState
 
 
 class NMTModel(nn.Module):
@@ -14,17 +19,18 @@ class NMTModel(nn.Module):
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
 
-    def encode(self, src, lengths):
+    def encode(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, DecoderState]:
         """``src`` ``[S x B]`` -> memory_bank ``[S x B x H]``, lengths ``[B]``, the first DecoderState."""
         final, memory_bank, lengths = self.encoder(src, lengths)
         return memory_bank, lengths, self.decoder.init_state(final, memory_bank)
 
-    def decode(self, tgt, memory_bank, lengths, state, memory_keys=None):
+    def decode(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state: DecoderState,
+               memory_keys: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor], DecoderState]:
         """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState.
         ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position."""
         return self.decoder(tgt, memory_bank, state, lengths, memory_keys)
 
-    def forward(self, src, tgt, lengths):
+    def forward(self, src: Tensor, tgt: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Teacher-forced pass: ``tgt`` ``[T x B]`` is ``<s> .. </s>``; returns dec_out
         ``[T-1 x B x H]`` (position t predicts ``tgt[t+1]``) and attns (``[T-1 x B x S]`` each)."""
         memory_bank, lengths, state = self.encode(src, lengths)

@@ -1,13 +1,11 @@
 """The vocabulary projection ``[N x H] -> [N x V]`` with N padded to a few sizes under CPU autocast.
 
 Under ``-model_dtype bf16`` PyTorch multiplies in bfloat16 on oneDNN, which compiles a kernel for
-every shape it meets and keeps up to 1,024 of them, each holding memory that grows with the product
-(about 11 MB for ``[1,700 x 256] x [256 x 20,004]``, forward and backward). The loss runs the
-projection on the real target words of a shard, whose number changes with every batch, so a
-training run added kernels until that cache was full (6.0 GiB at step 800 of the standard toy-ende
-configuration, where padded it stays at 1.9 GiB from step 200 on). Padding the rows to
-``row_bucket(N)`` bounds the shapes to ``BUCKETS_PER_OCTAVE`` per doubling of N, at the cost of at
-most 1/8 more rows (4.3% on average at a loss shard's sizes). The padded rows are zero and their
+every shape it meets and keeps up to 1,024 of them, each holding memory that grows with the product.
+The loss runs the projection on the real target words of a shard, whose number changes with every
+batch, so a training run added kernels until that cache was full, gigabytes of them
+(bench/README.md). Padding the rows to ``row_bucket(N)`` bounds the shapes to ``BUCKETS_PER_OCTAVE``
+per doubling of N, at the cost of at most 1/8 more rows. The padded rows are zero and their
 outputs are cut off before anything reads them, so the values and gradients are those of the
 unpadded product (up to the kernel's rounding). The padding sits here, in the generators, so that
 every loss (``-loss_class`` ones too) gets it.

@@ -1,12 +1,12 @@
 """Options of the model (onmt_lite_train; a checkpoint carries them)."""
-from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
 
 
 def _model_embeddings_opts(parser):
-    group = parser.add_argument_group("Model: embeddings")
-    add(group, "model_type", default="text", type=choice(
+    add(compatibility_group(parser), "model_type", default="text", type=choice(
         "model_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
-        help="Type of the source input")
+        help="Type of the source input: text only")
+    group = parser.add_argument_group("Model: embeddings")
     add(group, "word_vec_size", type=int, default=-1, help="Word embedding size for both sides, if > 0")
     add(group, "src_word_vec_size", type=int_at_least(1), default=500, help="Source word embedding size")
     add(group, "tgt_word_vec_size", type=int_at_least(1), default=500, help="Target word embedding size")
@@ -49,12 +49,13 @@ def _model_attention_and_generator_opts(parser):
     add(group, "global_attention", default="general", type=choice(
         "global_attention", ["dot", "general", "mlp"], {"none": "attention cannot be switched off"}),
         help="dot, general (Luong) or mlp (Bahdanau)")
-    add(group, "global_attention_function", default="softmax", type=choice(
+    compatibility = compatibility_group(parser)
+    add(compatibility, "global_attention_function", default="softmax", type=choice(
         "global_attention_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
-        help="Attention normalisation")
-    add(group, "generator_function", default="softmax", type=choice(
+        help="Attention normalisation: softmax only")
+    add(compatibility, "generator_function", default="softmax", type=choice(
         "generator_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
-        help="Output normalisation")
+        help="Output normalisation: softmax only")
     add(group, "copy_attn", action="store_true",
         help="Copy attention (pointer-generator); needs -dynamic_dict data")
     add(group, "copy_attn_type", default=None, type=choice("copy_attn_type", ["dot", "general", "mlp"]),

@@ -149,6 +149,19 @@ class OptionParser(configargparse.ArgumentParser):
         sys.exit(2)
 
 
+COMPATIBILITY_GROUP = "OpenNMT-py 1.x compatibility"
+
+
+def compatibility_group(parser):
+    """The ``-h`` group of the options that exist only so that OpenNMT-py 1.x command lines parse:
+    each takes 1.x's one text-model value (and refuses the others with the reason), or is a switch
+    that onmt_lite does not need; none changes what the command does."""
+    for group in parser._action_groups:
+        if group.title == COMPATIBILITY_GROUP:
+            return group
+    return parser.add_argument_group(COMPATIBILITY_GROUP, "Accepted for OpenNMT-py 1.x compatibility; no effect.")
+
+
 def config_opts(parser):
     group = parser.add_argument_group("Config")
     group.add_argument("-config", "--config", is_config_file_arg=True,

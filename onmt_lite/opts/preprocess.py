@@ -1,12 +1,12 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import add, choice, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least
 
 
 def preprocess_opts(parser):
-    group = parser.add_argument_group("Data")
-    add(group, "data_type", default="text", type=choice(
+    add(compatibility_group(parser), "data_type", default="text", type=choice(
         "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
-        help="Type of the source input")
+        help="Type of the source input: text only")
+    group = parser.add_argument_group("Data")
     add(group, "train_src", required=True, help="Training source text, one sentence a line")
     add(group, "train_tgt", required=True, help="Training target text, one sentence a line")
     add(group, "valid_src", default="", help="Validation source text")

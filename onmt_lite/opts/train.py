@@ -67,7 +67,8 @@ def _optimization_opts(parser):
     add(group, "adam_beta2", type=float_in(0, 1), default=0.999, help="Adam beta2")
     add(group, "adagrad_accumulator_init", type=float_in(0, float("inf")), default=0.0,
         help="Initial Adagrad accumulator value")
-    add(group, "weight_decay", type=float_in(0, float("inf")), default=0.0, help="Weight decay (L2; decoupled for adamw)")
+    add(group, "weight_decay", type=float_in(0, float("inf")), default=0.0,
+        help="Weight decay (L2; decoupled for adamw)")
     add(group, "max_grad_norm", type=float_in(0, float("inf")), default=5.0,
         help="Clip the gradient norm to this (0: no clipping)")
     add(group, "decay_method", default="none", type=choice("decay_method", ["none", "noam", "rsqrt", "plateau"],

@@ -1,5 +1,5 @@
 """Options of onmt_lite_translate."""
-from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
 
 
 def _model_and_data_opts(parser):
@@ -12,13 +12,14 @@ def _model_and_data_opts(parser):
     add(group, "tgt_spm", default="", help="Sentencepiece model to decode the output (default: as in training)")
     add(group, "avg_raw_probs", action="store_true",
         help="Average an ensemble's probabilities instead of its log-probabilities")
-    add(group, "data_type", default="text", type=choice(
+    compatibility = compatibility_group(parser)
+    add(compatibility, "data_type", default="text", type=choice(
         "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
-        help="Type of the source input")
+        help="Type of the source input: text only")
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
-        add(group, name, action="store_true",
-            help="Accepted for OpenNMT-py 1.x command lines; not needed: copy models build each line's "
-                 "source vocabulary themselves and the vocabularies come from the model")
+        add(compatibility, name, action="store_true",
+            help="Not needed: copy models build each line's source vocabulary themselves and the "
+                 "vocabularies come from the model")
 
 
 def _search_opts(parser):

@@ -12,14 +12,11 @@ import torch
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_path
 from onmt_lite.data.vocab import Vocab
-from onmt_lite.loss import build_loss_compute
 from onmt_lite.models.builder import build_model, model_dims
-from onmt_lite.opts import model_opts, option_defaults
-from onmt_lite.train.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
-                                        set_rng_state)
+from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
+                                         model_options, set_rng_state)
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
-from onmt_lite.train.precision import Precision
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.trainer import Trainer, TrainingRun
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
@@ -61,12 +58,8 @@ def resolve_options(opt, checkpoint, record):
     """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint."""
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
-        names = list(option_defaults([model_opts]))
-        if opt.reset_optim in ("none", "states"):
-            names += list(OPTIM_OPTIONS)
-        for name in names:
-            if name in checkpoint["opt"]:
-                setattr(opt, name, checkpoint["opt"][name])
+        optim_options = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
+        opt = model_options(checkpoint["opt"], opt.train_from, onto=opt, also=optim_options)
         opt.seed = checkpoint["opt"]["seed"]
     elif opt.seed <= 0:
         opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
@@ -135,9 +128,7 @@ def train(opt, dist=None):
         dist.broadcast_parameters(model)
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)
-    trainer = Trainer(model, build_loss_compute(model, vocabs["tgt"], opt), build_loss_compute(
-        model, vocabs["tgt"], opt, train=False), optim, device, opt.accum_count, opt.max_generator_batches,
-        opt.truncated_decoder, opt.normalization, Precision(opt.model_dtype, device), dist)
+    trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
                                seed=opt.seed, repeat=True)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)

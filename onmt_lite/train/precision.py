@@ -21,7 +21,7 @@ INITIAL_SCALE, GROWTH_INTERVAL = 2.0 ** 16, 2000
 class Precision:
     """The autocast context and the loss scale of a training run on ``device``."""
 
-    def __init__(self, name="fp32", device=torch.device("cpu")):
+    def __init__(self, name="fp32", device="cpu"):
         self.name, self.dtype, self.device_type = name, DTYPES[name], torch.device(device).type
         self.scale = INITIAL_SCALE if name == "fp16" else 1.0
         self.good_steps = 0

@@ -19,12 +19,13 @@ import signal
 import threading
 
 import torch
+import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
 from onmt_lite.train.distributed import step_share
-from onmt_lite.train.optim import NonFiniteError
+from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
-from onmt_lite.train.statistics import Statistics
 from onmt_lite.utils.errors import Stopped, UserError
 from onmt_lite.utils.logging import logger
 
@@ -40,22 +41,33 @@ class Trainer:
     """Runs training steps for a model.
 
     Args:
-        model: the NMTModel. loss_compute / valid_loss_compute: LossComputeBase objects.
-        optim: an ``Optimizer``. device: where batches go.
+        model: the NMTModel. loss_compute / valid_loss_compute: LossComputeBase objects (training's
+        and validation's: no label smoothing). optim: an ``Optimizer``. device: where batches go.
         accum_count, shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``),
         norm_method ("sents" or "tokens"): as the options of the same names.
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
         dist: a ``Distributed`` when training with several processes, else None.
     """
 
-    def __init__(self, model, loss_compute, valid_loss_compute, optim, device, accum_count=1, shard_size=0,
-                 trunc_size=0, norm_method="sents", precision=None, dist=None):
+    def __init__(self, model: nn.Module, *, loss_compute: LossComputeBase, valid_loss_compute: LossComputeBase = None,
+                 optim: Optimizer = None, device="cpu", accum_count: int = 1, shard_size: int = 0, trunc_size: int = 0,
+                 norm_method: str = "sents", precision: Precision = None, dist=None):
         self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
-        self.optim, self.device = optim, device
+        self.optim, self.device = optim, torch.device(device)
         self.accum_count, self.shard_size, self.trunc_size = accum_count, shard_size, trunc_size
         self.norm_method = norm_method
-        self.precision = precision or Precision("fp32", device)
+        self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
+
+    @classmethod
+    def from_opt(cls, opt, model: nn.Module, tgt_vocab, optim: Optimizer, device, dist=None) -> "Trainer":
+        """The Trainer of ``onmt_lite_train``'s options: its loss computes (``-loss_class``, copy or NLL),
+        accumulation, sharding, truncation, normalisation and precision."""
+        return cls(model, loss_compute=build_loss_compute(model, tgt_vocab, opt),
+                   valid_loss_compute=build_loss_compute(model, tgt_vocab, opt, train=False), optim=optim,
+                   device=device, accum_count=opt.accum_count, shard_size=opt.max_generator_batches,
+                   trunc_size=opt.truncated_decoder, norm_method=opt.normalization,
+                   precision=Precision(opt.model_dtype, device), dist=dist)
 
     def forward_backward(self, batch, norm):
         """Loss and gradients of one batch (window by window with truncation); returns Statistics."""

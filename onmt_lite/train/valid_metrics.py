@@ -1,9 +1,9 @@
 """BLEU and chrF of the validation set during training (greedy decoding, sacrebleu)."""
 import torch
 
-from onmt_lite.translate.search import SearchOptions
-from onmt_lite.translate.translator import Translator
+from onmt_lite.translate.validation import greedy_translations
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.metrics import corpus_scores
 
 
 def check_criteria(opt):
@@ -19,27 +19,14 @@ class MetricScorer:
     """
 
     def __init__(self, model, vocabs, preprocess, metrics, device):
-        self.translator = Translator([model], vocabs, preprocess, SearchOptions(beam_size=1), device=device)
-        self.model, self.metrics, self.device = model, metrics, device
+        self.model, self.vocabs, self.preprocess = model, vocabs, preprocess
+        self.metrics, self.device = metrics, device
 
     def __call__(self, batches):
-        from sacrebleu.metrics import BLEU, CHRF
-
-        hypotheses, references = [], []
         self.model.eval()
         with torch.no_grad():
-            for batch in batches:
-                if batch.tgt_tokens is None:
-                    raise UserError("-valid_metrics: the validation shards hold no reference words "
-                                    "(preprocess the data again with this version)")
-                for b, nbest in enumerate(self.translator.decode_batch(batch.to(self.device))):
-                    hypotheses.append(self.translator.detokenize(nbest[0][0]))
-                    references.append(self.translator.detokenize(batch.tgt_tokens[b]))
+            hypotheses, references = greedy_translations(self.model, self.vocabs, self.preprocess, batches,
+                                                         self.device)
         self.model.train()
-        scores, text = {}, []
-        for name in self.metrics:
-            metric = BLEU() if name == "BLEU" else CHRF()
-            result = metric.corpus_score(hypotheses, [references])
-            scores[name] = result.score
-            text.append(f"{result} ({metric.get_signature()})")
-        return scores, "; " + "; ".join(text)
+        scores = corpus_scores(self.metrics, hypotheses, [references])
+        return {s.name: s.score for s in scores}, "; " + "; ".join(str(s) for s in scores)

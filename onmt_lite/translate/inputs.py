@@ -1,9 +1,9 @@
 """Text to translate: read, tokenized as in training, batched by length, empty lines set aside."""
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.corpus import Tokenizer, read_lines
+from onmt_lite.data.example import make_example
 from onmt_lite.data.iterator import pooled_batches
 from onmt_lite.data.shards import make_shard
-from onmt_lite.preprocess import make_example
 from onmt_lite.utils.errors import UserError
 
 

@@ -4,9 +4,8 @@
 Decoding multiplies small matrices each step: ``[rows x H]`` by ``[H x V]`` and the cells' gate
 weights, with rows = batch x beam (a few dozen to a few hundred). PyTorch's default CPU product runs
 these at a fraction of the machine's rate; oneDNN with each weight reordered once into its blocked
-layout runs them about three times faster here (vocabulary projection 32 x 256 x 20000: 3.0 ms ->
-1.1 ms on 2 cores), still in float32: outputs differ from the unpacked model's by float rounding
-(about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear`` modules for
+layout runs them several times faster, still in float32: outputs differ from the unpacked model's
+by float rounding (about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear`` modules for
 packed ones (inference only: no gradients), after ``fuse_cells`` has made each ``nn.LSTMCell`` and
 ``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8`` quantises those same linear
 modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep
@@ -39,8 +38,8 @@ class PackedLinear(nn.Module):
 
     def forward(self, x):
         """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``multiple``: oneDNN
-        builds (and caches) a kernel for each new number of rows, about 0.5 ms for the vocabulary
-        projection. A beam search's rows are always whole beams: padded to the beam width they are
+        builds (and caches) a kernel for each new number of rows, which takes a while for the
+        vocabulary projection. A beam search's rows are always whole beams: padded to the beam width they are
         not padded at all, and there are at most batch-size different counts."""
         flat = x.reshape(-1, x.size(-1))
         rows = flat.size(0)
@@ -52,8 +51,8 @@ class PackedLinear(nn.Module):
 
 
 def tanh_by_sigmoid(x):
-    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (within 2e-7): PyTorch's CPU tanh is 5-10 times slower
-    than its sigmoid."""
+    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (within 2e-7): PyTorch's CPU tanh is much slower than its
+    sigmoid."""
     return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 
@@ -148,13 +147,11 @@ def quantize_int8(model):
     products (``fuse_cells``); embeddings stay float. Changed in place and returned.
 
     PyTorch packs each int8 weight for one backend, which then runs that layer's products. fbgemm
-    (the default) is the faster for the cells and the attention's layers, but slow for wide
-    products with many rows on a CPU with VNNI (its int8 dot-product instructions): the vocabulary
-    projection (256 x 20004) took 3.1 ms for 160 rows with fbgemm and 2.4 ms with oneDNN on an AMD
-    Zen 4, with the same quantisation (outputs within 1e-6). Layers with at least
-    ``WIDE_INT8_OUTPUTS`` outputs are therefore packed for oneDNN where this PyTorch has it and the
-    CPU has VNNI. Without VNNI (an AVX2 Zen 3) fbgemm was the faster there too: 2.5 against 6.1 ms at
-    40 rows, 7.6-10.4 against 9.2-11.1 at 130.
+    (the default) is the faster for the cells and the attention's layers, but slower than oneDNN for
+    wide products with many rows on a CPU with VNNI (its int8 dot-product instructions), with the
+    same quantisation (outputs within 1e-6). Layers with at least ``WIDE_INT8_OUTPUTS`` outputs
+    (the vocabulary projection) are therefore packed for oneDNN where this PyTorch has it and the CPU
+    has VNNI; without VNNI fbgemm is the faster there too (bench/README.md has the figures).
     """
     import warnings
 

@@ -7,47 +7,11 @@ import torch
 
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
 from onmt_lite.translate.inputs import read_file_lines
-from onmt_lite.translate.search import SearchOptions
-from onmt_lite.translate.translator import Translator, decoding_rows, load_models
-from onmt_lite.utils.errors import UserError
+from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.files import write_text
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.metrics import corpus_scores
 from onmt_lite.utils.progress import Progress
-
-
-def search_options(opt, vocab):
-    sampling = opt.random_sampling_topk != 1
-    if opt.n_best > opt.beam_size:
-        raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
-    if sampling and opt.beam_size > 1:
-        raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
-    return SearchOptions(
-        beam_size=opt.beam_size, n_best=opt.n_best, min_length=opt.min_length, max_length=opt.max_length,
-        ratio=opt.ratio, length_penalty=opt.length_penalty, alpha=opt.alpha, coverage_penalty=opt.coverage_penalty,
-        beta=opt.beta, stepwise_penalty=opt.stepwise_penalty, block_ngram_repeat=opt.block_ngram_repeat,
-        ignore_when_blocking=tuple(vocab.lookup(w) for w in opt.ignore_when_blocking),
-        sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling,
-        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))  # else no use for it: not kept
-
-
-def read_phrase_table(path):
-    table = {}
-    for lineno, line in enumerate(read_file_lines(path), 1):
-        source, sep, target = line.rstrip("\n").partition("|||")
-        if not sep:
-            raise UserError(f"{path}:{lineno}: expected 'source|||target'")
-        table[source.strip()] = target.strip()
-    return table
-
-
-def bleu_and_chrf(hypotheses, references):
-    """Corpus BLEU and chrF (sacrebleu) with their signatures, as a log line."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    bleu, chrf = BLEU(), CHRF()
-    bleu_score, chrf_score = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
-    return (f"{bleu_score} (signature {bleu.get_signature()}); "
-            f"{chrf_score} (signature {chrf.get_signature()})"), bleu_score.score, chrf_score.score
 
 
 def log_scores(name, total, words):
@@ -57,9 +21,6 @@ def log_scores(name, total, words):
 
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns the list of Results."""
-    device = "cpu" if opt.gpu < 0 else f"cuda:{opt.gpu}"
-    if opt.gpu >= 0 and not torch.cuda.is_available():
-        raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
     if opt.attn_plot:
         prepare_directory(opt.attn_plot)
     torch.manual_seed(opt.seed)
@@ -67,14 +28,9 @@ def translate(opt):
         torch.set_num_threads(opt.threads)
     sources = read_file_lines(opt.src)
     targets = read_file_lines(opt.tgt) if opt.tgt else None
-    models, vocabs, preprocess = load_models(opt.model, torch.device(device), opt.quantize,
-                                             decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
-    translator = Translator(models, vocabs, preprocess, search_options(opt, vocabs["tgt"]), opt.replace_unk,
-                            read_phrase_table(opt.phrase_table) if opt.phrase_table else None, opt.batch_size,
-                            opt.batch_type, opt.avg_raw_probs, opt.src_spm, opt.tgt_spm, device)
+    translator = Translator.from_opt(opt)
     # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
-    # frozen, Python's cycle collector does not walk it meanwhile (a full pass took 90 ms here, once
-    # per 500 lines of beam search)
+    # frozen, Python's cycle collector does not walk it again and again meanwhile
     gc.freeze()
     start = time.time()
     try:
@@ -108,8 +64,8 @@ def report(opt, results, sources, targets, elapsed):
     log_scores("PRED", pred_total, pred_words)
     if targets is not None:
         log_scores("GOLD", sum(r.gold_score or 0.0 for r in results), sum(r.gold_words for r in results))
-        line, _, _ = bleu_and_chrf([r.hypotheses[0] for r in results], [t.strip() for t in targets])
-        logger.info(line)
+        scores = corpus_scores(("BLEU", "chrF"), [r.hypotheses[0] for r in results], [[t.strip() for t in targets]])
+        logger.info("; ".join(str(score) for score in scores))
     if opt.report_time:
         logger.info(f"translated {len(results)} lines in {elapsed:.2f} s: {len(results) / max(elapsed, 1e-9):.1f} "
                     f"sentences/s, {pred_words / max(elapsed, 1e-9):.1f} tokens/s")

@@ -9,8 +9,7 @@ first of an n-best list is the 1-best. Examples that stop leave the batch; with 
 batching) waiting examples take their place at once, each example counting its own length.
 
 An example joins with one row in the stepper: its K beams would be alike until its first step, so
-the stepper computes that step once (first steps are 4% of a beam-5 search's rows on toy-ende), and
-the reorder after it gives the example its K rows.
+the stepper computes that step once, and the reorder after it gives the example its K rows.
 """
 import dataclasses
 

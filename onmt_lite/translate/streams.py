@@ -3,10 +3,10 @@
 A decoding step is a few large products (the vocabulary projection, the cells' gates) and many small
 operations (gathers, the search's bookkeeping, the interpreter itself). On one stream the small
 operations run on one thread while the others wait; several streams fill that time. Where the
-operating system can fork (Linux), each stream but the first runs in a child process with one
-thread, so that the streams' Python runs in parallel too (threads share one interpreter lock: with
-two of them, a copy model's greedy search took 10% longer than with two processes, int8's 31%
-longer). Elsewhere two streams run in threads of this process, each with half the threads.
+caller asks for it and the operating system can fork (Linux), each stream but the first runs in a
+child process with one thread, so that the streams' Python runs in parallel too (threads share one
+interpreter lock, which slows the small operations; bench/README.md has the figures). Otherwise two
+streams run in threads of this process, each with half the threads.
 
 The outputs stay the same: an example's result does not depend on what it is decoded with (the
 batch-invariance tests), nor on which stream. Which batches a stream decodes is fixed (not
@@ -39,30 +39,17 @@ def can_fork():
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def stream_threads(threads, device, sampling, batches, processes=None):
-    """The thread count of each decoding stream, for ``batches`` batches. On a CPU with at least 2
-    threads: one stream per thread (but no more than batches) when streams run in processes
-    (``processes``, by default ``can_fork()``), else two threads of half the ``threads`` each. One
-    stream for a single batch, on a GPU, or when sampling (the streams would take random numbers
-    from one generator in an order that depends on timing, and ``-seed`` would no longer fix the
-    output)."""
-    if torch.device(device).type != "cpu" or sampling or threads < 2 or batches < 2:
-        return [threads]
-    if can_fork() if processes is None else processes:
-        return [1] * min(threads, batches)
-    return [threads - threads // 2, threads // 2]
-
-
 class StreamTraceback(Exception):
     """The traceback of an error raised in a stream's child process (the cause of the re-raised error)."""
 
 
-def run_streams(threads, work, consume, processes=None):
+def run_streams(threads, work, consume, processes=False):
     """``consume(item)`` for each item that ``work(i)`` yields, for each stream ``i``, one item at a
     time, in the calling process. Stream ``i`` runs PyTorch's operations with ``threads[i]``
     threads, without gradients, under the caller's CPU autocast if any; streams after the first run
-    in child processes (``processes``, by default ``can_fork()``; each needs one thread) or else in
-    threads. Returns when all are done; re-raises the first error of any of them."""
+    in forked child processes with ``processes`` (each needs one thread; see ``can_fork``) or else
+    in threads. Returns when all are done; re-raises the first error of any of them. Which streams
+    to run is ``fast_paths.decoding_streams``'s choice."""
     if len(threads) == 1:
         with torch.no_grad():
             for item in work(0):
@@ -76,7 +63,7 @@ def run_streams(threads, work, consume, processes=None):
 
     total = torch.get_num_threads()  # the caller's count, put back after the streams changed it
     try:
-        if can_fork() if processes is None else processes:
+        if processes:
             assert all(count == 1 for count in threads[1:]), "a forked stream runs on one thread"
             _run_in_processes(threads, work, locked)
         else:

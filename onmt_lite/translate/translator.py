@@ -5,19 +5,23 @@
     for result in translator.translate(["h e l l o"]):
         print(result.hypotheses[0], result.scores[0])
 """
+from __future__ import annotations
+
 import dataclasses
+from typing import Callable
 
 import torch
 
+from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion
-from onmt_lite.train.checkpoint import load_checkpoint, model_from_checkpoint
+from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion
+from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams, prepare_model
 from onmt_lite.translate.feeder import RowFeeder
-from onmt_lite.translate.inputs import TextBatches, build_tokenizers
-from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
+from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_lines
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
-from onmt_lite.translate.streams import run_streams, stream_threads
+from onmt_lite.translate.streams import run_streams
 from onmt_lite.utils.errors import UserError
 
 
@@ -41,24 +45,10 @@ class Result:
     p_copy: list = dataclasses.field(default_factory=list)
 
 
-def decoding_rows(batch_size, batch_type="sents", beam_width=1):
-    """``(rows, multiple)``: the rows the decoder multiplies at each step (sentences x beam), to pack
-    the weights for, and what their count is padded to a multiple of. Token batches hold no fixed
-    number of sentences: 64 rows, padded to multiples of 16. A beam search's rows are whole beams
-    but for the first step of examples that join (a row each): padded to the beam width, they are
-    padded only then (toy-ende, beam 5: 5-7% faster than padding to 16)."""
-    if batch_type != "sents":
-        return 64, ROW_BUCKET
-    return batch_size * beam_width, beam_width if beam_width > 1 else ROW_BUCKET
-
-
-def load_models(paths, device, quantize="none", rows=None):
-    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies.
-    ``quantize="int8"`` quantises each model for the CPU (see ``quantize_int8``); else, on the CPU,
-    ``rows`` (``decoding_rows``: the batch size times the beam, and the multiple the row count is
-    padded to) packs the weights for decoding (see packed.py)."""
-    if quantize == "int8" and torch.device(device).type != "cpu":
-        raise UserError("-quantize int8 is for CPU translation; leave out -gpu")
+def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None) -> tuple[list, dict, dict]:
+    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each model
+    is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with ``quantize``,
+    else packed for ``rows`` on the CPU)."""
     models, first = [], None
     for path in paths:
         checkpoint = load_checkpoint(path)
@@ -67,67 +57,107 @@ def load_models(paths, device, quantize="none", rows=None):
         elif checkpoint["vocab"] != first["vocab"]:
             raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
         vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
-        model = model_from_checkpoint(_options(checkpoint["opt"], path), vocabs, checkpoint, path)
-        model.to(device).eval()
-        if quantize == "int8":
-            model = quantize_int8(model)
-        elif rows is not None and torch.device(device).type == "cpu":
-            model = pack_for_cpu(model, *rows)
-        models.append(model)
+        model = model_from_checkpoint(model_options(checkpoint["opt"], path), vocabs, checkpoint, path)
+        models.append(prepare_model(model.to(device).eval(), device, quantize, rows))
     copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")
     return models, vocabs, first.get("preprocess") or {}
 
 
-def _options(plain, path):
-    import argparse
+def search_options(opt, tgt_vocab):
+    """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a UserError."""
+    sampling = opt.random_sampling_topk != 1
+    if opt.n_best > opt.beam_size:
+        raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
+    if sampling and opt.beam_size > 1:
+        raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
+    return SearchOptions(
+        beam_size=opt.beam_size, n_best=opt.n_best, min_length=opt.min_length, max_length=opt.max_length,
+        ratio=opt.ratio, length_penalty=opt.length_penalty, alpha=opt.alpha, coverage_penalty=opt.coverage_penalty,
+        beta=opt.beta, stepwise_penalty=opt.stepwise_penalty, block_ngram_repeat=opt.block_ngram_repeat,
+        ignore_when_blocking=tuple(tgt_vocab.lookup(w) for w in opt.ignore_when_blocking),
+        sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling,
+        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))  # else no use for it: not kept
 
-    from onmt_lite.opts import model_opts, option_defaults, train_opts
 
-    defaults = option_defaults([model_opts, train_opts])
-    missing = [k for k in ("rnn_size", "encoder_type", "copy_attn") if k not in plain]
-    if missing:
-        raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
-    return argparse.Namespace(**{**defaults, **plain, "dropout": 0.0})
+def read_phrase_table(path):
+    """``{source word: target}`` from a file of ``source|||target`` lines (``-phrase_table``)."""
+    table = {}
+    for lineno, line in enumerate(read_file_lines(path), 1):
+        source, sep, target = line.rstrip("\n").partition("|||")
+        if not sep:
+            raise UserError(f"{path}:{lineno}: expected 'source|||target'")
+        table[source.strip()] = target.strip()
+    return table
 
 
 class Translator:
-    """Translate with one model or an ensemble. Options are those of ``onmt_lite_translate``."""
+    """Translate with one model or an ensemble.
 
-    def __init__(self, models, vocabs, preprocess, search_options, replace_unk=False, phrase_table=None,
-                 batch_size=30, batch_type="sents", avg_raw_probs=False, src_spm="", tgt_spm="", device="cpu"):
-        self.models, self.vocabs, self.search_options = models, vocabs, search_options
+    Args:
+        models: NMTModels on ``device``, in eval mode (``load_models``). vocabs: ``{"src", "tgt"}`` Vocabs.
+        preprocess: the checkpoint's ``preprocess`` record (tokenization: ``lower``, sentencepiece models).
+        search: ``SearchOptions`` (default: beam 5). replace_unk, phrase_table (a dict), batch_size,
+        batch_type, avg_raw_probs, src_spm, tgt_spm: as the options of ``onmt_lite_translate``.
+        device: where the models are. fork_streams: on a CPU with 2 or more threads, decode the
+        streams in forked processes (Linux) instead of threads (see ``fast_paths.decoding_streams``).
+    """
+
+    def __init__(self, models: list, vocabs: dict, *, preprocess: dict = None, search: SearchOptions = None,
+                 replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
+                 batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
+                 device="cpu", fork_streams: bool = False):
+        self.models, self.vocabs = models, vocabs
+        self.search_options = search if search is not None else SearchOptions()
         self.copy = models[0].decoder.copy_attn
-        self.tokenizers = build_tokenizers(preprocess, src_spm, tgt_spm)
+        self.tokenizers = build_tokenizers(preprocess or {}, src_spm, tgt_spm)
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
-        self.device = torch.device(device)
+        self.device, self.fork_streams = torch.device(device), fork_streams
 
     @classmethod
-    def load(cls, paths, device="cpu", quantize="none", **kwargs):
+    def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
+        """A Translator of the checkpoints ``paths``. ``kwargs`` are ``SearchOptions`` fields
+        (``beam_size=5``, ``n_best``, ...) and the keyword arguments of ``__init__``."""
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
         rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width)
         models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize, rows)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
-        return cls(models, vocabs, preprocess, search, device=device, **rest)
+        return cls(models, vocabs, preprocess=preprocess, search=search, device=device, **rest)
 
-    def translate(self, sources, targets=None, progress=None):
+    @classmethod
+    def from_opt(cls, opt) -> "Translator":
+        """The Translator of ``onmt_lite_translate``'s parsed options (models loaded, decoding streams
+        in forked processes where the system allows)."""
+        if opt.gpu >= 0 and not torch.cuda.is_available():
+            raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
+        device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
+        models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
+                                                 decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
+        return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
+                   replace_unk=opt.replace_unk,
+                   phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
+                   batch_size=opt.batch_size, batch_type=opt.batch_type, avg_raw_probs=opt.avg_raw_probs,
+                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True)
+
+    def translate(self, sources: list[str], targets: list[str] | None = None,
+                  progress: Callable[[int], None] | None = None) -> list[Result]:
         """Translate a list of strings; returns one ``Result`` per string, in order.
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
         On a CPU with 2 or more threads (``torch.get_num_threads()``) several searches decode side
-        by side, each over its share of the batches, in processes of one thread each where the
-        system can fork (streams.py); the results are the same.
+        by side, each over its share of the batches (``fast_paths.decoding_streams``); the results
+        are the same.
         """
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
-        streams = stream_threads(torch.get_num_threads(), self.device, self.search_options.sampling,
-                                 inputs.count(self.batch_size, self.batch_type))
+        streams, in_processes = decoding_streams(torch.get_num_threads(), self.device, self.search_options.sampling,
+                                                 inputs.count(self.batch_size, self.batch_type), self.fork_streams)
 
         def decode_stream(i):
             """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
@@ -144,7 +174,7 @@ class Translator:
             if progress is not None:
                 progress(1)
 
-        run_streams(streams, decode_stream, record)
+        run_streams(streams, decode_stream, record, in_processes)
         with torch.no_grad():
             if inputs.has_target:
                 for batch in inputs.batches(self.batch_size, self.batch_type):
@@ -162,7 +192,7 @@ class Translator:
         steppers = [ModelStepper(m, batch, vocab_size, self.search_options.attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
-    def decode_batch(self, batch, search=None, sources=None):
+    def decode_batch(self, batch: Batch, search: Search | None = None, sources: list | None = None) -> list[list]:
         """n-best ``(words, Hypothesis)`` lists of the examples of ``batch``, in batch order."""
         search = search or Search(self.search_options, BOS_ID, EOS_ID)
         nbest = search.run(self._stepper(batch), batch.batch_size, batch.src_lengths)
@@ -200,7 +230,7 @@ class Translator:
                 words.append(itos[token])
         return words
 
-    def detokenize(self, words):
+    def detokenize(self, words: list[str]) -> str:
         """Output words as text (sentencepiece pieces decoded)."""
         sp = self.tokenizers[1]._sp
         return sp.decode(words) if sp is not None else " ".join(words)

@@ -111,8 +111,9 @@ def load_tensors(path, what):
     except pickle.UnpicklingError as err:
         code = re.search(r"GLOBAL (\S+)|unrecognized function (\S+)", str(err))
         if code:
-            raise UserError(f"{path}: refused: the {what} holds pickled Python objects ({code.group(1) or code.group(2)}"
-                            f"), not only tensors and plain data (onmt_lite never unpickles code)") from None
+            found = code.group(1) or code.group(2)
+            raise UserError(f"{path}: refused: the {what} holds pickled Python objects ({found}), not only "
+                            f"tensors and plain data (onmt_lite never unpickles code)") from None
         reason = str(err).split("WeightsUnpickler error:")[-1]
     except Exception as err:  # noqa: BLE001  (torch raises several types for corrupt files)
         reason = str(err) or type(err).__name__

@@ -66,7 +66,8 @@ TRAIN = lambda f, *more: ["-data", f["data"], "-save_model", out(f, "t"), *TINY_
 TRANSLATE = lambda f, src, *more: ["-model", f["model"], "-src", src, "-output", out(f, "o.txt"), *more]  # noqa: E731
 CASES = [
     ("missing file", "preprocess", lambda f: PREPROCESS(f, f["missing"], f["tgt"]), r"missing\.txt: cannot open"),
-    ("empty files", "preprocess", lambda f: PREPROCESS(f, f["empty"], f["empty"]), r"empty\.txt: no training pairs left \(0 pairs read"),
+    ("empty files", "preprocess", lambda f: PREPROCESS(f, f["empty"], f["empty"]),
+     r"empty\.txt: no training pairs left \(0 pairs read"),
     ("only empty lines", "preprocess", lambda f: PREPROCESS(f, f["blank"], f["blank"]),
      r"blank\.txt: no training pairs left \(3 pairs read, 0 kept, 3 with an empty side skipped"),
     ("invalid UTF-8", "preprocess", lambda f: PREPROCESS(f, f["utf8"], f["utf8"]),

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from onmt_lite.train.checkpoint import load_checkpoint
+from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import preprocess_in_process, run_cli, shared_data, step_losses
 from tests.unit.test_distributed import free_port
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from onmt_lite.train.checkpoint import load_checkpoint
+from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import preprocess_in_process, run_cli, step_losses
 
 # Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.

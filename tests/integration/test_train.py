@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from onmt_lite.train.checkpoint import load_checkpoint
+from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import TINY_MODEL, preprocess_in_process, run_cli, step_losses, train_in_process
 
 

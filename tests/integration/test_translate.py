@@ -9,11 +9,11 @@ from onmt_lite import Translator
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.shards import shard_paths
 from onmt_lite.loss import build_loss_compute
+from onmt_lite.train.trainer import Trainer
 from onmt_lite.translate import streams
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
-from onmt_lite.train.trainer import Trainer
 from tests.helpers import preprocess_in_process, run_cli, train_in_process, write_lines
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
@@ -73,7 +73,8 @@ def test_copy_model_writes_words_outside_its_vocabulary(models):
     translator = Translator.load([models["copy"]["model"]])
     out_of_vocabulary = [w for w in lines(models["copy"]["src"])[0].split() if w not in translator.vocabs["tgt"]]
     assert out_of_vocabulary
-    assert set(out_of_vocabulary) <= set(translator.translate([lines(models["copy"]["src"])[0]])[0].hypotheses[0].split())
+    first_line = lines(models["copy"]["src"])[0]
+    assert set(out_of_vocabulary) <= set(translator.translate([first_line])[0].hypotheses[0].split())
 
 
 @pytest.mark.parametrize("kind", ["plain", "copy"])
@@ -94,11 +95,11 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
 def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, processes, monkeypatch, two_threads,
                                                      request, tmp_path):
     """With 2 threads the lines are decoded by two streams, one thread each (streams.py), in two
-    processes or in two threads: every line's n-best list and scores are those of one stream; both
-    streams took part."""
-    monkeypatch.setattr(streams, "can_fork", lambda: processes)
+    processes (when asked: ``fork_streams``) or in two threads (the library's default): every line's
+    n-best list and scores are those of one stream; both streams took part."""
     sources = lines(models[kind]["src"])[:40]
-    translator = Translator.load([models[kind]["model"]], batch_size=4, beam_size=beam, n_best=min(beam, 2))
+    translator = Translator.load([models[kind]["model"]], batch_size=4, beam_size=beam, n_best=min(beam, 2),
+                                 fork_streams=processes)
     callers = tmp_path / "callers"  # a file: a stream in another process appends to it too
     step = EnsembleStepper.step
 
@@ -233,7 +234,7 @@ def test_gold_scores_equal_the_validation_loss_of_training(models):
         opt = type("O", (), {"copy_attn": kind == "copy", "copy_attn_force": False, "copy_loss_by_seqlength": False,
                              "lambda_coverage": 0.0, "label_smoothing": 0.0})
         loss = build_loss_compute(model_list[0], vocabs["tgt"], opt, train=False)
-        stats = Trainer(model_list[0], loss, loss, None, torch.device("cpu")).validate(
+        stats = Trainer(model_list[0], loss_compute=loss, valid_loss_compute=loss).validate(
             BatchIterator(shard_paths(m["data"], "valid"), 7))
         assert gold_total == pytest.approx(-stats.loss, rel=1e-5)
         assert sum(r.gold_words for r in results) == stats.n_words

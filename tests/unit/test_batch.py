@@ -1,9 +1,9 @@
 import torch
 
 from onmt_lite.data.batch import ShardView
+from onmt_lite.data.example import make_example
 from onmt_lite.data.shards import make_shard
 from onmt_lite.data.vocab import Vocab
-from onmt_lite.preprocess import make_example
 
 SRC_VOCAB = Vocab("a b c".split())  # a=4 b=5 c=6
 TGT_VOCAB = Vocab("x y a".split())  # x=4 y=5 a=6

@@ -21,7 +21,8 @@ PER_SIDE = ["-src_word_vec_size", 5, "-tgt_word_vec_size", 7, "-enc_rnn_size", 1
 
 def options(*args):
     """Options without the -word_vec_size/-layers/-rnn_size overrides of ``model_options``."""
-    return parse(build_parser("test", [model_opts, train_opts]), ["-data", "unused", "-dropout", "0"] + [str(a) for a in args])
+    return parse(build_parser("test", [model_opts, train_opts]),
+                 ["-data", "unused", "-dropout", "0"] + [str(a) for a in args])
 
 
 def build(opt, vocabs=VOCABS, seed=0):

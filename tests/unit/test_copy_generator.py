@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from onmt_lite.loss import build_loss_compute
-from onmt_lite.models.copy_generator import (CopyGenerator, CopyGeneratorLoss, NMTCriterion, NMTGenerator,
-                                             collapse_copy_log_probs, collapse_copy_scores, collapsed_argmax)
+from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion, build_loss_compute
+from onmt_lite.models.copy_generator import (CopyGenerator, NMTGenerator, collapse_copy_log_probs, collapse_copy_scores,
+                                             collapsed_argmax)
 from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
 
 V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2

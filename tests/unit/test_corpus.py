@@ -1,7 +1,6 @@
 import pytest
 
-from onmt_lite.data.corpus import (CorpusStats, LengthLimits, Tokenizer, read_lines, read_parallel,
-                                   tokenized_pairs)
+from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, read_lines, read_parallel, tokenized_pairs
 from onmt_lite.utils.errors import UserError
 from tests.helpers import write_lines
 

@@ -8,12 +8,12 @@ import torch
 import torch.multiprocessing as mp
 
 from onmt_lite.data.batch import ShardView
+from onmt_lite.data.example import make_example
 from onmt_lite.data.shards import make_shard
 from onmt_lite.data.vocab import Vocab
 from onmt_lite.loss import build_loss_compute
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import build_parser, model_opts, parse, train_opts
-from onmt_lite.preprocess import make_example
 from onmt_lite.train.distributed import Distributed, check_options, step_share
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.trainer import Trainer
@@ -56,9 +56,9 @@ def one_step(settings, dist=None):
     opt, model, vocab, view = setup(settings)
     if dist is not None:
         dist.broadcast_parameters(model)
-    trainer = Trainer(model, build_loss_compute(model, vocab, opt), None, Optimizer(model, opt, 16),
-                      torch.device("cpu"), settings["accum"], settings["shard"], settings.get("trunc", 0),
-                      opt.normalization, dist=dist)
+    trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), optim=Optimizer(model, opt, 16),
+                      accum_count=settings["accum"], shard_size=settings["shard"], trunc_size=settings.get("trunc", 0),
+                      norm_method=opt.normalization, dist=dist)
     halves = [] if dist is None else list(range(dist.rank * 8, dist.rank * 8 + 8))
     batches = [view.batch([16 * k + i for i in (halves or range(16))]) for k in range(settings["accum"])]
     stats = trainer.train_step(batches)

@@ -60,7 +60,7 @@ def translator(request):
     args = ["-copy_attn"] if request.param == "copy" else []
     model = build_model(model_options(*args), VOCABS).eval()
     options = SearchOptions(beam_size=3, n_best=2, max_length=12)
-    return Translator([model], VOCABS, {}, options, replace_unk=True, batch_size=4)
+    return Translator([model], VOCABS, search=options, replace_unk=True, batch_size=4)
 
 
 @FUZZ

@@ -1,7 +1,6 @@
 import importlib.util
-import os
-
 import math
+import os
 
 import pytest
 

@@ -6,8 +6,7 @@ import re
 import pytest
 import torch
 
-from onmt_lite.loss import NMTLossCompute, build_loss_compute, load_loss_class
-from onmt_lite.models.copy_generator import NMTCriterion
+from onmt_lite.loss import NMTCriterion, NMTLossCompute, build_loss_compute, load_loss_class
 from onmt_lite.utils.errors import UserError
 from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, train_in_process
 from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs

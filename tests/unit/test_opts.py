@@ -92,3 +92,20 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     original = parse(parser(), args)
     assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
         k: v for k, v in vars(original).items() if k != "config"}
+
+
+@pytest.mark.parametrize("groups,expected", [
+    ("preprocess", {"data_type"}),
+    ("train", {"model_type", "global_attention_function", "generator_function"}),
+    ("translate", {"data_type", "dynamic_dict", "share_vocab"})])
+def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
+    """-h shows the options that only let 1.x command lines parse in one group that says so."""
+    from onmt_lite.opts import COMPATIBILITY_GROUP, model_opts, train_opts, translate_opts
+
+    option_groups = {"preprocess": [preprocess_opts], "train": [model_opts, train_opts],
+                     "translate": [translate_opts]}[groups]
+    command = build_parser("prog", [config_opts, *option_groups])
+    (group,) = [g for g in command._action_groups if g.title == COMPATIBILITY_GROUP]
+    assert {action.dest for action in group._group_actions} == expected
+    assert "no effect" in group.description
+    assert "OpenNMT-py 1.x compatibility:" in command.format_help()

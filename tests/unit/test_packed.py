@@ -3,14 +3,12 @@ import copy
 
 import pytest
 import torch
+import torch.ao.quantization
 import torch.nn as nn
 
-import torch.ao.quantization
-
 from onmt_lite.translate import packed as packed_module
-from onmt_lite.translate.packed import (ROW_BUCKET, WIDE_INT8_OUTPUTS, FusedGRUCell, FusedLSTMCell, PackedLinear,
-                                        fuse_cells, pack_for_cpu, packing_available, quantize_int8)
-from onmt_lite.translate.translator import decoding_rows
+from onmt_lite.translate.packed import (WIDE_INT8_OUTPUTS, FusedGRUCell, FusedLSTMCell, PackedLinear, fuse_cells,
+                                        pack_for_cpu, packing_available, quantize_int8)
 from tests.model_helpers import make_batch, make_model, random_pairs
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN")
@@ -41,12 +39,6 @@ def test_packed_linear_gives_each_row_its_own_output_whatever_the_padding(multip
         for rows in (1, 4, 5, 15, 16):
             assert packed(x[:rows]).shape == (rows, 50)
             torch.testing.assert_close(packed(x[:rows]), full[:rows], atol=1e-6, rtol=1e-6)
-
-
-def test_decoding_rows_pad_a_beam_search_to_whole_beams_only():
-    assert decoding_rows(32, "sents", 5) == (160, 5)
-    assert decoding_rows(32, "sents", 1) == (32, ROW_BUCKET)
-    assert decoding_rows(2000, "tokens", 5) == (64, ROW_BUCKET)
 
 
 @pytest.mark.parametrize("cell_class,fused_class,pack", [(nn.LSTMCell, FusedLSTMCell, False),

@@ -108,7 +108,7 @@ def make_translator(copy):
     """A Translator on a random tiny model (with copy attention if ``copy``)."""
     torch.manual_seed(0)
     model = build_model(model_options(*(["-copy_attn"] if copy else [])), VOCABS).eval()
-    return Translator([model], VOCABS, {}, SearchOptions(beam_size=3, max_length=12), batch_size=4)
+    return Translator([model], VOCABS, search=SearchOptions(beam_size=3, max_length=12), batch_size=4)
 
 
 @pytest.fixture(scope="module", params=["plain", "copy"])

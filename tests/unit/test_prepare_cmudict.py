@@ -244,7 +244,7 @@ def test_word_with_several_pronunciations_gets_the_first(full_run, cmu):
                 and stressless(entries[w][0]) != stressless(entries[w][1]))
     src = " ".join(word)
     found = []
-    for split, (src_lines, tgt_lines) in split_lines(full_run).items():
+    for src_lines, tgt_lines in split_lines(full_run).values():
         found += [tgt for s, tgt in zip(src_lines, tgt_lines) if s == src]
     assert found == [stressless(entries[word][0])]
     if "tomato" in entries:

@@ -123,7 +123,7 @@ def test_count_lines_across_chunk_boundaries(tmp_path, monkeypatch, data, lines)
 def test_the_translator_reports_every_line_once_as_it_finishes():
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
-    translator = Translator([model], VOCABS, {}, SearchOptions(beam_size=2, max_length=5), batch_size=2)
+    translator = Translator([model], VOCABS, search=SearchOptions(beam_size=2, max_length=5), batch_size=2)
     lines = ["s1 s2", "", "s3", "s4 s5 s1", "  ", "s2"]
     calls = []
     translator.translate(lines, progress=calls.append)

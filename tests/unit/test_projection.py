@@ -5,8 +5,8 @@ import torch
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.projection import project, row_bucket
 from onmt_lite.train.precision import Precision
-from tests.unit.test_precision import float32_trainer, float_batch
 from tests.model_helpers import random_pairs
+from tests.unit.test_precision import float32_trainer, float_batch
 
 
 def test_row_bucket_adds_at_most_an_eighth_or_fifteen_rows_and_is_its_own_bucket():

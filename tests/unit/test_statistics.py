@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from onmt_lite.train.statistics import Statistics
+from onmt_lite.loss.statistics import Statistics
 
 
 def test_xent_ppl_and_accuracy_from_the_counts():

@@ -11,19 +11,9 @@ import time
 import pytest
 import torch
 
-from onmt_lite.translate.streams import StreamTraceback, can_fork, run_streams, stream_threads
+from onmt_lite.translate.streams import StreamTraceback, can_fork, run_streams
 
 needs_fork = pytest.mark.skipif(not can_fork(), reason="streams run in forked processes on Linux only")
-
-
-@pytest.mark.parametrize("threads,device,sampling,batches,processes,expected", [
-    (2, "cpu", False, 9, True, [1, 1]), (3, "cpu", False, 9, True, [1, 1, 1]), (8, "cpu", False, 3, True, [1, 1, 1]),
-    (1, "cpu", False, 9, True, [1]), (4, "cpu", False, 1, True, [4]), (4, "cpu", False, 0, True, [4]),
-    (2, "cpu", False, 9, False, [1, 1]), (3, "cpu", False, 9, False, [2, 1]), (8, "cpu", False, 9, False, [4, 4]),
-    (8, "cpu", False, 1, False, [8]), (2, "cpu", True, 9, True, [2]), (2, "cuda", False, 9, True, [2]),
-    (2, "cuda", False, 9, False, [2])])
-def test_stream_threads(threads, device, sampling, batches, processes, expected):
-    assert stream_threads(threads, device, sampling, batches, processes) == expected
 
 
 def _where(i):

@@ -8,7 +8,7 @@ import torch
 
 from onmt_lite.data.shards import VOCAB_FORMAT
 from onmt_lite.data.vocab import SPECIALS, Vocab
-from onmt_lite.train.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
+from onmt_lite.models.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
 from onmt_lite.utils.files import save_tensors
 from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, shared_data, tool, train_in_process, write_lines
 

@@ -92,3 +92,24 @@ def test_row_argmax_reads_a_strided_slice():  # the fixed-vocabulary part of a c
     scores = torch.randn(6, 3 * CHUNK + 40)
     fixed = scores[:, : 3 * CHUNK + 5]
     assert torch.equal(row_argmax(fixed), fixed.argmax(1))
+
+
+def test_off_the_cpu_the_functions_are_torchs_own_with_the_same_results(monkeypatch):
+    """Where the chunks do not pay (any device but the CPU) each function falls back to PyTorch's
+    own operation; run here on the CPU with the chunks switched off, both paths agree."""
+    from onmt_lite.utils import topk
+
+    torch.manual_seed(3)
+    scores = torch.randn(12, 4 * CHUNK + 9).log_softmax(1)
+    offsets = torch.randn(3, 4)
+    offsets[1:, 2:] = float("-inf")
+    rows = (offsets.view(-1) > float("-inf")).nonzero().view(-1)
+    chunked = (top_k(scores, 5), row_argmax(scores), top_k_with_offsets(scores, offsets, 5),
+               top_k_with_offsets(scores[rows], offsets, 5, rows))
+    assert topk.chunked(scores) and not topk.chunked(torch.empty(2, 2, device="meta"))
+    monkeypatch.setattr(topk, "chunked", lambda scores: False)
+    plain = (top_k(scores, 5), row_argmax(scores), top_k_with_offsets(scores, offsets, 5),
+             top_k_with_offsets(scores[rows], offsets, 5, rows))
+    for a, b in zip(chunked, plain):
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            assert torch.equal(x, y)

@@ -23,7 +23,8 @@ def make_trainer(*model_args, accum=1, shard=0, trunc=0, norm="sents", seed=0, *
     model, opt = make_model(*model_args, seed=seed)
     optim = Optimizer(model, optim_options(**optim_overrides), 8)
     loss = build_loss_compute(model, TGT_VOCAB, opt)
-    return Trainer(model, loss, loss, optim, torch.device("cpu"), accum, shard, trunc, norm), model
+    return Trainer(model, loss_compute=loss, valid_loss_compute=loss, optim=optim, accum_count=accum, shard_size=shard,
+                   trunc_size=trunc, norm_method=norm), model
 
 
 def params(model):
@@ -60,7 +61,8 @@ def test_truncation_keeps_the_loss_and_generator_gradient_but_cuts_recurrent_gra
     assert results[0][0] == results[2][0]
     generator = {k: v for k, v in results[0][1].items() if k.startswith("generator")}
     assert_grads_equal(generator, {k: v for k, v in results[2][1].items() if k.startswith("generator")})
-    assert not torch.allclose(results[0][1]["decoder.rnn.cells.0.weight_hh"], results[2][1]["decoder.rnn.cells.0.weight_hh"])
+    name = "decoder.rnn.cells.0.weight_hh"
+    assert not torch.allclose(results[0][1][name], results[2][1][name])
 
 
 def test_frozen_parameters_stay_bit_identical_and_the_rest_moves():

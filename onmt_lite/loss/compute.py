@@ -1,42 +1,24 @@
-"""Loss computation with memory-saving sharding: the module researchers subclass.
+"""The loss computes: sharding, truncation windows, normalisation, and the NLL and copy losses.
 
-A loss compute object is called once per batch (or per truncated-BPTT window)::
-
-    loss, stats = loss_compute(batch, dec_out, attns, normalization, shard_size, trunc_start, trunc_size)
-
-``dec_out`` is the decoder output ``[T x B x H]`` for prediction positions ``trunc_start ..
-trunc_start + T - 1`` (position t predicts ``batch.tgt[t + 1]``); ``attns`` holds ``[T x B x S]``
-tensors. With ``shard_size == 0`` it returns the summed loss divided by ``normalization`` (the caller
-runs ``backward``). With ``shard_size = k > 0`` it runs the generator and loss k target positions at a
-time, calls ``backward`` on each piece, then backpropagates the gathered gradients once through the
-decoder and encoder, and returns ``(None, stats)``: the gradients equal the unsharded ones, and the
-``[k x B x V]`` log-probabilities of only one shard are alive at a time.
-
-To write your own loss, subclass ``LossComputeBase`` and implement two methods:
-
-* ``_make_shard_state(batch, output, range_, attns)`` returns a dict of tensors (or None) all of whose
-  first dimension is the target positions of ``range_ = (start, end)``; ``output`` and ``attns`` are
-  already cut to that range, the target is ``batch.tgt[start + 1 : end + 1]``. Tensors that need
-  gradients (``output``, attention) are split into shards and their gradients gathered.
-* ``_compute_loss(batch, **shard)`` receives one shard of that dict (same keys) and returns
-  ``(summed loss tensor, Statistics)``. Call ``self.generator`` here, not in the model.
-
-``onmt_lite_train -loss_class MODULE:CLASS`` (or ``path/to/file.py:CLASS``) trains with such a class; it
-is built by its ``from_options(model, tgt_vocab, opt, train)`` class method, which by default passes
-the standard criterion (label-smoothed NLL while training) and the model's generator to
-``__init__(criterion, generator)``. ``docs/research.md`` walks through writing one (a focal loss,
-``examples/focal_loss.py``) and testing it; ``tests/unit/test_loss.py`` shows a token-weighted NLL.
+See the package's doc (``onmt_lite.loss``) for the API that subclasses implement.
 """
+from __future__ import annotations
+
+import argparse
 import importlib
 import importlib.util
 import os
+from typing import Iterator
 
 import torch
 import torch.nn as nn
+from torch import Tensor
 
-from onmt_lite.data.vocab import PAD_ID
-from onmt_lite.models.copy_generator import CopyGeneratorLoss, NMTCriterion, collapsed_argmax
-from onmt_lite.train.statistics import Statistics
+from onmt_lite.data.batch import Batch
+from onmt_lite.data.vocab import PAD_ID, Vocab
+from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion
+from onmt_lite.loss.statistics import Statistics
+from onmt_lite.models.copy_generator import collapsed_argmax
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.topk import row_argmax
 
@@ -46,7 +28,7 @@ def _smoothing(opt, train):
     return opt.label_smoothing if train else 0.0
 
 
-def filter_shard_state(state, shard_size=None):
+def filter_shard_state(state: dict[str, Tensor | None], shard_size: int | None = None) -> Iterator[tuple]:
     """Yield the entries of ``state`` whose value is not None.
 
     Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks are
@@ -65,7 +47,7 @@ def filter_shard_state(state, shard_size=None):
         yield key, (value, chunks)
 
 
-def shards(state, shard_size, eval_only=False):
+def shards(state: dict[str, Tensor | None], shard_size: int, eval_only: bool = False) -> Iterator[dict[str, Tensor]]:
     """Yield ``state`` one shard of ``shard_size`` target positions at a time, as dicts.
 
     After the last shard (the caller has called ``backward`` on every shard's loss) the chunks'
@@ -110,12 +92,13 @@ class LossComputeBase(nn.Module):
         generator: the module mapping decoder outputs to log-probabilities.
     """
 
-    def __init__(self, criterion, generator):
+    def __init__(self, criterion: nn.Module, generator: nn.Module):
         super().__init__()
         self.criterion, self.generator = criterion, generator
 
     @classmethod
-    def from_options(cls, model, tgt_vocab, opt, train=True):
+    def from_options(cls, model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
+                     train: bool = True) -> LossComputeBase:
         """The loss compute for ``model`` and the training options ``opt``: by default
         ``cls(NMTCriterion(label smoothing if train else 0), model.generator)``. Override it when
         ``__init__`` takes other arguments (a copy model's generator needs a copy-aware loss)."""
@@ -128,13 +111,18 @@ class LossComputeBase(nn.Module):
     def padding_idx(self):
         return PAD_ID
 
-    def _make_shard_state(self, batch, output, range_, attns=None):
+    def _make_shard_state(self, batch: Batch, output: Tensor, range_: tuple[int, int],
+                          attns: dict[str, Tensor] | None = None) -> dict[str, Tensor | None]:
+        """The tensors of the loss for prediction positions ``range_``, each ``[end - start x ...]``."""
         raise NotImplementedError
 
-    def _compute_loss(self, batch, output, target, **kwargs):
+    def _compute_loss(self, batch: Batch, **shard: Tensor) -> tuple[Tensor, Statistics]:
+        """``(summed loss, Statistics)`` of one shard of ``_make_shard_state``'s dict."""
         raise NotImplementedError
 
-    def forward(self, batch, output, attns, normalization=1.0, shard_size=0, trunc_start=0, trunc_size=None):
+    def forward(self, batch: Batch, output: Tensor, attns: dict[str, Tensor], normalization: float = 1.0,
+                shard_size: int = 0, trunc_start: int = 0,
+                trunc_size: int | None = None) -> tuple[Tensor | None, Statistics]:
         """Loss of ``output`` (prediction positions ``trunc_start ..``) against ``batch.tgt``.
 
         Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when ``shard_size``
@@ -160,7 +148,7 @@ class LossComputeBase(nn.Module):
                 total.update(stats)
         return None, total
 
-    def _target(self, batch, range_):
+    def _target(self, batch: Batch, range_: tuple[int, int]) -> Tensor:
         """The target words predicted at positions ``range_``: ``[end - start x B]``."""
         return batch.tgt[range_[0] + 1: range_[1] + 1]
 
@@ -168,7 +156,7 @@ class LossComputeBase(nn.Module):
         """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened time-major."""
         return (target.reshape(-1) != self.padding_idx).nonzero().squeeze(1)
 
-    def _stats(self, nll_sum, pred, target):
+    def _stats(self, nll_sum: Tensor, pred: Tensor, target: Tensor) -> Statistics:
         """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
         non_pad = target != self.padding_idx
         return Statistics(nll_sum.item(), non_pad.sum().item(), ((pred == target) & non_pad).sum().item())
@@ -280,7 +268,8 @@ def load_loss_class(spec):
     return cls
 
 
-def build_loss_compute(model, tgt_vocab, opt, train=True):
+def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
+                       train: bool = True) -> LossComputeBase:
     """The loss compute for ``model`` from the options: ``-loss_class`` if given, else the copy loss
     for copy models and the NLL otherwise (label smoothing only when ``train``)."""
     if getattr(opt, "loss_class", ""):

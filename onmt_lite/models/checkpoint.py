@@ -5,6 +5,9 @@ A checkpoint is a dict: ``model`` and ``generator`` state dicts, ``vocab`` (``{"
 (torch and Python generator states), ``data`` (the training iterator's position), ``trainer``
 (early-stopping and best-score state) and ``preprocess`` (how the text was tokenized: ``lower``,
 ``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way).
+
+Training and translation both read and write checkpoints here only, and both turn a checkpoint's
+options into the options that rebuild its model with ``model_options``.
 """
 import argparse
 import os
@@ -14,7 +17,7 @@ import torch
 
 from onmt_lite.data.shards import load_plain
 from onmt_lite.models.builder import build_model
-from onmt_lite.opts import check_values, model_opts
+from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import remove_stale_temporaries, require_directory, save_tensors
 from onmt_lite.utils.logging import logger
@@ -107,6 +110,29 @@ def load_checkpoint(path):
     if missing:
         raise UserError(f"{path}: checkpoint lacks {', '.join(missing)}")
     return checkpoint
+
+
+REQUIRED_OPTIONS = ("rnn_size", "encoder_type", "copy_attn")
+
+
+def model_options(saved, path, onto=None, also=()):
+    """The options that rebuild the model a checkpoint holds, from its options ``saved``
+    (``checkpoint["opt"]``), as a Namespace for ``model_from_checkpoint``.
+
+    Without ``onto`` (translation): every saved option over the defaults of the model and training
+    options (a checkpoint of an earlier version may lack later options), with dropout off. With
+    ``onto`` (training with ``-train_from``): the command's options ``onto``, but the model options
+    and those named in ``also`` (the optimizer's, per ``-reset_optim``) as saved."""
+    if onto is None:
+        missing = [k for k in REQUIRED_OPTIONS if k not in saved]
+        if missing:
+            raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
+        return argparse.Namespace(**{**option_defaults([model_opts, train_opts]), **saved, "dropout": 0.0})
+    opt = argparse.Namespace(**vars(onto))
+    for name in [*option_defaults([model_opts]), *also]:
+        if name in saved:
+            setattr(opt, name, saved[name])
+    return opt
 
 
 def restore_model(model, checkpoint, path):

@@ -1,0 +1,18 @@
+"""An example: one sentence pair as plain id lists, the unit that shards store and batches gather."""
+from onmt_lite.data import copy as copy_data
+
+
+def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False):
+    """One example as plain id lists (plus the copy data with ``dynamic_dict``, and the target words
+    themselves with ``keep_target``: validation references for BLEU)."""
+    example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
+               "tgt": tgt_vocab.numericalize(tgt_tokens)}
+    if keep_target:
+        example["tgt_tokens"] = list(tgt_tokens)
+    if dynamic_dict:
+        ex_words = copy_data.source_vocab(src_tokens)
+        example["src_ex_vocab"] = ex_words
+        example["src_ex_tgt_ids"] = copy_data.target_ids(ex_words, tgt_vocab)
+        example["src_map"] = copy_data.copy_ids(src_tokens, ex_words)
+        example["alignment"] = copy_data.alignment_ids(tgt_tokens, ex_words)
+    return example

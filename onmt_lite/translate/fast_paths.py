@@ -1,0 +1,65 @@
+"""The CPU-only fast paths of decoding, chosen here and nowhere else.
+
+| path | what it does | where it lives |
+| --- | --- | --- |
+| packed weights | the decoder's linear layers and fused cells on prepacked oneDNN weights | ``packed.py`` |
+| int8 (``-quantize int8``) | the linear and recurrent layers dynamically quantised | ``packed.py`` |
+| decoding streams | several searches side by side, each over its share of the batches | ``streams.py`` |
+| the allocator | glibc keeps freed memory instead of unmapping it (the commands only) | ``utils/memory.py`` |
+
+Each is for the CPU alone: on any other device ``prepare_model`` leaves the model as it is (int8 is
+refused), ``decoding_streams`` gives one stream in this process, and ``utils.memory`` leaves the
+allocator alone. None of them may change what a float32 model writes: packing changes the products'
+float rounding only, streams decode each example exactly as one stream would (int8 changes the
+output slightly, which is why it is asked for by name). Streams run in forked processes only when the
+caller asks (``fork``): the command line does, the library's ``Translator`` does not by default, since
+forking a process the caller owns is the caller's decision.
+"""
+import torch
+
+from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
+from onmt_lite.translate.streams import can_fork
+from onmt_lite.utils.errors import UserError
+
+
+def on_cpu(device) -> bool:
+    """Whether the CPU fast paths apply to ``device``."""
+    return torch.device(device).type == "cpu"
+
+
+def decoding_rows(batch_size: int, batch_type: str = "sents", beam_width: int = 1) -> tuple:
+    """``(rows, multiple)``: the rows the decoder multiplies at each step (sentences x beam), to pack
+    the weights for, and what their count is padded to a multiple of. Token batches hold no fixed
+    number of sentences: 64 rows, padded to multiples of ``ROW_BUCKET``. A beam search's rows are
+    whole beams but for the first step of examples that join (a row each): padded to the beam width,
+    they are padded only then."""
+    if batch_type != "sents":
+        return 64, ROW_BUCKET
+    return batch_size * beam_width, beam_width if beam_width > 1 else ROW_BUCKET
+
+
+def prepare_model(model, device, quantize: str = "none", rows=None):
+    """``model`` (on ``device``, in eval mode) ready to decode: quantised to int8 with ``quantize="int8"``
+    (the CPU only), else on the CPU packed for ``rows`` (``decoding_rows``) when given; elsewhere as it is."""
+    if quantize == "int8":
+        if not on_cpu(device):
+            raise UserError("-quantize int8 is for CPU translation; leave out -gpu")
+        return quantize_int8(model)
+    if rows is not None and on_cpu(device):
+        return pack_for_cpu(model, *rows)
+    return model
+
+
+def decoding_streams(threads: int, device, sampling: bool, batches: int, fork: bool = False) -> tuple:
+    """``(thread counts, in_processes)``: the decoding streams for ``batches`` batches on ``threads``.
+
+    On a CPU with at least 2 threads: one stream per thread (but no more than batches) in forked
+    processes when ``fork`` is asked for and the system can fork, else two threads of half the
+    ``threads`` each. One stream for a single batch, off the CPU, or when sampling (the streams would
+    take random numbers from one generator in an order that depends on timing, and ``-seed`` would no
+    longer fix the output)."""
+    if not on_cpu(device) or sampling or threads < 2 or batches < 2:
+        return [threads], False
+    if fork and can_fork():
+        return [1] * min(threads, batches), True
+    return [threads - threads // 2, threads // 2], False
