@@ -1,11 +1,11 @@
-# make demo: set everything up and run the demo on built-in data.  make test: run the test suite.
+# make demo: set everything up and run the demo on built-in data.  make test: run the test suite.  make lint: ruff.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO := data/cmudict
 DEMO_STEPS ?= 5000
 
-.PHONY: install test demo bench clean
+.PHONY: install test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,9 @@ $(VENV)/.demo: $(VENV)/.installed
 
 test: $(VENV)/.demo
 	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
 
 demo: $(VENV)/.demo
 	$(BIN)/python tools/prepare_cmudict.py -output_dir $(DEMO)

