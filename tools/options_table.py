@@ -1,8 +1,7 @@
 #!/usr/bin/env python
-"""Write the table of OpenNMT-py 1.x options and their status in onmt_lite (for README.md).
+"""Write docs/options.md: the table of OpenNMT-py 1.x options and their status in onmt_lite.
 
-    python tools/options_table.py -output options.md
-    python tools/options_table.py -readme README.md
+    python tools/options_table.py -output docs/options.md
 
 ``docs/opennmt_py_1x_options.txt`` lists every option of OpenNMT-py 1.x's ``preprocess.py``,
 ``train.py`` and ``translate.py``. The status of each is derived from onmt_lite's own parser of the
@@ -17,9 +16,11 @@ same command (built with the option groups of ``onmt_lite/bin/*.py``):
 A 1.x option that onmt_lite neither accepts nor lists in ``UNSUPPORTED_OPTIONS``, or an entry of
 ``CHANGED``/``NOTES`` that names no accepted 1.x option, is an error (exit status 2) naming them.
 
-With ``-readme FILE`` the table replaces the text between the lines ``<!-- options-table:begin -->``
-and ``<!-- options-table:end -->`` of FILE; with ``-output FILE`` it is written to FILE; with neither
-it is printed.
+With ``-output FILE`` the whole page (a title, a line on how it is made, then the tables) is written
+to FILE, unless FILE already holds it; ``tests/unit/test_options_table.py`` fails while
+``docs/options.md`` differs from it. With ``-readme FILE`` the tables alone replace the text between
+the lines ``<!-- options-table:begin -->`` and ``<!-- options-table:end -->`` of FILE. With neither,
+the page is printed.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from onmt_lite.utils.files import require_directory, write_text
 PROG = "options_table.py"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(REPO, "docs", "opennmt_py_1x_options.txt")
+PAGE = os.path.join(REPO, "docs", "options.md")  # the page -output writes, in this checkout
+TITLE = "# OpenNMT-py 1.x options in onmt_lite"
 BEGIN = "<!-- options-table:begin -->"
 END = "<!-- options-table:end -->"
 
@@ -98,9 +101,11 @@ def build_parser():
     add(group, "reference", default="",
         help="The list of OpenNMT-py 1.x options, one 'COMMAND NAME' a line "
              "(default: docs/opennmt_py_1x_options.txt of this checkout)")
-    add(group, "output", default="", help="Write the markdown table to this file")
+    add(group, "output", default="",
+        help="Write the whole page to this file (this checkout's is docs/options.md)")
     add(group, "readme", default="",
-        help=f"Replace the text between the lines {BEGIN} and {END} of this file with the table")
+        help=f"Replace the text between the lines {BEGIN} and {END} of this file with the tables "
+             "(without the page's title)")
     return parser
 
 
@@ -236,6 +241,14 @@ def render(reference):
     return "\n".join(out) + "\n"
 
 
+def page(reference):
+    """The whole page docs/options.md: a title, one line on how it is made, then ``render(reference)``."""
+    return (f"{TITLE}\n\nWhich options of OpenNMT-py 1.x each onmt_lite command accepts, changes, refuses or "
+            f"adds; after changing an option, regenerate this page with `python tools/{PROG} -output "
+            f"docs/options.md` (`tests/unit/test_options_table.py` fails while it is out of date).\n\n"
+            + render(reference))
+
+
 def _marker_line(lines, marker, path):
     found = [i for i, line in enumerate(lines) if line.strip() == marker]
     if len(found) != 1:
@@ -270,6 +283,15 @@ def _read_text(path):
         raise UserError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
 
 
+def _holds(path, text):
+    """Whether the file at ``path`` exists and holds exactly ``text``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read() == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 @run_command(PROG)
 def main(argv: list[str] | None = None) -> None:
     """Run options_table.py with ``argv`` (default: the command line)."""
@@ -279,9 +301,9 @@ def main(argv: list[str] | None = None) -> None:
     if opt.readme:
         text = _read_text(opt.readme)
         readme_section(text, opt.readme)  # the markers are checked before anything else is done
-    table = render(read_reference(opt.reference or REFERENCE))
+    reference = read_reference(opt.reference or REFERENCE)
     if opt.readme:
-        updated = replace_section(text, table, opt.readme)
+        updated = replace_section(text, render(reference), opt.readme)
         if updated == text:
             print(f"{opt.readme} is up to date")
         else:
@@ -289,10 +311,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"updated the options table in {opt.readme}")
     elif opt.output:
         require_directory(opt.output, "-output")
-        write_text(opt.output, table)
-        print(f"wrote the options table to {opt.output}")
+        text = page(reference)
+        if _holds(opt.output, text):
+            print(f"{opt.output} is up to date")
+        else:
+            write_text(opt.output, text)
+            print(f"wrote the options page to {opt.output}")
     else:
-        sys.stdout.write(table)
+        sys.stdout.write(page(reference))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """tools/options_table.py and docs/opennmt_py_1x_options.txt: every OpenNMT-py 1.x option is accepted
-or refused by name, as the README's table says."""
+or refused by name, as docs/options.md says, and docs/options.md is the tool's output."""
 import os
 import re
 import subprocess
@@ -11,7 +11,8 @@ from onmt_lite.opts import UNSUPPORTED_OPTIONS, parse
 from tests.helpers import REPO, tool
 
 REFERENCE = os.path.join(REPO, "docs", "opennmt_py_1x_options.txt")
-README = os.path.join(REPO, "README.md")
+OPTIONS_PAGE = os.path.join(REPO, "docs", "options.md")
+REGENERATE = "python tools/options_table.py -output docs/options.md"
 COUNTS = {"preprocess": 44, "train": 125, "translate": 48}  # OpenNMT-py 1.2.0's onmt/opts.py
 
 # Values for options whose default is not a valid value on a command line.
@@ -152,16 +153,18 @@ def test_new_options_are_those_1x_lacks(table, reference):
     assert ("-out", "new", "another spelling of -output") in rows
 
 
-# --- (d) the README's table is the tool's output -----------------------------------------------------
+# --- (d) docs/options.md is the tool's output ----------------------------------------------------------
 
-def test_the_readme_table_is_up_to_date(table, reference):
-    with open(README, encoding="utf-8") as f:
+def test_docs_options_md_is_up_to_date(table, reference):
+    assert table.PAGE == OPTIONS_PAGE
+    assert os.path.isfile(OPTIONS_PAGE), f"docs/options.md is missing: run {REGENERATE}"
+    with open(OPTIONS_PAGE, encoding="utf-8") as f:
         text = f.read()
-    if table.BEGIN not in text or table.END not in text:
-        pytest.skip(f"README.md has no {table.BEGIN} ... {table.END} section yet "
-                    f"(python tools/options_table.py -readme README.md fills it in)")
-    assert table.readme_section(text).strip() == table.render(reference).strip(), (
-        "README.md's options table is out of date: run python tools/options_table.py -readme README.md")
+    expected = table.page(reference)
+    assert text == expected, (
+        f"docs/options.md differs from what tools/options_table.py generates now: run {REGENERATE}")
+    assert text.startswith(table.TITLE + "\n") and "| `-copy_attn` | same |" in text
+    assert table.BEGIN not in text and table.END not in text
 
 
 # --- the tool ----------------------------------------------------------------------------------------
@@ -197,11 +200,14 @@ def test_help_runs_as_a_script():
     assert "usage: options_table.py" in result.stdout and "-readme" in result.stdout
 
 
-def test_output_writes_the_markdown(table, small, tmp_path, capsys):
+def test_output_writes_the_page(table, small, tmp_path, capsys):
     out = tmp_path / "options.md"
     run(table, "-reference", small, "-output", out)
+    assert "wrote the options page" in capsys.readouterr().out
     text = out.read_text(encoding="utf-8")
-    assert text == table.render(table.read_reference(str(small)))
+    assert text == table.page(table.read_reference(str(small)))
+    assert text.startswith(f"{table.TITLE}\n\n") and "-output docs/options.md" in text.split("\n")[2]
+    assert text.endswith(table.render(table.read_reference(str(small))))
     assert re.search(r"\| `-train_src` \| same \| +\|", text)
     assert "| `-shuffle` | changed | shuffles |" in text
     assert f"| `-src_dir` | not supported | {UNSUPPORTED_OPTIONS['src_dir']} |" in text
@@ -209,6 +215,26 @@ def test_output_writes_the_markdown(table, small, tmp_path, capsys):
     assert "| `-debug` | new |" in text and "| `-lr_mult` | new |" in text
     assert "| `onmt_lite_preprocess` (1.x `preprocess.py`) | 3 | 1 | 1 | 1 |" in text
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    mtime = out.stat().st_mtime_ns
+    run(table, "-reference", small, "-output", out)
+    assert "up to date" in capsys.readouterr().out
+    assert out.stat().st_mtime_ns == mtime and out.read_text(encoding="utf-8") == text
+    out.write_text(text.replace("shuffles", "stale"), encoding="utf-8")
+    run(table, "-reference", small, "-output", out)
+    assert "wrote the options page" in capsys.readouterr().out
+    assert out.read_text(encoding="utf-8") == text
+
+
+def test_without_a_file_the_page_is_printed(table, small, capsys):
+    run(table, "-reference", small)
+    assert capsys.readouterr().out == table.page(table.read_reference(str(small)))
+
+
+def test_output_and_readme_together_are_refused(table, small, tmp_path, capsys):
+    err = fails(table, capsys, "-reference", small, "-output", tmp_path / "o.md",
+                "-readme", tmp_path / "R.md")
+    assert "-output or -readme" in err
+    assert not (tmp_path / "o.md").exists()
 
 
 def test_readme_replaces_only_the_marked_section(table, small, tmp_path, capsys):
