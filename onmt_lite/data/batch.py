@@ -1,4 +1,4 @@
-"""Batch: padded, time-major tensors of a group of examples (shapes as in DESIGN.md).
+"""Batch: padded, time-major tensors of a group of examples (shapes as in docs/architecture.md).
 
 A ``ShardView`` holds one loaded shard and cuts batches out of its flat id tensors with index
 arithmetic (no Python loop over the examples of a batch).

@@ -1,1 +1,1 @@
-"""The model: embeddings, RNN encoder, attention, RNN decoders, generators, and the builder."""
+"""The model: embeddings, RNN encoder, attention, RNN decoders, generators, the builder and checkpoints."""

@@ -1,1 +1,2 @@
-"""Training: the trainer, optimisers and schedules, checkpoints, statistics."""
+"""Training: the run (main.py), the trainer, optimisers and schedules, precision, several processes,
+early stopping, reports and validation scores."""

@@ -1,1 +1,2 @@
-"""Translation: search (greedy, sampling, beam), penalties, the Translator."""
+"""Translation: the Translator, search (greedy, sampling, beam), penalties, continuous batching and
+the fast paths of the CPU."""

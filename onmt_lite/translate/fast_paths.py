@@ -2,7 +2,7 @@
 
 | path | what it does | where it lives |
 | --- | --- | --- |
-| packed weights | the decoder's linear layers and fused cells on prepacked oneDNN weights | ``packed.py`` |
+| packed weights | every linear layer and the fused decoder cells on prepacked oneDNN weights | ``packed.py`` |
 | int8 (``-quantize int8``) | the linear and recurrent layers dynamically quantised | ``packed.py`` |
 | decoding streams | several searches side by side, each over its share of the batches | ``streams.py`` |
 | the allocator | glibc keeps freed memory instead of unmapping it (the commands only) | ``utils/memory.py`` |

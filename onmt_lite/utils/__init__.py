@@ -1,1 +1,2 @@
-"""Small helpers shared by every command: errors, atomic file output, logging."""
+"""Helpers below every other part: errors, atomic file output, logging, progress, plotting, metrics,
+top-k, the allocator."""
