@@ -1,0 +1,52 @@
+"""models/checkpoint.py: a checkpoint's options become the options that rebuild its model, in the
+one function training (-train_from) and translation share; the weights load into that model."""
+import argparse
+
+import pytest
+import torch
+
+from onmt_lite.models.checkpoint import build_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.opts import model_opts, option_defaults
+from onmt_lite.utils.errors import UserError
+from tests.model_helpers import VOCABS, make_model
+from tests.model_helpers import model_options as command_options
+
+
+def saved_options(*args):
+    return vars(command_options(*args))
+
+
+def test_translation_takes_every_saved_option_over_the_defaults_with_dropout_off():
+    saved = saved_options("-encoder_type", "brnn", "-dropout", "0.3", "-param_init", "0.05")
+    del saved["lambda_coverage"]  # a checkpoint of an earlier version lacks a later option
+    opt = model_options(saved, "ckpt.pt")
+    assert (opt.encoder_type, opt.rnn_size, opt.param_init, opt.dropout) == ("brnn", 8, 0.05, 0.0)
+    assert opt.lambda_coverage == option_defaults([model_opts])["lambda_coverage"]
+
+
+def test_translation_refuses_options_that_cannot_describe_a_model():
+    saved = saved_options()
+    del saved["rnn_size"]
+    with pytest.raises(UserError, match="ckpt.pt: checkpoint options lack rnn_size"):
+        model_options(saved, "ckpt.pt")
+
+
+def test_train_from_keeps_the_command_line_but_the_model_and_the_named_options():
+    saved = saved_options("-encoder_type", "brnn", "-learning_rate", "0.5", "-train_steps", "10")
+    command = command_options("-rnn_size", "16", "-learning_rate", "0.1", "-train_steps", "99")
+    opt = model_options(saved, "ckpt.pt", onto=command)
+    assert (opt.encoder_type, opt.rnn_size) == ("brnn", 8)  # the architecture is the checkpoint's
+    assert (opt.learning_rate, opt.train_steps) == (0.1, 99)  # the rest is this command's
+    assert model_options(saved, "ckpt.pt", onto=command, also=["learning_rate"]).learning_rate == 0.5
+    assert command.rnn_size == 16  # the command's options are not changed in place
+
+
+def test_a_checkpoint_rebuilds_its_model_with_the_same_weights():
+    model, opt = make_model("-copy_attn", "-coverage_attn")
+    checkpoint = build_checkpoint(model, VOCABS, vars(opt), 7, None, None, None)
+    rebuilt = model_from_checkpoint(model_options(checkpoint["opt"], "ckpt.pt"), VOCABS, checkpoint, "ckpt.pt")
+    for (name, a), (_, b) in zip(model.state_dict().items(), rebuilt.state_dict().items()):
+        assert torch.equal(a.float(), b.float()), name
+    other = argparse.Namespace(**{**vars(model_options(checkpoint["opt"], "ckpt.pt")), "rnn_size": 10})
+    with pytest.raises(UserError, match="ckpt.pt: "):
+        model_from_checkpoint(other, VOCABS, checkpoint, "ckpt.pt")
