@@ -10,8 +10,12 @@ import os
 from onmt_lite.utils.errors import UserError, where
 
 
+BOM = "\ufeff"  # a byte order mark some editors put at the start of a UTF-8 file
+
+
 def read_lines(path):
-    """Yield ``(line_number, text)`` for each line of a UTF-8 file (line numbers from 1)."""
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file (line numbers from 1); a byte
+    order mark at the start of the file is not part of the first line's text."""
     try:
         f = open(path, "rb")
     except OSError as err:
@@ -26,6 +30,8 @@ def read_lines(path):
                     f"{err.start + 1})") from None
             if "\x00" in text:
                 raise UserError(f"{where(path, lineno)}: contains a NUL byte")
+            if lineno == 1 and text.startswith(BOM):
+                text = text[len(BOM):]
             yield lineno, text
 
 

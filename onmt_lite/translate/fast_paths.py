@@ -27,15 +27,18 @@ def on_cpu(device) -> bool:
     return torch.device(device).type == "cpu"
 
 
+MAX_PACKED_ROWS = 4096  # oneDNN cannot pack for some millions of rows; a bigger hint gains nothing
+
+
 def decoding_rows(batch_size: int, batch_type: str = "sents", beam_width: int = 1) -> tuple:
-    """``(rows, multiple)``: the rows the decoder multiplies at each step (sentences x beam), to pack
-    the weights for, and what their count is padded to a multiple of. Token batches hold no fixed
-    number of sentences: 64 rows, padded to multiples of ``ROW_BUCKET``. A beam search's rows are
-    whole beams but for the first step of examples that join (a row each): padded to the beam width,
-    they are padded only then."""
+    """``(rows, multiple)``: the rows the decoder multiplies at each step (sentences x beam, at most
+    ``MAX_PACKED_ROWS``), to pack the weights for, and what their count is padded to a multiple of.
+    Token batches hold no fixed number of sentences: 64 rows, padded to multiples of ``ROW_BUCKET``.
+    A beam search's rows are whole beams but for the first step of examples that join (a row each):
+    padded to the beam width, they are padded only then."""
     if batch_type != "sents":
         return 64, ROW_BUCKET
-    return batch_size * beam_width, beam_width if beam_width > 1 else ROW_BUCKET
+    return min(batch_size * beam_width, MAX_PACKED_ROWS), beam_width if beam_width > 1 else ROW_BUCKET
 
 
 def prepare_model(model, device, quantize: str = "none", rows=None):

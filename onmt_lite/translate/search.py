@@ -12,11 +12,13 @@ An example joins with one row in the stepper: its K beams would be alike until i
 the stepper computes that step once, and the reorder after it gives the example its K rows.
 """
 import dataclasses
+import math
 
 import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
 from onmt_lite.translate.stepper import pad_to
+from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.topk import row_positions, top_k, top_k_with_offsets
 
 NEG_INF = float("-inf")
@@ -40,6 +42,30 @@ class SearchOptions:
     sampling_temp: float = 1.0
     sampling: bool = False
     attention: bool = True  # keep each hypothesis's attention (else Hypothesis.attention is {})
+
+    def __post_init__(self):
+        """The checks the command line makes, for the library too: a UserError naming the field."""
+        whole = {"beam_size": 1, "n_best": 1, "min_length": 0, "max_length": 1, "block_ngram_repeat": 0,
+                 "sampling_topk": 0}
+        for name, least in whole.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise UserError(f"{name} must be a whole number of at least {least} (got {value!r})")
+        for name in ("ratio", "alpha", "beta", "sampling_temp"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or math.isnan(value):
+                raise UserError(f"{name} must be a number (got {value!r})")
+        if self.ratio < 0 or self.sampling_temp <= 0:
+            raise UserError(f"ratio must be at least 0 and sampling_temp above 0 (got {self.ratio}, "
+                            f"{self.sampling_temp})")
+        if not all(math.isfinite(getattr(self, name)) for name in ("alpha", "beta")):
+            raise UserError(f"alpha and beta must be finite (got {self.alpha}, {self.beta})")
+        for name, allowed in (("length_penalty", ("none", "wu", "avg")),
+                              ("coverage_penalty", ("none", "wu", "summary"))):
+            if getattr(self, name) not in allowed:
+                raise UserError(f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})")
+        if not self.sampling and self.n_best > self.beam_size:
+            raise UserError(f"n_best {self.n_best} is larger than beam_size {self.beam_size}")
 
     @property
     def beam_width(self):
@@ -235,7 +261,7 @@ class Search:
     def _finish(self, state, tokens, finished):
         """Move ended rows into ``finished``; returns the mask of ended rows ``[B x K]``."""
         ended = (tokens == self.eos) | (state.lengths() >= state.max_lengths).unsqueeze(1)
-        ended &= state.scores > NEG_INF
+        ended &= state.scores != NEG_INF  # a row already ended is -inf; a NaN score still ends
         if not ended.any():
             return ended
         b, k = ended.nonzero().unbind(1)
@@ -278,8 +304,8 @@ class Search:
     def _max_lengths(self, src_lengths):
         """The most tokens each example may produce: -max_length, or less with -ratio."""
         max_lengths = torch.full_like(src_lengths, self.opts.max_length)
-        if self.opts.ratio > 0:
-            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil().long().clamp(min=1)
+        if self.opts.ratio > 0:  # bounded as floats: an infinite ratio is no bound, not an overflow
+            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil().clamp(1, self.opts.max_length).long()
             max_lengths = torch.minimum(max_lengths, ratio_lengths)
         return max_lengths
 

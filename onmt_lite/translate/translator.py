@@ -108,6 +108,10 @@ class Translator:
                  replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
                  batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
                  device="cpu", fork_streams: bool = False):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise UserError(f"batch_size must be a whole number of at least 1 (got {batch_size!r})")
+        if batch_type not in ("sents", "tokens"):
+            raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
         self.models, self.vocabs = models, vocabs
         self.search_options = search if search is not None else SearchOptions()
         self.copy = models[0].decoder.copy_attn
@@ -152,6 +156,9 @@ class Translator:
         by side, each over its share of the batches (``fast_paths.decoding_streams``); the results
         are the same.
         """
+        for name, lines in (("sources", sources), ("targets", targets)):
+            if isinstance(lines, str) or (lines is not None and not all(isinstance(x, str) for x in lines)):
+                raise TypeError(f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})")
         inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
@@ -180,10 +187,11 @@ class Translator:
                 for batch in inputs.batches(self.batch_size, self.batch_type):
                     self._gold(batch.to(self.device), results)
         for result in results:
-            if not result.hypotheses:  # an empty source line
-                result.hypotheses, result.scores, result.log_probs = [""], [0.0], [0.0]
-                result.tokens, result.attention = [[]], [None]
-                result.copy_attention, result.p_copy = [None], [None]
+            if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
+                n = self.search_options.n_best
+                result.hypotheses, result.scores, result.log_probs = [""] * n, [0.0] * n, [0.0] * n
+                result.tokens, result.attention = [[] for _ in range(n)], [None] * n
+                result.copy_attention, result.p_copy = [None] * n, [None] * n
         return results
 
     def _stepper(self, batch):

@@ -64,3 +64,11 @@ def test_sentencepiece_tokenizer(tmp_path):
     assert "".join(pieces).replace("\u2581", " ").strip() == "the house"
     with pytest.raises(UserError, match="not found"):
         Tokenizer(str(tmp_path / "none.model"))
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes("\ufeffh e l l o\nw o r l d\n\ufeffx\n".encode("utf-8"))
+    lines = [text for _, text in read_lines(path)]
+    assert lines == ["h e l l o\n", "w o r l d\n", "\ufeffx\n"]  # only the file's start is a BOM
+    assert Tokenizer()(lines[0])[0] == "h"

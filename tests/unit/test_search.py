@@ -229,3 +229,20 @@ def test_coverage_penalty_ranking_equals_brute_force(stepwise):
         assert [h.tokens for h in nbest[example]] == [t for _, t in expected]
         for hyp, (score, _) in zip(nbest[example], expected):
             assert hyp.score == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_nan_scores_still_end_at_the_maximum_length(beam):
+    """A model whose weights hold NaN gives NaN log-probabilities: every row still ends by
+    -max_length (a NaN score is not a finished one, nor -inf), and the search returns."""
+    table = torch.full((2, V, 6, V), float("nan"))
+    nbest = Search(SearchOptions(beam_size=beam, n_best=1, max_length=5), BOS, EOS).run(
+        MarkovStepper(table, 2), 2, torch.tensor([3, 3]))
+    assert [len(hyps) for hyps in nbest] == [1, 1]
+    assert all(len(hyps[0].tokens) <= 5 for hyps in nbest)
+
+
+@pytest.mark.parametrize("ratio,expected", [(float("inf"), MAX), (1.0, 2), (0.5, 1)])
+def test_ratio_bounds_the_length_and_an_infinite_one_is_no_bound(ratio, expected):
+    search = Search(SearchOptions(max_length=MAX, ratio=ratio), BOS, EOS)
+    assert search._max_lengths(torch.tensor([2, 2])).tolist() == [expected, expected]
