@@ -149,6 +149,8 @@ def restore_model(model, checkpoint, path):
         if value.shape != expected[key].shape:
             raise UserError(f"{path}: {key} has shape {tuple(value.shape)}, the model's options give "
                             f"{tuple(expected[key].shape)}")
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise UserError(f"{path}: {key} holds NaN or infinite values (a diverged training run?)")
     model.load_state_dict(state)
 
 

@@ -15,6 +15,9 @@ class NonFiniteError(ArithmeticError):
     """A NaN or infinite loss or gradient: the step is not applied."""
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def parse_lr_mult(specs):
     """``["encoder.*=0.1", ...]`` -> ``[("encoder.*", 0.1), ...]``."""
     parsed = []
@@ -24,8 +27,8 @@ def parse_lr_mult(specs):
             value = float(factor)
         except ValueError:
             value = None
-        if not sep or not pattern or value is None or value < 0:
-            raise UserError(f"-lr_mult {spec}: expected PATTERN=FACTOR with a factor >= 0")
+        if not sep or not pattern or value is None or not 0 <= value < math.inf:
+            raise UserError(f"-lr_mult {spec}: expected PATTERN=FACTOR with a finite factor >= 0")
         parsed.append((pattern, value))
     return parsed
 
@@ -110,6 +113,10 @@ class Optimizer:
 
     def __init__(self, model, opt, model_size):
         self.groups = parameter_groups(model, parse_lr_mult(opt.lr_mult), opt.freeze)
+        for group in self.groups:  # checked before step 1: the optimizer holds its rates as float32
+            if not opt.learning_rate * group["lr_mult"] <= FLOAT32_MAX:
+                raise UserError(f"-learning_rate {opt.learning_rate:g} times -lr_mult {group['lr_mult']:g} "
+                                f"({group['names'][0]}, ...) is beyond float32's range")
         self.base_lr, self.max_grad_norm = opt.learning_rate, opt.max_grad_norm
         self.schedule = Schedule(opt.decay_method, opt.learning_rate_decay, opt.start_decay_steps,
                                  opt.decay_steps, opt.warmup_steps, model_size)

@@ -164,9 +164,14 @@ class TrainingRun:
                 if self.is_main:
                     self.reporter.training(step, report_stats, lr)
                 report_stats = Statistics()
-            stop = self.valid_batches is not None and step % opt.valid_steps == 0 and self.validate(step)
+            validating = self.valid_batches is not None and step % opt.valid_steps == 0
+            if validating:
+                self._check_weights(step)  # nothing is validated or saved from weights out of float range
+            stop = validating and self.validate(step)
             received = signals.received if self.dist is None else int(self.dist.max(signals.received))
             save = step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or received
+            if save and not validating:
+                self._check_weights(step)
             if save and self.is_main:
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
             if received:
@@ -177,6 +182,16 @@ class TrainingRun:
                 logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
                 break
         return step
+
+    def _check_weights(self, step):
+        """A UserError if a weight is NaN or infinite (a learning rate or an update out of float
+        range): the checkpoints on disk stay the last good ones."""
+        bad = [name for name, p in self.trainer.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            last = self._last_checkpoint() or self.opt.train_from or "none was written"
+            raise UserError(f"step {step}: {len(bad)} weight tensor(s) hold NaN or infinite values "
+                            f"({', '.join(bad[:3])}); training stopped without saving them (last good "
+                            f"checkpoint: {last})")
 
     def _last_checkpoint(self):
         return self.writer.last_path() if self.writer is not None else None

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import preprocess_in_process, run_cli, step_losses
+from tests.helpers import TINY_MODEL, preprocess_in_process, run_cli, step_losses, train_in_process
 
 # Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.
 MODEL = ["-rnn_size", 128, "-word_vec_size", 64, "-layers", 1, "-batch_size", 8, "-optim", "adam",
@@ -159,6 +159,58 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_check
     assert match.group(4) == expected_last
     for path in saved.values():
         assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
+
+
+def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(data, tmp_path, monkeypatch):
+    """An update that leaves a weight infinite while the step's loss was finite (here an optimizer
+    step made to do so at step 3): training stops before saving those weights, naming the last
+    checkpoint written, which holds finite weights."""
+    from onmt_lite.train.optim import Optimizer
+    from onmt_lite.utils.errors import UserError
+
+    step = Optimizer.step
+
+    def overflowing_step(self, *args, **kwargs):
+        step(self, *args, **kwargs)
+        if self.decay_step == 3:
+            with torch.no_grad():
+                self.params[0][0] = float("inf")
+
+    monkeypatch.setattr(Optimizer, "step", overflowing_step)
+    prefix = str(tmp_path / "m")
+    with pytest.raises(UserError) as error:
+        train_in_process(data, prefix, *TINY_MODEL, "-train_steps", 6, "-save_checkpoint_steps", 1, "-seed", 1)
+    expected = (rf"step 3: 1 weight tensor\(s\) hold NaN or infinite values \(\S+\); training stopped "
+                rf"without saving them \(last good checkpoint: {re.escape(prefix)}_step_2.pt\)")
+    assert re.fullmatch(expected, str(error.value)), str(error.value)
+    assert sorted(checkpoints(prefix)) == [1, 2]
+    for path in checkpoints(prefix).values():
+        assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values()), path
+
+
+def test_a_learning_rate_beyond_float_range_is_refused_before_step_1(data, tmp_path):
+    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-train_steps", 2,
+                     "-learning_rate", 1e10, "-lr_mult", "*=1e38")
+    assert result.returncode == 2
+    assert "times -lr_mult 1e+38" in result.stderr and "beyond float32's range" in result.stderr
+    assert "Traceback" not in result.stderr and not glob.glob(str(tmp_path / "m*"))
+    nan_mult = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-lr_mult", "*=nan")
+    assert nan_mult.returncode == 2 and "expected PATTERN=FACTOR with a finite factor" in nan_mult.stderr
+
+
+def test_a_checkpoint_holding_nan_weights_is_refused_by_translation(data, tmp_path):
+    prefix = str(tmp_path / "m")
+    train(data, prefix, "-train_steps", 1)
+    checkpoint = load_checkpoint(f"{prefix}_step_1.pt")
+    name = next(iter(checkpoint["model"]))
+    checkpoint["model"][name][0] = float("nan")
+    torch.save(checkpoint, tmp_path / "nan.pt")
+    source = tmp_path / "src.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    result = run_cli("translate", "-model", tmp_path / "nan.pt", "-src", source, "-output", tmp_path / "out.txt")
+    assert result.returncode == 2
+    assert f"nan.pt: {name} holds NaN or infinite values" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out.txt").exists()
 
 
 class _MakesAFile:
