@@ -78,7 +78,7 @@ def build_vocabs(opt, src_tok, tgt_tok, limits):
 
 def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, opt, staged):
     """Write the shards of one corpus into ``staged``; returns (CorpusStats, number of shards)."""
-    stats = CorpusStats()
+    stats, vocab = CorpusStats(), shards.vocab_id(vocabs[0].to_plain(), vocabs[1].to_plain())
     pairs = with_progress(tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats), stats, src_path,
                           corpus_type)
     examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict, keep_target=corpus_type == "valid")
@@ -93,11 +93,11 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, op
             logger.info(f"{corpus_type}: {stats.read} lines read")
         if len(chunk) == opt.shard_size:
             n_shards += 1
-            staged.save(shards.make_shard(chunk), shards.shard_path(opt.save_data, corpus_type, n_shards))
+            staged.save(shards.make_shard(chunk, vocab), shards.shard_path(opt.save_data, corpus_type, n_shards))
             chunk = []
     if chunk:
         n_shards += 1
-        staged.save(shards.make_shard(chunk), shards.shard_path(opt.save_data, corpus_type, n_shards))
+        staged.save(shards.make_shard(chunk, vocab), shards.shard_path(opt.save_data, corpus_type, n_shards))
     if stats.kept == 0:
         raise UserError(f"{src_path}: no {corpus_type} pairs left ({stats.summary()})")
     return stats, n_shards
@@ -105,6 +105,7 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, op
 
 def vocab_record(src_vocab, tgt_vocab, opt, counts):
     return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
+            "vocab_id": shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()),
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
             "lower": bool(opt.lower), "src_spm": opt.src_spm, "tgt_spm": opt.tgt_spm, "counts": counts}
 

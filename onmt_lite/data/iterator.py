@@ -65,10 +65,12 @@ class BatchIterator:
         batch_size, batch_type ("sents" or "tokens"), pool_factor: as in ``pooled_batches``.
         shuffle: shuffle examples and batches (with ``seed``, per epoch and shard).
         repeat: start a new epoch after the last shard (training) instead of stopping.
+        vocab: the vocab file's ``vocab_id``: every shard must hold ids of those vocabularies.
     """
 
     def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False):
+                 seed=0, repeat=False, vocab=None):
+        self.vocab = vocab
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
         self.epoch, self.shard_index, self.batch_index = 0, 0, 0
@@ -88,7 +90,7 @@ class BatchIterator:
     def __iter__(self):
         while True:
             while self.shard_index < len(self.paths):
-                view = ShardView(load_shard(self.paths[self.shard_index]))
+                view = ShardView(load_shard(self.paths[self.shard_index], self.vocab))
                 batches = self._shard_batches(view)
                 while self.batch_index < len(batches):
                     ids = batches[self.batch_index]

@@ -7,9 +7,12 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
     , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words' target-vocabulary
     ids laid out one example after another (0 where the target vocabulary lacks the word);
-    validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training).
+    validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training);
+    ``vocab_id``: the ``vocab_id`` of the vocabularies whose ids they hold (as the vocab file's).
 """
 import glob
+import hashlib
+import json
 import os
 import re
 
@@ -46,9 +49,18 @@ def _flat(seqs):
     return torch.tensor(flat, dtype=torch.long), torch.tensor([len(s) for s in seqs], dtype=torch.long)
 
 
-def make_shard(examples):
-    """Pack a list of example dicts (``src``, ``tgt``, ``index`` id lists; copy fields optional)."""
+def vocab_id(src_words, tgt_words):
+    """A digest of both word lists: the shards of one preprocessing run carry their vocab file's, so
+    that shards of a run with other vocabularies are refused instead of read as other words."""
+    return hashlib.sha256(json.dumps([list(src_words), list(tgt_words)]).encode("utf-8")).hexdigest()[:16]
+
+
+def make_shard(examples, vocab=None):
+    """Pack a list of example dicts (``src``, ``tgt``, ``index`` id lists; copy fields optional);
+    ``vocab``, a ``vocab_id``, ties the shard to its vocabularies."""
     shard = {"format": SHARD_FORMAT}
+    if vocab is not None:
+        shard["vocab_id"] = vocab
     shard["src"], shard["src_lengths"] = _flat([ex["src"] for ex in examples])
     shard["tgt"], shard["tgt_lengths"] = _flat([ex["tgt"] for ex in examples])
     shard["indices"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
@@ -74,9 +86,13 @@ REQUIRED_KEYS = ("src", "src_lengths", "tgt", "tgt_lengths", "indices")
 COPY_KEYS = ("src_map", "alignment", "src_ex_vocab", "src_ex_tgt_ids")
 
 
-def load_shard(path):
-    """A shard, checked for the keys batching needs."""
+def load_shard(path, vocab=None):
+    """A shard, checked for the keys batching needs and, given the vocab file's ``vocab_id``
+    (``vocab``), for holding ids of those vocabularies."""
     shard = load_plain(path, SHARD_FORMAT, "data shard")
+    if vocab is not None and shard.get("vocab_id") != vocab:
+        raise UserError(f"{path}: its ids index other vocabularies than the vocab file's (a shard of another "
+                        f"preprocessing run); preprocess the data again into one -save_data")
     needed = REQUIRED_KEYS + (COPY_KEYS if "src_map" in shard else ())
     missing = [key for key in needed if key not in shard]
     if missing:

@@ -130,7 +130,7 @@ def train(opt, dist=None):
     optim.log_groups(logger.info)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
-                               seed=opt.seed, repeat=True)
+                               seed=opt.seed, repeat=True, vocab=record.get("vocab_id"))
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:
@@ -145,7 +145,8 @@ def train(opt, dist=None):
                                                           "precision": trainer.precision.state_dict()}, record)
 
     def valid_batches():
-        return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor)
+        return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor,
+                             vocab=record.get("vocab_id"))
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")

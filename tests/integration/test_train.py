@@ -139,3 +139,20 @@ def test_training_continues_from_a_checkpoint_without_training_state(data, tmp_p
                                 "-train_from", tmp_path / "released.pt")
     assert any("holds weights only" in line for line in lines)
     assert torch.load(tmp_path / "m_step_3.pt", weights_only=True)["step"] == 3
+
+
+@pytest.mark.parametrize("corpus_type", ["train", "valid"])
+def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpus_type):
+    """Shards hold ids into their run's vocabularies: a shard of a run with other vocabularies is
+    refused naming the file, instead of training on ids that mean other words."""
+    for name in ("small", "full", "same"):
+        (tmp_path / name).mkdir()
+    small = preprocess_in_process(str(tmp_path / "small"), "-src_vocab_size", 5, "-tgt_vocab_size", 5)
+    full = preprocess_in_process(str(tmp_path / "full"))
+    same = preprocess_in_process(str(tmp_path / "same"))  # the same vocabularies: its shards are welcome
+    os.replace(f"{same}.{corpus_type}.1.pt", f"{full}.{corpus_type}.1.pt")
+    args = [*TINY_MODEL, "-train_steps", 2, "-valid_steps", 1]
+    assert run_cli("train", "-data", full, "-save_model", tmp_path / "ok", *args).returncode == 0
+    os.replace(f"{small}.{corpus_type}.1.pt", f"{full}.{corpus_type}.1.pt")
+    message = error_of(run_cli("train", "-data", full, "-save_model", tmp_path / "m", *args))
+    assert f"{full}.{corpus_type}.1.pt: its ids index other vocabularies than the vocab file's" in message
