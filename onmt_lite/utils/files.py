@@ -142,6 +142,10 @@ class StagedOutputs:
     def save(self, obj, final):
         _write_bytes(self.path_for(final), _serialize(obj), final)
 
+    def write_text(self, text, final):
+        """Stage the UTF-8 text file ``final``."""
+        _write_bytes(self.path_for(final), text.encode("utf-8"), final)
+
     def final_paths(self):
         return [final for _, final in self._staged]
 

@@ -171,6 +171,25 @@ def test_extract_embeddings_writes_the_checkpoint_tables(trained, tmp_path):
         assert torch.equal(torch.tensor([[float(v) for v in r[1:]] for r in rows]), weight)
 
 
+def test_extract_embeddings_writes_into_the_current_directory_by_default(trained, tmp_path, monkeypatch):
+    _, ckpt = trained
+    monkeypatch.chdir(tmp_path)
+    run("extract_embeddings", "-model", ckpt, "-gpu", -1)  # OpenNMT-py 1.x's command line
+    assert sorted(os.listdir(tmp_path)) == ["src_embeddings.txt", "tgt_embeddings.txt"]
+    words = [line.split()[0] for line in (tmp_path / "tgt_embeddings.txt").read_text(encoding="utf-8").splitlines()]
+    assert words == load_checkpoint(ckpt)["vocab"]["tgt"]
+
+
+def test_extract_embeddings_refuses_an_output_dir_that_is_a_file_before_loading(tmp_path, capsys):
+    not_dir = write_lines(tmp_path / "f.txt", ["x"])
+    err = fails(capsys, "extract_embeddings", "-model", tmp_path / "absent.pt", "-output_dir", not_dir)
+    assert f"-output_dir {not_dir}: not a directory" in err
+    (tmp_path / "d" / "src_embeddings.txt").mkdir(parents=True)
+    err = fails(capsys, "extract_embeddings", "-model", tmp_path / "absent.pt", "-output_dir", tmp_path / "d")
+    assert "src_embeddings.txt is a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["d", "f.txt"] and os.listdir(tmp_path / "d") == ["src_embeddings.txt"]
+
+
 # --- embeddings_to_torch.py -----------------------------------------------------------------------
 
 def read_vectors(path):
