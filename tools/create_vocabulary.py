@@ -15,7 +15,7 @@ from onmt_lite.data.corpus import read_lines
 from onmt_lite.data.vocab import SPECIALS
 from onmt_lite.opts import OptionParser, add, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_directory, write_text
+from onmt_lite.utils.files import require_file_path, write_text
 
 PROG = "create_vocabulary.py"
 
@@ -53,7 +53,7 @@ def ranked_words(counter, size=0, min_frequency=1):
 def main(argv: list[str] | None = None) -> None:
     """Run create_vocabulary.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
-    require_directory(opt.out_file, "-out_file")
+    require_file_path(opt.out_file, "-out_file")
     counter = count_files(opt.file)
     words = ranked_words(counter, opt.size, opt.min_frequency)
     if not words:

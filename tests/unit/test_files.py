@@ -110,3 +110,14 @@ def test_staged_text_files_appear_together(tmp_path):
         assert not os.path.exists(tmp_path / "a.txt")
         staged.commit()
     assert (tmp_path / "a.txt").read_bytes() == "é\n".encode("utf-8")
+
+
+def test_require_file_path_refuses_a_directory(tmp_path):
+    from onmt_lite.utils.files import require_file_path
+
+    assert require_file_path(str(tmp_path / "out.pt"), "-output") == str(tmp_path)
+    for path in (str(tmp_path), str(tmp_path / "new") + os.sep):
+        with pytest.raises(UserError, match=r"-output .*: is a directory; give the path of a file"):
+            require_file_path(path, "-output")
+    with pytest.raises(UserError, match="does not exist"):
+        require_file_path(str(tmp_path / "missing" / "out.pt"), "-output")

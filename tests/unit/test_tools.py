@@ -73,6 +73,15 @@ def test_bleu_refuses_different_line_counts(tmp_path, capsys):
     assert "-tokenize" in fails(capsys, "bleu", "-hyp", hyp, "-ref", hyp, "-tokenize", "moses")
 
 
+def test_bleu_refuses_empty_files_in_one_line(tmp_path, capsys):
+    empty = write_lines(tmp_path / "e.txt", [])
+    err = fails(capsys, "bleu", "-hyp", empty, "-ref", empty, "-metrics", "BLEU", "chrF", "TER")
+    assert "e.txt: the hypothesis file is empty" in err
+    blank = write_lines(tmp_path / "b.txt", ["", ""])  # empty lines are sentences: scored
+    run("bleu", "-hyp", blank, "-ref", blank)
+    assert " = 0.00 " in capsys.readouterr().out
+
+
 # --- average_models.py -----------------------------------------------------------------------------
 
 def fake_checkpoint(path, scale, step, vocab=("<unk>", "<blank>", "<s>", "</s>", "a")):
@@ -108,6 +117,26 @@ def test_average_refuses_mismatches(tmp_path, capsys):
     err = fails(capsys, "average_models", "-models", a, tmp_path / "c.pt", "-output", tmp_path / "o.pt")
     assert "model tensor w has shape (3, 2)" in err
     assert not os.path.exists(tmp_path / "o.pt")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("release_model", ["-model", "absent.pt", "-output"]),
+    ("average_models", ["-models", "absent.pt", "absent.pt", "-output"]),
+    ("create_vocabulary", ["-file", "absent.txt", "-out_file"]),
+])
+def test_an_output_that_is_a_directory_is_refused_before_any_work(tmp_path, capsys, name, args):
+    (tmp_path / "out").mkdir()
+    for output in (tmp_path / "out", f"{tmp_path}/new/"):
+        err = fails(capsys, name, *args, output)
+        assert f"{args[-1]} {output}: is a directory" in err  # not the missing input: nothing was read
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out") == []
+
+
+def test_spm_train_refuses_an_output_that_is_a_directory(tmp_path, capsys):
+    (tmp_path / "sp.vocab").mkdir()
+    err = fails(capsys, "spm_train", "-input", "absent.txt", "-model_prefix", tmp_path / "sp", "-vocab_size", 8)
+    assert "sp.vocab is a directory" in err
+    assert os.listdir(tmp_path) == ["sp.vocab"]
 
 
 # --- tools on a real (tiny) checkpoint -----------------------------------------------------------
