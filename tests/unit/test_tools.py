@@ -272,6 +272,56 @@ def test_embeddings_to_torch_refuses_ragged_lines(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "o.enc.pt")
 
 
+def small_dict_file(tmp_path):
+    dict_file = str(tmp_path / "d.vocab.pt")
+    save_tensors({"format": VOCAB_FORMAT, "src": list(SPECIALS) + ["a", "b"], "tgt": list(SPECIALS) + ["b", "c"]},
+                 dict_file)
+    return dict_file
+
+
+def test_embeddings_to_torch_emb_file_both_as_in_the_1x_faq(tmp_path, capsys):
+    emb = write_lines(tmp_path / "both.txt", ["b 1 2", "c 3 4", "a 5 6", "zz 7 8"])
+    run("embeddings_to_torch", "-emb_file_both", emb, "-dict_file", small_dict_file(tmp_path),
+        "-output_file", tmp_path / "o", "-verbose")
+    out = capsys.readouterr().out
+    assert "enc: found 2 of 6" in out and "dec: found 2 of 6" in out and "enc: not found: <unk>" in out
+    assert "not found: a" not in out and "not found: c" not in out
+    enc, dec = (torch.load(tmp_path / f"o.{side}.pt", weights_only=True) for side in ("enc", "dec"))
+    assert torch.equal(enc[4:], torch.tensor([[5.0, 6.0], [1.0, 2.0]])) and not enc[:4].any()
+    assert torch.equal(dec[4:], torch.tensor([[1.0, 2.0], [3.0, 4.0]])) and not dec[:4].any()
+
+
+def test_embeddings_to_torch_skip_lines_and_word2vec_type(tmp_path):
+    dict_file = small_dict_file(tmp_path)
+    w2v = write_lines(tmp_path / "w2v.txt", ["comment line", "2 3", "a 1 2 3", "c 4 5 6"])
+    run("embeddings_to_torch", "-emb_file_both", w2v, "-dict_file", dict_file, "-output_file", tmp_path / "w",
+        "-skip_lines", 1, "-type", "word2vec")
+    dec = torch.load(tmp_path / "w.dec.pt", weights_only=True)
+    assert dec.shape == (6, 3) and torch.equal(dec[5], torch.tensor([4.0, 5.0, 6.0]))
+    glove = write_lines(tmp_path / "g.txt", ["# a header", "of two lines", "a 1 2 3"])
+    run("embeddings_to_torch", "-emb_file_enc", glove, "-emb_file_dec", glove, "-dict_file", dict_file,
+        "-output_file", tmp_path / "g", "-skip_lines", 2, "-type", "GloVe")
+    assert torch.equal(torch.load(tmp_path / "g.enc.pt", weights_only=True)[4], torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_embeddings_to_torch_refusals_name_the_options(tmp_path, capsys):
+    dict_file = small_dict_file(tmp_path)
+    emb = write_lines(tmp_path / "e.txt", ["a 1 2"])
+    out = ["-dict_file", dict_file, "-output_file", tmp_path / "o"]
+    assert "-emb_file_both" in fails(capsys, "embeddings_to_torch", *out)
+    assert "-emb_file_both" in fails(capsys, "embeddings_to_torch", "-emb_file_enc", emb, *out)
+    assert "not both ways" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-emb_file_enc", emb, *out)
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-type", "word2vec", *out)
+    assert "e.txt:1: -type word2vec: expected the header 'COUNT DIM'" in err
+    assert "-type" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-type", "fasttext", *out)
+    assert "after the first 1 lines" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb,
+                                              "-skip_lines", 1, *out)
+    (tmp_path / "o.dec.pt").mkdir()
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_both", tmp_path / "absent.txt", *out)
+    assert "o.dec.pt: is a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["d.vocab.pt", "e.txt", "o.dec.pt"]
+
+
 # --- create_vocabulary.py --------------------------------------------------------------------------
 
 def test_create_vocabulary_counts_and_orders(tmp_path):
