@@ -344,6 +344,31 @@ def test_create_vocabulary_refuses_bad_input(tmp_path, capsys):
     assert "-size" in fails(capsys, "create_vocabulary", "-file", bad, "-out_file", tmp_path / "v", "-size", "-1")
 
 
+def test_create_vocabulary_from_a_preprocessed_vocab_field(trained, tmp_path, capsys):
+    prefix, _ = trained
+    saved = torch.load(f"{prefix}.vocab.pt", weights_only=True)
+    for side in ("src", "tgt"):
+        out = tmp_path / f"{side}.txt"
+        run("create_vocabulary", "-file_type", "field", "-file", f"{prefix}.vocab.pt", "-side", side, "-out_file", out)
+        assert out.read_text(encoding="utf-8") == "".join(f"{w}\n" for w in saved[side][len(SPECIALS):])
+        assert Vocab.from_file(str(out), 0).itos == saved[side]  # -src_vocab/-tgt_vocab give the same vocabulary
+    run("create_vocabulary", "-file_type", "field", "-file", f"{prefix}.vocab.pt", "-side", "src",
+        "-out_file", tmp_path / "s3.txt", "-size", 3)
+    assert (tmp_path / "s3.txt").read_text(encoding="utf-8").split() == saved["src"][4:7]
+    text = write_lines(tmp_path / "t.txt", ["a b"])
+    run("create_vocabulary", "-file_type", "text", "-file", text, "-out_file", tmp_path / "t.vocab", "-side", "src")
+    assert (tmp_path / "t.vocab").read_text(encoding="utf-8") == "a 1\nb 1\n"
+    vocab = f"{prefix}.vocab.pt"
+    field = ["create_vocabulary", "-file_type", "field", "-out_file", tmp_path / "x.txt"]
+    assert "needs -side src or -side tgt" in fails(capsys, *field, "-file", vocab)
+    assert "-side" in fails(capsys, *field, "-file", vocab, "-side", "both")
+    assert "reads one vocabulary file; got 2" in fails(capsys, *field, "-file", vocab, vocab, "-side", "src")
+    assert "-min_frequency" in fails(capsys, *field, "-file", vocab, "-side", "src", "-min_frequency", 2)
+    assert "t.txt" in fails(capsys, *field, "-file", text, "-side", "src")
+    assert "-file_type" in fails(capsys, "create_vocabulary", "-file_type", "json", "-file", text, "-out_file", "x")
+    assert not os.path.exists(tmp_path / "x.txt")
+
+
 # --- spm_train.py ----------------------------------------------------------------------------------
 
 def spm_corpus(tmp_path):
