@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_directory, save_tensors
+from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "average_models.py"
 PARTS = ("model", "generator")
@@ -82,7 +82,7 @@ def average_checkpoints(paths):
 def main(argv: list[str] | None = None) -> None:
     """Run average_models.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
-    require_directory(opt.output, "-output")
+    require_file_path(opt.output, "-output")
     save_tensors(average_checkpoints(opt.models), opt.output)
     print(f"averaged {len(opt.models)} checkpoints into {opt.output}")
 

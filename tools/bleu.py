@@ -46,6 +46,8 @@ def read_sentences(path):
 def read_inputs(hyp_path, ref_paths):
     """``(hypotheses, [references per file])``; every file must have the hypotheses' line count."""
     hyps = read_sentences(hyp_path)
+    if not hyps:
+        raise UserError(f"{hyp_path}: the hypothesis file is empty; there is nothing to score")
     refs = []
     for path in ref_paths:
         lines = read_sentences(path)

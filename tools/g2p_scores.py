@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     hypotheses, references = read_tokens(opt.hyp), read_tokens(opt.ref)
     if len(hypotheses) != len(references):
         raise UserError(f"{opt.hyp} has {len(hypotheses)} lines, {opt.ref} has {len(references)}")
+    if not references:
+        raise UserError(f"{opt.hyp} and {opt.ref} are empty; there is nothing to score")
     accuracy, per = scores(hypotheses, references)
     bleu = phone_bleu(hypotheses, references)
     print(f"word accuracy {accuracy:.2f}%, phone error rate {per:.2f}%, BLEU {bleu:.2f} over phones "

@@ -32,7 +32,7 @@ from onmt_lite.opts import (UNSUPPORTED_OPTIONS, OptionParser, add, config_opts,
                             train_opts, translate_opts)
 from onmt_lite.opts import build_parser as build_command_parser
 from onmt_lite.utils.errors import UserError, run_command, where
-from onmt_lite.utils.files import require_directory, write_text
+from onmt_lite.utils.files import require_file_path, write_text
 
 PROG = "options_table.py"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
             write_text(opt.readme, updated)
             print(f"updated the options table in {opt.readme}")
     elif opt.output:
-        require_directory(opt.output, "-output")
+        require_file_path(opt.output, "-output")
         text = page(reference)
         if _holds(opt.output, text):
             print(f"{opt.output} is up to date")

@@ -23,7 +23,7 @@ import re
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_directory
+from onmt_lite.utils.files import require_file_path
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 
 PROG = "plot_training.py"
@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run plot_training.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     require_matplotlib(PROG)
+    require_file_path(opt.output, "-output")
     logs = [(path, read_log(path)) for path in opt.log]
-    require_directory(opt.output, "-output")
     save_png(draw(logs), opt.output)
     print(f"plotted {len(logs)} log(s) into {opt.output}")
 

@@ -23,7 +23,7 @@ import sys
 
 from onmt_lite.opts import OptionParser, add, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import write_text
+from onmt_lite.utils.files import StagedOutputs
 
 PROG = "prepare_cmudict.py"
 WORD_RE = re.compile(r"^[a-z][a-z']*$")
@@ -103,13 +103,27 @@ def split_words(words, seed=1234, valid_size=2000, test_size=2000, max_train=0):
     return {"train": train, "valid": valid, "test": test}
 
 
-def write_split(output_dir, split, words, prons, keep_stress=False):
-    """Write ``src-<split>.txt`` and ``tgt-<split>.txt``; return their two paths."""
+def split_path(output_dir, side, split):
+    return os.path.join(output_dir, f"{side}-{split}.txt")
+
+
+def check_output_dir(output_dir):
+    """A UserError, before any work, if ``-output_dir`` is a file or one of the six files a directory."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise UserError(f"-output_dir {output_dir}: not a directory")
+    for split in SPLITS:
+        for side in ("src", "tgt"):
+            if os.path.isdir(split_path(output_dir, side, split)):
+                raise UserError(f"-output_dir {output_dir}: {split_path(output_dir, side, split)} is a directory")
+
+
+def write_split(staged, output_dir, split, words, prons, keep_stress=False):
+    """Stage ``src-<split>.txt`` and ``tgt-<split>.txt`` in ``staged``; return their two paths."""
     examples = [to_example(word, prons[word], keep_stress) for word in words]
     paths = []
     for side, index in (("src", 0), ("tgt", 1)):
-        path = os.path.join(output_dir, f"{side}-{split}.txt")
-        write_text(path, "".join(example[index] + "\n" for example in examples))
+        path = split_path(output_dir, side, split)
+        staged.write_text("".join(example[index] + "\n" for example in examples), path)
         paths.append(path)
     return paths
 
@@ -119,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the tool on ``argv`` (default: ``sys.argv[1:]``) and return 0; a problem is one
     ``prepare_cmudict.py: error: ...`` line on stderr and exit status 2."""
     opt = parse(build_parser(), argv)
+    check_output_dir(opt.output_dir)
     prons = select_entries(load_entries())
     try:
         splits = split_words(list(prons), opt.seed, opt.valid_size, opt.test_size, opt.max_train)
@@ -128,8 +143,11 @@ def main(argv: list[str] | None = None) -> None:
         os.makedirs(opt.output_dir, exist_ok=True)
     except OSError as err:
         raise UserError(f"-output_dir {opt.output_dir}: cannot create ({err.strerror})") from None
-    for split in SPLITS:
-        src, tgt = write_split(opt.output_dir, split, splits[split], prons, opt.keep_stress)
+    with StagedOutputs() as staged:  # the six files appear together, or none
+        written = {split: write_split(staged, opt.output_dir, split, splits[split], prons, opt.keep_stress)
+                   for split in SPLITS}
+        staged.commit()
+    for split, (src, tgt) in written.items():
         print(f"{split}: {len(splits[split])} words -> {src} {tgt}")
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import run_command
-from onmt_lite.utils.files import require_directory, save_tensors
+from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "release_model.py"
 TRAINING_STATE = ("optim", "rng", "data", "trainer")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     # imported after parsing, so that -h does not load torch
     from onmt_lite.models.checkpoint import load_checkpoint
 
-    require_directory(opt.output, "-output")
+    require_file_path(opt.output, "-output")
     checkpoint = load_checkpoint(opt.model)  # map_location="cpu"
     save_tensors(release(checkpoint, opt.fp16), opt.output)
     print(f"released {opt.model} as {opt.output}" + (" (float16)" if opt.fp16 else ""))

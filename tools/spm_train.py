@@ -65,11 +65,14 @@ def train(inputs, prefix, vocab_size, model_type="unigram", character_coverage=1
 def main(argv: list[str] | None = None) -> None:
     """Run spm_train.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
+    require_directory(opt.model_prefix, "-model_prefix")
+    for suffix in SUFFIXES:
+        if os.path.isdir(opt.model_prefix + suffix):
+            raise UserError(f"-model_prefix {opt.model_prefix}: {opt.model_prefix + suffix} is a directory")
     for path in opt.input:  # sentencepiece's own errors name neither the file nor the line
         n_text_lines = sum(bool(text.strip()) for _, text in read_lines(path))  # checks every line
         if not n_text_lines:
             raise UserError(f"{path}: no text to train on (the file is empty or has only empty lines)")
-    require_directory(opt.model_prefix, "-model_prefix")
     for path in train(opt.input, opt.model_prefix, opt.vocab_size, opt.model_type, opt.character_coverage):
         print(path)
 

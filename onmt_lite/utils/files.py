@@ -52,6 +52,15 @@ def require_directory(path, option):
     return directory
 
 
+def require_file_path(path, option):
+    """``require_directory`` for the path of one file to write: also a UserError naming ``option`` if
+    ``path`` is a directory or ends with a path separator (so that a command refuses it before any
+    work, rather than failing at the final rename)."""
+    if str(path).endswith(("/", os.sep)) or os.path.isdir(path):
+        raise UserError(f"{option} {path}: is a directory; give the path of a file")
+    return require_directory(path, option)
+
+
 def _write_bytes(tmp, data, final):
     """Write ``data`` to ``tmp`` and flush it to disk; a UserError naming ``final`` on failure."""
     try:
@@ -141,6 +150,10 @@ class StagedOutputs:
 
     def save(self, obj, final):
         _write_bytes(self.path_for(final), _serialize(obj), final)
+
+    def write_text(self, text, final):
+        """Stage the UTF-8 text file ``final``."""
+        _write_bytes(self.path_for(final), text.encode("utf-8"), final)
 
     def final_paths(self):
         return [final for _, final in self._staged]

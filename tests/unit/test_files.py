@@ -102,3 +102,22 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_and_nothing_else(tmp_p
     removed = remove_stale_temporaries(str(tmp_path / "m_step_*.pt"))
     assert sorted(removed) == sorted(map(str, stale))
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in keep)
+
+
+def test_staged_text_files_appear_together(tmp_path):
+    with StagedOutputs() as staged:
+        staged.write_text("é\n", str(tmp_path / "a.txt"))
+        assert not os.path.exists(tmp_path / "a.txt")
+        staged.commit()
+    assert (tmp_path / "a.txt").read_bytes() == "é\n".encode("utf-8")
+
+
+def test_require_file_path_refuses_a_directory(tmp_path):
+    from onmt_lite.utils.files import require_file_path
+
+    assert require_file_path(str(tmp_path / "out.pt"), "-output") == str(tmp_path)
+    for path in (str(tmp_path), str(tmp_path / "new") + os.sep):
+        with pytest.raises(UserError, match=r"-output .*: is a directory; give the path of a file"):
+            require_file_path(path, "-output")
+    with pytest.raises(UserError, match="does not exist"):
+        require_file_path(str(tmp_path / "missing" / "out.pt"), "-output")

