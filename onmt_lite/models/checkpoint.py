@@ -109,6 +109,20 @@ def load_checkpoint(path):
     missing = [k for k in ("model", "generator", "vocab", "opt", "step") if k not in checkpoint]
     if missing:
         raise UserError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    for key in ("model", "generator"):
+        state = checkpoint[key]
+        wrong = [name for name, value in state.items() if not isinstance(value, torch.Tensor)] \
+            if isinstance(state, dict) else [key]
+        if wrong:
+            raise UserError(f"{path}: checkpoint's {key} weights hold entries that are not tensors ({wrong[0]})")
+    vocab = checkpoint["vocab"]
+    if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), list) and
+                                            all(isinstance(w, str) for w in vocab[side]) for side in ("src", "tgt"))):
+        raise UserError(f"{path}: checkpoint's vocab is not a src and a tgt list of words")
+    if not isinstance(checkpoint["opt"], dict):
+        raise UserError(f"{path}: checkpoint's opt is not a dict of options")
+    if isinstance(checkpoint["step"], bool) or not isinstance(checkpoint["step"], int):
+        raise UserError(f"{path}: checkpoint's step is not a whole number")
     return checkpoint
 
 

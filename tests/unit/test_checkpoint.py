@@ -50,3 +50,23 @@ def test_a_checkpoint_rebuilds_its_model_with_the_same_weights():
     other = argparse.Namespace(**{**vars(model_options(checkpoint["opt"], "ckpt.pt")), "rnn_size": 10})
     with pytest.raises(UserError, match="ckpt.pt: "):
         model_from_checkpoint(other, VOCABS, checkpoint, "ckpt.pt")
+
+
+@pytest.mark.parametrize("corrupt,match", [
+    (lambda c: c["model"].update({"encoder.extra": "a string"}), "model weights hold entries that are not tensors"),
+    (lambda c: c.update({"generator": [1, 2]}), "generator weights hold entries that are not tensors"),
+    (lambda c: c["vocab"].update({"tgt": "abc"}), "vocab is not a src and a tgt list of words"),
+    (lambda c: c.update({"opt": ["-rnn_size", 8]}), "opt is not a dict of options"),
+    (lambda c: c.update({"step": "7"}), "step is not a whole number")])
+def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path, corrupt, match):
+    from onmt_lite.models.checkpoint import load_checkpoint
+    from onmt_lite.utils.files import save_tensors
+
+    model, opt = make_model()
+    checkpoint = build_checkpoint(model, VOCABS, vars(opt), 7, None, None, None)
+    save_tensors(checkpoint, str(tmp_path / "good.pt"))
+    assert load_checkpoint(str(tmp_path / "good.pt"))["step"] == 7
+    corrupt(checkpoint)
+    save_tensors(checkpoint, str(tmp_path / "bad.pt"))
+    with pytest.raises(UserError, match=f"bad.pt: checkpoint's {match}"):
+        load_checkpoint(str(tmp_path / "bad.pt"))
