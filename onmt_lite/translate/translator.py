@@ -122,12 +122,14 @@ class Translator:
 
     @classmethod
     def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
-        """A Translator of the checkpoints ``paths``. ``kwargs`` are ``SearchOptions`` fields
-        (``beam_size=5``, ``n_best``, ...) and the keyword arguments of ``__init__``."""
+        """A Translator of the checkpoints ``paths`` (a list: several make an ensemble; or one path).
+        ``kwargs`` are ``SearchOptions`` fields (``beam_size=5``, ``n_best``, ...) and the keyword
+        arguments of ``__init__``."""
+        paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
         rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width)
-        models, vocabs, preprocess = load_models(list(paths), torch.device(device), quantize, rows)
+        models, vocabs, preprocess = load_models(paths, torch.device(device), quantize, rows)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess=preprocess, search=search, device=device, **rest)
 

@@ -1,5 +1,6 @@
 """onmt_lite_translate end to end on models trained here on the reversal task."""
 import os
+import pathlib
 import threading
 
 import pytest
@@ -196,6 +197,8 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     src, tgt = lines(m["src"]), lines(m["tgt"])
     plain_results = Translator.load([m["model"]]).translate(src)
     plain = [r.hypotheses[0] for r in plain_results]
+    one_path = Translator.load(pathlib.Path(m["model"])).translate(src[:3])  # one path, not a list of them
+    assert [r.hypotheses for r in one_path] == [r.hypotheses for r in plain_results[:3]]
     assert sum("<unk>" in h for h in plain) > len(src) / 2
     replaced = [r.hypotheses[0] for r in Translator.load([m["model"]], replace_unk=True).translate(src)]
     assert not any("<unk>" in h for h in replaced)
