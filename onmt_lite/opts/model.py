@@ -1,5 +1,5 @@
 """Options of the model (onmt_lite_train; a checkpoint carries them)."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _model_embeddings_opts(parser):
@@ -72,6 +72,7 @@ def _model_attention_and_generator_opts(parser):
     add(group, "param_init_glorot", action="store_true", help="Glorot (Xavier) initialisation of matrices")
 
 
+@opennmt_py_1x_command("train")
 def model_opts(parser):
     """Embeddings, encoder and decoder, attention and generator."""
     _model_embeddings_opts(parser)

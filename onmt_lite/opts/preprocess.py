@@ -1,7 +1,8 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least, opennmt_py_1x_command
 
 
+@opennmt_py_1x_command("preprocess")
 def preprocess_opts(parser):
     add(compatibility_group(parser), "data_type", default="text", type=choice(
         "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),

@@ -1,5 +1,5 @@
 """Options of onmt_lite_train (besides the model options)."""
-from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _general_opts(parser):
@@ -93,6 +93,7 @@ def _optimization_opts(parser):
         help="Label smoothing: this much probability mass spread over the vocabulary")
 
 
+@opennmt_py_1x_command("train")
 def train_opts(parser):
     """General, batches and steps, optimization."""
     _general_opts(parser)

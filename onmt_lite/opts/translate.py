@@ -1,5 +1,5 @@
 """Options of onmt_lite_translate."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _model_and_data_opts(parser):
@@ -72,6 +72,7 @@ def _efficiency_and_logging_opts(parser):
     add(group, "log_file", default="", help="Also write the log to this file")
 
 
+@opennmt_py_1x_command("translate")
 def translate_opts(parser):
     """Model and data, search, efficiency and logging."""
     _model_and_data_opts(parser)
