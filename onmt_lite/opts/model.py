@@ -4,7 +4,7 @@ from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, in
 
 def _model_embeddings_opts(parser):
     add(compatibility_group(parser), "model_type", default="text", type=choice(
-        "model_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        "model_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Model: embeddings")
     add(group, "word_vec_size", type=int, default=-1, help="Word embedding size for both sides, if > 0")
@@ -24,11 +24,16 @@ def _model_embeddings_opts(parser):
 def _model_encoder_and_decoder_opts(parser):
     group = parser.add_argument_group("Model: encoder and decoder")
     add(group, "encoder_type", default="rnn", type=choice(
-        "encoder_type", ["rnn", "brnn"], dict.fromkeys(
-            ["transformer", "cnn", "mean", "img", "audio"], "onmt_lite has RNN encoders only")),
+        "encoder_type", ["rnn", "brnn"], {
+            "transformer": "Transformer encoders are not implemented",
+            "cnn": "convolutional (CNN) encoders are not implemented",
+            "mean": "the mean encoder is not implemented",
+            "ggnn": "the GGNN (graph) encoder is not implemented",
+            **dict.fromkeys(["img", "audio"], "image and audio encoders are not supported: text only")}),
         help="rnn (unidirectional) or brnn (bidirectional: -rnn_size is split over the directions)")
     add(group, "decoder_type", default="rnn", type=choice(
-        "decoder_type", ["rnn"], dict.fromkeys(["transformer", "cnn"], "onmt_lite has RNN decoders only")),
+        "decoder_type", ["rnn"], {"transformer": "Transformer decoders are not implemented",
+                                  "cnn": "convolutional (CNN) decoders are not implemented"}),
         help="Decoder type")
     add(group, "layers", type=int, default=-1, help="Layers of encoder and decoder, if > 0")
     add(group, "enc_layers", type=int_at_least(1), default=2, help="Encoder layers")

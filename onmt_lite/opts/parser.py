@@ -12,50 +12,60 @@ from onmt_lite.utils.errors import UserError, set_debug
 from onmt_lite.utils.files import write_text
 from onmt_lite.utils.logging import log_when_ready
 
-# OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user.
+# OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
+# reason says what the option is for in 1.x and that onmt_lite lacks that (tests/unit/test_opts.py
+# checks that unrelated options do not share a reason).
+TRANSFORMER_ONLY = "a Transformer option: onmt_lite has no Transformer encoder or decoder"
+GUIDED_ALIGNMENT = "guided alignment (Garg et al. 2019, with Transformer alignment heads) is not supported"
 UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
     **dict.fromkeys(
-        ["train_ids", "train_align", "valid_align", "data_ids", "data_weights"],
+        ["train_ids", "data_ids", "data_weights"],
         "one training corpus per run; several weighted corpora are not supported"),
+    **dict.fromkeys(
+        ["train_align", "valid_align"],
+        "word alignments as training data (for guided alignment) are not supported"),
     **dict.fromkeys(
         ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
         "source word features are not supported"),
+    "position_encoding": "sinusoidal position encodings in the embeddings are not supported (1.x's "
+                         "Transformer and CNN models need them; RNNs do not)",
     **dict.fromkeys(
-        ["position_encoding", "heads", "transformer_ff", "max_relative_positions", "self_attn_type",
-         "aan_useffn", "lambda_align", "alignment_layer", "alignment_heads",
-         "full_context_alignment", "cnn_kernel_width", "context_gate"],
-        "onmt_lite has RNN encoders and decoders only"),
+        ["heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
+         "attention_dropout"],
+        TRANSFORMER_ONLY),
+    **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
+                    GUIDED_ALIGNMENT),
+    "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
+    "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
     "vocab_size_multiple": "vocabulary padding to a multiple is not supported",
-    "num_threads": "preprocessing runs in one process; the option has no effect here",
-    "subword_prefix": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
-    "subword_prefix_is_joiner": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
+    "num_threads": "shards are built one after another (1.x could build several in parallel)",
+    **dict.fromkeys(
+        ["subword_prefix", "subword_prefix_is_joiner"],
+        "these build the word-start masks of source noising (BART-style), which is not supported"),
     "log_file_level": "the log file records INFO and above",
-    "brnn": "use -encoder_type brnn",
-    "epochs": "use -train_steps",
-    "single_pass": "training runs for -train_steps steps",
-    "queue_size": "batches are produced in the training process",
-    "gpu_verbose_level": "not needed",
-    "average_decay": "exponential moving averages of weights are not supported",
-    "average_every": "exponential moving averages of weights are not supported",
-    "exp_host": "Crayon logging is not supported (use -tensorboard)",
-    "exp": "Crayon logging is not supported (use -tensorboard)",
-    "dropout_steps": "dropout is fixed during training",
-    "attention_dropout": "onmt_lite has RNN encoders and decoders only",
+    "brnn": "deprecated in 1.x; use -encoder_type brnn",
+    "epochs": "deprecated in 1.x; use -train_steps",
+    "single_pass": "a single pass over the data is not supported; training runs for -train_steps steps",
+    "queue_size": "batches are produced in the training process (no producer queue)",
+    "gpu_verbose_level": "per-process GPU logging is not supported",
+    **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
+    **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
+    "dropout_steps": "dropout is fixed during training (one -dropout value)",
     "dump_beam": "beam dumps are not supported",
-    "fp32": "translation runs in the model's precision",
-    "max_sent_length": "use -max_length",
+    "fp32": "translation runs in the model's precision (no forced float32)",
+    "max_sent_length": "deprecated in 1.x; use -max_length",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
         "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported"),
     **dict.fromkeys(
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
-        "the GGNN (graph) encoder is not part of onmt_lite (RNN encoders only)"),
-    "src_vocab": "the vocabularies come from -data (this is the GGNN encoder's option in training)",
+        "a GGNN option: the GGNN (graph) encoder is not implemented"),
+    "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
     **dict.fromkeys(
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
@@ -65,7 +75,7 @@ UNSUPPORTED_OPTIONS = {
     "shard_size": "translation does not split -src into shards",
     **dict.fromkeys(
         ["report_align", "align_debug"],
-        "guided alignment (transformer alignment heads) is not supported; -attn_debug logs the attention"),
+        "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),
 }
 
 

@@ -14,7 +14,7 @@ def _model_and_data_opts(parser):
         help="Average an ensemble's probabilities instead of its log-probabilities")
     compatibility = compatibility_group(parser)
     add(compatibility, "data_type", default="text", type=choice(
-        "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(compatibility, name, action="store_true",

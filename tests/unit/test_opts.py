@@ -106,7 +106,8 @@ def test_unsupported_opennmt_option_is_refused_by_name(capsys):
 
 
 def test_unsupported_value_is_refused_with_reason(capsys):
-    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys, "does not support -data_type img (image input)")
+    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys,
+                  "does not support -data_type img (onmt_lite reads text only)")
 
 
 def test_out_of_range_value_is_refused(capsys):
@@ -171,3 +172,59 @@ def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, exp
     assert {action.dest for action in group._group_actions} == expected
     assert "no effect" in group.description
     assert "OpenNMT-py 1.x compatibility:" in command.format_help()
+
+
+def unsupported_sharing_the_reason_of(name):
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    return {other for other, reason in UNSUPPORTED_OPTIONS.items() if reason == UNSUPPORTED_OPTIONS[name]}
+
+
+@pytest.mark.parametrize("name,family,words", [
+    ("context_gate", {"context_gate"}, "context gates"),
+    ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
+    ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
+    ("heads", {"heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
+               "attention_dropout"}, "Transformer"),
+    ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
+     "guided alignment"),
+    ("position_encoding", {"position_encoding"}, "position encodings"),
+    ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
+    ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
+    ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
+    ("num_threads", {"num_threads"}, "shards"),
+])
+def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
+    """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
+    one; -train_align is alignment data, not a weighted corpus."""
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    assert unsupported_sharing_the_reason_of(name) == family
+    assert words in UNSUPPORTED_OPTIONS[name]
+
+
+def test_no_reason_says_rnn_only():
+    """'RNN encoders and decoders only' was the reason given for an RNN decoder option (and is no longer
+    true of the encoders)."""
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    assert not [name for name, reason in UNSUPPORTED_OPTIONS.items() if "RNN encoders" in reason]
+
+
+@pytest.mark.parametrize("option,value,reason", [
+    ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
+    ("encoder_type", "transformer", "Transformer encoders are not implemented"),
+    ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
+    ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
+    ("decoder_type", "transformer", "Transformer decoders are not implemented"),
+    ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
+    ("model_type", "vec", "onmt_lite reads text only"),
+])
+def test_unsupported_model_types_are_refused_with_their_reason(option, value, reason, capsys):
+    from onmt_lite.opts import model_opts, train_opts
+
+    with pytest.raises(SystemExit) as exc:
+        parse(build_parser("prog", [config_opts, model_opts, train_opts]), ["-data", "d", f"-{option}", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"does not support -{option} {value} ({reason})" in err
