@@ -24,13 +24,14 @@ def _model_embeddings_opts(parser):
 def _model_encoder_and_decoder_opts(parser):
     group = parser.add_argument_group("Model: encoder and decoder")
     add(group, "encoder_type", default="rnn", type=choice(
-        "encoder_type", ["rnn", "brnn"], {
+        "encoder_type", ["rnn", "brnn", "mean"], {
             "transformer": "Transformer encoders are not implemented",
             "cnn": "convolutional (CNN) encoders are not implemented",
-            "mean": "the mean encoder is not implemented",
             "ggnn": "the GGNN (graph) encoder is not implemented",
             **dict.fromkeys(["img", "audio"], "image and audio encoders are not supported: text only")}),
-        help="rnn (unidirectional) or brnn (bidirectional: -rnn_size is split over the directions)")
+        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions) or mean "
+             "(no recurrence: the memory bank is the source embeddings and the decoder starts from their "
+             "mean; needs -src_word_vec_size equal to -rnn_size)")
     add(group, "decoder_type", default="rnn", type=choice(
         "decoder_type", ["rnn"], {"transformer": "Transformer decoders are not implemented",
                                   "cnn": "convolutional (CNN) decoders are not implemented"}),
