@@ -161,6 +161,7 @@ class OptionParser(configargparse.ArgumentParser):
     refused, naming them; a prefix of an option that onmt_lite refuses is refused with the reason.
     Only 1.x names are abbreviated: onmt_lite's own options (and every option of a parser without a
     1.x command, such as the tools') must be spelled in full, and so must the keys of a -config file.
+    An exact onmt_lite option name is never read as an abbreviation (``-gpu`` in training, ``-out``).
     """
 
     def __init__(self, prog, description=None, opennmt_py_1x_command=None):
