@@ -61,7 +61,8 @@ CHANGED = {
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "encoder_type": "`rnn` or `brnn`; `transformer`, `cnn`, `mean` and `ggnn` are refused",
+    "encoder_type": "`rnn`, `brnn` or `mean` (`mean` needs -src_word_vec_size equal to -rnn_size); "
+                    "`transformer`, `cnn` and `ggnn` are refused",
     "decoder_type": "only `rnn`; `transformer` and `cnn` are refused",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
     "global_attention": "`dot`, `general` or `mlp`; `none` is refused",

@@ -10,6 +10,7 @@ import torch.nn as nn
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator
 from onmt_lite.models.embeddings import Embeddings
+from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
@@ -45,6 +46,10 @@ def model_dims(opt):
                         "the decoder starts from the encoder's final state (add -bridge)")
     if opt.encoder_type == "brnn" and dims.enc_rnn % 2:
         raise UserError(f"-encoder_type brnn needs an even -rnn_size (got {dims.enc_rnn})")
+    if opt.encoder_type == "mean" and dims.src_emb != dims.dec_rnn:
+        raise UserError(f"-encoder_type mean needs -src_word_vec_size ({dims.src_emb}) equal to -rnn_size "
+                        f"({dims.dec_rnn}): its memory bank and final state are the source embeddings "
+                        "(set -word_vec_size and -rnn_size to one value)")
     if opt.share_decoder_embeddings and dims.tgt_emb != dims.dec_rnn:
         raise UserError(f"-share_decoder_embeddings needs -tgt_word_vec_size ({dims.tgt_emb}) "
                         f"equal to -rnn_size ({dims.dec_rnn})")
@@ -61,6 +66,15 @@ def build_embeddings(opt, dims, vocabs):
             raise UserError("-share_embeddings needs equal source and target word vector sizes")
         return src, src
     return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout)
+
+
+def build_encoder(opt, dims, embeddings):
+    """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean."""
+    bridge_layers = dims.dec_layers if opt.bridge else None
+    if opt.encoder_type == "mean":
+        return MeanEncoder(opt.rnn_type, dims.enc_layers, embeddings, bridge_layers=bridge_layers)
+    return RNNEncoder(opt.rnn_type, opt.encoder_type == "brnn", dims.enc_layers, dims.enc_rnn,
+                      opt.dropout, embeddings, bridge_layers=bridge_layers)
 
 
 def build_decoder(opt, dims, embeddings):
@@ -93,8 +107,7 @@ def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     check_options(opt)
     dims = model_dims(opt)
     src_emb, tgt_emb = build_embeddings(opt, dims, vocabs)
-    encoder = RNNEncoder(opt.rnn_type, opt.encoder_type == "brnn", dims.enc_layers, dims.enc_rnn,
-                         opt.dropout, src_emb, bridge_layers=dims.dec_layers if opt.bridge else None)
+    encoder = build_encoder(opt, dims, src_emb)
     decoder = build_decoder(opt, dims, tgt_emb)
     if opt.copy_attn:
         generator = CopyGenerator(dims.dec_rnn, len(vocabs["tgt"]))

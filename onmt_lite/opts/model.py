@@ -1,10 +1,10 @@
 """Options of the model (onmt_lite_train; a checkpoint carries them)."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _model_embeddings_opts(parser):
     add(compatibility_group(parser), "model_type", default="text", type=choice(
-        "model_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        "model_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Model: embeddings")
     add(group, "word_vec_size", type=int, default=-1, help="Word embedding size for both sides, if > 0")
@@ -24,11 +24,17 @@ def _model_embeddings_opts(parser):
 def _model_encoder_and_decoder_opts(parser):
     group = parser.add_argument_group("Model: encoder and decoder")
     add(group, "encoder_type", default="rnn", type=choice(
-        "encoder_type", ["rnn", "brnn"], dict.fromkeys(
-            ["transformer", "cnn", "mean", "img", "audio"], "onmt_lite has RNN encoders only")),
-        help="rnn (unidirectional) or brnn (bidirectional: -rnn_size is split over the directions)")
+        "encoder_type", ["rnn", "brnn", "mean"], {
+            "transformer": "Transformer encoders are not implemented",
+            "cnn": "convolutional (CNN) encoders are not implemented",
+            "ggnn": "the GGNN (graph) encoder is not implemented",
+            **dict.fromkeys(["img", "audio"], "image and audio encoders are not supported: text only")}),
+        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions) or mean "
+             "(no recurrence: the memory bank is the source embeddings and the decoder starts from their "
+             "mean; needs -src_word_vec_size equal to -rnn_size)")
     add(group, "decoder_type", default="rnn", type=choice(
-        "decoder_type", ["rnn"], dict.fromkeys(["transformer", "cnn"], "onmt_lite has RNN decoders only")),
+        "decoder_type", ["rnn"], {"transformer": "Transformer decoders are not implemented",
+                                  "cnn": "convolutional (CNN) decoders are not implemented"}),
         help="Decoder type")
     add(group, "layers", type=int, default=-1, help="Layers of encoder and decoder, if > 0")
     add(group, "enc_layers", type=int_at_least(1), default=2, help="Encoder layers")
@@ -72,6 +78,7 @@ def _model_attention_and_generator_opts(parser):
     add(group, "param_init_glorot", action="store_true", help="Glorot (Xavier) initialisation of matrices")
 
 
+@opennmt_py_1x_command("train")
 def model_opts(parser):
     """Embeddings, encoder and decoder, attention and generator."""
     _model_embeddings_opts(parser)

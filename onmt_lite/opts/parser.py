@@ -1,57 +1,71 @@
-"""The option parser: -name and --name spellings, YAML configs, one-line errors, unsupported options."""
+"""The option parser: -name and --name spellings, 1.x abbreviations, YAML configs, one-line errors,
+unsupported options."""
 import argparse
+import re
 import sys
 
 import configargparse
 import yaml
 
+from onmt_lite.opts.opennmt_py_1x import OPENNMT_PY_1X_OPTIONS
 from onmt_lite.utils.errors import UserError, set_debug
 from onmt_lite.utils.files import write_text
+from onmt_lite.utils.logging import log_when_ready
 
-# OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user.
+# OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
+# reason says what the option is for in 1.x and that onmt_lite lacks that (tests/unit/test_opts.py
+# checks that unrelated options do not share a reason).
+TRANSFORMER_ONLY = "a Transformer option: onmt_lite has no Transformer encoder or decoder"
+GUIDED_ALIGNMENT = "guided alignment (Garg et al. 2019, with Transformer alignment heads) is not supported"
 UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
     **dict.fromkeys(
-        ["train_ids", "train_align", "valid_align", "data_ids", "data_weights"],
+        ["train_ids", "data_ids", "data_weights"],
         "one training corpus per run; several weighted corpora are not supported"),
+    **dict.fromkeys(
+        ["train_align", "valid_align"],
+        "word alignments as training data (for guided alignment) are not supported"),
     **dict.fromkeys(
         ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
         "source word features are not supported"),
+    "position_encoding": "sinusoidal position encodings in the embeddings are not supported (1.x's "
+                         "Transformer and CNN models need them; RNNs do not)",
     **dict.fromkeys(
-        ["position_encoding", "heads", "transformer_ff", "max_relative_positions", "self_attn_type",
-         "aan_useffn", "lambda_align", "alignment_layer", "alignment_heads",
-         "full_context_alignment", "cnn_kernel_width", "context_gate"],
-        "onmt_lite has RNN encoders and decoders only"),
+        ["heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
+         "attention_dropout"],
+        TRANSFORMER_ONLY),
+    **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
+                    GUIDED_ALIGNMENT),
+    "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
+    "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
     "vocab_size_multiple": "vocabulary padding to a multiple is not supported",
-    "num_threads": "preprocessing runs in one process; the option has no effect here",
-    "subword_prefix": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
-    "subword_prefix_is_joiner": "subword joiner handling is not supported; use -src_spm/-tgt_spm",
+    "num_threads": "shards are built one after another (1.x could build several in parallel)",
+    **dict.fromkeys(
+        ["subword_prefix", "subword_prefix_is_joiner"],
+        "these build the word-start masks of source noising (BART-style), which is not supported"),
     "log_file_level": "the log file records INFO and above",
-    "brnn": "use -encoder_type brnn",
-    "epochs": "use -train_steps",
-    "single_pass": "training runs for -train_steps steps",
-    "queue_size": "batches are produced in the training process",
-    "gpu_verbose_level": "not needed",
-    "average_decay": "exponential moving averages of weights are not supported",
-    "average_every": "exponential moving averages of weights are not supported",
-    "exp_host": "Crayon logging is not supported (use -tensorboard)",
-    "exp": "Crayon logging is not supported (use -tensorboard)",
-    "dropout_steps": "dropout is fixed during training",
-    "attention_dropout": "onmt_lite has RNN encoders and decoders only",
+    "brnn": "deprecated in 1.x; use -encoder_type brnn",
+    "epochs": "deprecated in 1.x; use -train_steps",
+    "single_pass": "a single pass over the data is not supported; training runs for -train_steps steps",
+    "queue_size": "batches are produced in the training process (no producer queue)",
+    "gpu_verbose_level": "per-process GPU logging is not supported",
+    **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
+    **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
+    "dropout_steps": "dropout is fixed during training (one -dropout value)",
     "dump_beam": "beam dumps are not supported",
-    "fp32": "translation runs in the model's precision",
-    "max_sent_length": "use -max_length",
+    "fp32": "translation runs in the model's precision (no forced float32)",
+    "max_sent_length": "deprecated in 1.x; use -max_length",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
         "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported"),
     **dict.fromkeys(
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
-        "the GGNN (graph) encoder is not part of onmt_lite (RNN encoders only)"),
-    "src_vocab": "the vocabularies come from -data (this is the GGNN encoder's option in training)",
+        "a GGNN option: the GGNN (graph) encoder is not implemented"),
+    "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
     **dict.fromkeys(
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
@@ -61,7 +75,7 @@ UNSUPPORTED_OPTIONS = {
     "shard_size": "translation does not split -src into shards",
     **dict.fromkeys(
         ["report_align", "align_debug"],
-        "guided alignment (transformer alignment heads) is not supported; -attn_debug logs the attention"),
+        "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),
 }
 
 
@@ -125,10 +139,32 @@ def float_in(low, high):
     return parse
 
 
-class OptionParser(configargparse.ArgumentParser):
-    """configargparse with YAML configs, one-line errors (exit 2) and no abbreviations."""
+def opennmt_py_1x_command(command):
+    """Mark an option group (a function such as ``train_opts``) as part of OpenNMT-py 1.x's ``command``
+    (preprocess, train or translate): a parser built with it matches that command's abbreviations."""
+    def mark(add_group):
+        add_group.opennmt_py_1x_command = command
+        return add_group
+    return mark
 
-    def __init__(self, prog, description=None):
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a value, not an option
+
+
+class OptionParser(configargparse.ArgumentParser):
+    """configargparse with YAML configs, one-line errors (exit 2) and OpenNMT-py 1.x's abbreviations.
+
+    ``opennmt_py_1x_command`` (preprocess, train or translate; ``build_parser`` sets it from the option
+    groups) names the 1.x command whose abbreviations the parser accepts, as 1.x's argparse did: a
+    prefix of exactly one of that command's 1.x option names (``-beam`` for ``-beam_size``), on the
+    command line, is read as the full name and logged once at INFO. A prefix of several 1.x names is
+    refused, naming them; a prefix of an option that onmt_lite refuses is refused with the reason.
+    Only 1.x names are abbreviated: onmt_lite's own options (and every option of a parser without a
+    1.x command, such as the tools') must be spelled in full, and so must the keys of a -config file.
+    An exact onmt_lite option name is never read as an abbreviation (``-gpu`` in training, ``-out``).
+    """
+
+    def __init__(self, prog, description=None, opennmt_py_1x_command=None):
         super().__init__(
             prog=prog,
             description=description,
@@ -136,13 +172,63 @@ class OptionParser(configargparse.ArgumentParser):
             formatter_class=argparse.HelpFormatter,
             allow_abbrev=False,
         )
+        self.opennmt_py_1x_command = opennmt_py_1x_command
         self.add_argument("-debug", "--debug", action="store_true",
                           help="On an error, print the Python traceback as well as the one-line message")
 
     def _get_option_tuples(self, option_string):
         # argparse (3.11) matches single-dash abbreviations even with allow_abbrev=False:
-        # "-src_vocab_s 5" would set -src_vocab_size. Only exact option names are accepted.
+        # "-src_vocab_s 5" would match onmt_lite's own names. Abbreviations are expanded by
+        # expand_abbreviations before argparse sees the arguments, against 1.x's names only.
         return []
+
+    def parse_known_args(self, args=None, namespace=None, **kwargs):
+        args = sys.argv[1:] if args is None else [args] if isinstance(args, str) else list(args)
+        return super().parse_known_args(self.expand_abbreviations(args), namespace, **kwargs)
+
+    def abbreviated_name(self, token):
+        """The 1.x option name that ``token`` (``-name``, ``--name`` or ``--name=value``) abbreviates,
+        or None when it is no abbreviation (an exact name, a value, or a prefix of no 1.x name);
+        exits (status 2) when it is ambiguous."""
+        names = OPENNMT_PY_1X_OPTIONS.get(self.opennmt_py_1x_command, ())
+        option = token.split("=", 1)[0]
+        if (not names or not option.startswith("-") or option in ("-", "--") or " " in token
+                or option in self._option_string_actions or _NEGATIVE_NUMBER.match(token)):
+            return None
+        bare = option[2:] if option.startswith("--") else option[1:]
+        if bare in names:
+            return None
+        matches = [name for name in names if name.startswith(bare)]
+        if len(matches) > 1:
+            self.error(f"ambiguous option: -{bare} could match {', '.join('-' + m for m in matches)} "
+                       f"(OpenNMT-py 1.x option names); give more of the name")
+        return matches[0] if matches else None
+
+    def expand_abbreviations(self, args):
+        """``args`` with each abbreviated 1.x option name replaced by the full name (see the class)."""
+        expanded, notes = [], []
+        for i, token in enumerate(args):
+            if token == "--":
+                return expanded + list(args[i:])
+            name = self.abbreviated_name(token)
+            if name is None:
+                expanded.append(token)
+                continue
+            option, sep, value = token.partition("=")
+            if f"-{name}" not in self._option_string_actions:
+                if name in UNSUPPORTED_OPTIONS:
+                    self.error(f"option {option} (read as -{name}) is not supported by onmt_lite: "
+                               f"{UNSUPPORTED_OPTIONS[name]}")
+                expanded.append(token)
+                continue
+            dashes = "--" if option.startswith("--") else "-"
+            expanded.append(f"{dashes}{name}{sep}{value}")
+            note = f"{option} read as {dashes}{name}"
+            if note not in notes:
+                notes.append(note)
+        for note in notes:
+            log_when_ready(note)
+        return expanded
 
     def error(self, message):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
@@ -172,7 +258,8 @@ def config_opts(parser):
 
 def build_parser(prog, groups, description=None):
     """A parser for ``prog`` holding the option ``groups`` (functions such as ``preprocess_opts``)."""
-    parser = OptionParser(prog, description)
+    commands = {getattr(add_group, "opennmt_py_1x_command", None) for add_group in groups} - {None}
+    parser = OptionParser(prog, description, commands.pop() if len(commands) == 1 else None)
     for add_group in groups:
         add_group(parser)
     return parser
@@ -206,6 +293,11 @@ def _refuse_unknown(parser, unknown):
         name = token.lstrip("-").split("=", 1)[0]
         if token.startswith("-") and name in UNSUPPORTED_OPTIONS:
             parser.error(f"option -{name} is not supported by onmt_lite: {UNSUPPORTED_OPTIONS[name]}")
+    for token in unknown:  # the command line's abbreviations are expanded: these come from a -config file
+        full = parser.abbreviated_name(token)
+        if full is not None:
+            parser.error(f"-{token.lstrip('-').split('=', 1)[0]} in a -config file: keys must be full "
+                         f"option names (-{full}?)")
     parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
 

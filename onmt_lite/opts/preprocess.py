@@ -1,10 +1,11 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least, opennmt_py_1x_command
 
 
+@opennmt_py_1x_command("preprocess")
 def preprocess_opts(parser):
     add(compatibility_group(parser), "data_type", default="text", type=choice(
-        "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Data")
     add(group, "train_src", required=True, help="Training source text, one sentence a line")

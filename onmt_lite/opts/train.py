@@ -1,5 +1,5 @@
 """Options of onmt_lite_train (besides the model options)."""
-from onmt_lite.opts.parser import add, choice, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _general_opts(parser):
@@ -58,9 +58,9 @@ def _batches_and_steps_opts(parser):
 def _optimization_opts(parser):
     group = parser.add_argument_group("Optimization")
     add(group, "optim", default="sgd", type=choice("optim", ["sgd", "adagrad", "adadelta", "adam", "adamw"],
-                                                   {"sparseadam": "sparse updates are not supported",
-                                                    "adafactor": "adafactor is not supported",
-                                                    "fusedadam": "fused Adam is GPU/apex only"}),
+                                                   {"sparseadam": "sparse embedding updates are not supported",
+                                                    "adafactor": "Adafactor is not implemented",
+                                                    "fusedadam": "apex's fused Adam is not supported"}),
         help="Optimizer")
     add(group, "learning_rate", type=float_in(0, float("inf")), default=1.0, help="Base learning rate")
     add(group, "adam_beta1", type=float_in(0, 1), default=0.9, help="Adam beta1")
@@ -71,8 +71,9 @@ def _optimization_opts(parser):
         help="Weight decay (L2; decoupled for adamw)")
     add(group, "max_grad_norm", type=float_in(0, float("inf")), default=5.0,
         help="Clip the gradient norm to this (0: no clipping)")
-    add(group, "decay_method", default="none", type=choice("decay_method", ["none", "noam", "rsqrt", "plateau"],
-                                                           {"noamwd": "use noam"}),
+    add(group, "decay_method", default="none", type=choice(
+        "decay_method", ["none", "noam", "rsqrt", "plateau"],
+        {"noamwd": "noam with a step decay is not implemented; use noam"}),
         help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no improvement)")
     add(group, "warmup_steps", type=int_at_least(0), default=4000, help="Warm-up steps for noam and rsqrt")
     add(group, "learning_rate_decay", type=float_in(0, 1), default=0.5,
@@ -93,6 +94,7 @@ def _optimization_opts(parser):
         help="Label smoothing: this much probability mass spread over the vocabulary")
 
 
+@opennmt_py_1x_command("train")
 def train_opts(parser):
     """General, batches and steps, optimization."""
     _general_opts(parser)

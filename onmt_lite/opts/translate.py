@@ -1,5 +1,5 @@
 """Options of onmt_lite_translate."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least
+from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _model_and_data_opts(parser):
@@ -14,7 +14,7 @@ def _model_and_data_opts(parser):
         help="Average an ensemble's probabilities instead of its log-probabilities")
     compatibility = compatibility_group(parser)
     add(compatibility, "data_type", default="text", type=choice(
-        "data_type", ["text"], {"img": "image input", "audio": "audio input", "vec": "vector input"}),
+        "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(compatibility, name, action="store_true",
@@ -72,6 +72,7 @@ def _efficiency_and_logging_opts(parser):
     add(group, "log_file", default="", help="Also write the log to this file")
 
 
+@opennmt_py_1x_command("translate")
 def translate_opts(parser):
     """Model and data, search, efficiency and logging."""
     _model_and_data_opts(parser)

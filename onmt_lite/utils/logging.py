@@ -5,6 +5,16 @@ import sys
 from onmt_lite.utils.errors import UserError
 
 logger = logging.getLogger("onmt_lite")
+_waiting = []  # INFO lines that log_when_ready held back until init_logger
+
+
+def log_when_ready(message):
+    """Log ``message`` at INFO now if the logger is set up, else as soon as ``init_logger`` sets it up
+    (the option parser's notes: the commands set up logging after parsing, with its -log_file)."""
+    if logger.handlers:
+        logger.info(message)
+    else:
+        _waiting.append(message)
 
 
 def init_logger(log_file=None, level=logging.INFO):
@@ -26,4 +36,6 @@ def init_logger(log_file=None, level=logging.INFO):
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is dropped, not dumped
     logger.setLevel(level)
     logger.propagate = False
+    while _waiting:
+        logger.info(_waiting.pop(0))
     return logger

@@ -260,7 +260,8 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
     src = tmp_path / "src.txt"
     src.write_text("w1 w2\n")
     for change, expected in ((("rnn_size", 64), r"has shape \(\d+, \d+\), the model's options give \(\d+, \d+\)"),
-                             (("encoder_type", "mean"), r"option -encoder_type .mean. is not valid"),
+                             (("encoder_type", "ggnn"), r"option -encoder_type .ggnn. is not valid"),
+                             (("encoder_type", "mean"), r"-encoder_type mean needs -src_word_vec_size \(64\)"),
                              (("rnn_type", "GRU"), r"has shape")):
         bad = dict(checkpoint, opt={**checkpoint["opt"], change[0]: change[1]})
         torch.save(bad, tmp_path / "bad.pt")

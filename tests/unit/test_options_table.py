@@ -31,6 +31,15 @@ def reference(table):
     return table.read_reference(REFERENCE)
 
 
+def test_the_parser_abbreviates_the_listed_1x_names(reference):
+    """onmt_lite/opts/opennmt_py_1x.py (the names the parser abbreviates) is a copy of the reference list,
+    which is not installed with the package."""
+    from onmt_lite.opts.opennmt_py_1x import OPENNMT_PY_1X_OPTIONS
+
+    assert {command: list(names) for command, names in OPENNMT_PY_1X_OPTIONS.items()} == reference, (
+        "copy docs/opennmt_py_1x_options.txt into onmt_lite/opts/opennmt_py_1x.py")
+
+
 def rows_with(table, reference, command, statuses):
     rows, _, _ = table.command_rows(command, reference[command])
     return [(option[1:], note) for option, status, note in rows if status in statuses]

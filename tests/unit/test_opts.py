@@ -34,8 +34,70 @@ def expect_exit_2(args, capsys, match):
     return err
 
 
-def test_abbreviations_are_refused(capsys):
-    expect_exit_2(REQUIRED + ["-src_vocab", "v", "-src_vocab_s", "5"], capsys, "unrecognized arguments")
+def test_unambiguous_1x_abbreviations_are_read_as_the_full_name_and_logged(capsys):
+    """As OpenNMT-py 1.x's argparse: a prefix of one 1.x option name is that option."""
+    from onmt_lite.utils.logging import init_logger
+
+    init_logger()
+    opt = parse(parser(), REQUIRED + ["-src_vocab", "v", "-src_vocab_s", "5", "--tgt_seq_length_t", "3",
+                                      "-src_vocab_s", "6", "--tgt_vocab_s=7"])
+    assert (opt.src_vocab, opt.src_vocab_size, opt.tgt_seq_length_trunc, opt.tgt_vocab_size) == ("v", 6, 3, 7)
+    err = capsys.readouterr().err
+    assert err.count("-src_vocab_s read as -src_vocab_size") == 1, err
+    assert "--tgt_seq_length_t read as --tgt_seq_length_trunc" in err
+    assert "INFO" in err
+
+
+def test_abbreviation_notes_wait_for_the_logger():
+    """The commands set up logging after parsing: the note is logged when init_logger runs."""
+    from onmt_lite.utils import logging as onmt_logging
+
+    for handler in list(onmt_logging.logger.handlers):
+        onmt_logging.logger.removeHandler(handler)
+    parse(parser(), REQUIRED + ["-src_vocab_s", "5"])
+    assert onmt_logging._waiting == ["-src_vocab_s read as -src_vocab_size"]
+    onmt_logging.init_logger()
+    assert onmt_logging._waiting == []
+
+
+def test_translate_accepts_beam_as_in_the_1x_test_script():
+    from onmt_lite.opts import translate_opts
+
+    opt = parse(build_parser("prog", [config_opts, translate_opts]), ["-model", "m", "-src", "s", "-beam", "3"])
+    assert opt.beam_size == 3
+
+
+def test_ambiguous_abbreviation_is_refused_naming_the_candidates(capsys):
+    err = expect_exit_2(REQUIRED + ["-src_seq", "5"], capsys, "ambiguous option: -src_seq could match")
+    assert "-src_seq_length, -src_seq_length_trunc" in err
+
+
+def test_abbreviation_of_an_unsupported_1x_option_is_refused_with_the_reason(capsys):
+    expect_exit_2(REQUIRED + ["-num_th", "4"], capsys,
+                  "option -num_th (read as -num_threads) is not supported by onmt_lite: ")
+
+
+def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
+    """Only 1.x names are abbreviated: -src_sp would be -src_spm, an onmt_lite option, and is refused."""
+    expect_exit_2(REQUIRED + ["-src_sp", "m.model"], capsys, "unrecognized arguments: -src_sp")
+    from onmt_lite.opts import OptionParser, add
+
+    tool = OptionParser("tool")
+    add(tool, "src_vocab_size", type=int, default=1, help="x")
+    with pytest.raises(SystemExit):
+        parse(tool, ["-src_vocab_s", "5"])
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_values_are_not_read_as_abbreviations():
+    opt = parse(parser(), ["-train_src", "-1", "-train_tgt", "b", "-save_data", "out", "-seed", "-3"])
+    assert (opt.train_src, opt.seed) == ("-1", -3)
+
+
+def test_config_keys_must_be_full_names(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_s: 3\n")
+    expect_exit_2(["-config", str(config)], capsys, "keys must be full option names (-src_vocab_size?)")
 
 
 def test_unsupported_opennmt_option_is_refused_by_name(capsys):
@@ -44,7 +106,8 @@ def test_unsupported_opennmt_option_is_refused_by_name(capsys):
 
 
 def test_unsupported_value_is_refused_with_reason(capsys):
-    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys, "does not support -data_type img (image input)")
+    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys,
+                  "does not support -data_type img (onmt_lite reads text only)")
 
 
 def test_out_of_range_value_is_refused(capsys):
@@ -109,3 +172,59 @@ def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, exp
     assert {action.dest for action in group._group_actions} == expected
     assert "no effect" in group.description
     assert "OpenNMT-py 1.x compatibility:" in command.format_help()
+
+
+def unsupported_sharing_the_reason_of(name):
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    return {other for other, reason in UNSUPPORTED_OPTIONS.items() if reason == UNSUPPORTED_OPTIONS[name]}
+
+
+@pytest.mark.parametrize("name,family,words", [
+    ("context_gate", {"context_gate"}, "context gates"),
+    ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
+    ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
+    ("heads", {"heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
+               "attention_dropout"}, "Transformer"),
+    ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
+     "guided alignment"),
+    ("position_encoding", {"position_encoding"}, "position encodings"),
+    ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
+    ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
+    ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
+    ("num_threads", {"num_threads"}, "shards"),
+])
+def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
+    """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
+    one; -train_align is alignment data, not a weighted corpus."""
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    assert unsupported_sharing_the_reason_of(name) == family
+    assert words in UNSUPPORTED_OPTIONS[name]
+
+
+def test_no_reason_says_rnn_only():
+    """'RNN encoders and decoders only' was the reason given for an RNN decoder option (and is no longer
+    true of the encoders)."""
+    from onmt_lite.opts import UNSUPPORTED_OPTIONS
+
+    assert not [name for name, reason in UNSUPPORTED_OPTIONS.items() if "RNN encoders" in reason]
+
+
+@pytest.mark.parametrize("option,value,reason", [
+    ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
+    ("encoder_type", "transformer", "Transformer encoders are not implemented"),
+    ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
+    ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
+    ("decoder_type", "transformer", "Transformer decoders are not implemented"),
+    ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
+    ("model_type", "vec", "onmt_lite reads text only"),
+])
+def test_unsupported_model_types_are_refused_with_their_reason(option, value, reason, capsys):
+    from onmt_lite.opts import model_opts, train_opts
+
+    with pytest.raises(SystemExit) as exc:
+        parse(build_parser("prog", [config_opts, model_opts, train_opts]), ["-data", "d", f"-{option}", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"does not support -{option} {value} ({reason})" in err
