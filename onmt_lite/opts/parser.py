@@ -1,6 +1,7 @@
 """The option parser: -name and --name spellings, 1.x abbreviations, YAML configs, one-line errors,
 unsupported options."""
 import argparse
+import math
 import re
 import sys
 
@@ -125,7 +126,24 @@ def int_at_least(minimum):
     return parse
 
 
-def float_in(low, high):
+def int_in(low, high):
+    """A ``type=`` for a whole number in ``[low, high]``."""
+    def parse(value):
+        number = int_at_least(low)(value)
+        if number > high:
+            raise argparse.ArgumentTypeError(f"{number} is above the maximum {high}")
+        return number
+
+    parse.__name__ = f"int in [{low}, {high}]"
+    return parse
+
+
+SEED = int_in(-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes
+
+
+def float_in(low, high, infinite=False):
+    """A ``type=`` for a number in ``[low, high]``; an infinite one only with ``infinite`` (``high``
+    of ``inf`` means no upper bound, not that infinity is a value)."""
     def parse(value):
         try:
             number = float(value)
@@ -133,6 +151,8 @@ def float_in(low, high):
             raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
         if not low <= number <= high:
             raise argparse.ArgumentTypeError(f"{number} is outside [{low}, {high}]")
+        if math.isinf(number) and not infinite:
+            raise argparse.ArgumentTypeError(f"{number} is not a finite number")
         return number
 
     parse.__name__ = f"float in [{low}, {high}]"

@@ -1,5 +1,5 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import SEED, add, choice, compatibility_group, int_at_least, opennmt_py_1x_command
 
 
 @opennmt_py_1x_command("preprocess")
@@ -52,7 +52,7 @@ def preprocess_opts(parser):
     add(group, "tgt_spm", default="", help="Sentencepiece model applied to the target text")
 
     group = parser.add_argument_group("Logging and randomness")
-    add(group, "seed", type=int, default=3435, help="Random seed (for -shuffle)")
+    add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")
     add(group, "report_every", type=int_at_least(1), default=100000,
         help="Log progress every this many lines read")
     add(group, "log_file", default="", help="Also write the log to this file")

@@ -1,5 +1,5 @@
 """Options of onmt_lite_train (besides the model options)."""
-from onmt_lite.opts.parser import add, choice, float_in, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import SEED, add, choice, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _general_opts(parser):
@@ -12,7 +12,7 @@ def _general_opts(parser):
     add(group, "reset_optim", default="none", type=choice("reset_optim", ["none", "all", "states", "keep_states"]),
         help="With -train_from: none (resume everything), all (new optimizer and schedule), states (new "
              "optimizer moments, checkpoint settings), keep_states (checkpoint moments, new settings)")
-    add(group, "seed", type=int, default=-1, help="Random seed (-1: draw one and log it)")
+    add(group, "seed", type=SEED, default=-1, help="Random seed (-1: draw one and log it)")
     add(group, "gpu_ranks", type=int, nargs="*", default=[],
         help="CUDA devices to train on, one process each (as many as -world_size)")
     add(group, "gpu", type=int, default=-1, help="Train on this CUDA device (-1: CPU)")

@@ -1,5 +1,7 @@
 """Options of onmt_lite_translate."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
+import math
+
+from onmt_lite.opts.parser import SEED, add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
 
 
 def _model_and_data_opts(parser):
@@ -28,14 +30,14 @@ def _search_opts(parser):
     add(group, "n_best", type=int_at_least(1), default=1, help="Output the N best translations of each line")
     add(group, "min_length", type=int_at_least(0), default=0, help="Minimum output length (tokens)")
     add(group, "max_length", type=int_at_least(1), default=100, help="Maximum output length (tokens)")
-    add(group, "ratio", type=float_in(0, float("inf")), default=0.0,
+    add(group, "ratio", type=float_in(0, float("inf"), infinite=True), default=0.0,
         help="Also end hypotheses at RATIO times the source length (0: off)")
     add(group, "length_penalty", default="none", type=choice("length_penalty", ["none", "wu", "avg"]),
         help="Length penalty of finished hypotheses")
-    add(group, "alpha", type=float, default=0.0, help="Length penalty parameter (wu)")
+    add(group, "alpha", type=float_in(-math.inf, math.inf), default=0.0, help="Length penalty parameter (wu)")
     add(group, "coverage_penalty", default="none", type=choice("coverage_penalty", ["none", "wu", "summary"]),
         help="Coverage penalty of finished hypotheses")
-    add(group, "beta", type=float, default=0.0, help="Coverage penalty weight")
+    add(group, "beta", type=float_in(-math.inf, math.inf), default=0.0, help="Coverage penalty weight")
     add(group, "stepwise_penalty", action="store_true",
         help="Apply the coverage penalty at every step, not only to finished hypotheses")
     add(group, "block_ngram_repeat", type=int_at_least(0), default=0, help="Forbid repeating n-grams of this size")
@@ -49,7 +51,7 @@ def _search_opts(parser):
         help="Sample from the K most likely tokens (-1: all; 1: greedy search); needs -beam_size 1")
     add(group, "random_sampling_temp", type=float_in(0, float("inf")), default=1.0,
         help="Temperature of random sampling")
-    add(group, "seed", type=int, default=829, help="Random seed (sampling)")
+    add(group, "seed", type=SEED, default=829, help="Random seed (sampling)")
 
 
 def _efficiency_and_logging_opts(parser):

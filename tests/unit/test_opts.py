@@ -228,3 +228,29 @@ def test_unsupported_model_types_are_refused_with_their_reason(option, value, re
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"does not support -{option} {value} ({reason})" in err
+
+
+@pytest.mark.parametrize("args,match", [
+    (["-learning_rate", "inf"], "-learning_rate: inf is not a finite number"),
+    (["-param_init", "inf"], "-param_init: inf is not a finite number"),
+    (["-max_grad_norm", "nan"], "-max_grad_norm: nan is outside"),
+    (["-seed", str(2 ** 70)], f"-seed: {2 ** 70} is above the maximum"),
+    (["-seed", "1.5"], "-seed: '1.5' is not a whole number")])
+def test_training_numbers_out_of_range_are_refused_in_one_line(args, match, capsys):
+    from onmt_lite.opts import model_opts, train_opts
+
+    with pytest.raises(SystemExit) as exc:
+        parse(build_parser("prog", [config_opts, model_opts, train_opts]), ["-data", "d"] + args)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_translation_takes_an_infinite_ratio_but_no_infinite_penalty_weight(capsys):
+    from onmt_lite.opts import translate_opts
+
+    command = build_parser("prog", [config_opts, translate_opts])
+    assert parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "inf"]).ratio == float("inf")
+    for option in ("-alpha", "-beta"):
+        with pytest.raises(SystemExit):
+            parse(command, ["-model", "m.pt", "-src", "s", option, "inf"])
+        assert "is not a finite number" in capsys.readouterr().err
