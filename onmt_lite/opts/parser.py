@@ -10,7 +10,7 @@ import yaml
 
 from onmt_lite.opts.opennmt_py_1x import OPENNMT_PY_1X_OPTIONS
 from onmt_lite.utils.errors import UserError, set_debug
-from onmt_lite.utils.files import write_text
+from onmt_lite.utils.files import require_file_path, write_text
 from onmt_lite.utils.logging import log_when_ready
 
 # OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
@@ -251,6 +251,7 @@ class OptionParser(configargparse.ArgumentParser):
         return expanded
 
     def error(self, message):
+        message = " ".join(line.strip() for line in str(message).splitlines() if line.strip())  # one line
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -338,6 +339,7 @@ def parse(parser, args=None):
         _refuse_unknown(parser, unknown)
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
+        require_file_path(opt.save_config, "-save_config")
         values = {k: v for k, v in config_dict(parser, opt).items() if v is not None}
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")

@@ -254,3 +254,16 @@ def test_translation_takes_an_infinite_ratio_but_no_infinite_penalty_weight(caps
         with pytest.raises(SystemExit):
             parse(command, ["-model", "m.pt", "-src", "s", option, "inf"])
         assert "is not a finite number" in capsys.readouterr().err
+
+
+def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train_src: [a\nb: : c\n", encoding="utf-8")
+    expect_exit_2(["-config", str(bad)] + REQUIRED, capsys, "bad.yaml")
+    (tmp_path / "dir").mkdir()
+    from tests.helpers import run_cli
+
+    result = run_cli("preprocess", *REQUIRED, "-save_config", tmp_path / "dir")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the path of a file"]
+    assert list((tmp_path / "dir").iterdir()) == [] and list(tmp_path.glob(".*.tmp")) == []
