@@ -39,7 +39,8 @@ def translate(opt):
     finally:
         gc.unfreeze()
     elapsed = time.time() - start
-    write_text(opt.output, "".join(h + "\n" for r in results for h in r.hypotheses))
+    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
+    write_text(output, "".join(h + "\n" for r in results for h in r.hypotheses))
     if opt.attn_plot:
         write_attention_plots(results, opt.attn_plot)
     report(opt, results, sources, targets, elapsed)

@@ -2,12 +2,15 @@
 import contextlib
 import os
 import resource
+import stat
+import threading
 
 import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, atomic_path, load_tensors, remove_stale_temporaries, save_tensors
+from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, remove_stale_temporaries,
+                                  require_directory, save_tensors, write_text)
 
 
 def test_atomic_path_leaves_nothing_when_the_write_fails(tmp_path):
@@ -102,3 +105,72 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_and_nothing_else(tmp_p
     removed = remove_stale_temporaries(str(tmp_path / "m_step_*.pt"))
     assert sorted(removed) == sorted(map(str, stale))
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in keep)
+
+
+def test_a_symbolic_link_stays_a_link_and_its_target_gets_the_content(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.txt"
+    target.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    write_text(str(link), "new\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new\n"
+    save_tensors({"n": 3}, str(link))
+    assert link.is_symlink() and torch.load(str(target), weights_only=True) == {"n": 3}
+    with StagedOutputs() as staged:
+        staged.save({"n": 4}, str(link))
+        staged.commit()
+    assert link.is_symlink() and torch.load(str(target), weights_only=True) == {"n": 4}
+    dangling = tmp_path / "dangling.txt"
+    dangling.symlink_to(tmp_path / "real" / "new.txt")
+    write_text(str(dangling), "created\n")
+    assert dangling.is_symlink() and (tmp_path / "real" / "new.txt").read_text() == "created\n"
+    assert sorted(os.listdir(tmp_path)) == ["dangling.txt", "link.txt", "real"]  # no temporary left
+    assert sorted(os.listdir(tmp_path / "real")) == ["new.txt", "out.txt"]
+
+
+def character_devices(tmp_path):
+    """/dev/null, and (as root) a private copy of its device node that an old bug could replace safely."""
+    devices = ["/dev/null"]
+    with contextlib.suppress(OSError):
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        devices.insert(0, str(tmp_path / "null"))
+    return devices
+
+
+def test_a_character_device_is_written_into_and_stays_a_device(tmp_path):
+    for device in character_devices(tmp_path):
+        assert require_directory(device, "-output")
+        write_text(device, "discarded\n")
+        save_tensors({"n": 1}, device)
+        with StagedOutputs() as staged:
+            staged.save({"n": 2}, device)
+            staged.commit()
+        assert stat.S_ISCHR(os.stat(device).st_mode), device
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+def test_a_fifo_is_streamed_to_its_reader(tmp_path):
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo, "rb").read()))
+    reader.start()
+    write_text(fifo, "through the pipe\n")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
+def test_a_regular_file_is_still_replaced_atomically(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    inode = os.stat(target).st_ino
+    with file_size_limit(4096):
+        with pytest.raises(UserError, match=r"out\.txt: cannot write"):
+            write_text(str(target), "x" * 10000)
+    assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
+    write_text(str(target), "new\n")
+    assert target.read_text() == "new\n" and os.stat(target).st_ino != inode  # renamed into place
