@@ -19,7 +19,7 @@ from onmt_lite.data.shards import load_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import remove_stale_temporaries, require_directory, save_tensors
+from onmt_lite.utils.files import lock_holder, remove_stale_temporaries, require_directory, save_tensors, try_lock
 from onmt_lite.utils.logging import logger
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
@@ -32,6 +32,10 @@ def checkpoint_path(prefix, step):
 
 def best_path(prefix):
     return f"{prefix}_best.pt"
+
+
+def lock_path(prefix):
+    return f"{prefix}.lock"
 
 
 def split_state(model):
@@ -72,14 +76,39 @@ def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, tra
 
 
 class CheckpointWriter:
-    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of them (-1: all)."""
+    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of them (-1: all).
+
+    It holds ``PREFIX.lock`` (an exclusive ``flock``) from its creation to ``close()`` or the end of
+    the process, so that a second run on the same prefix is refused instead of overwriting this one's
+    checkpoints and removing its temporaries. Usable as a context manager (``close()`` at the end).
+    """
 
     def __init__(self, prefix, keep=-1):
         self.prefix, self.keep, self.written = prefix, keep, []
         require_directory(prefix, "-save_model")
+        self._lock = try_lock(lock_path(prefix))
+        if self._lock is None:
+            holder = lock_holder(lock_path(prefix))
+            raise UserError(f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
+                            f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
+                            f"-save_model")
+        # only now, under the lock: a temporary here is not another live run's
         for stale in remove_stale_temporaries(checkpoint_path(prefix, "*")) + remove_stale_temporaries(
                 best_path(prefix)):
             logger.info(f"removed {stale}, left by an interrupted checkpoint write")
+
+    def close(self):
+        """Release ``PREFIX.lock`` (the file stays: removing it would race with a run opening it)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
 
     def last_path(self):
         """The newest checkpoint this writer saved, or None."""

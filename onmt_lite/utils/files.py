@@ -95,6 +95,39 @@ def remove_stale_temporaries(path_pattern):
     return stale
 
 
+def try_lock(path):
+    """Open ``path`` (created if missing) and take an exclusive ``flock`` on it without waiting.
+
+    Returns the open file, which holds the lock until it is closed or the process ends, however it
+    ends (a lock file left by a killed process does not block: only a live holder does); its content
+    is the holder's process id. Returns None if another process holds the lock."""
+    import fcntl
+
+    try:
+        f = open(path, "a+", encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"{path}: cannot open the lock file ({err.strerror})") from None
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held by another process (or another open of it here)
+        f.close()
+        return None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def lock_holder(path):
+    """The process id written in a lock file, as text ("" if unknown)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def require_directory(path, option):
     """The directory that ``path`` will be written in (that of a symbolic link's target); a UserError
     naming ``option`` if it is missing or not writable. A path that is written straight into (a device,

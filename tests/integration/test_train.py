@@ -1,4 +1,5 @@
 """onmt_lite_train end to end: 1.x command lines, exact resume, checkpoints, early stopping, bad input."""
+import fcntl
 import os
 
 import pytest
@@ -139,3 +140,24 @@ def test_training_continues_from_a_checkpoint_without_training_state(data, tmp_p
                                 "-train_from", tmp_path / "released.pt")
     assert any("holds weights only" in line for line in lines)
     assert torch.load(tmp_path / "m_step_3.pt", weights_only=True)["step"] == 3
+
+
+def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_behind_does_not_block(data, tmp_path):
+    prefix = str(tmp_path / "m")
+    theirs = tmp_path / ".m_step_2.pt.abc123.tmp"  # the other run's checkpoint being written
+    theirs.write_bytes(b"half")
+    args = ["-data", data["plain"], *TINY_MODEL, "-train_steps", 2, "-save_model", prefix]
+    with open(f"{prefix}.lock", "a+", encoding="utf-8") as held:  # as the other run holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        line = error_of(run_cli("train", *args))
+        assert line.startswith(f"onmt_lite_train: error: -save_model {prefix}: another run is using this prefix")
+        assert "by process 4242" in line
+        assert theirs.exists() and not os.path.exists(f"{prefix}_step_2.pt")  # nothing of theirs touched
+    assert os.path.exists(f"{prefix}.lock")  # left behind, as by a killed run: it does not block
+    result = run_cli("train", *args)
+    assert result.returncode == 0, result.stderr
+    assert os.path.exists(f"{prefix}_step_2.pt") and not theirs.exists()  # stale now: removed
+    with open(f"{prefix}.lock", encoding="utf-8") as f:  # released when the run ended
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
