@@ -10,8 +10,11 @@ Training and translation both read and write checkpoints here only, and both tur
 options into the options that rebuild its model with ``model_options``.
 """
 import argparse
+import contextlib
+import glob
 import os
 import random
+import re
 
 import torch
 
@@ -36,6 +39,13 @@ def best_path(prefix):
 
 def lock_path(prefix):
     return f"{prefix}.lock"
+
+
+def saved_checkpoints(prefix):
+    """The steps N of the ``PREFIX_step_N.pt`` files on disk, in no order."""
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"_step_(\d+)\.pt")
+    names = (os.path.basename(path) for path in glob.glob(glob.escape(prefix) + "_step_*.pt"))
+    return [int(match.group(1)) for match in map(pattern.fullmatch, names) if match]
 
 
 def split_state(model):
@@ -76,7 +86,8 @@ def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, tra
 
 
 class CheckpointWriter:
-    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of them (-1: all).
+    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of those on disk,
+    earlier runs' included (-1: all; see ``prune``).
 
     It holds ``PREFIX.lock`` (an exclusive ``flock``) from its creation to ``close()`` or the end of
     the process, so that a second run on the same prefix is refused instead of overwriting this one's
@@ -120,11 +131,23 @@ class CheckpointWriter:
         if path in self.written:
             self.written.remove(path)
         self.written.append(path)
-        while self.keep > 0 and len(self.written) > self.keep:
-            old = self.written.pop(0)
-            if os.path.exists(old):
-                os.remove(old)
+        if self.keep > 0:
+            self.prune()
         return path
+
+    def prune(self):
+        """Delete all but the newest ``keep`` of the ``PREFIX_step_N.pt`` files on disk, whichever run
+        wrote them (never ``PREFIX_best.pt``). Newest is by step, with this run's checkpoints newer than
+        any earlier run's, so that a new run over older, higher steps never deletes what it just wrote."""
+        mine = set(self.written)
+        on_disk = sorted(saved_checkpoints(self.prefix), key=lambda step: (checkpoint_path(self.prefix, step) in mine,
+                                                                          step))
+        for step in on_disk[:-self.keep]:
+            old = checkpoint_path(self.prefix, step)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(old)
+            if old in mine:
+                self.written.remove(old)
 
     def save_best(self, checkpoint):
         path = best_path(self.prefix)

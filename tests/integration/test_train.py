@@ -161,3 +161,12 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
     assert os.path.exists(f"{prefix}_step_2.pt") and not theirs.exists()  # stale now: removed
     with open(f"{prefix}.lock", encoding="utf-8") as f:  # released when the run ended
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_keep_checkpoint_counts_the_checkpoints_of_earlier_runs_after_a_resume(data, tmp_path):
+    args = [*TINY_MODEL, "-save_checkpoint_steps", 1, "-keep_checkpoint", 3, "-valid_steps", 2]
+    prefix = str(tmp_path / "m")
+    train_in_process(data["plain"], prefix, *args, "-train_steps", 6)
+    train_in_process(data["plain"], prefix, *args, "-train_steps", 8, "-train_from", f"{prefix}_step_6.pt")
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".pt")) == \
+        ["m_best.pt", "m_step_6.pt", "m_step_7.pt", "m_step_8.pt"]
