@@ -22,7 +22,8 @@ from onmt_lite.data.shards import load_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import lock_holder, remove_stale_temporaries, require_directory, save_tensors, try_lock
+from onmt_lite.utils.files import (lock_holder, release_lock, remove_stale_temporaries, require_directory,
+                                  save_tensors, try_lock)
 from onmt_lite.utils.logging import logger
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
@@ -109,9 +110,9 @@ class CheckpointWriter:
             logger.info(f"removed {stale}, left by an interrupted checkpoint write")
 
     def close(self):
-        """Release ``PREFIX.lock`` (the file stays: removing it would race with a run opening it)."""
+        """Remove and release ``PREFIX.lock``."""
         if self._lock is not None:
-            self._lock.close()
+            release_lock(self._lock)
             self._lock = None
 
     def __enter__(self):

@@ -98,25 +98,47 @@ def remove_stale_temporaries(path_pattern):
 def try_lock(path):
     """Open ``path`` (created if missing) and take an exclusive ``flock`` on it without waiting.
 
-    Returns the open file, which holds the lock until it is closed or the process ends, however it
-    ends (a lock file left by a killed process does not block: only a live holder does); its content
-    is the holder's process id. Returns None if another process holds the lock."""
+    Returns the open file, which holds the lock until ``release_lock`` or the end of the process,
+    however it ends (a lock file left by a killed process does not block: only a live holder does);
+    its content is the holder's process id. Returns None if another process holds the lock."""
     import fcntl
 
-    try:
-        f = open(path, "a+", encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"{path}: cannot open the lock file ({err.strerror})") from None
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # BlockingIOError: held by another process (or another open of it here)
-        f.close()
-        return None
+    while True:
+        try:
+            f = open(path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"{path}: cannot open the lock file ({err.strerror})") from None
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: held by another process (or another open of it here)
+            f.close()
+            return None
+        if _names(f, path):
+            break
+        f.close()  # its holder removed it meanwhile (release_lock): lock the file now at ``path``
     f.seek(0)
     f.truncate()
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+def _names(f, path):
+    """Whether ``path`` is still the file open as ``f``."""
+    try:
+        return os.path.samestat(os.fstat(f.fileno()), os.stat(path))
+    except OSError:
+        return False
+
+
+def release_lock(f):
+    """Remove the lock file ``try_lock`` returned, then release the lock: a process that opened the
+    removed file meanwhile sees, once it has locked it, that it is gone, and locks a new one
+    (``try_lock``'s loop)."""
+    if _names(f, f.name):
+        with contextlib.suppress(OSError):
+            os.remove(f.name)
+    f.close()
 
 
 def lock_holder(path):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, remove_stale_temporaries,
-                                  require_directory, save_tensors, write_text)
+from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, lock_holder, release_lock,
+                                  remove_stale_temporaries, require_directory, save_tensors, try_lock, write_text)
 
 
 def test_atomic_path_leaves_nothing_when_the_write_fails(tmp_path):
@@ -174,3 +174,38 @@ def test_a_regular_file_is_still_replaced_atomically(tmp_path):
     assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
     write_text(str(target), "new\n")
     assert target.read_text() == "new\n" and os.stat(target).st_ino != inode  # renamed into place
+
+
+def test_a_lock_is_refused_while_held_and_a_lock_file_left_behind_does_not_block(tmp_path):
+    path = str(tmp_path / "m.lock")
+    held = try_lock(path)
+    assert held is not None and lock_holder(path) == str(os.getpid())
+    assert try_lock(path) is None  # another open of it (as another process would be) is refused
+    release_lock(held)
+    assert not os.path.exists(path)
+    with open(path, "w") as f:  # as a killed holder leaves it
+        f.write("99999\n")
+    again = try_lock(path)
+    assert again is not None and lock_holder(path) == str(os.getpid())
+    release_lock(again)
+
+
+def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_locked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.lock")
+    first = try_lock(path)
+    opened = []
+    real_open = open
+
+    def open_then_release(*args, **kwargs):  # the holder ends just after this process opened its file
+        f = real_open(*args, **kwargs)
+        if not opened:
+            opened.append(f)
+            release_lock(first)
+        return f
+
+    monkeypatch.setattr("builtins.open", open_then_release)
+    second = try_lock(path)
+    monkeypatch.undo()
+    assert second is not None and opened[0].closed and os.path.exists(path)
+    assert os.path.samestat(os.fstat(second.fileno()), os.stat(path))
+    release_lock(second)
