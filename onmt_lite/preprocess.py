@@ -12,7 +12,7 @@ from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenize
 from onmt_lite.data.example import make_example
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, require_directory
+from onmt_lite.utils.files import StagedOutputs, remove_stale_temporaries, require_directory
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.progress import Progress, count_lines
 
@@ -25,6 +25,15 @@ def check_outputs(save_data, overwrite):
     if existing and not overwrite:
         raise UserError(f"-save_data {save_data}: {existing[0]} already exists (use -overwrite to replace)")
     return existing
+
+
+def remove_stale_outputs(save_data):
+    """Remove the temporaries that a killed preprocess left beside the outputs of ``save_data``
+    (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``, ...), saying so."""
+    patterns = [shards.vocab_path(save_data)] + [shards.shard_path(save_data, kind, "*") for kind in ("train", "valid")]
+    for pattern in patterns:
+        for stale in remove_stale_temporaries(pattern):
+            logger.info(f"removed {stale}, left by an interrupted preprocess")
 
 
 def with_progress(pairs, stats, src_path, desc):
@@ -115,6 +124,7 @@ def preprocess(opt):
     if bool(opt.valid_src) != bool(opt.valid_tgt):
         raise UserError("-valid_src and -valid_tgt go together: give both or neither")
     existing = check_outputs(opt.save_data, opt.overwrite)
+    remove_stale_outputs(opt.save_data)
     tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
     train_limits = LengthLimits(opt.src_seq_length_trunc, opt.tgt_seq_length_trunc,
                                 opt.src_seq_length, opt.tgt_seq_length)

@@ -10,8 +10,11 @@ Training and translation both read and write checkpoints here only, and both tur
 options into the options that rebuild its model with ``model_options``.
 """
 import argparse
+import contextlib
+import glob
 import os
 import random
+import re
 
 import torch
 
@@ -19,7 +22,8 @@ from onmt_lite.data.shards import load_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import remove_stale_temporaries, require_directory, save_tensors
+from onmt_lite.utils.files import (lock_holder, release_lock, remove_stale_temporaries, require_directory,
+                                  save_tensors, try_lock)
 from onmt_lite.utils.logging import logger
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
@@ -32,6 +36,17 @@ def checkpoint_path(prefix, step):
 
 def best_path(prefix):
     return f"{prefix}_best.pt"
+
+
+def lock_path(prefix):
+    return f"{prefix}.lock"
+
+
+def saved_checkpoints(prefix):
+    """The steps N of the ``PREFIX_step_N.pt`` files on disk, in no order."""
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"_step_(\d+)\.pt")
+    names = (os.path.basename(path) for path in glob.glob(glob.escape(prefix) + "_step_*.pt"))
+    return [int(match.group(1)) for match in map(pattern.fullmatch, names) if match]
 
 
 def split_state(model):
@@ -72,14 +87,40 @@ def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, tra
 
 
 class CheckpointWriter:
-    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of them (-1: all)."""
+    """Writes ``PREFIX_step_N.pt`` atomically and keeps only the newest ``keep`` of those on disk,
+    earlier runs' included (-1: all; see ``prune``).
+
+    It holds ``PREFIX.lock`` (an exclusive ``flock``) from its creation to ``close()`` or the end of
+    the process, so that a second run on the same prefix is refused instead of overwriting this one's
+    checkpoints and removing its temporaries. Usable as a context manager (``close()`` at the end).
+    """
 
     def __init__(self, prefix, keep=-1):
         self.prefix, self.keep, self.written = prefix, keep, []
         require_directory(prefix, "-save_model")
+        self._lock = try_lock(lock_path(prefix))
+        if self._lock is None:
+            holder = lock_holder(lock_path(prefix))
+            raise UserError(f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
+                            f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
+                            f"-save_model")
+        # only now, under the lock: a temporary here is not another live run's
         for stale in remove_stale_temporaries(checkpoint_path(prefix, "*")) + remove_stale_temporaries(
                 best_path(prefix)):
             logger.info(f"removed {stale}, left by an interrupted checkpoint write")
+
+    def close(self):
+        """Remove and release ``PREFIX.lock``."""
+        if self._lock is not None:
+            release_lock(self._lock)
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
 
     def last_path(self):
         """The newest checkpoint this writer saved, or None."""
@@ -91,11 +132,23 @@ class CheckpointWriter:
         if path in self.written:
             self.written.remove(path)
         self.written.append(path)
-        while self.keep > 0 and len(self.written) > self.keep:
-            old = self.written.pop(0)
-            if os.path.exists(old):
-                os.remove(old)
+        if self.keep > 0:
+            self.prune()
         return path
+
+    def prune(self):
+        """Delete all but the newest ``keep`` of the ``PREFIX_step_N.pt`` files on disk, whichever run
+        wrote them (never ``PREFIX_best.pt``). Newest is by step, with this run's checkpoints newer than
+        any earlier run's, so that a new run over older, higher steps never deletes what it just wrote."""
+        mine = set(self.written)
+        on_disk = sorted(saved_checkpoints(self.prefix), key=lambda step: (checkpoint_path(self.prefix, step) in mine,
+                                                                          step))
+        for step in on_disk[:-self.keep]:
+            old = checkpoint_path(self.prefix, step)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(old)
+            if old in mine:
+                self.written.remove(old)
 
     def save_best(self, checkpoint):
         path = best_path(self.prefix)

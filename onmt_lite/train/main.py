@@ -5,6 +5,7 @@ On ``-train_from``, the model's architecture comes from the checkpoint; ``-reset
 whether the optimizer settings, moments and schedule position come from it too.
 """
 import argparse
+import contextlib
 import random
 
 import torch
@@ -105,6 +106,11 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
 def train(opt, dist=None):
     """Train as the options say (as one of several processes with ``dist``, a ``Distributed``);
     returns the step reached."""
+    with contextlib.ExitStack() as held:  # the checkpoint writer's lock on -save_model, released at the end
+        return _train(opt, dist, held)
+
+
+def _train(opt, dist, held):
     record, vocabs, train_paths, valid_paths = load_data(opt)
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
@@ -113,7 +119,7 @@ def train(opt, dist=None):
     check_criteria(opt)
     device = choose_device(opt, dist)
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
-    writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint) if is_main else None
+    writer = held.enter_context(CheckpointWriter(opt.save_model, opt.keep_checkpoint)) if is_main else None
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""

@@ -8,7 +8,7 @@ import torch
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.translator import Translator
-from onmt_lite.utils.files import write_text
+from onmt_lite.utils.files import require_file_path, write_text
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.metrics import corpus_scores
 from onmt_lite.utils.progress import Progress
@@ -21,6 +21,8 @@ def log_scores(name, total, words):
 
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns the list of Results."""
+    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
+    require_file_path(output, "-output")  # before any work: not a directory, in one that exists
     if opt.attn_plot:
         prepare_directory(opt.attn_plot)
     torch.manual_seed(opt.seed)
@@ -39,7 +41,7 @@ def translate(opt):
     finally:
         gc.unfreeze()
     elapsed = time.time() - start
-    write_text(opt.output, "".join(h + "\n" for r in results for h in r.hypotheses))
+    write_text(output, "".join(h + "\n" for r in results for h in r.hypotheses))
     if opt.attn_plot:
         write_attention_plots(results, opt.attn_plot)
     report(opt, results, sources, targets, elapsed)

@@ -5,12 +5,20 @@ disk, and renamed into place only when the whole write succeeded. ``StagedOutput
 a group of files that must appear together (preprocess shards): all are renamed at the end, or all
 are removed if anything fails. A failed write (full disk, file size limit, read-only directory) is a
 UserError naming the file and the reason.
+
+What a path points at decides how it is written (``_destination``): a symbolic link is followed, and
+the temporary is made beside its final target (the link stays a link); an existing file that is not
+a regular file (a character device such as /dev/null, a FIFO, a socket) and a name of an open file
+descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written straight into, with
+no temporary and no rename, as a shell's ``>`` would.
 """
 import contextlib
 import glob
 import io
 import os
 import re
+import stat
+import sys
 import tempfile
 
 from onmt_lite.utils.errors import UserError
@@ -18,6 +26,52 @@ from onmt_lite.utils.errors import UserError
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 TEMP_SUFFIX = ".tmp"
+
+
+_DESCRIPTOR_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_DESCRIPTOR_PATH = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor(path):
+    """The file descriptor that ``path`` names (/dev/stdout, /dev/fd/N, /proc/self/fd/N), or None."""
+    name = os.path.normpath(os.path.abspath(path))
+    if name in _DESCRIPTOR_NAMES:
+        return _DESCRIPTOR_NAMES[name]
+    match = _DESCRIPTOR_PATH.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def _destination(path):
+    """How to write ``path``: ``("descriptor", fd)`` for a name of an open file descriptor,
+    ``("stream", path)`` for an existing file that is not a regular file (device, FIFO, socket), or
+    ``("atomic", target)`` with symbolic links resolved, for a regular file or a new path."""
+    fd = _descriptor(path)
+    if fd is not None:
+        return "descriptor", fd
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return "atomic", target  # a new file (or a dangling link: its target is created)
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a directory: the rename reports it
+        return "atomic", target
+    return "stream", target
+
+
+def _write_stream(destination, where, data, final):
+    """Write ``data`` straight into a file descriptor or a non-regular file; a UserError naming
+    ``final`` on failure."""
+    try:
+        if destination == "descriptor":
+            if where in (1, 2):
+                getattr(sys, "stdout" if where == 1 else "stderr").flush()
+            f = os.fdopen(os.dup(where), "wb")
+        else:
+            f = open(where, "wb")  # a FIFO: waits for a reader, as a shell's > does
+        with f:
+            f.write(data)
+    except OSError as err:
+        raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
 
 def _temp_name(path):
@@ -41,10 +95,69 @@ def remove_stale_temporaries(path_pattern):
     return stale
 
 
+def try_lock(path):
+    """Open ``path`` (created if missing) and take an exclusive ``flock`` on it without waiting.
+
+    Returns the open file, which holds the lock until ``release_lock`` or the end of the process,
+    however it ends (a lock file left by a killed process does not block: only a live holder does);
+    its content is the holder's process id. Returns None if another process holds the lock."""
+    import fcntl
+
+    while True:
+        try:
+            f = open(path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"{path}: cannot open the lock file ({err.strerror})") from None
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: held by another process (or another open of it here)
+            f.close()
+            return None
+        if _names(f, path):
+            break
+        f.close()  # its holder removed it meanwhile (release_lock): lock the file now at ``path``
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _names(f, path):
+    """Whether ``path`` is still the file open as ``f``."""
+    try:
+        return os.path.samestat(os.fstat(f.fileno()), os.stat(path))
+    except OSError:
+        return False
+
+
+def release_lock(f):
+    """Remove the lock file ``try_lock`` returned, then release the lock: a process that opened the
+    removed file meanwhile sees, once it has locked it, that it is gone, and locks a new one
+    (``try_lock``'s loop)."""
+    if _names(f, f.name):
+        with contextlib.suppress(OSError):
+            os.remove(f.name)
+    f.close()
+
+
+def lock_holder(path):
+    """The process id written in a lock file, as text ("" if unknown)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def require_directory(path, option):
-    """The directory that ``path`` will be written in; a UserError naming ``option`` if it is missing
-    or not writable."""
-    directory = os.path.dirname(os.path.abspath(path))
+    """The directory that ``path`` will be written in (that of a symbolic link's target); a UserError
+    naming ``option`` if it is missing or not writable. A path that is written straight into (a device,
+    a FIFO, /dev/stdout) needs no writable directory: its own directory is returned unchecked."""
+    kind, target = _destination(path)
+    if kind != "atomic":
+        return os.path.dirname(os.path.abspath(path))
+    directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise UserError(f"{option} {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
@@ -84,19 +197,26 @@ def _serialize(obj):
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds."""
-    tmp = _temp_name(path)
+    """Yield a temporary path beside ``path`` (beside its final target if it is a symbolic link);
+    rename it to that target if the block succeeds."""
+    target = os.path.realpath(path)
+    tmp = _temp_name(target)
     try:
         yield tmp
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
 def write_bytes(data, path):
-    """Write ``data`` (bytes) to ``path`` atomically."""
-    with atomic_path(path) as tmp:
+    """Write ``data`` (bytes) to ``path``: atomically for a regular file or a new path (through a
+    symbolic link to its target), straight into a device, a FIFO or an open file descriptor."""
+    kind, where = _destination(path)
+    if kind != "atomic":
+        _write_stream(kind, where, data, path)
+        return
+    with atomic_path(where) as tmp:
         _write_bytes(tmp, data, path)
 
 
@@ -130,25 +250,34 @@ def load_tensors(path, what):
 
 
 def write_text(path, text):
-    """Write a UTF-8 text file atomically."""
+    """Write a UTF-8 text file, as ``write_bytes`` does."""
     write_bytes(text.encode("utf-8"), path)
 
 
 class StagedOutputs:
     """Files written under temporary names and renamed together by ``commit()``.
 
-    Used as a context manager: leaving the block with an exception removes every staged file.
+    Used as a context manager: leaving the block with an exception removes every staged file. A
+    symbolic link's target is replaced (the link stays); a file that is written straight into (a
+    device, a FIFO: see ``_destination``) is held in memory and written by ``commit()``.
     """
 
     def __init__(self):
-        self._staged = []  # (tmp, final)
+        self._staged = []  # (tmp, final, target)
+        self._streamed = []  # (kind, where, data, final)
 
     def path_for(self, final):
-        tmp = _temp_name(final)
-        self._staged.append((tmp, final))
+        """A temporary path to write ``final``'s content into (for a regular file or a new path)."""
+        target = os.path.realpath(final)
+        tmp = _temp_name(target)
+        self._staged.append((tmp, final, target))
         return tmp
 
     def save(self, obj, final):
+        kind, where = _destination(final)
+        if kind != "atomic":
+            self._streamed.append((kind, where, _serialize(obj), final))
+            return
         _write_bytes(self.path_for(final), _serialize(obj), final)
 
     def write_text(self, text, final):
@@ -156,18 +285,20 @@ class StagedOutputs:
         _write_bytes(self.path_for(final), text.encode("utf-8"), final)
 
     def final_paths(self):
-        return [final for _, final in self._staged]
+        return [final for _, final, _ in self._staged] + [s[3] for s in self._streamed]
 
     def commit(self):
-        for tmp, final in self._staged:
-            os.replace(tmp, final)
-        self._staged = []
+        for tmp, _, target in self._staged:
+            os.replace(tmp, target)
+        for kind, where, data, final in self._streamed:
+            _write_stream(kind, where, data, final)
+        self._staged, self._streamed = [], []
 
     def discard(self):
-        for tmp, _ in self._staged:
+        for tmp, _, _ in self._staged:
             if os.path.exists(tmp):
                 os.remove(tmp)
-        self._staged = []
+        self._staged, self._streamed = [], []
 
     def __enter__(self):
         return self

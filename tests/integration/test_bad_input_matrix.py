@@ -107,6 +107,8 @@ CASES = [
     ("unknown option", "translate", lambda f: TRANSLATE(f, f["src"], "-frobnicate"), r"unrecognized arguments"),
     ("missing output directory", "translate", lambda f: ["-model", f["model"], "-src", f["src"], "-output",
                                                          f["nodir"]], r"cannot write|does not exist"),
+    ("output is a directory", "translate", lambda f: ["-model", f["model"], "-src", f["src"], "-output",
+                                                      f["dir"] / "readonly"], r"-output .*readonly: is a directory"),
     ("missing file", "bleu", lambda f: ["-hyp", f["missing"], "-ref", f["src"]], r"missing\.txt: cannot open"),
     ("invalid UTF-8", "bleu", lambda f: ["-hyp", f["utf8"], "-ref", f["short"]], r"utf8\.txt:2: not valid UTF-8"),
     ("mismatched files", "bleu", lambda f: ["-hyp", f["src"], "-ref", f["short"]], r"300 lines.*3|3 lines.*300"),

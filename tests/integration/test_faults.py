@@ -269,3 +269,20 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
         assert result.returncode == 2, result.stderr
         assert re.search(expected, result.stderr.strip().splitlines()[-1]), (change, result.stderr)
     assert not (tmp_path / "o.txt").exists()
+
+
+def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(data, tmp_path):
+    prefix = str(tmp_path / "tiny")
+    train_in_process(data, prefix, *TINY_MODEL, "-train_steps", 2)
+    args = ["-model", f"{prefix}_step_2.pt", "-src", os.path.join(os.path.dirname(data), "src-valid.txt"),
+            "-min_length", 2]  # words, not empty lines, from a model trained for 2 steps
+    to_file = run_cli("translate", *args, "-output", tmp_path / "out.txt")
+    assert to_file.returncode == 0, to_file.stderr
+    expected = (tmp_path / "out.txt").read_text(encoding="utf-8")
+    assert len(expected.split()) >= 80 and expected.count("\n") == 40 and to_file.stdout == ""
+    for output in ("-", "/dev/stdout"):
+        piped = run_cli("translate", *args, "-output", output, cwd=tmp_path)
+        assert piped.returncode == 0, piped.stderr
+        assert piped.stdout == expected  # the translations only: the logs went to stderr
+        assert "PRED AVG SCORE" in piped.stderr
+    assert not (tmp_path / "-").exists()

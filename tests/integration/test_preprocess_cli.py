@@ -153,3 +153,16 @@ def test_shard_size_0_writes_one_shard_as_in_1x(tmp_path):
 
     prefix = preprocess_in_process(str(tmp_path), "-shard_size", 0, n_train=300)
     assert len(shard_paths(prefix, "train")) == 1
+
+
+def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_nothing_else(corpus):
+    src, tgt, out = corpus
+    stale = [out / ".d.vocab.pt.k1ll3d.tmp", out / ".d.train.1.pt.abc.tmp", out / ".d.valid.12.pt.x_y.tmp"]
+    kept = [out / ".other.train.1.pt.abc.tmp", out / ".d.notes.txt.abc.tmp", out / "d.txt"]
+    for path in stale + kept:
+        path.write_bytes(b"half")
+    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "d")
+    assert result.returncode == 0, result.stderr
+    for path in stale:
+        assert not path.exists() and f"removed {path}, left by an interrupted preprocess" in result.stderr
+    assert sorted(os.listdir(out)) == sorted([p.name for p in kept] + ["d.train.1.pt", "d.vocab.pt"])

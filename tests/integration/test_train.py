@@ -1,4 +1,5 @@
 """onmt_lite_train end to end: 1.x command lines, exact resume, checkpoints, early stopping, bad input."""
+import fcntl
 import os
 
 import pytest
@@ -156,3 +157,32 @@ def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpu
     os.replace(f"{small}.{corpus_type}.1.pt", f"{full}.{corpus_type}.1.pt")
     message = error_of(run_cli("train", "-data", full, "-save_model", tmp_path / "m", *args))
     assert f"{full}.{corpus_type}.1.pt: its ids index other vocabularies than the vocab file's" in message
+
+
+def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_behind_does_not_block(data, tmp_path):
+    prefix = str(tmp_path / "m")
+    theirs = tmp_path / ".m_step_2.pt.abc123.tmp"  # the other run's checkpoint being written
+    theirs.write_bytes(b"half")
+    args = ["-data", data["plain"], *TINY_MODEL, "-train_steps", 2, "-save_model", prefix]
+    with open(f"{prefix}.lock", "a+", encoding="utf-8") as held:  # as the other run holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        line = error_of(run_cli("train", *args))
+        assert line.startswith(f"onmt_lite_train: error: -save_model {prefix}: another run is using this prefix")
+        assert "by process 4242" in line
+        assert theirs.exists() and not os.path.exists(f"{prefix}_step_2.pt")  # nothing of theirs touched
+    assert os.path.exists(f"{prefix}.lock")  # left behind, as by a killed run: it does not block
+    result = run_cli("train", *args)
+    assert result.returncode == 0, result.stderr
+    assert os.path.exists(f"{prefix}_step_2.pt") and not theirs.exists()  # stale now: removed
+    assert not os.path.exists(f"{prefix}.lock")  # removed and released when the run ended
+
+
+def test_keep_checkpoint_counts_the_checkpoints_of_earlier_runs_after_a_resume(data, tmp_path):
+    args = [*TINY_MODEL, "-save_checkpoint_steps", 1, "-keep_checkpoint", 3, "-valid_steps", 2]
+    prefix = str(tmp_path / "m")
+    train_in_process(data["plain"], prefix, *args, "-train_steps", 6)
+    train_in_process(data["plain"], prefix, *args, "-train_steps", 8, "-train_from", f"{prefix}_step_6.pt")
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".pt")) == \
+        ["m_best.pt", "m_step_6.pt", "m_step_7.pt", "m_step_8.pt"]

@@ -1,13 +1,16 @@
 """models/checkpoint.py: a checkpoint's options become the options that rebuild its model, in the
 one function training (-train_from) and translation share; the weights load into that model."""
 import argparse
+import os
 
 import pytest
 import torch
 
-from onmt_lite.models.checkpoint import build_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.models.checkpoint import (CheckpointWriter, best_path, build_checkpoint, checkpoint_path,
+                                         model_from_checkpoint, model_options, saved_checkpoints)
 from onmt_lite.opts import model_opts, option_defaults
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import save_tensors
 from tests.model_helpers import VOCABS, make_model
 from tests.model_helpers import model_options as command_options
 
@@ -70,3 +73,26 @@ def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path
     save_tensors(checkpoint, str(tmp_path / "bad.pt"))
     with pytest.raises(UserError, match=f"bad.pt: checkpoint's {match}"):
         load_checkpoint(str(tmp_path / "bad.pt"))
+
+
+def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_or_what_this_run_wrote(tmp_path):
+    prefix = str(tmp_path / "m")
+    for step in (10, 20, 30):  # an earlier run's
+        save_tensors({"step": step}, checkpoint_path(prefix, step))
+    save_tensors({"step": 30}, best_path(prefix))
+    others = [tmp_path / "m_step_x.pt", tmp_path / "m_step_5_step_1.pt", tmp_path / "n_step_1.pt"]
+    for path in others:
+        path.write_bytes(b"")
+
+    def steps():
+        return sorted(saved_checkpoints(prefix))
+
+    with CheckpointWriter(prefix, keep=2) as writer:  # a resumed run: its steps are the newest
+        writer.save({"step": 40})
+        assert steps() == [30, 40]
+    with CheckpointWriter(prefix, keep=2) as writer:  # a new run from step 0: what it writes is newer
+        writer.save({"step": 1})
+        assert steps() == [1, 40]
+        writer.save({"step": 2})
+        assert steps() == [1, 2] and writer.last_path() == checkpoint_path(prefix, 2)
+    assert os.path.exists(best_path(prefix)) and all(path.exists() for path in others)

@@ -2,12 +2,15 @@
 import contextlib
 import os
 import resource
+import stat
+import threading
 
 import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, atomic_path, load_tensors, remove_stale_temporaries, save_tensors
+from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, lock_holder, release_lock,
+                                  remove_stale_temporaries, require_directory, save_tensors, try_lock, write_text)
 
 
 def test_atomic_path_leaves_nothing_when_the_write_fails(tmp_path):
@@ -121,3 +124,107 @@ def test_require_file_path_refuses_a_directory(tmp_path):
             require_file_path(path, "-output")
     with pytest.raises(UserError, match="does not exist"):
         require_file_path(str(tmp_path / "missing" / "out.pt"), "-output")
+
+
+def test_a_symbolic_link_stays_a_link_and_its_target_gets_the_content(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.txt"
+    target.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    write_text(str(link), "new\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new\n"
+    save_tensors({"n": 3}, str(link))
+    assert link.is_symlink() and torch.load(str(target), weights_only=True) == {"n": 3}
+    with StagedOutputs() as staged:
+        staged.save({"n": 4}, str(link))
+        staged.commit()
+    assert link.is_symlink() and torch.load(str(target), weights_only=True) == {"n": 4}
+    dangling = tmp_path / "dangling.txt"
+    dangling.symlink_to(tmp_path / "real" / "new.txt")
+    write_text(str(dangling), "created\n")
+    assert dangling.is_symlink() and (tmp_path / "real" / "new.txt").read_text() == "created\n"
+    assert sorted(os.listdir(tmp_path)) == ["dangling.txt", "link.txt", "real"]  # no temporary left
+    assert sorted(os.listdir(tmp_path / "real")) == ["new.txt", "out.txt"]
+
+
+def character_devices(tmp_path):
+    """/dev/null, and (as root) a private copy of its device node that an old bug could replace safely."""
+    devices = ["/dev/null"]
+    with contextlib.suppress(OSError):
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        devices.insert(0, str(tmp_path / "null"))
+    return devices
+
+
+def test_a_character_device_is_written_into_and_stays_a_device(tmp_path):
+    for device in character_devices(tmp_path):
+        assert require_directory(device, "-output")
+        write_text(device, "discarded\n")
+        save_tensors({"n": 1}, device)
+        with StagedOutputs() as staged:
+            staged.save({"n": 2}, device)
+            staged.commit()
+        assert stat.S_ISCHR(os.stat(device).st_mode), device
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+def test_a_fifo_is_streamed_to_its_reader(tmp_path):
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo, "rb").read()))
+    reader.start()
+    write_text(fifo, "through the pipe\n")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
+def test_a_regular_file_is_still_replaced_atomically(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    inode = os.stat(target).st_ino
+    with file_size_limit(4096):
+        with pytest.raises(UserError, match=r"out\.txt: cannot write"):
+            write_text(str(target), "x" * 10000)
+    assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
+    write_text(str(target), "new\n")
+    assert target.read_text() == "new\n" and os.stat(target).st_ino != inode  # renamed into place
+
+
+def test_a_lock_is_refused_while_held_and_a_lock_file_left_behind_does_not_block(tmp_path):
+    path = str(tmp_path / "m.lock")
+    held = try_lock(path)
+    assert held is not None and lock_holder(path) == str(os.getpid())
+    assert try_lock(path) is None  # another open of it (as another process would be) is refused
+    release_lock(held)
+    assert not os.path.exists(path)
+    with open(path, "w") as f:  # as a killed holder leaves it
+        f.write("99999\n")
+    again = try_lock(path)
+    assert again is not None and lock_holder(path) == str(os.getpid())
+    release_lock(again)
+
+
+def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_locked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.lock")
+    first = try_lock(path)
+    opened = []
+    real_open = open
+
+    def open_then_release(*args, **kwargs):  # the holder ends just after this process opened its file
+        f = real_open(*args, **kwargs)
+        if not opened:
+            opened.append(f)
+            release_lock(first)
+        return f
+
+    monkeypatch.setattr("builtins.open", open_then_release)
+    second = try_lock(path)
+    monkeypatch.undo()
+    assert second is not None and opened[0].closed and os.path.exists(path)
+    assert os.path.samestat(os.fstat(second.fileno()), os.stat(path))
+    release_lock(second)
