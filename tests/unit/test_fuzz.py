@@ -73,3 +73,5 @@ def test_the_translator_gives_one_result_per_line_and_never_breaks_a_line(transl
     for line, result in zip(lines, results):
         assert len(result.hypotheses) == 2  # n-best, an empty line too: groups stay aligned
         assert all("\n" not in h and "\r" not in h for h in result.hypotheses)
+        if not line.split():  # not decoded: empty outputs
+            assert result.hypotheses == ["", ""] and result.scores == [0.0, 0.0]
