@@ -100,3 +100,12 @@ def step_losses(lines):
             step = int(line.split("] Step ")[1].split("/")[0])
             out[step] = ";".join(line.split(";")[1:4])
     return out
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (another process may still take it before it is used)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -125,6 +125,28 @@ def launched_by_torchrun():
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
+def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, rank=0):
+    """The device of the torchrun process of ``local_rank`` (of ``local_world_size`` on its machine).
+
+    ``-gpu_ranks`` with one entry per local process gives each its own; with a single entry, or with
+    ``-gpu`` 0 or more, each process takes the CUDA device of its local rank (a 1.x habit: every
+    process on one device would fail in nccl, or share it under gloo); neither: the CPU. A CUDA
+    device this machine lacks is a UserError, as in one process, not a silent fall back to the CPU."""
+    if gpu_ranks and len(gpu_ranks) not in (1, local_world_size):
+        raise UserError(f"-gpu_ranks {' '.join(map(str, gpu_ranks))}: torchrun started {local_world_size} "
+                        f"processes on this machine; give one device each, or one entry to use the local ranks")
+    if len(gpu_ranks) == local_world_size and gpu_ranks:
+        index = gpu_ranks[local_rank]
+    elif gpu_ranks or gpu >= 0:
+        index = local_rank
+    else:
+        return torch.device("cpu")
+    if index >= cuda_count:
+        raise UserError(f"rank {rank}: CUDA device {index} requested (-gpu_ranks/-gpu) but this machine has "
+                        f"{cuda_count or 'no'} CUDA devices")
+    return torch.device("cuda", index)
+
+
 def from_environment(opt):
     """The Distributed of this process from torchrun's (or ``spawn``'s) environment variables, with
     the process group initialised; None when training in one process."""
@@ -134,19 +156,13 @@ def from_environment(opt):
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if opt.world_size not in (1, world_size):
         raise UserError(f"-world_size {opt.world_size} but {world_size} processes were started (by torchrun)")
-    if opt.gpu_ranks:
-        device = torch.device("cuda", opt.gpu_ranks[local_rank % len(opt.gpu_ranks)])
-    elif torch.cuda.is_available() and opt.gpu >= 0:
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = torchrun_device(opt.gpu_ranks, opt.gpu, local_rank, local_world_size, cuda_count, rank)
     if device.type == "cuda":
-        if not torch.cuda.is_available() or device.index >= torch.cuda.device_count():
-            raise UserError(f"rank {rank}: CUDA device {device.index} requested but this machine has "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
         torch.cuda.set_device(device)
     elif "OMP_NUM_THREADS" not in os.environ:  # share the cores among this machine's processes
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
     backend = opt.gpu_backend if opt.gpu_backend != "auto" else "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=TIMEOUT)

@@ -8,14 +8,16 @@ float16 gradients can overflow or vanish, so fp16 scales the loss by ``scale`` (
 the trainer divides its normalisation by the scale, which multiplies every shard's loss by it, so the
 sharded backward needs no change; the optimizer divides the gradients by it again. A step whose
 scaled gradients overflow is skipped and halves the scale; ``GROWTH_INTERVAL`` good steps in a row
-double it. bf16 has float32's range and needs no scaling (``scale`` stays 1).
+double it. The scale never goes below ``MIN_SCALE``: a step that is not finite even there is no
+overflow but a model gone wrong, and stops training as in float32 (halving on would reach 0 and a
+division by it). bf16 has float32's range and needs no scaling (``scale`` stays 1).
 """
 import contextlib
 
 import torch
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-INITIAL_SCALE, GROWTH_INTERVAL = 2.0 ** 16, 2000
+INITIAL_SCALE, GROWTH_INTERVAL, MIN_SCALE = 2.0 ** 16, 2000, 1.0
 
 
 class Precision:
@@ -30,6 +32,11 @@ class Precision:
     def scaled(self):
         return self.name == "fp16"
 
+    @property
+    def can_skip_overflow(self):
+        """Whether a non-finite step can be an overflow to skip: fp16 with a scale still above ``MIN_SCALE``."""
+        return self.scaled and self.scale > MIN_SCALE
+
     def autocast(self):
         """The context to run forward passes and losses in."""
         if self.dtype is None:
@@ -41,7 +48,7 @@ class Precision:
         if not self.scaled:
             return
         if overflow:
-            self.scale, self.good_steps = self.scale / 2, 0
+            self.scale, self.good_steps = max(self.scale / 2, MIN_SCALE), 0
             return
         self.good_steps += 1
         if self.good_steps == GROWTH_INTERVAL:

@@ -109,7 +109,7 @@ class Trainer:
                 raise NonFiniteError(f"the loss is {stats.loss}")
             self.optim.step(self.precision.scale)
         except NonFiniteError:
-            if not self.precision.scaled:
+            if not self.precision.can_skip_overflow:
                 raise
             self.precision.update(overflow=True)
             logger.info(f"fp16 gradients overflowed: step skipped, loss scale now {self.precision.scale:g}")

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import preprocess_in_process, run_cli, shared_data, step_losses
-from tests.unit.test_distributed import free_port
+from tests.helpers import free_port, preprocess_in_process, run_cli, shared_data, step_losses
 
 MODEL = ["-rnn_size", 32, "-word_vec_size", 16, "-layers", 1, "-batch_size", 8, "-optim", "adam",
          "-learning_rate", 0.01, "-report_every", 1, "-seed", 3]

@@ -1,7 +1,6 @@
 """Distributed training: 2 gloo processes on this machine take exactly the step of one process on the
 concatenated batches (with accumulation, loss sharding, truncation, normalised by sentences or tokens)."""
 import re
-import socket
 
 import pytest
 import torch
@@ -20,12 +19,6 @@ from onmt_lite.train.trainer import Trainer
 from onmt_lite.utils.errors import UserError
 
 N_EXAMPLES = 16  # per step and accumulated batch: 8 sentences for each of the 2 processes
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def setup(settings):
@@ -65,8 +58,9 @@ def one_step(settings, dist=None):
     return {n: p.detach().clone() for n, p in model.named_parameters()}, (stats.loss, stats.n_words)
 
 
-def _worker(rank, port, settings, path):
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _worker(rank, store, settings, path):
+    # a file store: a free port picked beforehand can be taken by another connection before rank 0 binds it
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     torch.set_num_threads(1)
     distributed = Distributed(rank, 2, torch.device("cpu"))
     result = one_step(settings, distributed)
@@ -78,7 +72,7 @@ def _worker(rank, port, settings, path):
 def two_process_step(settings, tmp_path):
     """Rank 0's parameters and statistics after one step of 2 gloo processes on this machine."""
     path = str(tmp_path / "rank0.pt")
-    mp.start_processes(_worker, args=(free_port(), settings, path), nprocs=2, start_method="spawn")
+    mp.start_processes(_worker, args=(str(tmp_path / "store"), settings, path), nprocs=2, start_method="spawn")
     return torch.load(path, weights_only=True)
 
 
@@ -128,3 +122,26 @@ def test_world_size_and_gpu_ranks_must_agree(args, message):
     opt = parse(build_parser("test", [model_opts, train_opts]), ["-data", "x", *args])
     with pytest.raises(UserError, match=re.escape(message)):
         check_options(opt)
+
+
+@pytest.mark.parametrize("gpu_ranks,gpu,local_rank,local_world_size,cuda_count,expected", [
+    ([], -1, 1, 4, 0, "cpu"), ([], -1, 1, 4, 8, "cpu"),
+    ([0], -1, 2, 4, 4, "cuda:2"),  # 1.x's -gpu_ranks 0 under torchrun: each process its local rank
+    ([], 0, 3, 4, 4, "cuda:3"), ([4, 5, 6, 7], -1, 1, 4, 8, "cuda:5"), ([3], -1, 0, 1, 4, "cuda:3")])
+def test_torchrun_puts_each_local_process_on_its_own_device(gpu_ranks, gpu, local_rank, local_world_size,
+                                                            cuda_count, expected):
+    from onmt_lite.train.distributed import torchrun_device
+
+    assert torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count) == torch.device(expected)
+
+
+@pytest.mark.parametrize("gpu_ranks,gpu,cuda_count,match", [
+    ([0, 1], -1, 4, "torchrun started 4 processes on this machine"),
+    ([0], -1, 0, "CUDA device 2 requested .* this machine has no CUDA devices"),
+    ([], 0, 0, "CUDA device 2 requested"),  # was a silent fall back to the CPU
+    ([0, 1, 2, 9], -1, 4, "CUDA device 9 requested .* this machine has 4 CUDA devices")])
+def test_torchrun_refuses_devices_it_cannot_give(gpu_ranks, gpu, cuda_count, match):
+    from onmt_lite.train.distributed import torchrun_device
+
+    with pytest.raises(UserError, match=match):
+        torchrun_device(gpu_ranks, gpu, 2 if len(gpu_ranks) != 4 else 3, 4, cuda_count)

@@ -89,6 +89,25 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale_then_good_steps_doubl
     assert trainer.precision.state_dict() == {"scale": scale, "good_steps": 0}
 
 
+def test_fp16_overflows_lower_the_scale_to_its_floor_and_then_stop_training(monkeypatch):
+    """A step that is not finite at every scale is no overflow: the scale stops at MIN_SCALE and the
+    next such step raises (before the floor, ~1,090 halvings reached 0 and divided by it)."""
+    from onmt_lite.train.optim import NonFiniteError
+
+    without_autocast(monkeypatch)
+    trainer, model = float32_trainer(Precision("fp16"))
+    batch = float_batch(random_pairs(4, seed=25))
+    model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
+    before = params(model)
+    for _ in range(16):  # 2^16 down to 1
+        trainer.train_step([batch])
+    assert trainer.precision.scale == precision_module.MIN_SCALE == 1.0
+    with pytest.raises(NonFiniteError, match="gradient norm is"):
+        trainer.train_step([batch])
+    assert trainer.precision.scale == 1.0 and trainer.optim.decay_step == 0
+    assert all(torch.equal(before[n], v) for n, v in params(model).items())
+
+
 def test_fp16_on_the_cpu_is_refused_with_the_alternative(tmp_path):
     from onmt_lite.utils.errors import UserError
     from tests.helpers import TINY_MODEL, preprocess_in_process, train_in_process
