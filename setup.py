@@ -8,7 +8,7 @@ setup(
     py_modules=["opts"],
     python_requires=">=3.9",
     install_requires=[
-        "torch>=2.1",
+        "torch>=2.6",  # torch.nn.utils.get_total_norm and clip_grads_with_norm_
         "sentencepiece",
         "sacrebleu",
         "configargparse",

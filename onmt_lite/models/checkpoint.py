@@ -61,17 +61,28 @@ def split_state(model):
 
 
 def rng_state():
+    """The random generators' states: torch's, Python's and, with CUDA, the current device's alone
+    (the one this process trains on: a resume on a machine with fewer GPUs must find it)."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
 def set_rng_state(state):
+    """Restore ``rng_state()``'s states; the CUDA one into the current device, when there is one (a
+    list from an earlier version, one state per visible GPU: the current device's entry, or the first)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("cuda")
+    if saved is None or not torch.cuda.is_available():
+        return
+    device = torch.cuda.current_device()
+    if isinstance(saved, (list, tuple)):
+        if not saved:
+            return
+        saved = saved[device] if device < len(saved) else saved[0]
+    torch.cuda.set_rng_state(saved, device)
 
 
 PREPROCESS_KEYS = ("lower", "src_spm", "tgt_spm", "dynamic_dict")

@@ -49,6 +49,8 @@ def choose_device(opt, dist=None):
             raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
                             f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
         device = torch.device("cuda", gpu) if gpu >= 0 else torch.device("cpu")
+        if device.type == "cuda":  # device-less CUDA calls (the random generator's state) mean this one
+            torch.cuda.set_device(device)
     if device.type == "cpu" and opt.model_dtype == "fp16":
         raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
                         "kernels); on the CPU use -model_dtype bf16")

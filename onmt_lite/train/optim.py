@@ -155,8 +155,10 @@ class Optimizer:
         return norm
 
     def state_dict(self):
-        """Plain data: the schedule position and each parameter's optimizer state by name."""
-        state = {self.names[id(p)]: dict(s) for p, s in self.optimizer.state.items()}
+        """Plain data: the schedule position and each parameter's optimizer state by name, as CPU
+        tensors (a checkpoint holds CPU tensors; loading moves them to each parameter's device)."""
+        state = {self.names[id(p)]: {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in s.items()}
+                 for p, s in self.optimizer.state.items()}
         return {"decay_step": self.decay_step, "plateau_scale": self.schedule.plateau_scale, "state": state}
 
     def load_state_dict(self, saved, moments=True, schedule=True):

@@ -96,3 +96,39 @@ def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_o
         writer.save({"step": 2})
         assert steps() == [1, 2] and writer.last_path() == checkpoint_path(prefix, 2)
     assert os.path.exists(best_path(prefix)) and all(path.exists() for path in others)
+
+
+class FakeCuda:
+    """torch.cuda's random-state calls on a machine with ``count`` GPUs, the current one ``current``."""
+
+    def __init__(self, count, current):
+        self.count, self.current = count, current
+        self.states = {i: torch.tensor([i], dtype=torch.uint8) for i in range(count)}
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: self.states[device].clone())
+
+        def set_rng_state(state, device):
+            assert device < self.count, "a device this machine lacks"
+            self.states[device] = state
+
+        monkeypatch.setattr(torch.cuda, "set_rng_state", set_rng_state)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: pytest.fail("saves every GPU's state"))
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: pytest.fail("restores every GPU"))
+
+
+def test_the_cuda_random_state_is_the_training_devices_and_resumes_on_fewer_gpus(monkeypatch):
+    from onmt_lite.models.checkpoint import rng_state, set_rng_state
+
+    FakeCuda(8, current=5).install(monkeypatch)
+    state = rng_state()
+    assert torch.equal(state["cuda"], torch.tensor([5], dtype=torch.uint8))
+    one_gpu = FakeCuda(1, current=0)
+    one_gpu.install(monkeypatch)
+    set_rng_state(state)  # a checkpoint from an 8-GPU node on a 1-GPU machine
+    assert torch.equal(one_gpu.states[0], torch.tensor([5], dtype=torch.uint8))
+    earlier = dict(state, cuda=[torch.tensor([i], dtype=torch.uint8) for i in (10, 11, 12)])
+    set_rng_state(earlier)  # an earlier version's list of every visible GPU's state
+    assert torch.equal(one_gpu.states[0], torch.tensor([10], dtype=torch.uint8))
