@@ -275,8 +275,10 @@ class Search:
             seq = seqs[i][col + 1:]
             if seq[-1] == self.eos:
                 seq.pop()
-            # a copy: a view would keep the whole history alive (and be pickled whole by a stream)
-            attention = {name: value[col:, row, :src_lengths[i]].clone() for name, value in state.attn.items()}
+            # a copy on the CPU: a view would keep the whole history alive (and be pickled whole by a
+            # stream), and a Result's attention is read on the host (-replace_unk, plots, the API)
+            attention = {name: value[col:, row, :src_lengths[i]].to("cpu", copy=True)
+                         for name, value in state.attn.items()}
             hyps = finished[examples[i]]
             hyps.append(Hypothesis(seq, final[i], log_probs[i], attention))
             hyps.sort(key=lambda h: -h.score)
