@@ -85,9 +85,10 @@ def build_vocabs(opt, src_tok, tgt_tok, limits):
     return src_file, tgt_file
 
 
-def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, opt, staged):
-    """Write the shards of one corpus into ``staged``; returns (CorpusStats, number of shards)."""
-    stats, vocab = CorpusStats(), shards.vocab_id(vocabs[0].to_plain(), vocabs[1].to_plain())
+def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged):
+    """Write the shards of one corpus into ``staged``, each tied to the vocabularies by ``vocab_id``;
+    returns (CorpusStats, number of shards)."""
+    stats = CorpusStats()
     pairs = with_progress(tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats), stats, src_path,
                           corpus_type)
     examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict, keep_target=corpus_type == "valid")
@@ -95,26 +96,29 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, op
     if corpus_type == "train" and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)
-    n_shards, chunk = 0, []
+    written, chunk = [], []
+
+    def write_shard():
+        written.append(shards.shard_path(opt.save_data, corpus_type, len(written) + 1))
+        staged.save(shards.make_shard(chunk, vocab_id), written[-1])
+        chunk.clear()
+
     for example in examples:
         chunk.append(example)
         if stats.read % opt.report_every == 0:
             logger.info(f"{corpus_type}: {stats.read} lines read")
         if len(chunk) == opt.shard_size:
-            n_shards += 1
-            staged.save(shards.make_shard(chunk, vocab), shards.shard_path(opt.save_data, corpus_type, n_shards))
-            chunk = []
+            write_shard()
     if chunk:
-        n_shards += 1
-        staged.save(shards.make_shard(chunk, vocab), shards.shard_path(opt.save_data, corpus_type, n_shards))
+        write_shard()
     if stats.kept == 0:
         raise UserError(f"{src_path}: no {corpus_type} pairs left ({stats.summary()})")
-    return stats, n_shards
+    return stats, len(written)
 
 
-def vocab_record(src_vocab, tgt_vocab, opt, counts):
+def vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts):
     return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
-            "vocab_id": shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()),
+            "vocab_id": vocab_id,
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
             "lower": bool(opt.lower), "src_spm": opt.src_spm, "tgt_spm": opt.tgt_spm, "counts": counts}
 
@@ -130,7 +134,7 @@ def preprocess(opt):
                                 opt.src_seq_length, opt.tgt_seq_length)
     src_vocab, tgt_vocab = build_vocabs(opt, *tokenizers, train_limits)
     logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)")
-    counts = {}
+    vocab_id, counts = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()), {}
     with StagedOutputs() as staged:
         corpora = [("train", opt.train_src, opt.train_tgt, train_limits)]
         if opt.valid_src:
@@ -139,10 +143,10 @@ def preprocess(opt):
             corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits))
         for corpus_type, src_path, tgt_path, limits in corpora:
             stats, n_shards = write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits,
-                                           (src_vocab, tgt_vocab), opt, staged)
+                                           (src_vocab, tgt_vocab), vocab_id, opt, staged)
             logger.info(f"{corpus_type}: {stats.summary()}; {n_shards} shard(s)")
             counts[corpus_type] = {"examples": stats.kept, "shards": n_shards}
-        staged.save(vocab_record(src_vocab, tgt_vocab, opt, counts), shards.vocab_path(opt.save_data))
+        staged.save(vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts), shards.vocab_path(opt.save_data))
         written = staged.final_paths()
         for stale in set(existing) - set(written):
             os.remove(stale)

@@ -186,8 +186,10 @@ class TrainingRun:
     def _check_weights(self, step):
         """A UserError if a weight is NaN or infinite (a learning rate or an update out of float
         range): the checkpoints on disk stay the last good ones."""
-        bad = [name for name, p in self.trainer.model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:
+        named = list(self.trainer.model.named_parameters())
+        finite = torch.stack([torch.isfinite(p).all() for _, p in named])  # one read of the device below
+        if not finite.all():
+            bad = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
             last = self._last_checkpoint() or self.opt.train_from or "none was written"
             raise UserError(f"step {step}: {len(bad)} weight tensor(s) hold NaN or infinite values "
                             f"({', '.join(bad[:3])}); training stopped without saving them (last good "

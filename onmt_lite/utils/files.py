@@ -273,16 +273,21 @@ class StagedOutputs:
         self._staged.append((tmp, final, target))
         return tmp
 
-    def save(self, obj, final):
+    def _stage(self, data, final):
+        """Stage the bytes ``data`` as ``final`` (held in memory when ``final`` is written straight into)."""
         kind, where = _destination(final)
         if kind != "atomic":
-            self._streamed.append((kind, where, _serialize(obj), final))
+            self._streamed.append((kind, where, data, final))
             return
-        _write_bytes(self.path_for(final), _serialize(obj), final)
+        _write_bytes(self.path_for(final), data, final)
+
+    def save(self, obj, final):
+        """Stage plain data and tensors as ``final`` (``torch.save``)."""
+        self._stage(_serialize(obj), final)
 
     def write_text(self, text, final):
         """Stage the UTF-8 text file ``final``."""
-        _write_bytes(self.path_for(final), text.encode("utf-8"), final)
+        self._stage(text.encode("utf-8"), final)
 
     def final_paths(self):
         return [final for _, final, _ in self._staged] + [s[3] for s in self._streamed]
