@@ -5,11 +5,11 @@ Decoding multiplies small matrices each step: ``[rows x H]`` by ``[H x V]`` and 
 weights, with rows = batch x beam (a few dozen to a few hundred). PyTorch's default CPU product runs
 these at a fraction of the machine's rate; oneDNN with each weight reordered once into its blocked
 layout runs them several times faster, still in float32: outputs differ from the unpacked model's
-by float rounding (about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's ``nn.Linear`` modules for
-packed ones (inference only: no gradients), after ``fuse_cells`` has made each ``nn.LSTMCell`` and
-``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8`` quantises those same linear
-modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU`` run whole sequences and keep
-PyTorch's kernels.
+by float rounding (about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's
+``nn.Linear`` modules for packed ones (inference only: no gradients), after ``fuse_cells`` has made
+each ``nn.LSTMCell`` and ``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8``
+quantises those same linear modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU``
+run whole sequences and keep PyTorch's kernels.
 """
 import torch
 import torch.nn as nn
@@ -39,8 +39,8 @@ class PackedLinear(nn.Module):
     def forward(self, x):
         """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``multiple``: oneDNN
         builds (and caches) a kernel for each new number of rows, which takes a while for the
-        vocabulary projection. A beam search's rows are always whole beams: padded to the beam width they are
-        not padded at all, and there are at most batch-size different counts."""
+        vocabulary projection. A beam search's rows are always whole beams: padded to the beam width
+        they are not padded at all, and there are at most batch-size different counts."""
         flat = x.reshape(-1, x.size(-1))
         rows = flat.size(0)
         padding = -rows % self.multiple

@@ -24,6 +24,12 @@ from onmt_lite.utils.topk import row_positions, top_k, top_k_with_offsets
 NEG_INF = float("-inf")
 
 
+def require_whole(name, value, least):
+    """A UserError naming ``name`` unless ``value`` is a whole number (not a bool) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UserError(f"{name} must be a whole number of at least {least} (got {value!r})")
+
+
 @dataclasses.dataclass
 class SearchOptions:
     beam_size: int = 5
@@ -48,9 +54,7 @@ class SearchOptions:
         whole = {"beam_size": 1, "n_best": 1, "min_length": 0, "max_length": 1, "block_ngram_repeat": 0,
                  "sampling_topk": 0}
         for name, least in whole.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise UserError(f"{name} must be a whole number of at least {least} (got {value!r})")
+            require_whole(name, getattr(self, name), least)
         for name in ("ratio", "alpha", "beta", "sampling_temp"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or math.isnan(value):

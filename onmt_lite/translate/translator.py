@@ -19,7 +19,7 @@ from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, 
 from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams, prepare_model
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_lines
-from onmt_lite.translate.search import Search, SearchOptions
+from onmt_lite.translate.search import Search, SearchOptions, require_whole
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.translate.streams import run_streams
 from onmt_lite.utils.errors import UserError
@@ -108,8 +108,7 @@ class Translator:
                  replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
                  batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
                  device="cpu", fork_streams: bool = False):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise UserError(f"batch_size must be a whole number of at least 1 (got {batch_size!r})")
+        require_whole("batch_size", batch_size, 1)
         if batch_type not in ("sents", "tokens"):
             raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
         self.models, self.vocabs = models, vocabs
