@@ -6,6 +6,7 @@ setup(
     description="A small, readable RNN sequence-to-sequence toolkit in the OpenNMT tradition",
     packages=find_packages(include=["onmt_lite", "onmt_lite.*"]),
     py_modules=["opts"],
+    package_data={"onmt_lite.opts": ["opennmt_py_1x_options.txt"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.6",  # torch.nn.utils.get_total_norm and clip_grads_with_norm_
