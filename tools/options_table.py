@@ -61,9 +61,12 @@ CHANGED = {
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "encoder_type": "`rnn`, `brnn` or `mean` (`mean` needs -src_word_vec_size equal to -rnn_size); "
-                    "`transformer`, `cnn` and `ggnn` are refused",
-    "decoder_type": "only `rnn`; `transformer` and `cnn` are refused",
+    "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or `transformer` "
+                    "(an RNN decoder starts from the mean of its output); `cnn` and `ggnn` are refused",
+    "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
+    "self_attn_type": "only `scaled-dot`; `average` is refused",
+    "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
+                 "heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
     "global_attention": "`dot`, `general` or `mlp`; `none` is refused",
     "global_attention_function": "only `softmax`; `sparsemax` is refused",
@@ -75,6 +78,7 @@ CHANGED = {
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
     "accum_count": "one number (1.x takes a list that changes at the -accum_steps)",
     "dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
+    "attention_dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
     "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "

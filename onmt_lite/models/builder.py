@@ -14,19 +14,32 @@ from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
+from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
 
 
 def check_options(opt):
-    """Refuse options that would have no effect in this combination."""
+    """Refuse options that would have no effect in this combination, or no meaning."""
     if opt.lambda_coverage and not opt.coverage_attn:
         raise UserError("-lambda_coverage needs -coverage_attn")
     if not opt.copy_attn:
         for name in COPY_ONLY_OPTIONS:
             if getattr(opt, name):
                 raise UserError(f"-{name} needs -copy_attn")
+    if opt.decoder_type == "transformer":
+        if opt.coverage_attn:
+            raise UserError("-coverage_attn is for RNN decoders (-decoder_type rnn): a Transformer decoder's "
+                            "attention has no coverage input")
+        for name in ("reuse_copy_attn", "copy_attn_type"):
+            if getattr(opt, name):
+                raise UserError(f"-{name} is for RNN decoders: a Transformer decoder copies with the top "
+                                "layer's attention over the source")
+    if opt.bridge and "transformer" in (opt.encoder_type, opt.decoder_type):
+        raise UserError("-bridge maps an RNN encoder's final state to an RNN decoder's first state; a "
+                        "Transformer encoder's final state is the mean of its output, and a Transformer "
+                        "decoder starts from none")
 
 
 def model_dims(opt):
@@ -41,7 +54,8 @@ def model_dims(opt):
     if dims.enc_rnn != dims.dec_rnn:
         raise UserError(f"-enc_rnn_size {dims.enc_rnn} and -dec_rnn_size {dims.dec_rnn} differ: "
                         "attention needs one hidden size (use -rnn_size)")
-    if dims.enc_layers != dims.dec_layers and not opt.bridge:
+    starts_from_encoder_state = opt.decoder_type == "rnn" and opt.encoder_type != "transformer"
+    if dims.enc_layers != dims.dec_layers and starts_from_encoder_state and not opt.bridge:
         raise UserError(f"-enc_layers {dims.enc_layers} and -dec_layers {dims.dec_layers} differ: "
                         "the decoder starts from the encoder's final state (add -bridge)")
     if opt.encoder_type == "brnn" and dims.enc_rnn % 2:
@@ -50,6 +64,15 @@ def model_dims(opt):
         raise UserError(f"-encoder_type mean needs -src_word_vec_size ({dims.src_emb}) equal to -rnn_size "
                         f"({dims.dec_rnn}): its memory bank and final state are the source embeddings "
                         "(set -word_vec_size and -rnn_size to one value)")
+    for side, kind, emb, size in (("src", opt.encoder_type, dims.src_emb, dims.enc_rnn),
+                                  ("tgt", opt.decoder_type, dims.tgt_emb, dims.dec_rnn)):
+        if kind == "transformer" and emb != size:
+            raise UserError(f"a Transformer needs -{side}_word_vec_size ({emb}) equal to -rnn_size ({size}): "
+                            "its layers add to the embeddings (set -word_vec_size and -rnn_size to one value)")
+    if "transformer" in (opt.encoder_type, opt.decoder_type) and dims.dec_rnn % opt.heads:
+        raise UserError(f"-rnn_size {dims.dec_rnn} is not a multiple of -heads {opt.heads}")
+    if opt.position_encoding and (dims.src_emb % 2 or dims.tgt_emb % 2):
+        raise UserError(f"-position_encoding needs even word vector sizes (got {dims.src_emb} and {dims.tgt_emb})")
     if opt.share_decoder_embeddings and dims.tgt_emb != dims.dec_rnn:
         raise UserError(f"-share_decoder_embeddings needs -tgt_word_vec_size ({dims.tgt_emb}) "
                         f"equal to -rnn_size ({dims.dec_rnn})")
@@ -57,7 +80,7 @@ def model_dims(opt):
 
 
 def build_embeddings(opt, dims, vocabs):
-    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout)
+    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout, position_encoding=opt.position_encoding)
     if opt.share_embeddings:
         if vocabs["src"] != vocabs["tgt"]:
             raise UserError("-share_embeddings needs one vocabulary for both sides "
@@ -65,11 +88,16 @@ def build_embeddings(opt, dims, vocabs):
         if dims.src_emb != dims.tgt_emb:
             raise UserError("-share_embeddings needs equal source and target word vector sizes")
         return src, src
-    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout)
+    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout, position_encoding=opt.position_encoding)
 
 
 def build_encoder(opt, dims, embeddings):
-    """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean."""
+    """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean, TransformerEncoder for transformer."""
+    if opt.encoder_type == "transformer":
+        n_states = 2 if opt.rnn_type == "LSTM" else 1
+        return TransformerEncoder(dims.enc_layers, dims.enc_rnn, opt.heads, opt.transformer_ff, opt.dropout,
+                                  opt.attention_dropout, embeddings, opt.max_relative_positions,
+                                  final_layers=(n_states, dims.dec_layers) if opt.decoder_type == "rnn" else None)
     bridge_layers = dims.dec_layers if opt.bridge else None
     if opt.encoder_type == "mean":
         return MeanEncoder(opt.rnn_type, dims.enc_layers, embeddings, bridge_layers=bridge_layers)
@@ -78,6 +106,10 @@ def build_encoder(opt, dims, embeddings):
 
 
 def build_decoder(opt, dims, embeddings):
+    if opt.decoder_type == "transformer":
+        return TransformerDecoder(dims.dec_layers, dims.dec_rnn, opt.heads, opt.transformer_ff, opt.dropout,
+                                  opt.attention_dropout, embeddings, opt.max_relative_positions,
+                                  copy_attn=opt.copy_attn)
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
     return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout,
                          embeddings, coverage_attn=opt.coverage_attn, copy_attn=opt.copy_attn,

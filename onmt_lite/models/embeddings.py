@@ -1,4 +1,6 @@
-"""Word embeddings with padding, dropout, pretrained vectors and freezing."""
+"""Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors and freezing."""
+import math
+
 import torch
 import torch.nn as nn
 
@@ -7,12 +9,26 @@ from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import load_tensors
 
 
-class Embeddings(nn.Module):
-    """``[len x batch]`` word ids -> ``[len x batch x dim]`` vectors (dropout applied)."""
+def sinusoids(positions, dim):
+    """Position encodings (Vaswani et al. 2017) of ``positions`` ``[...]`` (any shape): ``[... x dim]``,
+    ``sin(p / 10000^(i/dim))`` at even columns i and ``cos`` of the same angle at the odd column after."""
+    rates = torch.exp(torch.arange(0, dim, 2, device=positions.device) * (-math.log(10000.0) / dim))
+    angles = positions.unsqueeze(-1).float() * rates
+    return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
 
-    def __init__(self, vocab_size, dim, dropout=0.0, padding_idx=PAD_ID):
+
+class Embeddings(nn.Module):
+    """``[len x batch]`` word ids -> ``[len x batch x dim]`` vectors (dropout applied).
+
+    With ``position_encoding`` (the Transformer's), the vectors are scaled by ``sqrt(dim)`` and each
+    position's ``sinusoids`` added before the dropout.
+    """
+
+    def __init__(self, vocab_size, dim, dropout=0.0, padding_idx=PAD_ID, position_encoding=False):
         super().__init__()
-        self.word_vec_size = dim
+        if position_encoding and dim % 2:
+            raise ValueError(f"position encoding needs an even word vector size (got {dim})")
+        self.word_vec_size, self.position_encoding = dim, position_encoding
         self.lut = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
 
@@ -20,8 +36,16 @@ class Embeddings(nn.Module):
     def weight(self):
         return self.lut.weight
 
-    def forward(self, ids):
-        return self.dropout(self.lut(ids))
+    def forward(self, ids, offsets=None):
+        """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first id
+        (None: 0), for the position encoding."""
+        emb = self.lut(ids)
+        if self.position_encoding:
+            positions = torch.arange(ids.size(0), device=ids.device).unsqueeze(1)  # [len x 1]
+            if offsets is not None:
+                positions = positions + offsets.unsqueeze(0)
+            emb = emb * math.sqrt(self.word_vec_size) + sinusoids(positions, self.word_vec_size).to(emb.dtype)
+        return self.dropout(emb)
 
     def load_pretrained(self, path):
         """Copy a ``[vocab x d]`` tensor file (d <= dim) into the first d columns of the table."""

@@ -6,6 +6,13 @@ from onmt_lite.models.attention import length_mask
 from onmt_lite.models.rnn_encoder import Bridge
 
 
+def mean_final_state(memory_bank, lengths, num_layers, n_states):
+    """The mean of ``memory_bank`` ``[S x B x H]`` over each example's real positions (zeros past each
+    length, as encoders give), as ``n_states`` states ``[num_layers x B x H]`` of a decoder to start from."""
+    mean = memory_bank.sum(0) / lengths.to(memory_bank.device, memory_bank.dtype).unsqueeze(1)
+    return (mean.unsqueeze(0).expand(num_layers, -1, -1).contiguous(),) * n_states
+
+
 class MeanEncoder(nn.Module):
     """Encode a padded source batch as its embeddings, with the same interface as ``RNNEncoder``.
 
@@ -40,9 +47,7 @@ class MeanEncoder(nn.Module):
         lengths_here = lengths.to(emb.device)
         mask = length_mask(lengths_here, src.size(0)).t().unsqueeze(2).to(emb.dtype)  # [S x B x 1]
         memory_bank = emb * mask
-        mean = memory_bank.sum(0) / lengths_here.to(emb.dtype).unsqueeze(1)
-        state = mean.unsqueeze(0).expand(self.num_layers, -1, -1).contiguous()
-        final = (state,) * self.n_states
+        final = mean_final_state(memory_bank, lengths_here, self.num_layers, self.n_states)
         if self.bridge is not None:
             final = self.bridge(final)
         return final, memory_bank, lengths

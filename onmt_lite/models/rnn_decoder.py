@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from onmt_lite.models.attention import GlobalAttention, length_mask
+from onmt_lite.utils.tensors import pad_to
 
 
 class DecoderState:
@@ -36,6 +37,20 @@ class DecoderState:
     def detach(self) -> DecoderState:
         """The same state cut from the graph (between truncated BPTT windows)."""
         return self.map(lambda t, dim: t.detach())
+
+    def concat(self, other: DecoderState) -> DecoderState:
+        """The rows of ``self`` then those of ``other`` (coverage padded to the longer source)."""
+        coverage = None
+        if self.coverage is not None:
+            width = max(self.coverage.size(1), other.coverage.size(1))
+            coverage = torch.cat([pad_to(self.coverage, 1, width), pad_to(other.coverage, 1, width)])
+        return DecoderState(tuple(torch.cat([h, g], 1) for h, g in zip(self.hidden, other.hidden)),
+                            None if self.input_feed is None else torch.cat([self.input_feed, other.input_feed]),
+                            coverage)
+
+    def compact(self) -> DecoderState:
+        """The state itself: it holds nothing per past position (see ``TransformerState.compact``)."""
+        return self
 
 
 def step_dropout_masks(dropout, steps, count, like):
@@ -112,6 +127,11 @@ class RNNDecoderBase(nn.Module):
         zeros = memory_bank.new_zeros
         return DecoderState(encoder_final, zeros(batch, self.hidden_size),
                             zeros(batch, src_len) if self.coverage_attn else None)
+
+    @property
+    def precomputes_memory_keys(self):
+        """Whether ``memory_keys`` computes something (mlp attention) rather than return the memory."""
+        return self.attn.projects_memory
 
     def memory_keys(self, memory_bank):
         """What the attention scores ``memory_bank`` ``[S x B x H]`` by: ``[B x S x H]``, the memory

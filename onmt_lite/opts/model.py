@@ -24,18 +24,17 @@ def _model_embeddings_opts(parser):
 def _model_encoder_and_decoder_opts(parser):
     group = parser.add_argument_group("Model: encoder and decoder")
     add(group, "encoder_type", default="rnn", type=choice(
-        "encoder_type", ["rnn", "brnn", "mean"], {
-            "transformer": "Transformer encoders are not implemented",
+        "encoder_type", ["rnn", "brnn", "mean", "transformer"], {
             "cnn": "convolutional (CNN) encoders are not implemented",
             "ggnn": "the GGNN (graph) encoder is not implemented",
             **dict.fromkeys(["img", "audio"], "image and audio encoders are not supported: text only")}),
-        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions) or mean "
+        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions), mean "
              "(no recurrence: the memory bank is the source embeddings and the decoder starts from their "
-             "mean; needs -src_word_vec_size equal to -rnn_size)")
+             "mean; needs -src_word_vec_size equal to -rnn_size) or transformer (an RNN decoder then "
+             "starts from the mean of its output)")
     add(group, "decoder_type", default="rnn", type=choice(
-        "decoder_type", ["rnn"], {"transformer": "Transformer decoders are not implemented",
-                                  "cnn": "convolutional (CNN) decoders are not implemented"}),
-        help="Decoder type")
+        "decoder_type", ["rnn", "transformer"], {"cnn": "convolutional (CNN) decoders are not implemented"}),
+        help="rnn (with -global_attention, -input_feed, -rnn_type) or transformer")
     add(group, "layers", type=int, default=-1, help="Layers of encoder and decoder, if > 0")
     add(group, "enc_layers", type=int_at_least(1), default=2, help="Encoder layers")
     add(group, "dec_layers", type=int_at_least(1), default=2, help="Decoder layers")
@@ -48,6 +47,23 @@ def _model_encoder_and_decoder_opts(parser):
         help="Feed the previous attentional output into the next decoder step (1) or not (0)")
     add(group, "bridge", action="store_true",
         help="A learned layer between the encoder's final state and the decoder's first state")
+
+
+def _model_transformer_opts(parser):
+    group = parser.add_argument_group("Model: Transformer")
+    add(group, "heads", type=int_at_least(1), default=8, help="Attention heads (they divide -rnn_size)")
+    add(group, "transformer_ff", type=int_at_least(1), default=2048, help="Size of the feed-forward layers")
+    add(group, "position_encoding", action="store_true",
+        help="Add sinusoidal position encodings to the embeddings (scaled by the square root of their "
+             "size); a Transformer without them or -max_relative_positions sees no word order")
+    add(group, "max_relative_positions", type=int_at_least(0), default=0,
+        help="Relative positions in self-attention (Shaw et al. 2018), clipped to this distance (0: none)")
+    add(group, "self_attn_type", default="scaled-dot", type=choice(
+        "self_attn_type", ["scaled-dot"],
+        {"average": "the average attention network (Zhang et al. 2018) is not implemented"}),
+        help="Self-attention: scaled-dot only")
+    add(group, "attention_dropout", type=float_in(0, 1), default=0.1,
+        help="Dropout of the Transformer's attention weights")
 
 
 def _model_attention_and_generator_opts(parser):
@@ -83,4 +99,5 @@ def model_opts(parser):
     """Embeddings, encoder and decoder, attention and generator."""
     _model_embeddings_opts(parser)
     _model_encoder_and_decoder_opts(parser)
+    _model_transformer_opts(parser)
     _model_attention_and_generator_opts(parser)

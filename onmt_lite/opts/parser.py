@@ -16,7 +16,6 @@ from onmt_lite.utils.logging import log_when_ready
 # OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
 # reason says what the option is for in 1.x and that onmt_lite lacks that (tests/unit/test_opts.py
 # checks that unrelated options do not share a reason).
-TRANSFORMER_ONLY = "a Transformer option: onmt_lite has no Transformer encoder or decoder"
 GUIDED_ALIGNMENT = "guided alignment (Garg et al. 2019, with Transformer alignment heads) is not supported"
 UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
@@ -32,12 +31,7 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
         "source word features are not supported"),
-    "position_encoding": "sinusoidal position encodings in the embeddings are not supported (1.x's "
-                         "Transformer and CNN models need them; RNNs do not)",
-    **dict.fromkeys(
-        ["heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
-         "attention_dropout"],
-        TRANSFORMER_ONLY),
+    "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
                     GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",

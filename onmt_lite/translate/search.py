@@ -17,8 +17,8 @@ import math
 import torch
 
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
-from onmt_lite.translate.stepper import pad_to
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.tensors import pad_to
 from onmt_lite.utils.topk import row_positions, top_k, top_k_with_offsets
 
 NEG_INF = float("-inf")

@@ -17,17 +17,7 @@ import torch
 
 from onmt_lite.data.vocab import UNK_ID
 from onmt_lite.models.copy_generator import collapse_copy_log_probs
-from onmt_lite.models.rnn_decoder import DecoderState
-
-
-def pad_to(tensor, dim, size):
-    """``tensor`` padded with zeros along ``dim`` to ``size``."""
-    missing = size - tensor.size(dim)
-    if missing <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([tensor, tensor.new_zeros(shape)], dim)
+from onmt_lite.utils.tensors import pad_to
 
 
 def _joined(a, b, dim, pad_dims=()):
@@ -47,8 +37,9 @@ class ModelStepper:
         # copy per row (not a gather of the rows of a time-major tensor), and the attention reads each
         # row's memory contiguously
         self.memory = memory_bank.transpose(0, 1).contiguous()
-        # mlp attention projects the memory: once per example here, not at every step for every beam
-        self.keys = model.decoder.memory_keys(memory_bank) if model.decoder.attn.projects_memory else None
+        # what the attention computes of the memory (mlp attention's projection, the Transformer's keys and
+        # values): once per example here, not at every step for every beam
+        self.keys = model.decoder.memory_keys(memory_bank) if model.decoder.precomputes_memory_keys else None
         self.lengths, self.state = lengths, state
         if self.copy:
             self.src_map, self.ex_ids = batch.src_map, batch.src_ex_tgt_ids
@@ -77,11 +68,7 @@ class ModelStepper:
         self.lengths = torch.cat([self.lengths, other.lengths])
         if self.keys is not None:
             self.keys = _joined(self.keys, other.keys, 0, (1,))
-        a, b = self.state, other.state
-        self.state = DecoderState(
-            tuple(torch.cat([h, g], 1) for h, g in zip(a.hidden, b.hidden)),
-            None if a.input_feed is None else torch.cat([a.input_feed, b.input_feed]),
-            None if a.coverage is None else _joined(a.coverage, b.coverage, 0, (1,)))
+        self.state = self.state.concat(other.state)
         if self.copy:
             self.src_map = _joined(self.src_map, other.src_map, 1, (0, 2))
             self.ex_ids = _joined(self.ex_ids, other.ex_ids, 0, (1,))
@@ -91,6 +78,7 @@ class ModelStepper:
         (examples left, or rows joined: a row per beam after each example's first step)."""
         self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
         if memory_rows is not None:
+            self.state = self.state.compact()
             self.memory = self.memory.index_select(0, memory_rows)
             self.lengths = self.lengths.index_select(0, memory_rows)
             if self.keys is not None:

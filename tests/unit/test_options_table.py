@@ -171,7 +171,7 @@ def test_docs_options_md_is_up_to_date(table, reference):
     expected = table.page(reference)
     assert text == expected, (
         f"docs/options.md differs from what tools/options_table.py generates now: run {REGENERATE}")
-    assert text.startswith(table.TITLE + "\n") and "| `-copy_attn` | same |" in text
+    assert text.startswith(table.TITLE + "\n") and "| `-copy_attn_force` | same |" in text
     assert table.BEGIN not in text and table.END not in text
 
 

@@ -184,11 +184,9 @@ def unsupported_sharing_the_reason_of(name):
     ("context_gate", {"context_gate"}, "context gates"),
     ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
     ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
-    ("heads", {"heads", "transformer_ff", "max_relative_positions", "self_attn_type", "aan_useffn",
-               "attention_dropout"}, "Transformer"),
+    ("aan_useffn", {"aan_useffn"}, "average attention network"),
     ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
      "guided alignment"),
-    ("position_encoding", {"position_encoding"}, "position encodings"),
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
     ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
@@ -213,10 +211,9 @@ def test_no_reason_says_rnn_only():
 
 @pytest.mark.parametrize("option,value,reason", [
     ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
-    ("encoder_type", "transformer", "Transformer encoders are not implemented"),
     ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
     ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
-    ("decoder_type", "transformer", "Transformer decoders are not implemented"),
+    ("self_attn_type", "average", "the average attention network (Zhang et al. 2018) is not implemented"),
     ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
     ("model_type", "vec", "onmt_lite reads text only"),
 ])

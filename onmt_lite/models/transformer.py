@@ -1,0 +1,325 @@
+"""The Transformer (Vaswani et al. 2017): encoder and decoder, pre-norm as in OpenNMT-py 1.x.
+
+Each layer normalises its input, attends (or feeds forward) and adds the result back; a last
+LayerNorm follows the stack. The decoder carries the keys and values of its self-attention in a
+``TransformerState``, so decoding one position at a time (with the cache) computes what the whole
+teacher-forced pass computes, and the search reorders the cache as it reorders an RNN's state.
+
+Shapes: B batch, S source positions, T new target positions, P cached target positions,
+H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks tensors are batch-first
+(``[B x T x H]``); what crosses the model's interface is time-major, as for the RNNs.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from onmt_lite.models.attention import length_mask
+from onmt_lite.models.mean_encoder import mean_final_state
+from onmt_lite.utils.tensors import pad_to
+
+LAYER_NORM_EPS = 1e-6
+
+
+def relative_positions(query_len: int, key_len: int, max_distance: int, device) -> Tensor:
+    """``[query_len x key_len]`` ids into a table of ``2 * max_distance + 1`` relative positions: the
+    key's position minus the query's, clipped to ``±max_distance``, plus ``max_distance``. The queries
+    are the last ``query_len`` of the ``key_len`` positions (the new ones, after the cached ones)."""
+    keys = torch.arange(key_len, device=device)
+    queries = keys[key_len - query_len:]
+    return (keys.unsqueeze(0) - queries.unsqueeze(1)).clamp(-max_distance, max_distance) + max_distance
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention of ``heads`` heads, over given keys and values.
+
+    ``forward`` takes queries, keys and values already projected and split into heads (the layers
+    project them: self-attention in one product for all three, context attention once per source for
+    keys and values) and returns the heads' outputs merged and projected ``[B x T x H]``, with the
+    attention weights ``[B x h x T x K]`` when asked (K keys). Weights on masked keys are exactly 0.
+
+    With ``max_relative_positions`` k > 0 (Shaw et al. 2018), a table of 2k + 1 vectors ``[d]`` per
+    clipped relative position enters both the scores (``q · r``) and the output (``Σ w r``), one
+    table for both as in 1.x.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"model size {dim} is not a multiple of {heads} heads")
+        self.heads, self.head_dim = heads, dim // heads
+        self.dropout_p = dropout
+        self.out = nn.Linear(dim, dim)
+        self.max_relative_positions = max_relative_positions
+        self.relative = nn.Embedding(2 * max_relative_positions + 1, self.head_dim) \
+            if max_relative_positions > 0 else None
+
+    def split(self, x: Tensor) -> Tensor:
+        """``[B x T x H]`` -> ``[B x h x T x d]``."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
+        ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
+        dropout = self.dropout_p if self.training else 0.0
+        if self.relative is None and not need_weights:
+            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid them
+            context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, dropout_p=dropout)
+            weights = None
+        else:
+            context, weights = self._attend(query, keys, values, mask, dropout)
+        batch, _, length, _ = context.shape
+        merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
+        return self.out(merged), weights
+
+    def _attend(self, query, keys, values, mask, dropout):
+        """The same attention written out, for the weights and for relative positions."""
+        scores = torch.matmul(query, keys.transpose(2, 3))
+        relative = None
+        if self.relative is not None:
+            ids = relative_positions(query.size(2), keys.size(2), self.max_relative_positions, query.device)
+            relative = self.relative(ids)  # [T x K x d]
+            # q · r for each query and key: [B x T x h x d] by [T x d x K], batched over T
+            scores = scores + torch.matmul(query.transpose(1, 2), relative.transpose(1, 2)).transpose(1, 2)
+        scores = scores / self.head_dim ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        dropped = F.dropout(weights, dropout) if dropout else weights
+        context = torch.matmul(dropped, values)
+        if relative is not None:
+            # Σ_k w r for each query: [B x h x T x K] by [T x K x d], batched over T
+            context = context + torch.matmul(dropped.transpose(1, 2), relative).transpose(1, 2)
+        return context, weights
+
+
+class FeedForward(nn.Module):
+    """``x + dropout(W2 dropout(relu(W1 LayerNorm(x))))``: the position-wise feed-forward block."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.inner, self.outer = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.dropout(self.outer(self.dropout(torch.relu(self.inner(self.norm(x))))))
+
+
+class SelfAttention(nn.Module):
+    """Self-attention of a layer: one product for queries, keys and values, then ``MultiHeadAttention``.
+    Given ``cache`` (the keys and values of earlier positions), the new keys and values are appended."""
+
+    def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
+
+    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor] | None = None):
+        """``x`` ``[B x T x H]`` -> ``[B x T x H]`` and the keys and values ``[B x h x P+T x d]``."""
+        query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
+        if cache is not None:
+            keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
+        out, _ = self.attention(query, keys, values, mask)
+        return out, (keys, values)
+
+
+class TransformerEncoderLayer(nn.Module):
+    """``x + dropout(SelfAttention(LayerNorm(x)))``, then ``FeedForward``."""
+
+    def __init__(self, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions=0):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.self_attn = SelfAttention(dim, heads, attention_dropout, max_relative_positions)
+        self.feed_forward = FeedForward(dim, ff_size, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """``x`` ``[B x S x H]``, ``mask`` ``[B x 1 x 1 x S]`` (real source positions) -> ``[B x S x H]``."""
+        attended, _ = self.self_attn(self.norm(x), mask)
+        return self.feed_forward(x + self.dropout(attended))
+
+
+class TransformerEncoder(nn.Module):
+    """Encode a padded source batch with ``num_layers`` Transformer layers (interface of ``RNNEncoder``).
+
+    Args:
+        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the layers'.
+        embeddings: an ``Embeddings`` module of size ``dim`` (with position encoding, normally).
+        final_layers: for an RNN decoder, the ``(n_states, layers)`` of the state it starts from: the
+            mean of the memory bank over the real positions, as ``-encoder_type mean`` gives; None:
+            no final state (a Transformer decoder needs none).
+    """
+
+    def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
+                 max_relative_positions=0, final_layers=None):
+        super().__init__()
+        self.embeddings, self.final_layers = embeddings, final_layers
+        self.layers = nn.ModuleList(
+            TransformerEncoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
+            for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+
+    def forward(self, src: Tensor, lengths: Tensor):
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]``.
+
+        Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length), lengths.
+        """
+        x = self.embeddings(src).transpose(0, 1)  # [B x S x H]
+        real = length_mask(lengths.to(x.device), src.size(0))  # [B x S]
+        mask = real[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, mask)
+        memory_bank = self.norm(x).masked_fill(~real.unsqueeze(2), 0).transpose(0, 1)
+        final = None
+        if self.final_layers is not None:
+            n_states, num_layers = self.final_layers
+            final = mean_final_state(memory_bank, lengths, num_layers, n_states)
+        return final, memory_bank, lengths
+
+
+class TransformerState:
+    """The Transformer decoder's state between calls: its self-attention cache.
+
+    Attributes:
+        cache: per layer, keys then values ``[B x h x P x d]`` of the P positions decoded so far
+            (``2 x layers`` tensors; P = 0 at first).
+        start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
+            search later have fewer positions: their cache is padded on the left, and columns before
+            ``start`` are masked. A row's next position is ``P - start``.
+    """
+
+    def __init__(self, cache: tuple[Tensor, ...], start: Tensor):
+        self.cache, self.start = tuple(cache), start
+
+    @property
+    def cached(self) -> int:
+        return self.cache[0].size(2)
+
+    def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
+        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
+        return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0))
+
+    def detach(self) -> TransformerState:
+        """The same state cut from the graph (between truncated BPTT windows)."""
+        return self.map(lambda t, dim: t.detach())
+
+    def concat(self, other: TransformerState) -> TransformerState:
+        """The rows of ``self`` then those of ``other``, the shorter cache padded on the left."""
+        width = max(self.cached, other.cached)
+
+        def left_padded(state):
+            return tuple(pad_to(t, 2, width, left=True) for t in state.cache), state.start + width - state.cached
+
+        (a, a_start), (b, b_start) = left_padded(self), left_padded(other)
+        return TransformerState(tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start]))
+
+    def compact(self) -> TransformerState:
+        """The same state without the leading columns that no row uses (after rows left)."""
+        unused = int(self.start.min()) if self.start.numel() else 0
+        if unused == 0:
+            return self
+        return TransformerState(tuple(t[:, :, unused:] for t in self.cache), self.start - unused)
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Masked self-attention, attention over the memory bank, feed-forward; each pre-normed and
+    added back."""
+
+    def __init__(self, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions=0):
+        super().__init__()
+        self.self_attn_norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.self_attn = SelfAttention(dim, heads, attention_dropout, max_relative_positions)
+        self.context_norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.context_query = nn.Linear(dim, dim)
+        self.context_attn = MultiHeadAttention(dim, heads, attention_dropout)
+        self.feed_forward = FeedForward(dim, ff_size, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False):
+        """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys and
+        values ``[B x h x P x d]``; ``memory_keys``/``memory_values`` ``[B x h x S x d]``; ``memory_mask``
+        ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new cache, the context attention weights
+        ``[B x h x T x S]`` (or None unless ``need_weights``)."""
+        attended, cache = self.self_attn(self.self_attn_norm(x), self_mask, cache)
+        x = x + self.dropout(attended)
+        query = self.context_attn.split(self.context_query(self.context_norm(x)))
+        context, weights = self.context_attn(query, memory_keys, memory_values, memory_mask, need_weights)
+        return self.feed_forward(x + self.dropout(context)), cache, weights
+
+
+class TransformerDecoder(nn.Module):
+    """``num_layers`` Transformer decoder layers (interface of the RNN decoders).
+
+    ``attns["std"]`` is the top layer's attention over the memory bank, averaged over its heads; with
+    ``copy_attn`` it is ``attns["copy"]`` too (1.x copies with that attention as well).
+
+    Args:
+        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the layers'.
+        embeddings: an ``Embeddings`` module of size ``dim``.
+        copy_attn: return ``attns["copy"]``.
+    """
+
+    def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
+                 max_relative_positions=0, copy_attn=False):
+        super().__init__()
+        self.embeddings, self.copy_attn, self.hidden_size = embeddings, copy_attn, dim
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
+            for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        # every layer's keys and values of the memory bank, in one product once per source
+        self.memory_projection = nn.Linear(dim, 2 * dim * num_layers)
+
+    precomputes_memory_keys = True
+
+    def init_state(self, encoder_final, memory_bank: Tensor) -> TransformerState:
+        """An empty cache for each row of ``memory_bank`` ``[S x B x H]`` (the encoder's final state
+        is not used)."""
+        batch = memory_bank.size(1)
+        layer = self.layers[0].self_attn.attention
+        empty = memory_bank.new_zeros(batch, layer.heads, 0, layer.head_dim)
+        return TransformerState((empty,) * (2 * len(self.layers)),
+                                torch.zeros(batch, dtype=torch.long, device=memory_bank.device))
+
+    def memory_keys(self, memory_bank: Tensor) -> Tensor:
+        """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``: ``[B x S x layers*2*H]``."""
+        return self.memory_projection(memory_bank.transpose(0, 1))
+
+    def _layer_memory(self, keys, i):
+        """Layer ``i``'s keys and values, ``[B x h x S x d]`` each, out of ``memory_keys``'s output."""
+        dim = self.hidden_size
+        attention = self.layers[i].context_attn
+        layer_keys, layer_values = keys[:, :, 2 * dim * i:2 * dim * (i + 1)].chunk(2, dim=-1)
+        return attention.split(layer_keys), attention.split(layer_values)
+
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
+        """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
+
+        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new TransformerState.
+        """
+        length, cached = tgt.size(0), state.cached
+        positions = cached - state.start  # [B]: each row's position of tgt[0]
+        x = self.embeddings(tgt, positions).transpose(0, 1)  # [B x T x H]
+        keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
+        memory_mask = length_mask(memory_lengths.to(x.device), memory_bank.size(0))[:, None, None, :]
+        columns = torch.arange(cached + length, device=x.device)
+        causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(1)
+        self_mask = (causal.unsqueeze(0) & (columns.unsqueeze(0) >= state.start.unsqueeze(1)).unsqueeze(1))
+        self_mask = self_mask.unsqueeze(1)  # [B x 1 x T x P+T]
+        cache, weights = [], None
+        for i, layer in enumerate(self.layers):
+            memory_k, memory_v = self._layer_memory(keys, i)
+            x, (layer_k, layer_v), weights = layer(
+                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1]), memory_k, memory_v, memory_mask,
+                need_weights=i == len(self.layers) - 1)
+            cache += [layer_k, layer_v]
+        dec_out = self.norm(x).transpose(0, 1).contiguous()
+        attns = {"std": weights.mean(1).transpose(0, 1)}
+        if self.copy_attn:
+            attns["copy"] = attns["std"]
+        return dec_out, attns, TransformerState(cache, state.start)
