@@ -14,6 +14,11 @@ TGT_VOCAB = Vocab([f"s{i}" for i in range(6)] + [f"t{i}" for i in range(8)])
 VOCABS = {"src": SRC_VOCAB, "tgt": TGT_VOCAB}
 
 
+# a small Transformer (encoder and decoder): model size 8, 2 heads, no dropout anywhere
+TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-word_vec_size", 8, "-heads", 2,
+               "-transformer_ff", 16, "-position_encoding", "-attention_dropout", 0]
+
+
 def model_options(*args):
     """Parsed model and training options: small sizes, no dropout, plus ``args``."""
     base = ["-data", "unused", "-rnn_size", "8", "-word_vec_size", "6", "-layers", "2", "-dropout", "0"]

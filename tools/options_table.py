@@ -65,6 +65,8 @@ CHANGED = {
                     "(an RNN decoder starts from the mean of its output); `cnn` and `ggnn` are refused",
     "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
     "self_attn_type": "only `scaled-dot`; `average` is refused",
+    "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's get none (1.x "
+                         "added them in training but gave every translation step position 0)",
     "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
                  "heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",

@@ -80,15 +80,22 @@ def model_dims(opt):
 
 
 def build_embeddings(opt, dims, vocabs):
+    """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
+    encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step and
+    knows no positions (1.x gave every step of its translation position 0, unlike its training)."""
     src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout, position_encoding=opt.position_encoding)
+    tgt_positions = opt.position_encoding and opt.decoder_type == "transformer"
     if opt.share_embeddings:
+        if opt.position_encoding and not tgt_positions:
+            raise UserError("-share_embeddings with -position_encoding needs a Transformer decoder: an RNN "
+                            "decoder's embeddings take no position encodings")
         if vocabs["src"] != vocabs["tgt"]:
             raise UserError("-share_embeddings needs one vocabulary for both sides "
                             "(preprocess with -share_vocab)")
         if dims.src_emb != dims.tgt_emb:
             raise UserError("-share_embeddings needs equal source and target word vector sizes")
         return src, src
-    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout, position_encoding=opt.position_encoding)
+    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout, position_encoding=tgt_positions)
 
 
 def build_encoder(opt, dims, embeddings):

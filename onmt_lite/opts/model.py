@@ -54,8 +54,9 @@ def _model_transformer_opts(parser):
     add(group, "heads", type=int_at_least(1), default=8, help="Attention heads (they divide -rnn_size)")
     add(group, "transformer_ff", type=int_at_least(1), default=2048, help="Size of the feed-forward layers")
     add(group, "position_encoding", action="store_true",
-        help="Add sinusoidal position encodings to the embeddings (scaled by the square root of their "
-             "size); a Transformer without them or -max_relative_positions sees no word order")
+        help="Add sinusoidal position encodings to the source embeddings and a Transformer decoder's "
+             "(scaled by the square root of their size); a Transformer without them or "
+             "-max_relative_positions sees no word order")
     add(group, "max_relative_positions", type=int_at_least(0), default=0,
         help="Relative positions in self-attention (Shaw et al. 2018), clipped to this distance (0: none)")
     add(group, "self_attn_type", default="scaled-dot", type=choice(

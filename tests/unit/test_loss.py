@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from onmt_lite.loss import LossComputeBase, build_loss_compute, coverage_loss, filter_shard_state, shards
-from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs
+from tests.model_helpers import TGT_VOCAB, TRANSFORMER, assert_grads_equal, grads, make_batch, make_model, random_pairs
 
 CASES = {
     "nmt": [],
@@ -19,6 +19,10 @@ CASES = {
     "copy-reuse-force-coverage": ["-copy_attn", "-reuse_copy_attn", "-copy_attn_force", "-coverage_attn",
                                   "-lambda_coverage", 1.0],
     "copy-by-seqlength": ["-copy_attn", "-copy_loss_by_seqlength", "-copy_attn_type", "dot"],
+    "transformer-smoothing": [*TRANSFORMER, "-label_smoothing", 0.1],
+    "transformer-copy-relative": [*TRANSFORMER, "-copy_attn", "-max_relative_positions", 2],
+    "transformer-encoder-rnn-decoder": [*TRANSFORMER, "-decoder_type", "rnn", "-copy_attn"],
+    "rnn-encoder-transformer-decoder": [*TRANSFORMER, "-encoder_type", "brnn", "-copy_attn"],
 }
 
 
@@ -47,7 +51,8 @@ def test_sharded_gradients_and_statistics_equal_the_unsharded_ones(case, shard_s
     assert expected_stats.n_words == sum(len(t) + 1 for _, t in random_pairs(4, seed=2))
 
 
-@pytest.mark.parametrize("case", ["nmt-coverage-smoothing-std-decoder", "copy-coverage", "copy-by-seqlength"])
+@pytest.mark.parametrize("case", ["nmt-coverage-smoothing-std-decoder", "copy-coverage", "copy-by-seqlength",
+                                  "transformer-copy-relative"])
 @pytest.mark.parametrize("trunc_size", [1, 2, 5])
 def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
     model, opt = make_model(*CASES[case])

@@ -5,17 +5,19 @@ import torch
 
 from onmt_lite.data.vocab import BOS_ID
 from onmt_lite.translate.stepper import ModelStepper
-from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
+from tests.model_helpers import TGT_VOCAB, TRANSFORMER, make_batch, make_model, random_pairs
 
 BEAM = 2
 
 
 @pytest.mark.parametrize("args", [[], ["-global_attention", "mlp"], ["-global_attention", "mlp", "-copy_attn"],
-                                  ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0]])
+                                  ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0],
+                                  [*TRANSFORMER, "-copy_attn"], [*TRANSFORMER, "-max_relative_positions", 2]])
 def test_rows_that_join_and_leave_step_as_each_example_alone(args):
     """Examples 0-2 start with a row each and get two after their first step; 3-4 join after one
     step and get theirs after their own first step; example 1 leaves after two: every output row
-    equals that example's row when it is decoded alone with the same inputs."""
+    equals that example's row when it is decoded alone with the same inputs. (A Transformer's cache of
+    the joining rows is then padded on the left, and trimmed once the first rows have left.)"""
     model, _ = make_model(*args)
     model.eval()
     pairs = random_pairs(5, seed=11, min_len=2)

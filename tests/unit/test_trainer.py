@@ -8,7 +8,7 @@ from onmt_lite.loss import build_loss_compute
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.trainer import Trainer, normalization
 from onmt_lite.utils.errors import UserError
-from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs
+from tests.model_helpers import TGT_VOCAB, TRANSFORMER, assert_grads_equal, grads, make_batch, make_model, random_pairs
 
 
 def optim_options(**overrides):
@@ -32,7 +32,8 @@ def params(model):
 
 
 @pytest.mark.parametrize("norm", ["sents", "tokens"])
-@pytest.mark.parametrize("model_args,shard", [([], 0), (["-copy_attn", "-coverage_attn", "-lambda_coverage", 1], 2)])
+@pytest.mark.parametrize("model_args,shard", [([], 0), (["-copy_attn", "-coverage_attn", "-lambda_coverage", 1], 2),
+                                              ([*TRANSFORMER, "-copy_attn"], 2)])
 def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_args, shard):
     first, second = random_pairs(3, seed=11), random_pairs(4, seed=12)
     accumulated, model_a = make_trainer(*model_args, accum=2, shard=shard, norm=norm)

@@ -1,0 +1,168 @@
+"""The Transformer end to end: 1.x's FAQ command line, learning the reversal task to exact match, copying
+words outside the vocabulary, exact resume, and translation (batch invariance, n-best, ensembles with an
+RNN, -replace_unk, gold scores, -attn_debug, int8)."""
+import os
+
+import pytest
+import torch
+
+from onmt_lite import Translator
+from tests.helpers import preprocess_in_process, run_cli, step_losses, train_in_process
+
+TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding",
+               "-max_relative_positions", 8, "-layers", 2, "-rnn_size", 64, "-word_vec_size", 64, "-heads", 4,
+               "-transformer_ff", 128, "-dropout", 0, "-attention_dropout", 0, "-param_init", 0,
+               "-param_init_glorot", "-optim", "adam", "-seed", 1]
+STEPS = {"plain": 1500, "copy": 600}
+# 1.x's FAQ recipe (docs/FAQ.md, "How do I use the Transformer model?"), sizes and steps cut down
+FAQ = ["-layers", 2, "-rnn_size", 16, "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2,
+       "-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding", "-train_steps", 40,
+       "-max_generator_batches", 2, "-dropout", 0.1, "-batch_size", 256, "-batch_type", "tokens",
+       "-normalization", "tokens", "-accum_count", 2, "-optim", "adam", "-adam_beta2", 0.998, "-decay_method",
+       "noam", "-warmup_steps", 10, "-learning_rate", 2, "-max_grad_norm", 0, "-param_init", 0,
+       "-param_init_glorot", "-label_smoothing", 0.1, "-valid_steps", 20, "-save_checkpoint_steps", 20]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A Transformer trained on 3,000 reversal pairs (measured: 100% exact match on held-out lines); a
+    copy Transformer whose target vocabulary lacks most words (it must copy them)."""
+    out = {}
+    for kind, pre, extra in (("plain", [], ["-batch_size", 64, "-learning_rate", 0.003]),
+                             ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6],
+                              ["-copy_attn", "-batch_size", 64, "-learning_rate", 0.003])):
+        directory = str(tmp_path_factory.mktemp(kind))
+        prefix = preprocess_in_process(directory, *pre, n_train=3000, n_valid=100)
+        train_in_process(prefix, os.path.join(directory, "m"), *TRANSFORMER, *extra, "-train_steps", STEPS[kind],
+                         "-valid_steps", STEPS[kind])
+        out[kind] = {"model": os.path.join(directory, f"m_step_{STEPS[kind]}.pt"), "data": prefix,
+                     "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
+    return out
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def exact_match(hypotheses, references):
+    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
+def translate(model, src, out, *args):
+    result = run_cli("translate", "-model", *([model] if isinstance(model, str) else model), "-src", src,
+                     "-output", out, *args)
+    assert result.returncode == 0, result.stderr
+    return lines(out)
+
+
+def test_the_faq_recipe_runs_unchanged_but_for_the_sizes(tmp_path):
+    prefix = preprocess_in_process(str(tmp_path))
+    result = run_cli("train", "-data", prefix, "-save_model", tmp_path / "faq", *FAQ, "-report_every", 10)
+    assert result.returncode == 0, result.stderr
+    losses = step_losses(result.stderr.splitlines())
+    assert sorted(losses) == [10, 20, 30, 40]
+    xent = [float(losses[s].split("xent:")[1]) for s in (10, 40)]
+    assert xent[1] < xent[0]
+    checkpoint = torch.load(tmp_path / "faq_step_40.pt", weights_only=True)
+    assert checkpoint["opt"]["encoder_type"] == "transformer"
+    assert checkpoint["model"]["decoder.layers.1.self_attn.qkv.weight"].shape == (48, 16)
+    out = translate(str(tmp_path / "faq_step_40.pt"), os.path.join(os.path.dirname(prefix), "src-valid.txt"),
+                    tmp_path / "out.txt")
+    assert len(out) == 40
+
+
+def test_a_transformer_learns_the_reversal_task_to_exact_match(models, tmp_path):
+    m = models["plain"]
+    assert exact_match(translate(m["model"], m["src"], tmp_path / "out.txt"), lines(m["tgt"])) == 1.0
+
+
+def test_a_copy_transformer_writes_words_outside_its_vocabulary(models, tmp_path):
+    m = models["copy"]
+    out = translate(m["model"], m["src"], tmp_path / "out.txt")
+    vocab = set(torch.load(m["data"] + ".vocab.pt", weights_only=True)["tgt"])
+    copied = {word for line in out for word in line.split()} - vocab
+    assert len(copied) >= 10
+    assert exact_match(out, lines(m["tgt"])) >= 0.9
+
+
+@pytest.mark.parametrize("kind", ["plain", "copy"])
+@pytest.mark.parametrize("beam", [1, 5])
+def test_batch_size_and_joining_a_running_search_change_no_output_line(models, tmp_path, kind, beam):
+    m = models[kind]
+    runs = [translate(m["model"], m["src"], tmp_path / f"out{i}.txt", "-beam_size", beam, *args)
+            for i, args in enumerate((["-batch_size", 1], ["-batch_size", 64], ["-batch_size", 3],
+                                      ["-batch_size", 40, "-batch_type", "tokens"]))]
+    assert runs[1] == runs[0] and runs[2] == runs[0] and runs[3] == runs[0]
+
+
+def test_n_best_lists_are_sorted_and_start_with_the_one_best(models, tmp_path):
+    m = models["plain"]
+    best = translate(m["model"], m["src"], tmp_path / "best.txt")
+    translator = Translator.load(m["model"], search={"beam_size": 4, "n_best": 3})
+    results = translator.translate(lines(m["src"])[:20])
+    for result, first in zip(results, best):
+        assert len(result.hypotheses) == 3 and result.hypotheses[0] == first
+        assert result.scores == sorted(result.scores, reverse=True)
+        assert result.attention[0].shape[1] == len(result.source)
+
+
+def test_gold_scores_are_the_negative_loss_of_the_references(models):
+    m = models["plain"]
+    translator = Translator.load(m["model"])
+    result = translator.translate(["w1 w2 w3"], ["w3 w2 w1"])[0]
+    assert result.gold_words == 4 and result.gold_score < 0
+    worse = translator.translate(["w1 w2 w3"], ["w1 w2 w3"])[0]
+    assert worse.gold_score < result.gold_score
+
+
+def test_an_ensemble_of_a_transformer_and_an_rnn_translates(models, tmp_path):
+    m = models["plain"]
+    rnn = str(tmp_path / "rnn")
+    train_in_process(m["data"], rnn, "-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32,
+                     "-optim", "adam", "-learning_rate", 0.01, "-dropout", 0, "-train_steps", 300, "-seed", 1)
+    out = translate([m["model"], rnn + "_step_300.pt"], m["src"], tmp_path / "out.txt")
+    assert exact_match(out, lines(m["tgt"])) >= 0.9
+
+
+def test_replace_unk_and_attn_debug_use_the_top_layers_attention(models, tmp_path):
+    m = models["plain"]
+    src = tmp_path / "src.txt"
+    src.write_text("w1 zzz w2\n", encoding="utf-8")
+    result = run_cli("translate", "-model", m["model"], "-src", src, "-output", tmp_path / "out.txt",
+                     "-replace_unk", "-attn_debug")
+    assert result.returncode == 0, result.stderr
+    assert lines(tmp_path / "out.txt") == ["w2 zzz w1"]
+    assert "zzz" in result.stderr  # the attention table names the source words
+
+
+def test_int8_translation_stays_close_to_float(models, tmp_path):
+    m = models["plain"]
+    float_out = translate(m["model"], m["src"], tmp_path / "f.txt")
+    int8_out = translate(m["model"], m["src"], tmp_path / "q.txt", "-quantize", "int8")
+    assert exact_match(int8_out, float_out) >= 0.95
+
+
+def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one(models, tmp_path):
+    m = models["plain"]
+    args = [*TRANSFORMER[:-2], "-layers", 1, "-rnn_size", 16, "-word_vec_size", 16, "-heads", 2,
+            "-transformer_ff", 32, "-dropout", 0.3, "-attention_dropout", 0.2, "-batch_size", 8, "-accum_count", 2,
+            "-report_every", 1, "-valid_steps", 3, "-save_checkpoint_steps", 4, "-seed", 7, "-decay_method", "noam",
+            "-warmup_steps", 3, "-learning_rate", 2]
+    _, full = train_in_process(m["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
+    _, first = train_in_process(m["data"], str(tmp_path / "part"), *args, "-train_steps", 4)
+    _, second = train_in_process(m["data"], str(tmp_path / "part"), *args, "-train_steps", 8,
+                                 "-train_from", tmp_path / "part_step_4.pt")
+    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    assert sorted(full_losses) == list(range(1, 9)) and resumed == full_losses
+    assert len(set(full_losses.values())) == 8
+
+
+def test_bf16_training_and_translation_run(models, tmp_path):
+    m = models["plain"]
+    _, log = train_in_process(m["data"], str(tmp_path / "bf16"), *TRANSFORMER, "-model_dtype", "bf16",
+                              "-batch_size", 64, "-learning_rate", 0.003, "-train_steps", 100, "-report_every", 50)
+    xent = [float(step_losses(log)[s].split("xent:")[1]) for s in (50, 100)]
+    assert xent[1] < xent[0]
+    out = translate(str(tmp_path / "bf16_step_100.pt"), m["src"], tmp_path / "out.txt")
+    assert len(out) == len(lines(m["src"]))

@@ -1,0 +1,263 @@
+"""The Transformer: incremental decoding equals the teacher-forced pass, padding and future positions get
+exactly no attention, the cache joins and compacts as the search needs, relative positions and position
+encodings against hand computations, and the option checks."""
+import math
+
+import pytest
+import torch
+
+from onmt_lite.models.embeddings import sinusoids
+from onmt_lite.models.transformer import MultiHeadAttention, TransformerState, relative_positions
+from onmt_lite.utils.errors import UserError
+from tests.model_helpers import TGT_VOCAB, TRANSFORMER, make_batch, make_model, model_options, random_pairs
+
+VARIANTS = {
+    "plain": [],
+    "relative": ["-max_relative_positions", 2],
+    "copy": ["-copy_attn"],
+    "relative-copy-no-position-encoding": ["-max_relative_positions", 3, "-copy_attn", "-layers", 3],
+    "rnn-encoder": ["-encoder_type", "brnn", "-copy_attn"],
+}
+
+
+def transformer(*args, seed=0):
+    model, _ = make_model(*TRANSFORMER, *args, seed=seed)
+    return model.eval()
+
+
+def step_by_step(model, batch):
+    """dec_out ``[T x B x H]`` and attns of the teacher-forced targets, decoded one position at a time."""
+    memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+    keys = model.decoder.memory_keys(memory_bank)
+    outs, attns = [], []
+    for t in range(batch.tgt.size(0) - 1):
+        out, step_attns, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state, keys)
+        outs.append(out)
+        attns.append(step_attns)
+    return torch.cat(outs), {name: torch.cat([a[name] for a in attns]) for name in attns[0]}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_incremental_decoding_equals_the_teacher_forced_pass_at_every_position(variant):
+    args = list(VARIANTS[variant])
+    if "relative-copy-no-position-encoding" == variant:
+        model, _ = make_model(*[a for a in TRANSFORMER if a != "-position_encoding"], *args)
+        model.eval()
+    else:
+        model = transformer(*args)
+    batch = make_batch(random_pairs(6, seed=4, min_len=1, max_len=9))
+    with torch.no_grad():
+        full, full_attns = model(batch.src, batch.tgt, batch.src_lengths)
+        stepped, stepped_attns = step_by_step(model, batch)
+    assert full.shape == stepped.shape == (batch.tgt.size(0) - 1, 6, 8)
+    torch.testing.assert_close(stepped, full, rtol=0, atol=1e-9)
+    assert set(full_attns) == set(stepped_attns) == ({"std", "copy"} if "-copy_attn" in args else {"std"})
+    for name in full_attns:
+        torch.testing.assert_close(stepped_attns[name], full_attns[name], rtol=0, atol=1e-9)
+
+
+def test_attention_to_source_padding_is_exactly_zero_and_rows_sum_to_one():
+    model = transformer("-copy_attn")
+    pairs = random_pairs(5, seed=6, min_len=1, max_len=9)
+    batch = make_batch(pairs)
+    with torch.no_grad():
+        _, attns = model(batch.src, batch.tgt, batch.src_lengths)
+    for b, (src, _) in enumerate(pairs):
+        assert torch.equal(attns["std"][:, b, len(src):], torch.zeros_like(attns["std"][:, b, len(src):]))
+        torch.testing.assert_close(attns["std"][:, b].sum(-1), torch.ones(attns["std"].size(0), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("variant", ["plain", "relative"])
+def test_later_target_words_change_nothing_before_them(variant):
+    """Future positions get exactly zero attention: outputs before position t are bit-identical
+    whatever the words at t and after."""
+    model = transformer(*VARIANTS[variant])
+    batch = make_batch(random_pairs(3, seed=7, min_len=6, max_len=9))
+    changed = batch.tgt.clone()
+    changed[4:] = (changed[4:] + 3) % len(TGT_VOCAB)
+    with torch.no_grad():
+        out, _ = model(batch.src, batch.tgt, batch.src_lengths)
+        out_changed, _ = model(batch.src, changed, batch.src_lengths)
+    assert torch.equal(out[:4], out_changed[:4])
+    assert not torch.equal(out[4:], out_changed[4:])
+
+
+@pytest.mark.parametrize("variant", ["plain", "relative", "copy"])
+def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(variant):
+    model = transformer(*VARIANTS[variant])
+    short, long = random_pairs(1, seed=8, min_len=2, max_len=3)[0], random_pairs(1, seed=9, min_len=8, max_len=9)[0]
+    alone, together = make_batch([short]), make_batch([short, long])
+    with torch.no_grad():
+        memory_alone, _, _ = model.encode(alone.src, alone.src_lengths)
+        memory_together, _, _ = model.encode(together.src, together.src_lengths)
+        out_alone, attns_alone = model(alone.src, alone.tgt, alone.src_lengths)
+        out_together, attns_together = model(together.src, together.tgt, together.src_lengths)
+    src_len, tgt_len = len(short[0]), len(short[1]) + 1
+    torch.testing.assert_close(memory_together[:src_len, 0], memory_alone[:, 0], rtol=0, atol=1e-12)
+    assert torch.equal(memory_together[src_len:, 0], torch.zeros_like(memory_together[src_len:, 0]))
+    torch.testing.assert_close(out_together[:tgt_len, 0], out_alone[:, 0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(attns_together["std"][:tgt_len, 0, :src_len], attns_alone["std"][:, 0],
+                               rtol=0, atol=1e-12)
+
+
+def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first_rows_leave():
+    """Example A decodes two positions; B joins (its cache padded on the left); A leaves (the columns
+    only A used are dropped): B's outputs at each step equal B's decoded alone."""
+    model = transformer("-max_relative_positions", 2)
+    (pair_a, pair_b) = random_pairs(2, seed=10, min_len=3, max_len=6)
+    batch_a, batch_b = make_batch([pair_a]), make_batch([pair_b])
+    tokens_b = batch_b.tgt[:3]
+    with torch.no_grad():
+        memory_b, lengths_b, state_b = model.encode(batch_b.src, batch_b.src_lengths)
+        alone = []
+        for t in range(3):
+            out, _, state_b = model.decode(tokens_b[t:t + 1], memory_b, lengths_b, state_b)
+            alone.append(out[0, 0])
+        memory_a, lengths_a, state = model.encode(batch_a.src, batch_a.src_lengths)
+        for t in range(2):
+            _, _, state = model.decode(batch_a.tgt[t:t + 1], memory_a, lengths_a, state)
+        _, _, joining = model.encode(batch_b.src, batch_b.src_lengths)
+        state = state.concat(joining)
+        assert state.cached == 2 and state.start.tolist() == [0, 2]
+        width = max(memory_a.size(0), memory_b.size(0))
+        pad = torch.nn.functional.pad
+        memory = torch.cat([pad(memory_a, (0, 0, 0, 0, 0, width - memory_a.size(0))),
+                            pad(memory_b, (0, 0, 0, 0, 0, width - memory_b.size(0)))], 1)
+        lengths = torch.cat([lengths_a, lengths_b])
+        tokens = torch.stack([batch_a.tgt[2:3, 0], tokens_b[0:1, 0]], 1)
+        out, _, state = model.decode(tokens, memory, lengths, state)
+        torch.testing.assert_close(out[0, 1], alone[0], rtol=0, atol=1e-12)
+        keep_b = torch.tensor([1])
+        state = state.map(lambda t, dim: t.index_select(dim, keep_b)).compact()
+        assert state.cached == 1 and state.start.tolist() == [0]
+        for t in (1, 2):
+            out, _, state = model.decode(tokens_b[t:t + 1], memory[:, 1:], lengths[1:], state)
+            torch.testing.assert_close(out[0, 0], alone[t], rtol=0, atol=1e-12)
+
+
+def test_truncated_windows_give_the_forward_pass_of_the_whole_target():
+    """The cache carries the earlier windows: -truncated_decoder cuts only the gradient."""
+    model = transformer("-copy_attn")
+    batch = make_batch(random_pairs(4, seed=12, min_len=4, max_len=9))
+    with torch.no_grad():
+        full, _ = model(batch.src, batch.tgt, batch.src_lengths)
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        windows = []
+        for start in range(0, batch.tgt.size(0) - 1, 3):
+            out, _, state = model.decode(batch.tgt[start:min(start + 3, batch.tgt.size(0) - 1)], memory_bank,
+                                         lengths, state.detach())
+            windows.append(out)
+    torch.testing.assert_close(torch.cat(windows), full, rtol=0, atol=1e-9)
+
+
+def test_sinusoids_match_the_formula():
+    table = sinusoids(torch.arange(7), 6)
+    for pos in range(7):
+        for i in range(3):
+            angle = pos / 10000 ** (2 * i / 6)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_decoder_positions_count_from_each_rows_own_start():
+    """A row whose cache starts at column 2 embeds its first word at position 0."""
+    model = transformer()
+    embeddings = model.decoder.embeddings
+    ids = torch.tensor([[5, 5]])
+    with torch.no_grad():
+        at = embeddings(ids, torch.tensor([0, 3]))
+    scale = math.sqrt(8)
+    torch.testing.assert_close(at[0, 0], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(0), 8).double())
+    torch.testing.assert_close(at[0, 1], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(3), 8).double())
+
+
+def test_relative_positions_against_a_hand_computation():
+    """Scores q·(k_j + r_{j-i}) / sqrt(d) and outputs Σ_j w_ij (v_j + r_{j-i}), clipped distances."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(4, 1, 0.0, max_relative_positions=1).double().eval()
+    q, k, v = (torch.randn(1, 1, 3, 4, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    out, weights = attention(q, k, v, mask, need_weights=True)
+    table = attention.relative.weight
+    assert relative_positions(3, 3, 1, "cpu").tolist() == [[1, 2, 2], [0, 1, 2], [0, 0, 1]]
+    expected = torch.zeros(3, 4, dtype=torch.float64)
+    for i in range(3):
+        rel = [table[max(-1, min(1, j - i)) + 1] for j in range(3)]
+        scores = torch.stack([q[0, 0, i] @ (k[0, 0, j] + rel[j]) for j in range(3)]) / 2
+        w = torch.softmax(scores, 0)
+        torch.testing.assert_close(weights[0, 0, i], w)
+        expected[i] = sum(w[j] * (v[0, 0, j] + rel[j]) for j in range(3))
+    torch.testing.assert_close(out[0], attention.out(expected))
+
+
+def test_the_fused_and_the_written_out_attention_agree():
+    torch.manual_seed(1)
+    attention = MultiHeadAttention(8, 2, 0.0).double().eval()
+    q, k, v = torch.randn(2, 2, 3, 4).double(), torch.randn(2, 2, 5, 4).double(), torch.randn(2, 2, 5, 4).double()
+    mask = (torch.arange(5) < torch.tensor([[3], [5]])).view(2, 1, 1, 5)
+    fused, _ = attention(q, k, v, mask)
+    written, weights = attention(q, k, v, mask, need_weights=True)
+    torch.testing.assert_close(fused, written, rtol=0, atol=1e-12)
+    assert torch.equal(weights[0, :, :, 3:], torch.zeros(2, 3, 2, dtype=torch.float64))
+
+
+def test_state_map_and_detach_keep_the_start_columns():
+    state = TransformerState((torch.randn(3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3]))
+    picked = state.map(lambda t, dim: t.index_select(dim, torch.tensor([2, 0])))
+    assert picked.start.tolist() == [3, 0] and picked.cache[0].shape == (2, 2, 4, 5)
+    assert not state.detach().cache[0].requires_grad
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-coverage_attn"], "-coverage_attn is for RNN decoders"),
+    (["-copy_attn", "-reuse_copy_attn"], "-reuse_copy_attn is for RNN decoders"),
+    (["-copy_attn", "-copy_attn_type", "mlp"], "-copy_attn_type is for RNN decoders"),
+    (["-bridge"], "-bridge maps an RNN encoder's final state"),
+    (["-heads", 3], "-rnn_size 8 is not a multiple of -heads 3"),
+    (["-word_vec_size", 6], "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)"),
+    (["-decoder_type", "rnn", "-word_vec_size", -1, "-tgt_word_vec_size", 8, "-src_word_vec_size", 6],
+     "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)"),
+    (["-encoder_type", "rnn", "-word_vec_size", -1, "-src_word_vec_size", 3, "-tgt_word_vec_size", 8],
+     "needs even word vector sizes"),
+    (["-decoder_type", "rnn", "-share_embeddings"], "-share_embeddings with -position_encoding needs a Transformer"),
+])
+def test_combinations_without_a_meaning_are_refused_before_any_step(args, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_model(*TRANSFORMER, *args)
+
+
+@pytest.mark.parametrize("encoder,decoder", [("transformer", "rnn"), ("brnn", "transformer"), ("mean", "transformer")])
+def test_mixed_encoders_and_decoders_build_and_decode(encoder, decoder):
+    model, _ = make_model(*TRANSFORMER, "-encoder_type", encoder, "-decoder_type", decoder, "-enc_layers", 1,
+                          "-dec_layers", 3, "-layers", -1, "-rnn_size", 8)
+    model.eval()
+    batch = make_batch(random_pairs(3, seed=13))
+    with torch.no_grad():
+        full, _ = model(batch.src, batch.tgt, batch.src_lengths)
+        stepped, _ = step_by_step(model, batch)
+    torch.testing.assert_close(stepped, full, rtol=0, atol=1e-9)
+
+
+def test_position_encodings_go_to_the_source_and_to_a_transformer_decoder_only():
+    for decoder, expected in (("transformer", True), ("rnn", False)):
+        model, _ = make_model(*TRANSFORMER, "-encoder_type", "brnn", "-decoder_type", decoder)
+        assert model.encoder.embeddings.position_encoding
+        assert model.decoder.embeddings.position_encoding is expected
+
+
+def test_a_transformer_encoder_starts_an_rnn_decoder_from_the_mean_of_its_output():
+    model, _ = make_model(*TRANSFORMER, "-decoder_type", "rnn", "-layers", -1, "-dec_layers", 3)
+    model.eval()
+    pairs = random_pairs(2, seed=14)
+    batch = make_batch(pairs)
+    with torch.no_grad():
+        memory_bank, _, state = model.encode(batch.src, batch.src_lengths)
+    assert len(state.hidden) == 2 and state.hidden[0].shape == (3, 2, 8)
+    for b, (src, _) in enumerate(pairs):
+        torch.testing.assert_close(state.hidden[0][1, b], memory_bank[:len(src), b].mean(0))
+
+
+def test_the_1x_transformer_options_have_1x_defaults():
+    opt = model_options()
+    assert (opt.heads, opt.transformer_ff, opt.max_relative_positions, opt.self_attn_type,
+            opt.attention_dropout, opt.position_encoding) == (8, 2048, 0, "scaled-dot", 0.1, False)
