@@ -22,6 +22,7 @@ from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_
 from onmt_lite.translate.search import Search, SearchOptions, require_whole
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.translate.streams import run_streams
+from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 
 
@@ -139,6 +140,8 @@ class Translator:
         if opt.gpu >= 0 and not torch.cuda.is_available():
             raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
         device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
+        if device.type == "cuda":
+            configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
         models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
                                                  decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
         return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
