@@ -211,7 +211,7 @@ class Translator:
         out = []
         for b, hyps in enumerate(nbest):
             ex_words = batch.src_ex_vocab[b] if self.copy else None
-            source = sources[int(batch.indices[b])] if sources is not None else None
+            source = sources[int(batch.indices_cpu[b])] if sources is not None else None
             out.append([(self._words(hyp, source, ex_words), hyp) for hyp in hyps])
         return out
 
@@ -261,7 +261,7 @@ class Translator:
             else:
                 _, nll = NMTCriterion()(model.generator(dec_out.reshape(rows, -1)), target.reshape(-1))
             totals -= nll.view_as(target).sum(0).cpu() / len(self.models)
-        words = (target != PAD_ID).sum(0)
+        words = (target != PAD_ID).sum(0).tolist()  # one read of the device, not one per example
         for b in range(batch.batch_size):
-            line = int(batch.indices[b])
-            results[line].gold_score, results[line].gold_words = float(totals[b]), int(words[b])
+            line = int(batch.indices_cpu[b])
+            results[line].gold_score, results[line].gold_words = float(totals[b]), words[b]
