@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO := data/cmudict
 DEMO_STEPS ?= 5000
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench gpu-check clean
 
 install: $(VENV)/.installed
 
@@ -57,6 +57,11 @@ bench: $(VENV)/.demo
 	$(BIN)/python bench/shard_memory.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/roofline.py
+
+# The CUDA checks of issue 31 (bench/README.md), on a machine with CUDA: a PASS/FAIL table, exit 1 on a FAIL.
+# GPU_CHECK="-device cpu -quick" dry-runs them on a CPU; "-steps 300" or "-checks abf" cut them.
+gpu-check: $(VENV)/.installed
+	$(BIN)/python bench/gpu_check.py $(GPU_CHECK)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

@@ -24,6 +24,8 @@ class Batch:
         src_ex_vocab: copy only, the per-example source vocabularies (lists of words).
         src_ex_tgt_ids: copy only, ``[batch x n_src_words]`` long, the target-vocabulary id of each
             word of each example's source vocabulary (0 = not in the target vocabulary, or padding).
+        src_lengths_cpu, indices_cpu: ``src_lengths`` and ``indices`` as built, on the CPU wherever
+            the batch moves: what the host reads of them needs no wait for a device.
     """
 
     def __init__(self, src, src_lengths, tgt=None, indices=None, src_map=None, alignment=None,
@@ -32,17 +34,25 @@ class Batch:
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
         self.tgt_tokens = None  # validation batches: the reference words
+        self.src_lengths_cpu, self.indices_cpu = src_lengths, indices
 
     @property
     def batch_size(self):
         return self.src.size(1)
 
     def to(self, device):
-        """Move the tensors to ``device`` (in place); returns the batch."""
+        """Move the tensors to ``device`` (in place); returns the batch. To a CUDA device they go
+        through pinned memory, without waiting for the copies (the device's stream orders them before
+        any use); elsewhere a plain ``.to``."""
+        device = torch.device(device)
+        pinned = device.type == "cuda" and torch.cuda.is_available()
         for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids"):
             value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, value.to(device))
+            if value is None:
+                continue
+            if pinned and value.device.type == "cpu":
+                value = value.pin_memory()  # a copy from pageable memory would block the host
+            setattr(self, name, value.to(device, non_blocking=pinned))
         return self
 
 

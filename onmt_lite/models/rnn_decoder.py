@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from onmt_lite.models.attention import GlobalAttention, length_mask
+from onmt_lite.models.recurrent import run_rnn
 from onmt_lite.utils.tensors import pad_to
 
 
@@ -219,7 +220,7 @@ class StdRNNDecoder(RNNDecoderBase):
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
         """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
-        rnn_out, hidden = self.rnn(self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
+        rnn_out, hidden = run_rnn(self.rnn, self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
         hidden = hidden if self.is_lstm else (hidden,)
         memory = memory_bank.transpose(0, 1)
         attn_h, align, covs, coverage = self._attend(

@@ -3,6 +3,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from onmt_lite.models.recurrent import run_rnn
+
 
 def concat_directions(state, num_layers):
     """``[layers*2 x B x h]`` -> ``[layers x B x 2h]``: each layer's forward and backward states."""
@@ -65,7 +67,7 @@ class RNNEncoder(nn.Module):
         """
         emb = self.embeddings(src)
         packed = pack_padded_sequence(emb, lengths.cpu(), enforce_sorted=False)
-        outputs, final = self.rnn(packed)
+        outputs, final = run_rnn(self.rnn, packed)
         memory_bank, _ = pad_packed_sequence(outputs, total_length=src.size(0))
         final = final if isinstance(final, tuple) else (final,)
         if self.bidirectional:

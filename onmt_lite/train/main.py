@@ -21,6 +21,7 @@ from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.trainer import Trainer, TrainingRun
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
+from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -117,9 +118,12 @@ def _train(opt, dist, held):
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
+    seeded = opt.seed > 0 or checkpoint is not None  # asked for reproducible results: before a seed is drawn
     opt = resolve_options(opt, checkpoint, record)
     check_criteria(opt)
     device = choose_device(opt, dist)
+    if device.type == "cuda":
+        logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
     writer = held.enter_context(CheckpointWriter(opt.save_model, opt.keep_checkpoint)) if is_main else None
     torch.manual_seed(opt.seed)

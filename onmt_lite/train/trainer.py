@@ -31,7 +31,8 @@ from onmt_lite.utils.logging import logger
 
 
 def normalization(batches, method):
-    """The divisor of a step's loss: sentences, or non-padding target tokens, over ``batches``."""
+    """The divisor of a step's loss: sentences, or non-padding target tokens, over ``batches``
+    (read on the host: call it before the batches move to a device)."""
     if method == "sents":
         return sum(b.batch_size for b in batches)
     return sum(int((b.tgt[1:] != PAD_ID).sum()) for b in batches)
@@ -71,7 +72,7 @@ class Trainer:
 
     def forward_backward(self, batch, norm):
         """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
-        stats = Statistics(n_src_words=int(batch.src_lengths.sum()))
+        stats = Statistics(n_src_words=int(batch.src_lengths_cpu.sum()))
         n_positions = batch.tgt.size(0) - 1
         window = self.trunc_size or n_positions
         state = None
@@ -93,8 +94,8 @@ class Trainer:
         """One optimizer step over ``batches`` (a list of ``accum_count`` batches; this process's share
         of the step with several processes). Returns the step's Statistics (of all processes)."""
         self.model.train()
+        norm = normalization(batches, self.norm_method)  # on the CPU: no wait for the device
         batches = [b.to(self.device) for b in batches]
-        norm = normalization(batches, self.norm_method)
         if self.dist is not None:
             norm = self.dist.sum([norm])[0]
         self.optim.zero_grad()

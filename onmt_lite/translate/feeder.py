@@ -51,8 +51,8 @@ class RowFeeder:
                 break
             stepper, batch, first = self.waiting
             last = first
-            while last < batch.batch_size and self._fits(count, tokens, int(batch.src_lengths[last])):
-                count, tokens, last = count + 1, tokens + int(batch.src_lengths[last]), last + 1
+            while last < batch.batch_size and self._fits(count, tokens, int(batch.src_lengths_cpu[last])):
+                count, tokens, last = count + 1, tokens + int(batch.src_lengths_cpu[last]), last + 1
             if last == first:
                 break
             joining = stepper if (first, last) == (0, batch.batch_size) else \
@@ -64,7 +64,7 @@ class RowFeeder:
             for b in range(first, last):
                 ex_words = batch.src_ex_vocab[b] if batch.src_map is not None else None
                 ids.append(self.next_id)
-                self.examples[self.next_id] = (int(batch.indices[b]), ex_words)
+                self.examples[self.next_id] = (int(batch.indices_cpu[b]), ex_words)
                 self.next_id += 1
             lengths.append(batch.src_lengths[first:last])
             self.waiting = None if last == batch.batch_size else [stepper, batch, last]

@@ -22,6 +22,7 @@ from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_
 from onmt_lite.translate.search import Search, SearchOptions, require_whole
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.translate.streams import run_streams
+from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 
 
@@ -139,6 +140,8 @@ class Translator:
         if opt.gpu >= 0 and not torch.cuda.is_available():
             raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
         device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
+        if device.type == "cuda":
+            configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
         models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
                                                  decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
         return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
@@ -208,7 +211,7 @@ class Translator:
         out = []
         for b, hyps in enumerate(nbest):
             ex_words = batch.src_ex_vocab[b] if self.copy else None
-            source = sources[int(batch.indices[b])] if sources is not None else None
+            source = sources[int(batch.indices_cpu[b])] if sources is not None else None
             out.append([(self._words(hyp, source, ex_words), hyp) for hyp in hyps])
         return out
 
@@ -258,7 +261,7 @@ class Translator:
             else:
                 _, nll = NMTCriterion()(model.generator(dec_out.reshape(rows, -1)), target.reshape(-1))
             totals -= nll.view_as(target).sum(0).cpu() / len(self.models)
-        words = (target != PAD_ID).sum(0)
+        words = (target != PAD_ID).sum(0).tolist()  # one read of the device, not one per example
         for b in range(batch.batch_size):
-            line = int(batch.indices[b])
-            results[line].gold_score, results[line].gold_words = float(totals[b]), int(words[b])
+            line = int(batch.indices_cpu[b])
+            results[line].gold_score, results[line].gold_words = float(totals[b]), words[b]

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from onmt_lite.data.batch import ShardView
@@ -39,3 +40,47 @@ def test_copy_fields_by_hand():
     # the target-vocabulary ids of those words: only "a" is in the target vocabulary
     assert torch.equal(batch.src_ex_tgt_ids, torch.tensor([[0, 0, 0, 0, 6], [0, 0, 0, 0, 0]]))
     assert torch.equal(batch.alignment, torch.tensor([[0, 0], [0, 0], [3, 0], [0, 0], [0, 0], [0, 0]]))
+
+
+FIELDS = ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids")
+
+
+def test_to_the_cpu_keeps_the_very_tensors():
+    batch = shard_view(True).batch([1, 2])
+    before = {name: getattr(batch, name) for name in FIELDS}
+    assert batch.to("cpu") is batch
+    assert all(getattr(batch, name) is value for name, value in before.items())
+
+
+def test_cpu_copies_of_lengths_and_indices_stay_on_the_cpu_when_the_batch_moves():
+    batch = shard_view(False).batch([1, 0])
+    batch.to("meta")  # a device without data: stands for CUDA here
+    assert batch.src.device.type == batch.src_lengths.device.type == batch.indices.device.type == "meta"
+    assert batch.src_lengths_cpu.device.type == batch.indices_cpu.device.type == "cpu"
+    assert batch.src_lengths_cpu.tolist() == [4, 2] and batch.indices_cpu.tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("cuda_available", [True, False])
+def test_to_cuda_pins_and_copies_without_blocking_only_where_cuda_is(monkeypatch, cuda_available):
+    batch = shard_view(True).batch([1, 2])
+    calls = []
+    original_to = torch.Tensor.to
+
+    def pin_memory(self):
+        calls.append("pin")
+        return self
+
+    def to(self, *args, **kwargs):
+        if torch.device(args[0]).type != "cuda":
+            return original_to(self, *args, **kwargs)
+        calls.append(("to", kwargs.get("non_blocking", False)))
+        return self
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_available)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    batch.to("cuda:0")
+    if cuda_available:
+        assert calls == ["pin", ("to", True)] * len(FIELDS)
+    else:
+        assert calls == [("to", False)] * len(FIELDS)

@@ -145,3 +145,24 @@ def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison):
                for n in before)
     assert trainer.optim.decay_step == schedule_step
     assert all(torch.equal(moments[k], v["exp_avg"]) for k, v in trainer.optim.state_dict()["state"].items())
+
+
+def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatch):
+    from onmt_lite.data.batch import Batch
+    from onmt_lite.train import trainer as trainer_module
+
+    original_to, read = Batch.to, []
+
+    def to(self, device):
+        self.moved = True
+        return original_to(self, device)
+
+    def recording_normalization(batches, method):
+        read.append([getattr(b, "moved", False) for b in batches])
+        return normalization(batches, method)
+
+    monkeypatch.setattr(Batch, "to", to)
+    monkeypatch.setattr(trainer_module, "normalization", recording_normalization)
+    trainer, _ = make_trainer(accum=2, norm="tokens")
+    trainer.train_step([make_batch(random_pairs(2, seed=1)), make_batch(random_pairs(3, seed=2))])
+    assert read == [[False, False]]

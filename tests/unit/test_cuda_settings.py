@@ -1,0 +1,86 @@
+"""configure_cuda: TF32 and cuDNN's determinism set explicitly, and what training asks of it.
+
+The flags are plain settings on a CPU-only torch too, so they can be set and read here.
+"""
+import pytest
+import torch
+
+from onmt_lite.train import main
+from onmt_lite.utils.cuda import configure_cuda
+from tests.helpers import TINY_MODEL, preprocess_in_process, train_in_process
+
+FLAGS = ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32"),
+         (torch.backends.cudnn, "deterministic"), (torch.backends.cudnn, "benchmark"))
+
+
+@pytest.fixture(autouse=True)
+def restore_flags():
+    saved = [getattr(module, name) for module, name in FLAGS]
+    yield
+    for (module, name), value in zip(FLAGS, saved):
+        setattr(module, name, value)
+
+
+def flags():
+    return [getattr(module, name) for module, name in FLAGS]
+
+
+def test_a_seeded_run_is_ieee_float32_deterministic_and_does_not_benchmark():
+    for module, name in FLAGS:  # the opposite of what is expected, so the call must set each
+        setattr(module, name, name != "deterministic")
+    assert configure_cuda(seeded=True) == {"tf32": False, "cudnn_deterministic": True, "cudnn_benchmark": False}
+    assert flags() == [False, False, True, False]
+
+
+def test_an_unseeded_run_may_benchmark_and_tf32_only_when_asked():
+    for module, name in FLAGS:
+        setattr(module, name, name == "deterministic")
+    configure_cuda(seeded=False, tf32=True)
+    assert flags() == [True, True, False, True]
+    configure_cuda(seeded=False)
+    assert flags()[:2] == [False, False]
+
+
+class Configured(Exception):
+    pass
+
+
+@pytest.mark.parametrize("args,expected", [(["-seed", "3"], (True, False)), ([], (False, False)),
+                                           (["-seed", "3", "-model_dtype", "bf16"], (True, True))])
+def test_training_on_cuda_configures_it_seeded_by_seed_and_tf32_by_bf16(tmp_path, monkeypatch, args, expected):
+    data = preprocess_in_process(str(tmp_path), n_train=20, n_valid=4)
+    called = []
+
+    def record(seeded, tf32=False):
+        called.append((seeded, tf32))
+        raise Configured  # no CUDA here: stop before the model goes to the device
+
+    monkeypatch.setattr(main, "choose_device", lambda opt, dist: torch.device("cuda", 0))
+    monkeypatch.setattr(main, "configure_cuda", record)
+    with pytest.raises(Configured):
+        train_in_process(data, str(tmp_path / "model"), *TINY_MODEL, *args)
+    assert called == [expected]
+
+
+def test_training_on_the_cpu_leaves_the_flags_alone(tmp_path, monkeypatch):
+    data = preprocess_in_process(str(tmp_path), n_train=20, n_valid=4)
+    monkeypatch.setattr(main, "configure_cuda", lambda *a, **k: pytest.fail("configure_cuda on the CPU"))
+    train_in_process(data, str(tmp_path / "model"), *TINY_MODEL, "-seed", "1", "-train_steps", "1")
+
+
+def test_translating_on_cuda_configures_it_seeded(monkeypatch):
+    from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
+    from onmt_lite.translate import translator
+
+    called = []
+
+    def record(seeded, tf32=False):
+        called.append((seeded, tf32))
+        raise Configured  # before the checkpoint is read
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(translator, "configure_cuda", record)
+    opt = parse(build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s.txt", "-gpu", "0"])
+    with pytest.raises(Configured):
+        translator.Translator.from_opt(opt)
+    assert called == [(True, False)]
