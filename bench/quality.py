@@ -151,7 +151,7 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
 def logged_seconds(log):
     """The elapsed seconds of the last Step line of a training log (both toolkits log ``N sec``)."""
     with open(log, encoding="utf-8", errors="replace") as f:
-        found = re.findall(r"Step \d+/.*?(\d+) sec", f.read())
+        found = re.findall(r"Step +\d+/.*?(\d+) sec", f.read())
     return float(found[-1]) if found else float("nan")
 
 

@@ -41,7 +41,9 @@ CONFIGS = {"standard": (BASE, []), "copy": ({**BASE, "copy_attn": True}, []),
            "no_input_feed": ({**BASE, "input_feed": 0}, []), "standard_bf16": (BASE, ["-model_dtype", "bf16"])}
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
 PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_length", 200, "-tgt_seq_length", 200]
-RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
+# OpenNMT-py 3.x pads the step number to the width of -train_steps ("Step  20/ 220"): reports before
+# step 100 of a 220-step run were skipped for it alone
+RATE = re.compile(r"Step +(\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
 def tree_rss_mib(root):
