@@ -2,12 +2,19 @@
 
     bench/quality.sh g2p      # g2p-sr, the same wall-clock budget each (-minutes, default 10)
     bench/quality.sh ende     # toy-ende, 1,000 steps each, with and without copy attention
+    bench/quality.sh g2p -model transformer    # the small Transformer, the same wall-clock budget each
+    bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
 
 g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
 match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
 attention, input feed, Adam 0.001, batch 64, vocabulary 20000); BLEU (sacrebleu, 13a) of beam-5
-output on src-val.txt. The peer is installed by ../shared/bench/install_opennmt_py.sh. A table is
-printed and the figures are written to bench/results/quality_TASK.json.
+output on src-val.txt. With ``-model transformer`` both tasks train the small Transformer of issue
+32 (``TRANSFORMER`` and ``TRANSFORMER_TRAINING`` below: 2 layers, model size 256, 4 heads,
+feed-forward 1024, batches of 4,096 tokens, Adam with the noam schedule) for the same wall-clock
+time each, saving a checkpoint every ``-save_every`` steps; the newest complete checkpoint of each
+is scored (its step is in the table). The peer is installed by
+../shared/bench/install_opennmt_py.sh. A table is printed and the figures are written to
+bench/results/quality_TASK.json (quality_TASK_transformer.json for the Transformer).
 """
 import argparse
 import glob
@@ -103,6 +110,26 @@ def write_results(name, figures):
         json.dump(figures, f, indent=2)
 
 
+# The small Transformer of issue 32 in OpenNMT-py 3.x's option names (``lite_args`` gives onmt_lite's),
+# and its training: token batches, Adam with the noam schedule, label smoothing.
+TRANSFORMER = {"encoder_type": "transformer", "decoder_type": "transformer", "layers": 2, "hidden_size": 256,
+               "word_vec_size": 256, "transformer_ff": 1024, "heads": 4, "position_encoding": True,
+               "dropout": 0.1, "attention_dropout": 0.1, "param_init": 0, "param_init_glorot": True,
+               # OpenNMT-py 3.x leaves out the biases of the attention's and the feed-forward's linear
+               # layers unless told; 1.x's layers (and onmt_lite's) have them: the same parameters
+               "add_qkvbias": True, "add_ffnbias": True}
+TRANSFORMER_TRAINING = {"optim": "adam", "adam_beta2": 0.998, "decay_method": "noam", "warmup_steps": 8000,
+                        "learning_rate": 2, "batch_size": 4096, "batch_type": "tokens", "normalization": "tokens",
+                        "label_smoothing": 0.1}
+# OpenNMT-py 3.x options without a counterpart in onmt_lite: the biases above (onmt_lite's layers always
+# have them), and bucket_size (-peer_bucket_size)
+PEER_ONLY = ("add_qkvbias", "add_ffnbias", "bucket_size")
+PEER_BUCKET_HELP = ("OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
+                    "data-loading worker reads the corpus over and over, 26 times for toy-ende, to fill one; "
+                    "a smaller one starts sooner, for dry runs)")
+PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size")  # onmt_lite_preprocess's, the peer's build_vocab's
+
+
 def peer_config(path, data, model_args, train_args, work):
     lines = [f"save_data: {work}/peer", f"src_vocab: {work}/peer.vocab.src", f"tgt_vocab: {work}/peer.vocab.tgt",
              "overwrite: true", "data:", "  corpus_1:", f"    path_src: {data['src_train']}",
@@ -117,7 +144,7 @@ def lite_args(model_args, train_args):
     renamed = {"hidden_size": "rnn_size", "copy_attn": "copy_attn"}
     args = []
     for key, value in {**model_args, **train_args}.items():
-        if key in ("src_vocab_size", "tgt_vocab_size"):
+        if key in PREPROCESS_ONLY + PEER_ONLY:
             continue
         name = renamed.get(key, key)
         args += [f"-{name}"] if value is True else [f"-{name}", str(value)]
@@ -148,10 +175,36 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
     return {"onmt_lite": lite, "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"), seconds)}
 
 
+def logged_parameters(log):
+    """The parameter count a training log states (onmt_lite: ``model: N parameters``, OpenNMT-py 3.x:
+    ``* number of parameters: N``), or None."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        found = re.search(r"model: (\d+) parameters|\* number of parameters: (\d+)", f.read())
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def check_models(lite_log, peer_log, model_args):
+    """Check from the training logs that both toolkits built the model asked for: a Transformer's
+    peer log must show OpenNMT-py's Transformer modules (it logs the model), and the parameter counts
+    must agree to 0.1% (onmt_lite's vocabularies have 4 entries more: its specials come on top of
+    ``-src_vocab_size``, OpenNMT-py's count in it; 3,076 parameters for toy-ende's Transformer).
+    Returns {toolkit: parameters}."""
+    params = {"onmt_lite": logged_parameters(lite_log), "OpenNMT-py": logged_parameters(peer_log)}
+    if model_args.get("encoder_type") == "transformer":
+        with open(peer_log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for module in ("TransformerEncoder(", "TransformerDecoder("):
+            if module not in text:
+                raise SystemExit(f"{peer_log}: OpenNMT-py did not build a {module[:-1]}")
+    if None in params.values() or abs(params["onmt_lite"] - params["OpenNMT-py"]) > 1e-3 * params["OpenNMT-py"]:
+        print(f"warning: the two models' parameters differ: {params} (logs {lite_log}, {peer_log})")
+    return params
+
+
 def logged_seconds(log):
     """The elapsed seconds of the last Step line of a training log (both toolkits log ``N sec``)."""
     with open(log, encoding="utf-8", errors="replace") as f:
-        found = re.findall(r"Step \d+/.*?(\d+) sec", f.read())
+        found = re.findall(r"Step +\d+/.*?(\d+) sec", f.read())
     return float(found[-1]) if found else float("nan")
 
 
@@ -199,6 +252,16 @@ def translate_both(models, src, work, peer):
     return outputs
 
 
+def first_lines(path, n, work):
+    """``path``, or with ``n`` a copy of its first ``n`` lines in ``work``."""
+    if n is None:
+        return path
+    out = os.path.join(work, f"first_{n}_{os.path.basename(path)}")
+    with open(path, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as g:
+        g.writelines(line for _, line in zip(range(n), f))
+    return out
+
+
 def score(task, outputs, ref_path):
     with open(ref_path, encoding="utf-8") as f:
         refs = [" ".join(line.split()) for line in f]
@@ -214,8 +277,8 @@ def report(task, label, models, scores, metric):
     print(f"{'toolkit':<12} {'steps':>7} {'train s':>8} {metric:>14}")
     for toolkit, (_, step, seconds) in models.items():
         print(f"{toolkit:<12} {step:>7} {seconds:>8.0f} {scores[toolkit]:>14.2f}")
-    ratio = scores["onmt_lite"] / max(scores["OpenNMT-py"], 1e-9)
-    print(f"onmt_lite / OpenNMT-py: {ratio:.3f}")
+    ratio = scores["onmt_lite"] / scores["OpenNMT-py"] if scores["OpenNMT-py"] > 0 else None
+    print(f"onmt_lite / OpenNMT-py: {'n/a (OpenNMT-py scored 0)' if ratio is None else f'{ratio:.3f}'}")
     return {"task": task, "setting": label, "metric": metric, "ratio": ratio,
             "toolkits": {t: {"checkpoint_step": s, "train_seconds": sec, metric: scores[t]}
                          for t, (_, s, sec) in models.items()}}
@@ -224,11 +287,24 @@ def report(task, label, models, scores, metric):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=["g2p", "ende"])
-    parser.add_argument("-minutes", type=float, default=10.0, help="g2p: wall-clock training budget each")
-    parser.add_argument("-steps", type=int, default=1000, help="ende: training steps each")
+    parser.add_argument("-model", choices=["rnn", "transformer"], default="rnn",
+                        help="rnn: the settings above; transformer: the small Transformer, the same wall-clock "
+                             "budget each on both tasks")
+    parser.add_argument("-minutes", type=float, default=10.0,
+                        help="g2p, and ende with -model transformer: wall-clock training budget each")
+    parser.add_argument("-steps", type=int, default=1000, help="ende with -model rnn: training steps each")
+    parser.add_argument("-warmup_steps", type=int, default=TRANSFORMER_TRAINING["warmup_steps"],
+                        help="-model transformer: the noam schedule's warm-up (a 10-minute run on 2 cores makes a "
+                             "few hundred steps of 4,096 tokens, where 8,000 warm-up steps keep the learning rate "
+                             "below 1e-4: lower it to compare models that have learnt something)")
+    parser.add_argument("-save_every", type=int, default=50,
+                        help="-model transformer: checkpoint every N steps (the newest one within the budget "
+                             "is scored)")
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py venv")
+    parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
-    parser.add_argument("-only", choices=["copy", "nocopy"], help="ende: run one of the two settings")
+    parser.add_argument("-only", choices=["copy", "nocopy"], help="ende, rnn: run one of the two settings")
+    parser.add_argument("-lines", type=int, help="score the first N lines of the validation set (default: all)")
     parser.add_argument("-reuse", action="store_true",
                         help="Translate and score the checkpoints of an earlier run instead of training again")
     opt = parser.parse_args()
@@ -257,15 +333,30 @@ def main():
         train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "train_steps": opt.steps,
                       "valid_steps": 1000000, "save_checkpoint_steps": opt.steps, "seed": 1}
         budget, metric, ref = None, "BLEU", data["tgt_valid"]
+    if opt.model == "transformer":
+        vocab = {"src_vocab_size": 20000, "tgt_vocab_size": 20000} if opt.task == "ende" else {}
+        settings = [(f"transformer, {'BLEU beam 5' if opt.task == 'ende' else 'beam 5, exact match'}",
+                     {**TRANSFORMER, **vocab})]
+        train_args = {**TRANSFORMER_TRAINING, "warmup_steps": opt.warmup_steps, "train_steps": 1000000,
+                      "valid_steps": 1000000, "save_checkpoint_steps": opt.save_every, "keep_checkpoint": 3,
+                      "seed": 1}
+        budget = opt.minutes * 60
+    if opt.peer_bucket_size:
+        train_args["bucket_size"] = opt.peer_bucket_size
     for label, model_args in settings:
         work = os.path.join(opt.work, opt.task, re.sub(r"\W+", "_", label))
         os.makedirs(work, exist_ok=True)
         peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
         models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer, opt.reuse)
-        outputs = translate_both(models, data["src_valid"], work, opt.peer)
-        results.append(report(opt.task, label, models, score(opt.task, outputs, ref), metric))
-        write_results(f"quality_{opt.task}" + (f"_{opt.only}" if opt.only else ""), results)
-
+        check_models(f"{work}/lite_train.log", f"{work}/peer_train.log", model_args)
+        src, refs = (first_lines(path, opt.lines, work) for path in (data["src_valid"], ref))
+        outputs = translate_both(models, src, work, opt.peer)
+        results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
+        results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
+        if opt.model == "transformer":
+            results[-1]["warmup_steps"] = opt.warmup_steps
+        name = f"quality_{opt.task}" + ("_transformer" if opt.model == "transformer" else "")
+        write_results(name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""), results)
 
 if __name__ == "__main__":
     main()

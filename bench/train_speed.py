@@ -1,13 +1,20 @@
 """Training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1, side by side on toy-ende.
 
     .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard copy ...]
+    .venv/bin/python bench/train_speed.py -only transformer [-steps 60] [-warmup 10]
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
--input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. Each round runs
-onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
+-input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. ``transformer``
+(issue 32; run only when named with -only) is the small Transformer of quality.py's ``TRANSFORMER``:
+2+2 layers, model size 256, 4 heads, feed-forward 1024, sinusoidal positions, dropout 0.1, Glorot
+initialisation, batches of 4,096 tokens normalised by tokens, Adam (beta2 0.998) with the noam
+schedule (2, 8,000 warm-up steps), label smoothing 0.1; a step of it is several times slower than
+the RNNs' step of 64 sentences, so its default run is shorter (``DEFAULT_STEPS``). Both toolkits' logs are checked
+to hold models of the same parameter count (and OpenNMT-py's log to show its Transformer modules).
+Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
 the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
-own ``src/tgt tok/s`` figures, reported every 10 steps), the peak memory the resident memory of its
+own ``src/tgt tok/s`` figures, reported every 10 steps by default), the peak memory the resident memory of its
 whole process tree (OpenNMT-py's data-loading workers included), sampled every 0.2 s. The
 table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
@@ -23,8 +30,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
     LITE_BIN,
+    PEER_BUCKET_HELP,
     PEER_ENV,
     SHARED,
+    TRANSFORMER,
+    TRANSFORMER_TRAINING,
+    check_models,
     lite_args,
     machine,
     normalised_copy,
@@ -35,13 +46,24 @@ from quality import (  # noqa: E402
 
 BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
         "global_attention": "general", "input_feed": 1, "dropout": 0.3}
-# name: (settings of both toolkits, onmt_lite's extra options); "standard_bf16" sets onmt_lite's mixed
-# precision against the peer's float32 (OpenNMT-py's fp16 does not run on a CPU).
-CONFIGS = {"standard": (BASE, []), "copy": ({**BASE, "copy_attn": True}, []),
-           "no_input_feed": ({**BASE, "input_feed": 0}, []), "standard_bf16": (BASE, ["-model_dtype", "bf16"])}
+RNN_TRAINING = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}
+# name: (model settings of both toolkits, their training settings, onmt_lite's extra options);
+# "standard_bf16" sets onmt_lite's mixed precision against the peer's float32 (OpenNMT-py's fp16 does
+# not run on a CPU).
+CONFIGS = {"standard": (BASE, RNN_TRAINING, []), "copy": ({**BASE, "copy_attn": True}, RNN_TRAINING, []),
+           "no_input_feed": ({**BASE, "input_feed": 0}, RNN_TRAINING, []),
+           "standard_bf16": (BASE, RNN_TRAINING, ["-model_dtype", "bf16"]),
+           "transformer": (TRANSFORMER, TRANSFORMER_TRAINING, [])}
+OPT_IN = ("transformer",)  # run only when named with -only (not part of `make bench`'s RNN figures)
+# (steps, warm-up) without -steps/-warmup: a Transformer step of 4,096 tokens (about 2,700 target
+# tokens, against about 1,500 in the RNNs' 64 sentences) took 3-8 s in dry runs on this 2-core machine
+# shared with other work; 70 steps make a run of 4-10 minutes
+DEFAULT_STEPS = {"transformer": (60, 10)}
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
 PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_length", 200, "-tgt_seq_length", 200]
-RATE = re.compile(r"Step (\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
+# OpenNMT-py 3.x pads the step number to the width of -train_steps ("Step  20/ 220"): reports before
+# step 100 of a 220-step run were skipped for it alone
+RATE = re.compile(r"Step +(\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
 def tree_rss_mib(root):
@@ -102,15 +124,17 @@ def earlier_rows(only):
     return [row for row in earlier or [] if row["config"] not in only]
 
 
-def prepare(config, model_args, work, peer, data):
-    """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration)."""
+def prepare(config, model_args, training, work, peer, data, report_every=10, peer_bucket_size=None):
+    """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration); returns the
+    training settings of both toolkits."""
     pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
            "-save_data", f"{work}/lite", "-overwrite", *PREPROCESS] + (["-dynamic_dict"] if config == "copy" else [])
     run_measured(pre, f"{work}/lite_preprocess.log")
     peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
-    train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "valid_steps": 1000000,
-                  "save_checkpoint_steps": 1000000, "report_every": 10, "seed": 1,
-                  "src_vocab_size": 20000, "tgt_vocab_size": 20000}
+    train_args = {**training, "valid_steps": 1000000, "save_checkpoint_steps": 1000000, "report_every": report_every,
+                  "seed": 1, "src_vocab_size": 20000, "tgt_vocab_size": 20000}
+    if peer_bucket_size:
+        train_args["bucket_size"] = peer_bucket_size
     peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
     run_measured([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
                  f"{work}/peer_vocab.log", PEER_ENV)
@@ -119,24 +143,32 @@ def prepare(config, model_args, work, peer, data):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-steps", type=int, default=200)
-    parser.add_argument("-warmup", type=int, default=20)
+    parser.add_argument("-steps", type=int, help="measured steps (default: 200; DEFAULT_STEPS for the Transformer)")
+    parser.add_argument("-warmup", type=int, help="steps before them, not measured (default: 20; DEFAULT_STEPS)")
     parser.add_argument("-rounds", type=int, default=2)
-    parser.add_argument("-only", nargs="+", choices=list(CONFIGS), help="configurations to run (default: all)")
+    parser.add_argument("-report_every", type=int, default=10,
+                        help="both toolkits' report interval in steps: the speed is the mean of the reports "
+                             "after the warm-up (dry runs: a few steps, reported as often)")
+    parser.add_argument("-only", nargs="+", choices=list(CONFIGS),
+                        help=f"configurations to run (default: all but {', '.join(OPT_IN)})")
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_train_speed")
     opt = parser.parse_args()
     if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
         subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
     data = toy_ende()
-    total = opt.warmup + opt.steps
     rows = earlier_rows(opt.only)
-    for config, (model_args, lite_extra) in CONFIGS.items():
-        if opt.only and config not in opt.only:
+    for config, (model_args, training, lite_extra) in CONFIGS.items():
+        if (config not in opt.only) if opt.only else config in OPT_IN:
             continue
+        default_steps, default_warmup = DEFAULT_STEPS.get(config, (200, 20))
+        steps = default_steps if opt.steps is None else opt.steps
+        warmup = default_warmup if opt.warmup is None else opt.warmup
+        total = warmup + steps
         work = os.path.join(opt.work, config)
         os.makedirs(work, exist_ok=True)
-        train_args = prepare(config, model_args, work, opt.peer, data)
+        train_args = prepare(config, model_args, training, work, opt.peer, data, opt.report_every, opt.peer_bucket_size)
         runs = {"onmt_lite": [], "OpenNMT-py": []}
         for r in range(opt.rounds):  # A B A B: both toolkits see the same machine state
             for toolkit in runs:
@@ -149,18 +181,22 @@ def main():
                 else:
                     command = [f"{opt.peer}/bin/onmt_train", "-config", f"{work}/peer.yaml", "-train_steps", total]
                     memory = run_measured(command, log, PEER_ENV)
-                runs[toolkit].append({"tgt_tok_s": target_rate(log, opt.warmup), "peak_mib": memory})
-        row = {"config": config, "machine": machine()}  # rows of several runs (-only) may differ in it
+                runs[toolkit].append({"tgt_tok_s": target_rate(log, warmup), "peak_mib": memory})
+            params = check_models(f"{work}/lite_train_{r}.log", f"{work}/peer_train_{r}.log", model_args)
+        row = {"config": config, "steps": steps, "warmup": warmup, "parameters": params,
+               "peer_bucket_size": opt.peer_bucket_size,
+               "machine": machine()}  # rows of several runs (-only) may differ in it
         for toolkit, values in runs.items():
             row[toolkit] = {"tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),
                             "peak_mib": statistics.median(v["peak_mib"] for v in values), "runs": values}
         row["speed_ratio"] = row["onmt_lite"]["tgt_tok_s"] / row["OpenNMT-py"]["tgt_tok_s"]
         row["memory_ratio"] = row["onmt_lite"]["peak_mib"] / row["OpenNMT-py"]["peak_mib"]
         rows = [r for r in rows if r["config"] != config] + [row]
-        print(f"\n{config}: {opt.steps} steps after {opt.warmup} warm-up, medians of {opt.rounds} rounds (A B A B)")
-        print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9}")
+        print(f"\n{config}: {steps} steps after {warmup} warm-up, medians of {opt.rounds} rounds (A B A B)")
+        print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9} {'parameters':>11}")
         for toolkit in runs:
-            print(f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f}")
+            print(f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f} "
+                  f"{params[toolkit] or 0:>11,}")
         print(f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x")
         write_results("train_speed", rows)
 

@@ -1,30 +1,36 @@
 """Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
 
-    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-only 'no copy'|copy|g2p]
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-only 'no copy'|copy|g2p|transformer]
 
 Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
 settings and the same number of steps (1,000), without and with copy attention; they are trained
-first when missing. Input: the first ``-lines`` lines of src-val.txt, batch 32, beam 5 and greedy,
-the machine's default thread count (2 here) for both, and the same search for both: onmt_lite's
-defaults (no length penalty, at most 100 tokens), given to OpenNMT-py explicitly, since its 3.x
-defaults are another search (an average length penalty, outputs cut at 1.25 x the batch's longest
-source + 5). OpenNMT-py also runs with its own defaults, for reference. Each round runs onmt_lite,
-onmt_lite with ``-quantize int8``, OpenNMT-py and OpenNMT-py with its defaults one after the other
-(A B C D A B C D); a run's time is the decoding
-time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
+first when missing. ``-only transformer`` (issue 32; not run without -only) decodes the small
+Transformers of ``bench/quality.sh ende -model transformer`` instead, each toolkit's trained with
+the same settings (quality.py's ``TRANSFORMER``) for the same wall-clock time (``-train_minutes``
+when they are missing, default 10: a short training, far from converged; sentences/s depends on
+how long the outputs are, generated tokens/s less). Input: the first ``-lines`` lines of
+src-val.txt, batch 32, beam 5 and greedy, the machine's default thread count (2 here) for both,
+and the same search for both: onmt_lite's defaults (no length penalty, at most 100 tokens), given
+to OpenNMT-py explicitly, since its 3.x defaults are another search (an average length penalty,
+outputs cut at 1.25 x the batch's longest source + 5). OpenNMT-py also runs with its own
+defaults, for reference. Each round runs onmt_lite, onmt_lite with ``-quantize int8``, OpenNMT-py
+and OpenNMT-py with its defaults one after the other (A B C D A B C D); a run's time is the
+decoding time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
 medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
 ratios of the medians and the medians of the ratios within each round, and BLEU of each output
 against tgt-val.txt, with the float32 matrix-multiply rate measured before each round (this VM's
 speed drifts, and not alike for both toolkits). int8 is also scored where accuracy means
 something: exact match on g2p-sr's src.valid with the g2p model of ``bench/quality.sh g2p``.
-Each row also gives the least time onmt_lite's matrix products take at the machine's float32 rate
-(``bench/decoding_floor.py``: the rows and source tokens of the same search, counted, times the
-model's weight shapes), the fraction of that limit onmt_lite reaches, and the fraction that 2x
-OpenNMT-py's sentences/s would need.
+Each RNN row also gives the least time onmt_lite's matrix products take at the machine's float32
+rate (``bench/decoding_floor.py``: the rows and source tokens of the same search, counted, times
+the model's weight shapes), the fraction of that limit onmt_lite reaches, and the fraction that 2x
+OpenNMT-py's sentences/s would need (decoding_floor.py counts an RNN's products, not a
+Transformer's).
 Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
 row with the CPU it was measured on.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -49,7 +55,12 @@ from quality import (  # noqa: E402
 from roofline import matmul_rate  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = {"no copy": "ende/no_copy_BLEU_beam_5", "copy": "ende/copy_attn_BLEU_beam_5"}
+# setting: (quality.py's work directory of its models, the step of the checkpoints wanted ("*": the
+# newest), quality.py's arguments that train them)
+MODELS = {"no copy": ("ende/no_copy_BLEU_beam_5", "1000", ["ende", "-only", "nocopy"]),
+          "copy": ("ende/copy_attn_BLEU_beam_5", "1000", ["ende", "-only", "copy"]),
+          "transformer": ("ende/transformer_BLEU_beam_5", "*", ["ende", "-model", "transformer"])}
+OPT_IN = ("transformer",)  # measured only when named with -only
 MODES = {"beam 5": 5, "greedy": 1}
 LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
@@ -62,13 +73,15 @@ PEER_DEFAULTS = "OpenNMT-py defaults"  # the peer with its own defaults, a diffe
 TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
 
 
-def ensure_models(quality_work, setting):
-    """The onmt_lite and OpenNMT-py checkpoints of ``setting``, trained by quality.py when missing."""
-    work = os.path.join(quality_work, MODELS[setting])
+def ensure_models(quality_work, setting, train_minutes=10.0):
+    """The onmt_lite and OpenNMT-py checkpoints of ``setting``, trained by quality.py when missing
+    (the Transformers for ``train_minutes`` each)."""
+    directory, step, quality_args = MODELS[setting]
+    work = os.path.join(quality_work, directory)
     pattern = {"onmt_lite": f"{work}/lite_model_step_*.pt", "OpenNMT-py": f"{work}/peer_model_step_*.pt"}
-    if not all(os.path.exists(p.replace("*", "1000")) for p in pattern.values()):
-        only = "copy" if setting == "copy" else "nocopy"
-        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "ende", "-only", only,
+    if not all(glob.glob(p.replace("*", step)) for p in pattern.values()):
+        minutes = ["-minutes", str(train_minutes)] if "transformer" in quality_args else []
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), *quality_args, *minutes,
                         "-work", quality_work], check=True)
     return {toolkit: newest_checkpoint(p)[0] for toolkit, p in pattern.items()}
 
@@ -208,6 +221,8 @@ def main():
     parser.add_argument("-lines", type=int, default=500)
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
+    parser.add_argument("-train_minutes", type=float, default=10.0,
+                        help="-only transformer: each toolkit's training time when quality.py's models are missing")
     parser.add_argument("-work", default="/tmp/onmt_lite_translate_speed")
     parser.add_argument("-only", choices=list(MODELS) + ["g2p"],
                         help="Measure this alone; the other figures stay as "
@@ -227,15 +242,16 @@ def main():
     results = {"lines": opt.lines, "rows": []}
     if opt.only:
         results = earlier_results(opt.only)
-    for setting in MODELS if opt.only is None else [s for s in MODELS if s == opt.only]:
-        models = ensure_models(opt.quality_work, setting)
+    for setting in [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]:
+        models = ensure_models(opt.quality_work, setting, opt.train_minutes)
         repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
         run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
             f"{opt.work}/peer_repair.log")
         models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
             row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
-            row["floor"] = decoding_floor(models["onmt_lite"], src, len(lines), beam, row)
+            if setting != "transformer":
+                row["floor"] = decoding_floor(models["onmt_lite"], src, len(lines), beam, row)
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
             print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
