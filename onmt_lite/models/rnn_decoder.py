@@ -129,6 +129,8 @@ class RNNDecoderBase(nn.Module):
         return DecoderState(encoder_final, zeros(batch, self.hidden_size),
                             zeros(batch, src_len) if self.coverage_attn else None)
 
+    memory_keys_dims = (0, 1)  # the batch and source dimensions of memory_keys's output
+
     @property
     def precomputes_memory_keys(self):
         """Whether ``memory_keys`` computes something (mlp attention) rather than return the memory."""

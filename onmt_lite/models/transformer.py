@@ -276,6 +276,7 @@ class TransformerDecoder(nn.Module):
         self.memory_projection = nn.Linear(dim, 2 * dim * num_layers)
 
     precomputes_memory_keys = True
+    memory_keys_dims = (1, 3)  # the batch and source dimensions of memory_keys's output
 
     def init_state(self, encoder_final, memory_bank: Tensor) -> TransformerState:
         """An empty cache for each row of ``memory_bank`` ``[S x B x H]`` (the encoder's final state
@@ -287,15 +288,13 @@ class TransformerDecoder(nn.Module):
                                 torch.zeros(batch, dtype=torch.long, device=memory_bank.device))
 
     def memory_keys(self, memory_bank: Tensor) -> Tensor:
-        """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``: ``[B x S x layers*2*H]``."""
-        return self.memory_projection(memory_bank.transpose(0, 1))
-
-    def _layer_memory(self, keys, i):
-        """Layer ``i``'s keys and values, ``[B x h x S x d]`` each, out of ``memory_keys``'s output."""
-        dim = self.hidden_size
-        attention = self.layers[i].context_attn
-        layer_keys, layer_values = keys[:, :, 2 * dim * i:2 * dim * (i + 1)].chunk(2, dim=-1)
-        return attention.split(layer_keys), attention.split(layer_values)
+        """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``: ``[layers*2 x B x h x S x d]``,
+        keys then values for each layer (each ``[B x h x S x d]`` contiguous: no copy at each step)."""
+        src_len, batch, _ = memory_bank.shape
+        attention = self.layers[0].context_attn
+        projected = self.memory_projection(memory_bank).view(
+            src_len, batch, 2 * len(self.layers), attention.heads, attention.head_dim)
+        return projected.permute(2, 1, 3, 0, 4).contiguous()
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
         """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
@@ -313,9 +312,8 @@ class TransformerDecoder(nn.Module):
         self_mask = self_mask.unsqueeze(1)  # [B x 1 x T x P+T]
         cache, weights = [], None
         for i, layer in enumerate(self.layers):
-            memory_k, memory_v = self._layer_memory(keys, i)
             x, (layer_k, layer_v), weights = layer(
-                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1]), memory_k, memory_v, memory_mask,
+                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1]), keys[2 * i], keys[2 * i + 1], memory_mask,
                 need_weights=i == len(self.layers) - 1)
             cache += [layer_k, layer_v]
         dec_out = self.norm(x).transpose(0, 1).contiguous()

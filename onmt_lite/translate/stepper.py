@@ -40,6 +40,7 @@ class ModelStepper:
         # what the attention computes of the memory (mlp attention's projection, the Transformer's keys and
         # values): once per example here, not at every step for every beam
         self.keys = model.decoder.memory_keys(memory_bank) if model.decoder.precomputes_memory_keys else None
+        self.keys_batch_dim, self.keys_source_dim = model.decoder.memory_keys_dims
         self.lengths, self.state = lengths, state
         if self.copy:
             self.src_map, self.ex_ids = batch.src_map, batch.src_ex_tgt_ids
@@ -67,7 +68,7 @@ class ModelStepper:
         self.memory = _joined(self.memory, other.memory, 0, (1,))
         self.lengths = torch.cat([self.lengths, other.lengths])
         if self.keys is not None:
-            self.keys = _joined(self.keys, other.keys, 0, (1,))
+            self.keys = _joined(self.keys, other.keys, self.keys_batch_dim, (self.keys_source_dim,))
         self.state = self.state.concat(other.state)
         if self.copy:
             self.src_map = _joined(self.src_map, other.src_map, 1, (0, 2))
@@ -82,7 +83,7 @@ class ModelStepper:
             self.memory = self.memory.index_select(0, memory_rows)
             self.lengths = self.lengths.index_select(0, memory_rows)
             if self.keys is not None:
-                self.keys = self.keys.index_select(0, memory_rows)
+                self.keys = self.keys.index_select(self.keys_batch_dim, memory_rows)
             if self.copy:
                 self.src_map = self.src_map.index_select(1, memory_rows)
                 self.ex_ids = self.ex_ids.index_select(0, memory_rows)
