@@ -53,12 +53,16 @@ RNN_TRAINING = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}
 CONFIGS = {"standard": (BASE, RNN_TRAINING, []), "copy": ({**BASE, "copy_attn": True}, RNN_TRAINING, []),
            "no_input_feed": ({**BASE, "input_feed": 0}, RNN_TRAINING, []),
            "standard_bf16": (BASE, RNN_TRAINING, ["-model_dtype", "bf16"]),
-           "transformer": (TRANSFORMER, TRANSFORMER_TRAINING, [])}
-OPT_IN = ("transformer",)  # run only when named with -only (not part of `make bench`'s RNN figures)
+           "transformer": (TRANSFORMER, TRANSFORMER_TRAINING, []),
+           # 1.x's FAQ recipe shards the loss (-max_generator_batches 2); OpenNMT-py 3.x has no sharding
+           "transformer_sharded": (TRANSFORMER, TRANSFORMER_TRAINING, ["-max_generator_batches", "2"]),
+           "transformer_bf16": (TRANSFORMER, TRANSFORMER_TRAINING, ["-model_dtype", "bf16"])}
+# run only when named with -only (not part of `make bench`'s RNN figures)
+OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16")
 # (steps, warm-up) without -steps/-warmup: a Transformer step of 4,096 tokens (about 2,700 target
 # tokens, against about 1,500 in the RNNs' 64 sentences) took 3-8 s in dry runs on this 2-core machine
 # shared with other work; 70 steps make a run of 4-10 minutes
-DEFAULT_STEPS = {"transformer": (60, 10)}
+DEFAULT_STEPS = dict.fromkeys(OPT_IN, (60, 10))
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
 PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_length", 200, "-tgt_seq_length", 200]
 # OpenNMT-py 3.x pads the step number to the width of -train_steps ("Step  20/ 220"): reports before

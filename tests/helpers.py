@@ -92,6 +92,25 @@ def train_in_process(data, save_model, *args):
     return opt, lines
 
 
+def trained_reversal_model(tmp_path_factory, name, preprocess_args, train_args, steps, **corpus_args):
+    """A model trained for ``steps`` steps on a reversal corpus of its own: ``{"model", "data", "src",
+    "tgt"}`` (checkpoint, -data prefix, held-out source and target files)."""
+    directory = str(tmp_path_factory.mktemp(name))
+    prefix = preprocess_in_process(directory, *preprocess_args, **corpus_args)
+    train_in_process(prefix, os.path.join(directory, "m"), *train_args, "-train_steps", steps, "-valid_steps", steps)
+    return {"model": os.path.join(directory, f"m_step_{steps}.pt"), "data": prefix,
+            "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def exact_match(hypotheses, references):
+    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
 def step_losses(lines):
     """``{step: "acc ...; ppl ...; xent ..."}`` from logged training lines."""
     out = {}

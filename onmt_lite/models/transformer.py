@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from onmt_lite.models.attention import length_mask
+from onmt_lite.models.dropout import Dropout, dropout
 from onmt_lite.models.mean_encoder import mean_final_state
 from onmt_lite.utils.tensors import pad_to
 
@@ -67,18 +68,19 @@ class MultiHeadAttention(nn.Module):
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
         ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
-        dropout = self.dropout_p if self.training else 0.0
-        if self.relative is None and not need_weights:
-            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid them
-            context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, dropout_p=dropout)
+        p = self.dropout_p if self.training else 0.0
+        if self.relative is None and not need_weights and p == 0:
+            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid them (with
+            # dropout its CPU version writes them out too, and draws the masks more slowly than ours)
+            context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
             weights = None
         else:
-            context, weights = self._attend(query, keys, values, mask, dropout)
+            context, weights = self._attend(query, keys, values, mask, p)
         batch, _, length, _ = context.shape
         merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         return self.out(merged), weights
 
-    def _attend(self, query, keys, values, mask, dropout):
+    def _attend(self, query, keys, values, mask, p):
         """The same attention written out, for the weights and for relative positions."""
         scores = torch.matmul(query, keys.transpose(2, 3))
         relative = None
@@ -89,7 +91,7 @@ class MultiHeadAttention(nn.Module):
             scores = scores + torch.matmul(query.transpose(1, 2), relative.transpose(1, 2)).transpose(1, 2)
         scores = scores / self.head_dim ** 0.5
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        dropped = F.dropout(weights, dropout) if dropout else weights
+        dropped = dropout(weights, p)
         context = torch.matmul(dropped, values)
         if relative is not None:
             # Σ_k w r for each query: [B x h x T x K] by [T x K x d], batched over T
@@ -104,7 +106,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.inner, self.outer = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.dropout(self.outer(self.dropout(torch.relu(self.inner(self.norm(x))))))
@@ -136,7 +138,7 @@ class TransformerEncoderLayer(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.self_attn = SelfAttention(dim, heads, attention_dropout, max_relative_positions)
         self.feed_forward = FeedForward(dim, ff_size, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """``x`` ``[B x S x H]``, ``mask`` ``[B x 1 x 1 x S]`` (real source positions) -> ``[B x S x H]``."""
@@ -238,7 +240,7 @@ class TransformerDecoderLayer(nn.Module):
         self.context_query = nn.Linear(dim, dim)
         self.context_attn = MultiHeadAttention(dim, heads, attention_dropout)
         self.feed_forward = FeedForward(dim, ff_size, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False):
         """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys and

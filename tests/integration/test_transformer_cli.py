@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from onmt_lite import Translator
-from tests.helpers import preprocess_in_process, run_cli, step_losses, train_in_process
+from tests.helpers import (
+    exact_match,
+    lines,
+    preprocess_in_process,
+    run_cli,
+    step_losses,
+    train_in_process,
+    trained_reversal_model,
+)
 
 TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding",
                "-max_relative_positions", 8, "-layers", 2, "-rnn_size", 64, "-word_vec_size", 64, "-heads", 4,
@@ -29,25 +37,11 @@ def models(tmp_path_factory):
     """A Transformer trained on 3,000 reversal pairs (measured: 100% exact match on held-out lines); a
     copy Transformer whose target vocabulary lacks most words (it must copy them); a plain one with
     that small vocabulary (it can only write <unk> for them)."""
-    out = {}
-    for kind, pre, extra in (("plain", [], NOAM), ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn", *NOAM]),
-                             ("unk", ["-tgt_vocab_size", 6], NOAM)):
-        directory = str(tmp_path_factory.mktemp(kind))
-        prefix = preprocess_in_process(directory, *pre, n_train=3000, n_valid=100)
-        train_in_process(prefix, os.path.join(directory, "m"), *TRANSFORMER, *extra, "-train_steps", STEPS[kind],
-                         "-valid_steps", STEPS[kind])
-        out[kind] = {"model": os.path.join(directory, f"m_step_{STEPS[kind]}.pt"), "data": prefix,
-                     "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
-    return out
-
-
-def lines(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def exact_match(hypotheses, references):
-    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+    corpus = {"n_train": 3000, "n_valid": 100}
+    return {kind: trained_reversal_model(tmp_path_factory, kind, pre, [*TRANSFORMER, *extra], STEPS[kind], **corpus)
+            for kind, pre, extra in (("plain", [], NOAM),
+                                     ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn", *NOAM]),
+                                     ("unk", ["-tgt_vocab_size", 6], NOAM))}
 
 
 def translate(model, src, out, *args):

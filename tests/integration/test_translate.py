@@ -15,7 +15,13 @@ from onmt_lite.translate import streams
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
-from tests.helpers import preprocess_in_process, run_cli, train_in_process, write_lines
+from tests.helpers import (
+    exact_match,
+    lines,
+    run_cli,
+    trained_reversal_model,
+    write_lines,
+)
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-train_steps", 300, "-valid_steps", 300, "-seed", 1]
@@ -25,24 +31,10 @@ SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32,
 def models(tmp_path_factory):
     """A plain model; a copy model whose target vocabulary lacks most words (they must be copied); a
     plain model with that small vocabulary (it can only write <unk> for them)."""
-    out = {}
-    for kind, pre, extra in (("plain", [], []), ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn"]),
-                             ("unk", ["-tgt_vocab_size", 6], [])):
-        directory = str(tmp_path_factory.mktemp(kind))
-        prefix = preprocess_in_process(directory, *pre)
-        train_in_process(prefix, os.path.join(directory, "m"), *SMALL, *extra)
-        out[kind] = {"model": os.path.join(directory, "m_step_300.pt"), "data": prefix,
-                     "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
-    return out
-
-
-def lines(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def exact_match(hypotheses, references):
-    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+    return {kind: trained_reversal_model(tmp_path_factory, kind, pre, [*SMALL, *extra], 300)
+            for kind, pre, extra in (("plain", [], []),
+                                     ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn"]),
+                                     ("unk", ["-tgt_vocab_size", 6], []))}
 
 
 @pytest.mark.parametrize("kind,minimum", [("plain", 0.85), ("copy", 0.95)])  # measured: 0.925 and 1.0

@@ -193,3 +193,26 @@ def test_loss_options_without_their_feature_are_refused(args, message):
 
     with pytest.raises(UserError, match=message):
         make_model(*args)
+
+
+@pytest.mark.parametrize("pad_log_prob", [None, float("-inf")])
+def test_the_smoothing_term_and_its_gradient_equal_autograds_masked_mean(pad_log_prob):
+    """UniformNLL (written out for speed) against the plain masked mean, also with a padding column of
+    -inf (the copy generator's)."""
+    from onmt_lite.loss.criteria import UniformNLL
+
+    torch.manual_seed(0)
+    logits = torch.randn(7, 11, dtype=torch.float64, requires_grad=True)
+    log_probs = torch.log_softmax(logits, -1)
+    if pad_log_prob is not None:
+        log_probs = log_probs.index_fill(1, torch.tensor([1]), pad_log_prob)
+    weights = torch.randn(7, dtype=torch.float64)
+    keep = torch.ones(11, dtype=torch.bool)
+    keep[1] = False
+    expected = -log_probs.masked_fill(~keep, 0).sum(1) / 10
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), logits, retain_graph=True)
+    actual = UniformNLL.apply(log_probs, 1)
+    (actual_grad,) = torch.autograd.grad((actual * weights).sum(), logits)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(actual_grad, expected_grad, rtol=0, atol=1e-12)
+    assert torch.isfinite(actual).all()
