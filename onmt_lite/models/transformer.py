@@ -269,7 +269,7 @@ class TransformerDecoder(nn.Module):
     def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
                  max_relative_positions=0, copy_attn=False):
         super().__init__()
-        self.embeddings, self.copy_attn, self.hidden_size = embeddings, copy_attn, dim
+        self.embeddings, self.copy_attn = embeddings, copy_attn
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
             for _ in range(num_layers))
