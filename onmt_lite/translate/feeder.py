@@ -51,8 +51,11 @@ class RowFeeder:
                 break
             stepper, batch, first = self.waiting
             last = first
-            while last < batch.batch_size and self._fits(count, tokens, int(batch.src_lengths_cpu[last])):
-                count, tokens, last = count + 1, tokens + int(batch.src_lengths_cpu[last]), last + 1
+            while last < batch.batch_size:
+                length = int(batch.src_lengths_cpu[last])
+                if not self._fits(count, tokens, length):
+                    break
+                count, tokens, last = count + 1, tokens + length, last + 1
             if last == first:
                 break
             joining = stepper if (first, last) == (0, batch.batch_size) else \
