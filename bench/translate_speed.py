@@ -1,6 +1,7 @@
 """Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
 
-    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-only 'no copy'|copy|g2p|transformer]
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-threads N] [-src FILE [-tgt FILE]]
+        [-only 'no copy'|copy|g2p|transformer|transformer_same_weights [-lite_model PATH] [-peer_template PATH]]
 
 Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
 settings and the same number of steps (1,000), without and with copy attention; they are trained
@@ -26,6 +27,17 @@ rate (``bench/decoding_floor.py``: the rows and source tokens of the same search
 the model's weight shapes), the fraction of that limit onmt_lite reaches, and the fraction that 2x
 OpenNMT-py's sentences/s would need (decoding_floor.py counts an RNN's products, not a
 Transformer's).
+``-only transformer_same_weights`` (not run without -only) decodes ONE model with both toolkits:
+onmt_lite's Transformer checkpoint (``-lite_model``, default the newest of ``-only transformer``'s) and
+that checkpoint converted by bench/peer_checkpoint.py into an OpenNMT-py 3.5.1 checkpoint of the
+same weights and vocabularies (``-peer_template``: an OpenNMT-py checkpoint for its options, default
+the newest one beside the onmt_lite checkpoint). Two models trained apart write outputs of different
+lengths, so only this setting's sentences/s compare the toolkits' decoding; their float32 outputs
+must be identical (the number of lines that differ is printed and kept). Rounds of onmt_lite,
+onmt_lite int8 and OpenNMT-py with the same search (A B C A B C); ``-src``/``-tgt`` give other lines
+to decode and their references (a g2p Transformer's src.valid, say; no -tgt: no BLEU).
+``-threads N`` sets OMP_NUM_THREADS and MKL_NUM_THREADS for both toolkits and for the matrix-multiply
+probe (default: unset, the machine's default).
 Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
 row with the CPU it was measured on.
 """
@@ -41,6 +53,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
     LITE_BIN,
+    PEER_ENV,
     PEER_TRANSLATE_WITH_COPY_DATA,
     REPAIR_PEER_COPY_CHECKPOINT,
     SHARED,
@@ -60,7 +73,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"no copy": ("ende/no_copy_BLEU_beam_5", "1000", ["ende", "-only", "nocopy"]),
           "copy": ("ende/copy_attn_BLEU_beam_5", "1000", ["ende", "-only", "copy"]),
           "transformer": ("ende/transformer_BLEU_beam_5", "*", ["ende", "-model", "transformer"])}
-OPT_IN = ("transformer",)  # measured only when named with -only
+SAME_WEIGHTS = "transformer_same_weights"  # -only transformer's onmt_lite model, decoded by both toolkits
+MODELS[SAME_WEIGHTS] = MODELS["transformer"]
+OPT_IN = ("transformer", SAME_WEIGHTS)  # measured only when named with -only
 MODES = {"beam 5": 5, "greedy": 1}
 LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
@@ -71,6 +86,7 @@ SEARCH = [arg for name, value in SEARCH_OPTIONS.items() for arg in (f"-{name}", 
 PEER_SEARCH = ["-max_length_ratio", 0]
 PEER_DEFAULTS = "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
 TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
+SAME_WEIGHTS_TOOLKITS = TOOLKITS[:3]  # the same model and the same search: the peer's defaults search another
 
 
 def ensure_models(quality_work, setting, train_minutes=10.0):
@@ -120,14 +136,16 @@ def bleu(hyps, refs):
     return BLEU(force=True).corpus_score(hyps, [refs]).score  # toy-ende is tokenized: no warning about it
 
 
-def measure(models, src, refs, beam, rounds, work, peer, tag):
-    """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output."""
-    runs = {toolkit: [] for toolkit in TOOLKITS}
-    scores, host_rates = {}, []
+def measure(models, src, refs, beam, rounds, work, peer, tag, toolkits=TOOLKITS, same_weights=False):
+    """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output.
+    ``same_weights``: both toolkits decode one model; count the lines where their outputs differ."""
+    runs = {toolkit: [] for toolkit in toolkits}
+    scores, host_rates, differ, int8_differ = {}, [], [], []
     for r in range(rounds):
         # the host's float32 rate before each round: this VM's second core comes and goes, which
         # moves onmt_lite (bound by the products) more than OpenNMT-py (bound by Python)
         host_rates.append(matmul_rate(1024, 3) / 1e9)
+        outputs = {}
         for toolkit in runs:
             name = re.sub(r"\W+", "_", f"{toolkit}_{tag}_{r}")
             model = models["onmt_lite" if toolkit.startswith("onmt_lite") else "OpenNMT-py"]
@@ -136,18 +154,34 @@ def measure(models, src, refs, beam, rounds, work, peer, tag):
             words = sum(len(h.split()) + 1 for h in hyps)
             runs[toolkit].append({"seconds": seconds, "sents_s": len(hyps) / seconds, "tok_s": words / seconds})
             scores[toolkit] = bleu(hyps, refs) if refs is not None else None
+            outputs[toolkit] = hyps
+        if same_weights:
+            differ.append(lines_differ(outputs["onmt_lite"], outputs["OpenNMT-py"]))
+            int8_differ.append(lines_differ(outputs["onmt_lite int8"], outputs["onmt_lite"]))
     row = {"host_gflops": host_rates}
     for toolkit, values in runs.items():
         row[toolkit] = {"sents_s": statistics.median(v["sents_s"] for v in values),
                         "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
     row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
-    row["speed_ratio_peer_defaults"] = row["onmt_lite"]["sents_s"] / row[PEER_DEFAULTS]["sents_s"]
     row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
     # the same ratios within each round (runs minutes apart share this VM's slow and fast phases less)
     row["speed_ratio_paired"] = paired_median(runs["onmt_lite"], runs["OpenNMT-py"])
-    row["speed_ratio_peer_defaults_paired"] = paired_median(runs["onmt_lite"], runs[PEER_DEFAULTS])
     row["int8_speedup_paired"] = paired_median(runs["onmt_lite int8"], runs["onmt_lite"])
+    if PEER_DEFAULTS in runs:
+        row["speed_ratio_peer_defaults"] = row["onmt_lite"]["sents_s"] / row[PEER_DEFAULTS]["sents_s"]
+        row["speed_ratio_peer_defaults_paired"] = paired_median(runs["onmt_lite"], runs[PEER_DEFAULTS])
+    if same_weights:
+        # the most lines that differed in any round (each toolkit's output is deterministic: the same each round)
+        row["lines_differ_onmt_lite_OpenNMT-py"] = max(differ)
+        row["lines_differ_int8_float32"] = max(int8_differ)
     return row
+
+
+def lines_differ(hyps, other):
+    """How many lines of two outputs differ (an output of another length: every line)."""
+    if len(hyps) != len(other):
+        return max(len(hyps), len(other))
+    return sum(a != b for a, b in zip(hyps, other))
 
 
 def decoding_floor(model, src, n_lines, beam, row):
@@ -173,20 +207,29 @@ def print_row(title, row):
     print(f"\n{title}; float32 matrix multiply before each round: "
           + ", ".join(f"{rate:.0f}" for rate in row.get("host_gflops", [])) + " GFLOP/s")
     print(f"{'toolkit':<20} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
-    for toolkit in TOOLKITS:
+    for toolkit in [t for t in TOOLKITS if t in row]:
         v = row[toolkit]
-        print(f"{toolkit:<20} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {v['bleu']:>6.2f}")
+        print(f"{toolkit:<20} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {fixed(v['bleu']):>6}")
+    defaults = (f"; against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
+                f"({row['speed_ratio_peer_defaults_paired']:.2f}x)" if PEER_DEFAULTS in row else "")
+    bleu_change = None if row["onmt_lite"]["bleu"] is None else row["onmt_lite int8"]["bleu"] - row["onmt_lite"]["bleu"]
     print(f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
-          f"{row['speed_ratio_paired']:.2f}x); against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
-          f"({row['speed_ratio_peer_defaults_paired']:.2f}x); int8 / float32: {row['int8_speedup']:.2f}x (round by "
-          f"round: {row['int8_speedup_paired']:.2f}x), "
-          f"BLEU {row['onmt_lite int8']['bleu'] - row['onmt_lite']['bleu']:+.2f}")
+          f"{row['speed_ratio_paired']:.2f}x){defaults}; int8 / float32: {row['int8_speedup']:.2f}x (round by "
+          f"round: {row['int8_speedup_paired']:.2f}x), BLEU {fixed(bleu_change, '+.2f')}")
+    if "lines_differ_onmt_lite_OpenNMT-py" in row:
+        print(f"the same weights: {row['lines_differ_onmt_lite_OpenNMT-py']} of {row['lines']} lines differ between "
+              f"onmt_lite's and OpenNMT-py's float32 outputs (0: the same translations); int8's differ from "
+              f"float32's on {row['lines_differ_int8_float32']}")
     floor = row.get("floor")
     if floor:
         print(f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at the float32 rate "
               f"({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; onmt_lite took "
               f"{floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} of that limit); 2x OpenNMT-py's "
               f"speed means {floor['seconds_for_2x']:.2f} s ({floor['fraction_needed_for_2x']:.0%} of it)")
+
+
+def fixed(value, spec=".2f"):
+    return "n/a" if value is None else format(value, spec)
 
 
 def g2p_int8(quality_work, rounds, work):
@@ -219,6 +262,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-rounds", type=int, default=2)
     parser.add_argument("-lines", type=int, default=500)
+    parser.add_argument("-threads", type=int, default=0,
+                        help="OMP_NUM_THREADS and MKL_NUM_THREADS of both toolkits (0: unset, the machine's default)")
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
     parser.add_argument("-train_minutes", type=float, default=10.0,
@@ -227,39 +272,91 @@ def main():
     parser.add_argument("-only", choices=list(MODELS) + ["g2p"],
                         help="Measure this alone; the other figures stay as "
                              "bench/results/translate_speed.json has them")
+    parser.add_argument("-lite_model", help=f"-only {SAME_WEIGHTS}: the onmt_lite Transformer checkpoint (default: "
+                                            "the newest of -only transformer's)")
+    parser.add_argument("-peer_template", help=f"-only {SAME_WEIGHTS}: an OpenNMT-py 3.5.1 checkpoint whose options "
+                                               "the converted one starts from (default: the newest "
+                                               "peer_model_step_*.pt beside -lite_model)")
+    parser.add_argument("-src", help="the lines to decode (default: toy-ende's src-val.txt)")
+    parser.add_argument("-tgt", help="their references, for BLEU (default: toy-ende's tgt-val.txt without -src, "
+                                     "none with it)")
     opt = parser.parse_args()
+    if (opt.lite_model or opt.peer_template) and opt.only != SAME_WEIGHTS:
+        parser.error(f"-lite_model and -peer_template are for -only {SAME_WEIGHTS}")
+    if opt.threads > 0:  # both toolkits' subprocesses (the peer's environment is a copy) and this one's probe
+        threads = {"OMP_NUM_THREADS": str(opt.threads), "MKL_NUM_THREADS": str(opt.threads)}
+        os.environ.update(threads)
+        PEER_ENV.update(threads)
+        import torch
+
+        torch.set_num_threads(opt.threads)
     if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
         subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
     os.makedirs(opt.work, exist_ok=True)
     d = os.path.join(SHARED, "data", "toy-ende")
+    src_path, tgt_path = (opt.src, opt.tgt) if opt.src else (f"{d}/src-val.txt", opt.tgt or f"{d}/tgt-val.txt")
     src = os.path.join(opt.work, "src.txt")
-    with open(normalised_copy(f"{d}/src-val.txt", opt.work), encoding="utf-8") as f:
+    with open(normalised_copy(src_path, opt.work), encoding="utf-8") as f:
         lines = f.readlines()[: opt.lines]
     with open(src, "w", encoding="utf-8") as f:
         f.writelines(lines)
-    with open(f"{d}/tgt-val.txt", encoding="utf-8") as f:
-        refs = [" ".join(line.split()) for line in f][: opt.lines]
+    refs = None
+    if tgt_path:
+        with open(tgt_path, encoding="utf-8") as f:
+            refs = [" ".join(line.split()) for line in f][: opt.lines]
     results = {"lines": opt.lines, "rows": []}
     if opt.only:
         results = earlier_results(opt.only)
     for setting in [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]:
-        models = ensure_models(opt.quality_work, setting, opt.train_minutes)
-        repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
-        run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
-            f"{opt.work}/peer_repair.log")
-        models["OpenNMT-py"] = repaired
+        toolkits = TOOLKITS
+        if setting == SAME_WEIGHTS:
+            models = same_weights_models(opt)
+            toolkits = SAME_WEIGHTS_TOOLKITS
+        else:
+            models = ensure_models(opt.quality_work, setting, opt.train_minutes)
+            repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
+            run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
+                f"{opt.work}/peer_repair.log")
+            models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
-            row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}")
-            if setting != "transformer":
+            row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}", toolkits,
+                          same_weights=setting == SAME_WEIGHTS)
+            row["lines"] = len(lines)
+            if setting not in ("transformer", SAME_WEIGHTS):
                 row["floor"] = decoding_floor(models["onmt_lite"], src, len(lines), beam, row)
+            if setting == SAME_WEIGHTS:
+                row.update({"lite_model": models["onmt_lite"], "peer_template": models["template"],
+                            "src": src_path, "threads": opt.threads or None})
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
-            print_row(f"toy-ende {setting}, {mode}, first {opt.lines} lines of src-val.txt, batch 32, "
+            print_row(f"{setting}, {mode}, first {len(lines)} lines of {os.path.basename(src_path)}, batch 32, "
                       f"medians of {opt.rounds} rounds", row)
             write_results("translate_speed", results)
     if opt.only in (None, "g2p"):
         results["g2p_int8"] = {**g2p_int8(opt.quality_work, opt.rounds, opt.work), "machine": machine()}
     write_results("translate_speed", results)
+
+
+def same_weights_models(opt):
+    """The onmt_lite checkpoint of -only transformer_same_weights and its conversion into an OpenNMT-py
+    checkpoint (bench/peer_checkpoint.py): {"onmt_lite": path, "OpenNMT-py": path, "template": path}."""
+    lite = opt.lite_model
+    if lite is None:
+        lite = ensure_models(opt.quality_work, "transformer", opt.train_minutes)["onmt_lite"]
+    template = opt.peer_template
+    if template is None:
+        beside = os.path.join(os.path.dirname(os.path.abspath(lite)), "peer_model_step_*.pt")
+        if not glob.glob(beside):
+            raise SystemExit(f"no OpenNMT-py checkpoint matches {beside}: give one with -peer_template")
+        template = newest_checkpoint(beside)[0]
+    converted, log = f"{opt.work}/peer_same_weights.pt", f"{opt.work}/peer_checkpoint.log"
+    try:
+        run([sys.executable, os.path.join(REPO, "bench", "peer_checkpoint.py"), "-model", lite, "-template", template,
+             "-output", converted], log)
+    finally:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            print(f.read().strip())
+    return {"onmt_lite": lite, "OpenNMT-py": converted, "template": template}
 
 
 def earlier_results(only):
