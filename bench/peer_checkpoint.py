@@ -77,7 +77,7 @@ def lite_dims(opt):
     layers = (opt.layers, opt.layers) if opt.layers > 0 else (opt.enc_layers, opt.dec_layers)
     size = opt.rnn_size if opt.rnn_size > 0 else opt.dec_rnn_size
     emb = (opt.word_vec_size,) * 2 if opt.word_vec_size > 0 else (opt.src_word_vec_size, opt.tgt_word_vec_size)
-    if opt.rnn_size <= 0 and opt.enc_rnn_size != opt.dec_rnn_size or emb != (size, size):
+    if (opt.rnn_size <= 0 and opt.enc_rnn_size != opt.dec_rnn_size) or emb != (size, size):
         raise ConversionError(f"sizes differ (embeddings {emb}, model {size}): onmt_lite builds no such Transformer")
     return {"enc_layers": layers[0], "dec_layers": layers[1], "size": size, "heads": opt.heads,
             "ff": opt.transformer_ff}
