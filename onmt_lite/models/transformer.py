@@ -112,6 +112,32 @@ class FeedForward(nn.Module):
         return x + self.dropout(self.outer(self.dropout(torch.relu(self.inner(self.norm(x))))))
 
 
+def spare_room(columns: int) -> int:
+    """The columns of a cache buffer made for ``columns`` used ones: a quarter more, at least 4."""
+    return columns + max(4, columns // 4)
+
+
+def appended(buffer: Tensor, used: int, new: Tensor) -> tuple[Tensor, Tensor]:
+    """A self-attention cache with ``new`` ``[B x h x T x d]`` after the first ``used`` columns of
+    ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns ``[B x h x used+T x d]``.
+
+    Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then copies
+    the cache once (the search's reorder), not twice (that and a concatenation). With a gradient
+    (``-truncated_decoder`` windows) it concatenates."""
+    total = used + new.size(2)
+    if used == 0 and new.size(2) > 1:  # a whole target at once (teacher forcing): no room needed
+        return new, new
+    if torch.is_grad_enabled() and (buffer.requires_grad or new.requires_grad):
+        joined = torch.cat([buffer[:, :, :used], new], 2)
+        return joined, joined
+    if buffer.size(2) < total:
+        grown = new.new_empty(new.size(0), new.size(1), spare_room(total), new.size(3))
+        grown[:, :, :used] = buffer[:, :, :used]
+        buffer = grown
+    buffer[:, :, used:total] = new
+    return buffer, buffer[:, :, :total]
+
+
 class SelfAttention(nn.Module):
     """Self-attention of a layer: one product for queries, keys and values, then ``MultiHeadAttention``.
     Given ``cache`` (the keys and values of earlier positions), the new keys and values are appended."""
@@ -121,13 +147,19 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
-    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor] | None = None):
-        """``x`` ``[B x T x H]`` -> ``[B x T x H]`` and the keys and values ``[B x h x P+T x d]``."""
+    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int] | None = None):
+        """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of earlier
+        positions and how many of their columns are used (P). Returns ``[B x T x H]`` and the buffers
+        with the new keys and values after the P columns (see ``appended``)."""
         query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
         if cache is not None:
-            keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
+            key_buffer, value_buffer, used = cache
+            (key_buffer, keys), (value_buffer, values) = appended(key_buffer, used, keys), \
+                appended(value_buffer, used, values)
+        else:
+            key_buffer, value_buffer = keys, values
         out, _ = self.attention(query, keys, values, mask)
-        return out, (keys, values)
+        return out, (key_buffer, value_buffer)
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -188,23 +220,21 @@ class TransformerState:
     """The Transformer decoder's state between calls: its self-attention cache.
 
     Attributes:
-        cache: per layer, keys then values ``[B x h x P x d]`` of the P positions decoded so far
-            (``2 x layers`` tensors; P = 0 at first).
+        cache: per layer, keys then values ``[B x h x C x d]`` (``2 x layers`` tensors), of which the
+            first ``cached`` columns hold the P positions decoded so far (P = 0 at first); the columns
+            after them are spare room for the next positions (see ``appended``).
         start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
             search later have fewer positions: their cache is padded on the left, and columns before
             ``start`` are masked. A row's next position is ``P - start``.
     """
 
-    def __init__(self, cache: tuple[Tensor, ...], start: Tensor):
+    def __init__(self, cache: tuple[Tensor, ...], start: Tensor, cached: int | None = None):
         self.cache, self.start = tuple(cache), start
-
-    @property
-    def cached(self) -> int:
-        return self.cache[0].size(2)
+        self.cached = self.cache[0].size(2) if cached is None else cached
 
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
         """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
-        return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0))
+        return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0), self.cached)
 
     def detach(self) -> TransformerState:
         """The same state cut from the graph (between truncated BPTT windows)."""
@@ -215,7 +245,8 @@ class TransformerState:
         width = max(self.cached, other.cached)
 
         def left_padded(state):
-            return tuple(pad_to(t, 2, width, left=True) for t in state.cache), state.start + width - state.cached
+            return (tuple(pad_to(t[:, :, :state.cached], 2, width, left=True) for t in state.cache),
+                    state.start + width - state.cached)
 
         (a, a_start), (b, b_start) = left_padded(self), left_padded(other)
         return TransformerState(tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start]))
@@ -225,7 +256,8 @@ class TransformerState:
         unused = int(self.start.min()) if self.start.numel() else 0
         if unused == 0:
             return self
-        return TransformerState(tuple(t[:, :, unused:] for t in self.cache), self.start - unused)
+        return TransformerState(tuple(t[:, :, unused:] for t in self.cache), self.start - unused,
+                                self.cached - unused)
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -244,8 +276,8 @@ class TransformerDecoderLayer(nn.Module):
 
     def forward(self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False):
         """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys and
-        values ``[B x h x P x d]``; ``memory_keys``/``memory_values`` ``[B x h x S x d]``; ``memory_mask``
-        ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new cache, the context attention weights
+        values buffers and P (see ``SelfAttention``); ``memory_keys``/``memory_values`` ``[B x h x S x d]``;
+        ``memory_mask`` ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new cache, the context attention weights
         ``[B x h x T x S]`` (or None unless ``need_weights``)."""
         attended, cache = self.self_attn(self.self_attn_norm(x), self_mask, cache)
         x = x + self.dropout(attended)
@@ -315,11 +347,11 @@ class TransformerDecoder(nn.Module):
         cache, weights = [], None
         for i, layer in enumerate(self.layers):
             x, (layer_k, layer_v), weights = layer(
-                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1]), keys[2 * i], keys[2 * i + 1], memory_mask,
-                need_weights=i == len(self.layers) - 1)
+                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1], cached), keys[2 * i], keys[2 * i + 1],
+                memory_mask, need_weights=i == len(self.layers) - 1)
             cache += [layer_k, layer_v]
         dec_out = self.norm(x).transpose(0, 1).contiguous()
         attns = {"std": weights.mean(1).transpose(0, 1)}
         if self.copy_attn:
             attns["copy"] = attns["std"]
-        return dec_out, attns, TransformerState(cache, state.start)
+        return dec_out, attns, TransformerState(cache, state.start, cached + length)

@@ -201,6 +201,28 @@ def test_the_fused_and_the_written_out_attention_agree():
     assert torch.equal(weights[0, :, :, 3:], torch.zeros(2, 3, 2, dtype=torch.float64))
 
 
+def test_decoding_writes_each_step_into_the_spare_columns_and_keeps_earlier_positions():
+    """Step by step without a reorder, the cache grows in place (no copy while there is room), and a
+    step and a reorder between steps leave the earlier positions' keys as they were."""
+    model = transformer()
+    batch = make_batch(random_pairs(3, seed=5, min_len=6, max_len=9))
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        history = []
+        for t in range(6):
+            before = state
+            _, _, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state)
+            assert state.cached == t + 1 and state.cache[0].size(2) >= t + 1
+            if before.cache[0].size(2) > t:  # room left: the same buffer, one column more
+                assert state.cache[0].data_ptr() == before.cache[0].data_ptr()
+            history.append(state.cache[0][:, :, :t + 1].clone())
+            if t == 3:  # the search's reorder: rows swapped, the spare columns kept
+                state = state.map(lambda x, dim: x.index_select(dim, torch.tensor([2, 0, 1])))
+                history = [h.index_select(0, torch.tensor([2, 0, 1])) for h in history]
+        for t, keys in enumerate(history):
+            assert torch.equal(state.cache[0][:, :, :t + 1], keys)
+
+
 def test_state_map_and_detach_keep_the_start_columns():
     state = TransformerState((torch.randn(3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3]))
     picked = state.map(lambda t, dim: t.index_select(dim, torch.tensor([2, 0])))
