@@ -306,7 +306,7 @@ def main():
             refs = [" ".join(line.split()) for line in f][: opt.lines]
     results = {"lines": opt.lines, "rows": []}
     if opt.only:
-        results = earlier_results(opt.only)
+        results = earlier_results(opt.only, src_path)
     for setting in [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]:
         toolkits = TOOLKITS
         if setting == SAME_WEIGHTS:
@@ -359,13 +359,14 @@ def same_weights_models(opt):
     return {"onmt_lite": lite, "OpenNMT-py": converted, "template": template}
 
 
-def earlier_results(only):
-    """The figures of bench/results/translate_speed.json, but for those of ``only``."""
+def earlier_results(only, src=None):
+    """The figures of bench/results/translate_speed.json, but for those of ``only`` (on the lines of ``src``,
+    for the same-weights setting, whose rows on other lines are kept)."""
     results = read_results("translate_speed")
     if results is None:
         raise SystemExit(f"-only {only} keeps the other figures of {results_path('translate_speed')}, which does "
                          "not exist: run without -only")
-    results["rows"] = [r for r in results["rows"] if r["setting"] != only]
+    results["rows"] = [r for r in results["rows"] if r["setting"] != only or r.get("src", src) != src]
     return results
 
 
