@@ -18,15 +18,14 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import LITE_BIN, REPO, read_results, write_results  # noqa: E402
+from quality import LITE_BIN, REPO, read_results, run, write_results  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
-from g2p_scores import edit_distance  # noqa: E402
+from g2p_scores import edit_distance, read_tokens  # noqa: E402
 from prepare_cmudict import STRESS_RE, load_entries  # noqa: E402
 
 # The demo's model, trained longer, and a small Transformer of the size G2P papers use (3 layers of 256).
@@ -49,21 +48,10 @@ LITERATURE = [("published LSTM and Transformer G2P (Yao and Zweig 2015, Rao et a
                "about 23-25%", "about 5-6%")]
 
 
-def run(cmd, log=None):
-    print("+", " ".join(cmd), flush=True)
-    with open(log, "w") if log else open(os.devnull, "w") as out:
-        subprocess.run(cmd, check=True, stdout=out if log else None, stderr=subprocess.STDOUT if log else None)
-
-
-def tokens(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.split() for line in f]
-
-
 def error_rates(src_path, hyp_path, ref_path):
     """Word and phone error rates (%) against the first pronunciation and against any pronunciation."""
-    words = ["".join(letters) for letters in tokens(src_path)]
-    hypotheses, references = tokens(hyp_path), tokens(ref_path)
+    words = ["".join(letters) for letters in read_tokens(src_path)]
+    hypotheses, references = read_tokens(hyp_path), read_tokens(ref_path)
     entries = load_entries()
     first_words = first_edits = any_words = any_edits = phones = 0
     for word, hyp, ref in zip(words, hypotheses, references):
@@ -96,10 +84,11 @@ def train_and_score(args):
     corpus, model = os.path.join(work, "corpus"), os.path.join(work, args.model)
     os.makedirs(model, exist_ok=True)
     if not os.path.exists(os.path.join(corpus, "tgt-test.txt")):
-        run([sys.executable, os.path.join(REPO, "tools", "prepare_cmudict.py"), "-output_dir", corpus])
+        run([sys.executable, os.path.join(REPO, "tools", "prepare_cmudict.py"), "-output_dir", corpus],
+            f"{work}/prepare.log")
         run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", f"{corpus}/src-train.txt", "-train_tgt",
              f"{corpus}/tgt-train.txt", "-valid_src", f"{corpus}/src-valid.txt", "-valid_tgt",
-             f"{corpus}/tgt-valid.txt", "-save_data", f"{corpus}/data", "-overwrite"])
+             f"{corpus}/tgt-valid.txt", "-save_data", f"{corpus}/data", "-overwrite"], f"{work}/preprocess.log")
     steps = args.train_steps or STEPS[args.model]
     args.valid_steps = args.valid_steps or VALID_STEPS[args.model]
     start = time.time()
@@ -108,16 +97,16 @@ def train_and_score(args):
          "-valid_steps", str(args.valid_steps), "-save_checkpoint_steps", str(args.valid_steps),
          "-keep_checkpoint", "1", "-early_stopping", str(args.early_stopping),
          "-early_stopping_criteria", "accuracy", "-report_every", "500",
-         *(["-train_from", args.train_from] if args.train_from else [])])
+         *(["-train_from", args.train_from] if args.train_from else [])], f"{model}/train.out")
     train_seconds = time.time() - start
     earlier = read_results(f"cmudict_{args.model}") if args.train_from else None
     if earlier:  # a run that goes on from a checkpoint of the one before: count the time of both
         train_seconds += 60 * earlier["train_minutes"]
     run([f"{LITE_BIN}/onmt_lite_translate", "-model", f"{model}/model_best.pt", "-src", f"{corpus}/src-test.txt",
-         "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"])
+         "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{model}/translate.log")
+    validated = validations(f"{model}/train.log")
     figures = {"model": args.model, "options": MODELS[args.model], "train_steps": steps,
-               "last_step": validations(f"{model}/train.log")[-1][0],
-               "best_step": max(validations(f"{model}/train.log"), key=lambda v: v[1])[0],
+               "last_step": validated[-1][0], "best_step": max(validated, key=lambda v: v[1])[0],
                "train_minutes": train_seconds / 60,
                **error_rates(f"{corpus}/src-test.txt", f"{model}/pred-test.txt", f"{corpus}/tgt-test.txt")}
     write_results(f"cmudict_{args.model}", figures)
