@@ -18,7 +18,7 @@ from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.loss.statistics import Statistics
-from onmt_lite.models.copy_generator import collapsed_argmax
+from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.topk import row_argmax
 
@@ -188,14 +188,22 @@ class NMTLossCompute(LossComputeBase):
 
     def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None):
         rows = self._target_rows(target)  # the generator runs on real target words only
-        log_probs = self.generator(output.reshape(-1, output.size(2))[rows])
         gold = target.reshape(-1)[rows]
-        loss, nll = self.criterion(log_probs, gold)
+        loss, nll, log_probs = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
                 std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
         stats = self._stats(nll.sum(), row_argmax(log_probs.detach()), gold)
         return loss.sum(), stats
+
+    def _generator_loss(self, hidden, gold):
+        """(loss, nll, log-probabilities) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``. Training with
+        the plain generator and criterion fuses their log-softmax and loss into one ``[N x V]`` buffer
+        (``LogSoftmaxNLL``); the log-probabilities are then valid until the backward pass."""
+        if torch.is_grad_enabled() and type(self.generator) is NMTGenerator and type(self.criterion) is NMTCriterion:
+            return self.criterion.from_scores(self.generator.scores(hidden), gold)
+        log_probs = self.generator(hidden)
+        return (*self.criterion(log_probs, gold), log_probs)
 
 
 class CopyGeneratorLossCompute(LossComputeBase):

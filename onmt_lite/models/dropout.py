@@ -13,17 +13,51 @@ import torch.nn.functional as F
 LEVELS = 1 << 16
 
 
+def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
+    """A boolean mask of ``shape`` keeping each element with probability ``1 - p`` (to 1/65,536), and
+    the scale of the kept values (the inverse of that probability)."""
+    kept = round((1 - p) * LEVELS)
+    numel = shape.numel()
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)  # every bit random
+    bits = words.view(torch.int16)[:numel]
+    return (bits >= LEVELS // 2 - kept).view(shape), LEVELS / kept  # int16 runs from -32768: `kept` reach it
+
+
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``x`` with each element zeroed with probability ``p`` (to 1/65,536) and the rest scaled up."""
     if not training or p == 0:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    kept = round((1 - p) * LEVELS)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)  # every bit random
-    bits = words.view(torch.int16)[:x.numel()]
-    keep = (bits >= LEVELS // 2 - kept).view(x.shape)  # int16 runs from -32768: `kept` values reach it
-    return torch.where(keep, x * (LEVELS / kept), 0.0)
+    keep, scale = keep_mask(x.shape, p)
+    return torch.where(keep, x * scale, 0.0)
+
+
+class _ReluDropout(torch.autograd.Function):
+    """``dropout(relu(x))`` with the same mask, keeping only its output for the backward pass: where
+    the output is 0 the gradient is 0 (``x <= 0`` or dropped), elsewhere it is the scale. Autograd's
+    chain keeps the ReLU's output and the mask as well, a third of a Transformer layer's activations."""
+
+    @staticmethod
+    def forward(ctx, x, keep, scale):
+        out = torch.where(keep & (x > 0), x * scale, 0.0)
+        ctx.save_for_backward(out)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return torch.where(out > 0, grad * ctx.scale, 0.0), None, None
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``dropout(relu(x), p, training)``: the same values and random draws, less memory kept."""
+    if not training or p == 0:
+        return torch.relu(x)
+    if x.device.type != "cpu":
+        return F.dropout(torch.relu(x), p, True)
+    return _ReluDropout.apply(x, *keep_mask(x.shape, p))
 
 
 class Dropout(nn.Module):

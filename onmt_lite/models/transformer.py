@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from onmt_lite.models.attention import length_mask
-from onmt_lite.models.dropout import Dropout, dropout
+from onmt_lite.models.dropout import Dropout, dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
 from onmt_lite.utils.tensors import pad_to
 
@@ -109,7 +109,8 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + self.dropout(self.outer(self.dropout(torch.relu(self.inner(self.norm(x))))))
+        inner = relu_dropout(self.inner(self.norm(x)), self.dropout.p, self.training)
+        return x + self.dropout(self.outer(inner))
 
 
 def spare_room(columns: int) -> int:

@@ -174,24 +174,39 @@ def require_file_path(path, option):
     return require_directory(path, option)
 
 
-def _write_bytes(tmp, data, final):
-    """Write ``data`` to ``tmp`` and flush it to disk; a UserError naming ``final`` on failure."""
+def _write_file(tmp, write, final):
+    """Open ``tmp``, call ``write(file)`` and flush the file to disk; a UserError naming ``final`` on failure."""
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
     except OSError as err:
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
 
-def _serialize(obj):
-    """``torch.save`` into memory (so that a failed write reports its OS error, which torch's own
-    file writer hides)."""
+def _write_bytes(tmp, data, final):
+    """Write ``data`` to ``tmp`` and flush it to disk; a UserError naming ``final`` on failure."""
+    _write_file(tmp, lambda f: f.write(data), final)
+
+
+def _torch_save(obj, f):
+    """``torch.save`` into the Python file object ``f``, whose write reports an OS error as ``OSError``
+    (torch's own file writer, given a path, hides it)."""
     import torch  # imported here so that text-only tools do not pay for loading torch
 
+    try:
+        torch.save(obj, f)
+    except RuntimeError as err:  # the zip writer fails again closing the file: report the OS error
+        if isinstance(err.__context__, OSError):
+            raise err.__context__ from None
+        raise
+
+
+def _serialize(obj):
+    """``torch.save`` into memory, for a destination written straight into (see ``_destination``)."""
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    _torch_save(obj, buffer)
     return buffer.getbuffer()
 
 
@@ -221,8 +236,14 @@ def write_bytes(data, path):
 
 
 def save_tensors(obj, path):
-    """``torch.save`` plain data and tensors to ``path`` atomically."""
-    write_bytes(_serialize(obj), path)
+    """``torch.save`` plain data and tensors to ``path`` atomically: straight into a temporary file, so
+    that a checkpoint is not held in memory a second time as bytes."""
+    kind, where = _destination(path)
+    if kind != "atomic":
+        write_bytes(_serialize(obj), path)
+        return
+    with atomic_path(where) as tmp:
+        _write_file(tmp, lambda f: _torch_save(obj, f), path)
 
 
 def load_tensors(path, what):
@@ -282,8 +303,11 @@ class StagedOutputs:
         _write_bytes(self.path_for(final), data, final)
 
     def save(self, obj, final):
-        """Stage plain data and tensors as ``final`` (``torch.save``)."""
-        self._stage(_serialize(obj), final)
+        """Stage plain data and tensors as ``final`` (``torch.save``, into the temporary file itself)."""
+        if _destination(final)[0] != "atomic":
+            self._stage(_serialize(obj), final)
+            return
+        _write_file(self.path_for(final), lambda f: _torch_save(obj, f), final)
 
     def write_text(self, text, final):
         """Stage the UTF-8 text file ``final``."""

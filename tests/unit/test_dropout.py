@@ -31,3 +31,22 @@ def test_the_seed_fixes_the_masks_and_eval_mode_is_the_identity():
     module = Dropout(0.4).eval()
     assert module(x) is x and dropout(x, 0.0) is x
     assert Dropout(0.4).train()(torch.ones(3, 5)).dtype == torch.float32
+
+
+def test_relu_dropout_equals_dropout_of_relu_in_values_draws_and_gradient():
+    from onmt_lite.models.dropout import relu_dropout
+
+    x = torch.randn(60, 70, dtype=torch.float64)
+    x[0, :5] = 0.0  # the ReLU's gradient at 0 is 0 in both
+    upstream = torch.randn(60, 70, dtype=torch.float64)
+    results = []
+    for fused in (False, True):
+        leaf = x.clone().requires_grad_()
+        torch.manual_seed(4)
+        y = relu_dropout(leaf, 0.3) if fused else dropout(torch.relu(leaf), 0.3)
+        (y * upstream).sum().backward()
+        results.append((y.detach(), leaf.grad))
+    (expected, expected_grad), (actual, actual_grad) = results
+    assert torch.equal(actual, expected) and torch.equal(actual_grad, expected_grad)
+    assert (expected == 0).any() and (expected_grad != 0).any()
+    assert torch.equal(relu_dropout(x, 0.3, training=False), torch.relu(x))

@@ -216,3 +216,73 @@ def test_the_smoothing_term_and_its_gradient_equal_autograds_masked_mean(pad_log
     torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(actual_grad, expected_grad, rtol=0, atol=1e-12)
     assert torch.isfinite(actual).all()
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_the_fused_log_softmax_loss_equals_autograds_chain_in_value_and_gradient(label_smoothing):
+    """LogSoftmaxNLL (one [N x V] buffer) against log_softmax then NMTCriterion, padding rows included,
+    with gradients through both the loss and the reported nll."""
+    from onmt_lite.data.vocab import PAD_ID
+    from onmt_lite.loss import NMTCriterion
+
+    torch.manual_seed(1)
+    hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
+    linear = torch.nn.Linear(6, 13).double()
+    gold = torch.randint(2, 13, (9,))
+    gold[[2, 7]] = PAD_ID
+    loss_weights, nll_weights = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
+    criterion = NMTCriterion(label_smoothing)
+    inputs = (hidden, linear.weight, linear.bias)
+
+    expected_loss, expected_nll = criterion(torch.log_softmax(linear(hidden), -1), gold)
+    expected_grads = torch.autograd.grad((expected_loss * loss_weights + expected_nll * nll_weights).sum(), inputs)
+    loss, nll, log_probs = criterion.from_scores(linear(hidden), gold)
+    torch.testing.assert_close(log_probs, torch.log_softmax(linear(hidden), -1), rtol=0, atol=1e-12)
+    grads = torch.autograd.grad((loss * loss_weights + nll * nll_weights).sum(), inputs)
+    torch.testing.assert_close(loss, expected_loss, rtol=0, atol=1e-12)
+    torch.testing.assert_close(nll, expected_nll, rtol=0, atol=1e-12)
+    assert loss[[2, 7]].eq(0).all() and nll[[2, 7]].eq(0).all()
+    for actual, expected in zip(grads, expected_grads):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
+    assert grads[0][[2, 7]].eq(0).all()  # no gradient from padding rows
+
+
+def test_the_fused_loss_takes_16_bit_scores_and_gives_their_gradient_in_their_dtype():
+    from onmt_lite.loss import NMTCriterion
+
+    torch.manual_seed(2)
+    scores = torch.randn(5, 17, dtype=torch.bfloat16, requires_grad=True)
+    gold = torch.randint(1, 17, (5,))
+    loss, _, log_probs = NMTCriterion(0.1).from_scores(scores * 1, gold)
+    assert log_probs.dtype == torch.float32 and scores.dtype == torch.bfloat16
+    loss.sum().backward()
+    reference = scores.detach().float().requires_grad_()
+    NMTCriterion(0.1)(torch.log_softmax(reference, -1), gold)[0].sum().backward()
+    assert scores.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(scores.grad.float(), reference.grad, rtol=0, atol=1e-2)
+
+
+def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_generator_does_not(monkeypatch):
+    """The default NMT loss fuses the plain generator and criterion; a subclass of the generator (a
+    researcher's) gets the generator then the criterion. Both give the same gradients and statistics."""
+    from onmt_lite.loss import criteria
+    from onmt_lite.models.copy_generator import NMTGenerator
+
+    model, opt = make_model("-label_smoothing", 0.1)
+    batch = make_batch(random_pairs(4, seed=5))
+    fused_calls = []
+    original = criteria.LogSoftmaxNLL.forward
+    monkeypatch.setattr(criteria.LogSoftmaxNLL, "forward",
+                        staticmethod(lambda *a: fused_calls.append(1) or original(*a)))
+    fused_grads, fused_stats = forward_and_loss(model, opt, batch, 0)
+    assert len(fused_calls) == 1
+
+    class ResearchersGenerator(NMTGenerator):
+        pass
+
+    model.generator.__class__ = ResearchersGenerator
+    plain_grads, plain_stats = forward_and_loss(model, opt, batch, 0)
+    assert len(fused_calls) == 1
+    assert_grads_equal(plain_grads, fused_grads)
+    assert plain_stats.n_correct == fused_stats.n_correct
+    assert plain_stats.loss == pytest.approx(fused_stats.loss, rel=1e-12)
