@@ -25,10 +25,13 @@ class NMTModel(nn.Module):
         return memory_bank, lengths, self.decoder.init_state(final, memory_bank)
 
     def decode(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state: DecoderState,
-               memory_keys: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor], DecoderState]:
+               memory_keys: Tensor | None = None,
+               need_attention: bool = True) -> tuple[Tensor, dict[str, Tensor], DecoderState]:
         """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState.
-        ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position."""
-        return self.decoder(tgt, memory_bank, state, lengths, memory_keys)
+        ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position.
+        ``need_attention=False``: the caller reads no attention, so a decoder may leave it out (the
+        Transformer's then runs its top layer on the fused kernel too; copy attention is always returned)."""
+        return self.decoder(tgt, memory_bank, state, lengths, memory_keys, need_attention=need_attention)
 
     def forward(self, src: Tensor, tgt: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Teacher-forced pass: ``tgt`` ``[T x B]`` is ``<s> .. </s>``; returns dec_out

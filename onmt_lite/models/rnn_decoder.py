@@ -182,9 +182,9 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
         self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size, hidden_size)
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
         """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
-        if already computed).
+        if already computed; ``need_attention`` changes nothing: the attention makes the output).
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
@@ -220,7 +220,7 @@ class StdRNNDecoder(RNNDecoderBase):
         self.rnn = getattr(nn, rnn_type)(embeddings.word_vec_size, hidden_size, num_layers,
                                          dropout=dropout if num_layers > 1 else 0.0)
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
         """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
         rnn_out, hidden = run_rnn(self.rnn, self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
         hidden = hidden if self.is_lstm else (hidden,)

@@ -331,11 +331,13 @@ class TransformerDecoder(nn.Module):
             src_len, batch, 2 * len(self.layers), attention.heads, attention.head_dim)
         return projected.permute(2, 1, 3, 0, 4).contiguous()
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None):
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
         """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
 
-        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new TransformerState.
+        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when ``need_attention`` is
+        False and there is no copy attention), the new TransformerState.
         """
+        need_weights = need_attention or self.copy_attn
         length, cached = tgt.size(0), state.cached
         positions = cached - state.start  # [B]: each row's position of tgt[0]
         x = self.embeddings(tgt, positions).transpose(0, 1)  # [B x T x H]
@@ -349,9 +351,11 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             x, (layer_k, layer_v), weights = layer(
                 x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1], cached), keys[2 * i], keys[2 * i + 1],
-                memory_mask, need_weights=i == len(self.layers) - 1)
+                memory_mask, need_weights=need_weights and i == len(self.layers) - 1)
             cache += [layer_k, layer_v]
         dec_out = self.norm(x).transpose(0, 1).contiguous()
+        if not need_weights:
+            return dec_out, {}, TransformerState(cache, state.start, cached + length)
         attns = {"std": weights.mean(1).transpose(0, 1)}
         if self.copy_attn:
             attns["copy"] = attns["std"]

@@ -4,8 +4,8 @@
 until the search's reorder after an example's first step gives it a row per beam;
 ``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
 the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
-``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models when
-``with_p_copy``: only the attention the search keeps uses it);
+``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models), or
+only what the copy needs when the search keeps no attention (``keep_attention=False``);
 ``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move rows
 from one stepper to another: examples encoded in one batch join a search that is already running
 (the source width S of the attention then grows to the longest; it never shrinks).
@@ -29,9 +29,9 @@ def _joined(a, b, dim, pad_dims=()):
 
 
 class ModelStepper:
-    def __init__(self, model, batch, vocab_size, with_p_copy=True):
+    def __init__(self, model, batch, vocab_size, keep_attention=True):
         self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
-        self.with_p_copy = with_p_copy
+        self.keep_attention = keep_attention
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one contiguous
         # copy per row (not a gather of the rows of a time-major tensor), and the attention reads each
@@ -48,14 +48,18 @@ class ModelStepper:
     def step(self, tokens):
         inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
         dec_out, attns, self.state = self.model.decode(inputs, self.memory.transpose(0, 1), self.lengths, self.state,
-                                                       self.keys)
-        attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
+                                                       self.keys, need_attention=self.keep_attention)
         if not self.copy:
-            return self.model.generator(dec_out[0]), attns
-        log_probs = self.model.generator(dec_out[0], attns["copy"], self.src_map)
-        if self.with_p_copy:
+            log_probs = self.model.generator(dec_out[0])
+        else:
+            log_probs = collapse_copy_log_probs(self.model.generator(dec_out[0], attns["copy"][0], self.src_map),
+                                                self.ex_ids, self.vocab_size)
+        if not self.keep_attention:
+            return log_probs, {}
+        attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
+        if self.copy:
             attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
-        return collapse_copy_log_probs(log_probs, self.ex_ids, self.vocab_size), attns
+        return log_probs, attns
 
     def part(self, rows):
         """A stepper with only the rows ``rows`` of this one (whole examples: all their rows)."""

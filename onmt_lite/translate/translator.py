@@ -201,7 +201,9 @@ class Translator:
     def _stepper(self, batch):
         """The stepper of ``batch``: its examples encoded by every model, a row each."""
         vocab_size = len(self.vocabs["tgt"])
-        steppers = [ModelStepper(m, batch, vocab_size, self.search_options.attention) for m in self.models]
+        options = self.search_options
+        keep_attention = options.attention or options.coverage_penalty != "none"  # the penalty sums it
+        steppers = [ModelStepper(m, batch, vocab_size, keep_attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
     def decode_batch(self, batch: Batch, search: Search | None = None, sources: list | None = None) -> list[list]:

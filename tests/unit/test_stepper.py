@@ -74,3 +74,32 @@ def test_mlp_attention_projects_the_memory_once_per_stepper():
         for _ in range(3):
             stepper.step(torch.full((3 * BEAM,), BOS_ID))
     assert calls == [torch.Size([3, batch.src.size(0), 8])]  # the untiled memory bank, before the first step
+
+
+@pytest.mark.parametrize("args", [[*TRANSFORMER], [*TRANSFORMER, "-copy_attn"], []])
+def test_a_stepper_that_keeps_no_attention_gives_the_same_log_probabilities_and_no_attention(args, monkeypatch):
+    """Without kept attention the Transformer's top layer runs on the fused kernel (no weights): the
+    log-probabilities are those of the written-out attention; copy models still copy."""
+    from onmt_lite.models import transformer
+
+    model, _ = make_model(*args)
+    model.eval()
+    batch = make_batch(random_pairs(3, seed=4, min_len=2))
+    vocab = len(TGT_VOCAB)
+    written_out = []
+    attend = transformer.MultiHeadAttention._attend
+    monkeypatch.setattr(transformer.MultiHeadAttention, "_attend",
+                        lambda self, *a: written_out.append(1) or attend(self, *a))
+    tokens = torch.full((3,), BOS_ID), torch.randint(4, vocab, (3,), generator=torch.Generator().manual_seed(1))
+    outputs = {}
+    for keep in (True, False):
+        written_out.clear()
+        with torch.no_grad():
+            stepper = ModelStepper(model, batch, vocab, keep_attention=keep)
+            outputs[keep] = [stepper.step(t) for t in tokens]
+        outputs[keep].append(len(written_out))
+    for (kept_lp, kept_attn), (bare_lp, bare_attn) in zip(outputs[True][:2], outputs[False][:2]):
+        torch.testing.assert_close(bare_lp, kept_lp, rtol=1e-5, atol=1e-6)
+        assert set(kept_attn) >= {"std"} and bare_attn == {}
+    if args == TRANSFORMER:  # one written-out top layer per step, and none without kept attention
+        assert outputs[True][2] == 2 and outputs[False][2] == 0
