@@ -3,6 +3,7 @@ and of the Transformer on the demo's test words, beside the literature.
 
     .venv/bin/python bench/g2p_cmudict.py -model brnn          # about 35 minutes on 2 cores
     .venv/bin/python bench/g2p_cmudict.py -model transformer   # about 40 minutes
+    .venv/bin/python bench/g2p_cmudict.py -ensemble            # both trained models as one ensemble
     .venv/bin/python bench/g2p_cmudict.py -table               # the table of both from bench/results/
 
 The corpus is `make demo`'s (tools/prepare_cmudict.py: 120,911 training words, 2,000 validation,
@@ -113,6 +114,26 @@ def train_and_score(args):
     return figures
 
 
+def ensemble_and_score(args):
+    """Decode the test words with both models' best checkpoints as one ensemble (log-probabilities
+    averaged at each step: onmt_lite_translate -model A B)."""
+    work = os.path.abspath(args.work)
+    corpus, out = os.path.join(work, "corpus"), os.path.join(work, "ensemble")
+    models = [os.path.join(work, name, "model_best.pt") for name in ("brnn", "transformer")]
+    missing = [m for m in models if not os.path.exists(m)]
+    if missing:
+        raise SystemExit(f"-ensemble: train both models first ({', '.join(missing)} missing)")
+    os.makedirs(out, exist_ok=True)
+    run([f"{LITE_BIN}/onmt_lite_translate", "-model", *models, "-src", f"{corpus}/src-test.txt", "-output",
+         f"{out}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{out}/translate.log")
+    parts = [read_results(f"cmudict_{name}") or {} for name in ("brnn", "transformer")]
+    figures = {"model": "ensemble", "models": models, "steps": [p.get("best_step") for p in parts],
+               "train_minutes": sum(p.get("train_minutes", 0) for p in parts),
+               **error_rates(f"{corpus}/src-test.txt", f"{out}/pred-test.txt", f"{corpus}/tgt-test.txt")}
+    write_results("cmudict_ensemble", figures)
+    return figures
+
+
 def table():
     rows = ["| model | WER, first pronunciation | PER | WER, any pronunciation | PER, nearest | training |",
             "| --- | ---: | ---: | ---: | ---: | --- |"]
@@ -123,6 +144,11 @@ def table():
             rows.append(f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
                         f"{r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
                         f"{r['train_minutes']:.0f} min |")
+    r = read_results("cmudict_ensemble")
+    if r:
+        rows.append(f"| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | {r['wer_first']:.2f}% | "
+                    f"{r['per_first']:.2f}% | {r['wer_any']:.2f}% | {r['per_any']:.2f}% | the models above "
+                    f"(steps {r['steps'][0]} and {r['steps'][1]}) |")
     rows += [f"| {name} | - | - | {wer} | {per} | (their split) |" for name, wer, per in LITERATURE]
     print("\n".join(rows))
 
@@ -135,10 +161,14 @@ def main():
     parser.add_argument("-early_stopping", type=int, default=4)
     parser.add_argument("-train_from", help="go on from this checkpoint of the run before (to more -train_steps)")
     parser.add_argument("-work", default="/tmp/onmt_lite_cmudict")
+    parser.add_argument("-ensemble", action="store_true",
+                        help="decode the test words with both trained models as one ensemble")
     parser.add_argument("-table", action="store_true", help="print the table of bench/results/cmudict_*.json")
     args = parser.parse_args()
     if args.model:
         print(json.dumps(train_and_score(args), indent=2))
+    if args.ensemble:
+        print(json.dumps(ensemble_and_score(args), indent=2))
     table()
 
 
