@@ -189,21 +189,21 @@ class NMTLossCompute(LossComputeBase):
     def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None):
         rows = self._target_rows(target)  # the generator runs on real target words only
         gold = target.reshape(-1)[rows]
-        loss, nll, log_probs = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
+        loss, nll, best = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
-                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
-        stats = self._stats(nll.sum(), row_argmax(log_probs.detach()), gold)
-        return loss.sum(), stats
+                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows].sum()
+        return loss, self._stats(nll.sum(), best, gold)
 
     def _generator_loss(self, hidden, gold):
-        """(loss, nll, log-probabilities) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``. Training with
-        the plain generator and criterion fuses their log-softmax and loss into one ``[N x V]`` buffer
-        (``LogSoftmaxNLL``); the log-probabilities are then valid until the backward pass."""
+        """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``.
+        Training with the plain generator and criterion fuses the projection, log-softmax and loss a
+        chunk of rows at a time (``LinearLogSoftmaxNLL``: no ``[N x V]`` matrix)."""
         if torch.is_grad_enabled() and type(self.generator) is NMTGenerator and type(self.criterion) is NMTCriterion:
-            return self.criterion.from_scores(self.generator.scores(hidden), gold)
+            return self.criterion.from_hidden(hidden, self.generator[0], gold)
         log_probs = self.generator(hidden)
-        return (*self.criterion(log_probs, gold), log_probs)
+        loss, nll = self.criterion(log_probs, gold)
+        return loss.sum(), nll, row_argmax(log_probs.detach())
 
 
 class CopyGeneratorLossCompute(LossComputeBase):

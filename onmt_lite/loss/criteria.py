@@ -6,8 +6,11 @@ generator's ``[N x V + n]``; both optionally label-smoothed over the fixed vocab
 """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
+from onmt_lite.models.projection import bucket_below, padded_rows
+from onmt_lite.utils.topk import row_argmax
 
 
 class UniformNLL(torch.autograd.Function):
@@ -44,47 +47,76 @@ def smoothed_nll(log_probs, target, label_smoothing, pad_idx=PAD_ID):
     return smoothed(nll, log_probs, label_smoothing, pad_idx).masked_fill(pad, 0), nll
 
 
-class LogSoftmaxNLL(torch.autograd.Function):
-    """``NMTCriterion`` of ``log_softmax(scores)`` holding one ``[N x V]`` buffer instead of four.
+# Scores held at once by the fused loss: 16 MB of float32 whatever the batch (209 rows of a
+# 20,000-word vocabulary), so its memory no longer grows with the target words of a shard.
+CHUNK_SCORES = 1 << 22
 
-    Autograd's chain keeps the log-probabilities, then makes a gradient for the gold gather, one for
-    the uniform term, their sum and the log-softmax's input gradient, each ``[N x V]``: with a big
-    vocabulary they were most of a training step's memory. Here the log-probabilities are written
-    over ``scores`` (a float32 copy of 16-bit ones) and the backward turns that buffer into the
-    gradient in place: ``g * (softmax - (1 - eps) * onehot(gold) - eps * uniform)``, uniform over the
-    vocabulary but padding. The returned log-probabilities are therefore valid until ``backward``
-    only, and the graph can be backpropagated once.
+
+def _score_gradient_(log_probs, gold, label_smoothing, pad_idx):
+    """``d loss / d scores`` of each row, written over its log-probabilities ``[c x V]`` and returned:
+    ``softmax - (1 - eps) * onehot(gold) - eps * uniform``, uniform over the vocabulary but padding,
+    0 on padding rows."""
+    pad = gold == pad_idx
+    grad = log_probs.exp_()
+    if label_smoothing:
+        share = label_smoothing / (log_probs.size(1) - 1)
+        grad.sub_(share)
+        grad[:, pad_idx] += share
+    grad.scatter_add_(1, gold.masked_fill(pad, UNK_ID).unsqueeze(1),
+                      grad.new_full((grad.size(0), 1), label_smoothing - 1))
+    return grad.masked_fill_(pad.unsqueeze(1), 0)
+
+
+class LinearLogSoftmaxNLL(torch.autograd.Function):
+    """The summed ``NMTCriterion`` loss of ``log_softmax(hidden @ weight.T + bias)``, ``CHUNK_SCORES``
+    scores at a time: never a whole ``[N x V]`` matrix.
+
+    Autograd's chain keeps the ``[N x V]`` log-probabilities and makes up to four more of that size
+    in the backward pass: with a big vocabulary, most of a training step's memory. Here each chunk
+    of rows is projected, scored, and turned into its score gradient in the same buffer, which is
+    multiplied into the gradients of ``hidden``, ``weight`` and ``bias`` at once; the backward only
+    scales them by the loss's gradient (the loss is a sum, so that is exact). The products are those
+    of autograd's backward (in autocast's dtype under autocast), and the rows are padded as
+    ``project`` pads them. Returns the summed loss, and the nll ``[N]`` and the best word ``[N]`` of
+    each row (not differentiable), 0 and any word on padding rows.
     """
 
     @staticmethod
-    def forward(ctx, scores, gold, label_smoothing, pad_idx):
-        in_place = scores.dtype.itemsize >= 4  # 16-bit scores get a float32 copy
-        log_probs = torch.log_softmax(scores if in_place else scores.float(), -1,
-                                      out=scores if in_place else None)
-        if in_place:
-            ctx.mark_dirty(scores)
-        ctx.mark_non_differentiable(log_probs)
-        loss, nll = smoothed_nll(log_probs, gold, label_smoothing, pad_idx)
-        ctx.save_for_backward(log_probs, gold)
-        ctx.label_smoothing, ctx.pad_idx = label_smoothing, pad_idx
-        return loss, nll, log_probs
+    def forward(ctx, hidden, weight, bias, gold, label_smoothing, pad_idx):
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        n_rows = hidden.size(0)
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
+        dtype = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
+        loss, nll = hidden.new_zeros((), dtype=dtype), hidden.new_empty(n_rows, dtype=dtype)
+        best = gold.new_empty(n_rows)
+        step = bucket_below(max(1, CHUNK_SCORES // weight.size(0)))  # whole chunks need no padding
+        for start in range(0, n_rows, step):
+            end = min(start + step, n_rows)
+            rows = padded_rows(hidden[start:end])  # padding rows: gold pad, score gradient 0
+            chunk = F.pad(hidden[start:end], (0, 0, 0, rows - (end - start)))
+            chunk_gold = F.pad(gold[start:end], (0, rows - (end - start)), value=pad_idx)
+            scores = F.linear(chunk, weight, bias)
+            log_probs = torch.log_softmax(scores.to(dtype), -1, out=scores if scores.dtype == dtype else None)
+            chunk_loss, chunk_nll = smoothed_nll(log_probs, chunk_gold, label_smoothing, pad_idx)
+            loss += chunk_loss.sum()
+            nll[start:end], best[start:end] = chunk_nll[:end - start], row_argmax(log_probs)[:end - start]
+            grad = _score_gradient_(log_probs, chunk_gold, label_smoothing, pad_idx)
+            if want_hidden:
+                grad_hidden[start:end] = (grad @ weight)[:end - start]
+            if want_weight:
+                grad_weight += grad.t() @ chunk
+            if want_bias:
+                grad_bias += grad.sum(0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.mark_non_differentiable(nll, best)
+        return loss, nll, best
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_nll, _):
-        log_probs, gold = ctx.saved_tensors
-        pad = gold == ctx.pad_idx
-        eps, vocab_size = ctx.label_smoothing, log_probs.size(1)
-        # d(-log p_k)/d scores = softmax - onehot(k): `gold_weight` for the gold word, `uniform_weight`
-        # spread over the vocabulary but padding
-        gold_weight = ((1 - eps) * grad_loss + grad_nll).masked_fill(pad, 0)
-        uniform_weight = (eps * grad_loss).masked_fill(pad, 0)
-        grad = log_probs.exp_().mul_((gold_weight + uniform_weight).unsqueeze(1))  # in the same buffer
-        if eps:
-            share = (uniform_weight / (vocab_size - 1)).unsqueeze(1)
-            grad.sub_(share)
-            grad[:, ctx.pad_idx] += share.squeeze(1)
-        grad.scatter_add_(1, gold.masked_fill(pad, UNK_ID).unsqueeze(1), -gold_weight.unsqueeze(1))
-        return grad, None, None, None
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss, _nll, _best):
+        return (*(None if grad is None else grad * grad_loss for grad in ctx.saved_tensors), None, None, None)
 
 
 class NMTCriterion(nn.Module):
@@ -94,11 +126,12 @@ class NMTCriterion(nn.Module):
         super().__init__()
         self.label_smoothing, self.pad_idx = label_smoothing, pad_idx
 
-    def from_scores(self, scores, target):
-        """``scores`` ``[N x V]`` (before the log-softmax; overwritten), ``target`` ``[N]`` ->
-        (loss, nll, log-probabilities): ``forward(log_softmax(scores), target)`` in one ``[N x V]``
-        buffer (``LogSoftmaxNLL``), the log-probabilities valid until ``backward``."""
-        return LogSoftmaxNLL.apply(scores, target, self.label_smoothing, self.pad_idx)
+    def from_hidden(self, hidden, linear, target):
+        """``hidden`` ``[N x H]``, ``linear`` the generator's projection, ``target`` ``[N]`` -> (summed
+        loss, nll ``[N]``, best word ``[N]``): ``forward(log_softmax(linear(hidden)), target)`` a chunk of
+        rows at a time (``LinearLogSoftmaxNLL``), for training."""
+        return LinearLogSoftmaxNLL.apply(hidden, linear.weight, linear.bias, target, self.label_smoothing,
+                                         self.pad_idx)
 
     def forward(self, log_probs, target):
         """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``)."""

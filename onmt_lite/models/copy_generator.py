@@ -27,14 +27,11 @@ class NMTGenerator(nn.Sequential):
     def __init__(self, hidden_size, vocab_size):
         super().__init__(nn.Linear(hidden_size, vocab_size), nn.LogSoftmax(dim=-1))
 
-    def scores(self, hidden):
-        """``[N x H]`` -> ``[N x V]``: the scores before the log-softmax (the loss fuses the two)."""
-        return project(self[0], hidden)
-
     def forward(self, hidden):
+        scores = project(self[0], hidden)
         if torch.is_grad_enabled():
-            return self[1](self.scores(hidden))
-        return log_softmax_(self.scores(hidden).contiguous())
+            return self[1](scores)
+        return log_softmax_(scores.contiguous())
 
 
 class CopyGenerator(nn.Module):

@@ -219,47 +219,81 @@ def test_the_smoothing_term_and_its_gradient_equal_autograds_masked_mean(pad_log
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-def test_the_fused_log_softmax_loss_equals_autograds_chain_in_value_and_gradient(label_smoothing):
-    """LogSoftmaxNLL (one [N x V] buffer) against log_softmax then NMTCriterion, padding rows included,
-    with gradients through both the loss and the reported nll."""
+@pytest.mark.parametrize("chunk_scores", [13 * 4, 1 << 22])  # 4 rows a chunk, the last partial; all in one
+def test_the_fused_projection_and_loss_equal_autograds_chain_in_value_and_gradient(label_smoothing, chunk_scores,
+                                                                                   monkeypatch):
+    """LinearLogSoftmaxNLL (chunks of rows, gradients made in the forward pass) against the Linear,
+    log_softmax and NMTCriterion of autograd, in float64, padding rows included."""
     from onmt_lite.data.vocab import PAD_ID
-    from onmt_lite.loss import NMTCriterion
+    from onmt_lite.loss import NMTCriterion, criteria
 
+    monkeypatch.setattr(criteria, "CHUNK_SCORES", chunk_scores)
     torch.manual_seed(1)
     hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
     linear = torch.nn.Linear(6, 13).double()
     gold = torch.randint(2, 13, (9,))
     gold[[2, 7]] = PAD_ID
-    loss_weights, nll_weights = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
     criterion = NMTCriterion(label_smoothing)
     inputs = (hidden, linear.weight, linear.bias)
 
-    expected_loss, expected_nll = criterion(torch.log_softmax(linear(hidden), -1), gold)
-    expected_grads = torch.autograd.grad((expected_loss * loss_weights + expected_nll * nll_weights).sum(), inputs)
-    loss, nll, log_probs = criterion.from_scores(linear(hidden), gold)
-    torch.testing.assert_close(log_probs, torch.log_softmax(linear(hidden), -1), rtol=0, atol=1e-12)
-    grads = torch.autograd.grad((loss * loss_weights + nll * nll_weights).sum(), inputs)
-    torch.testing.assert_close(loss, expected_loss, rtol=0, atol=1e-12)
+    log_probs = torch.log_softmax(linear(hidden), -1)
+    expected_loss, expected_nll = criterion(log_probs, gold)
+    expected_grads = torch.autograd.grad(expected_loss.sum() * 3.5, inputs)
+    loss, nll, best = criterion.from_hidden(hidden, linear, gold)
+    grads = torch.autograd.grad(loss * 3.5, inputs)
+    torch.testing.assert_close(loss, expected_loss.sum(), rtol=0, atol=1e-12)
     torch.testing.assert_close(nll, expected_nll, rtol=0, atol=1e-12)
-    assert loss[[2, 7]].eq(0).all() and nll[[2, 7]].eq(0).all()
+    assert nll[[2, 7]].eq(0).all() and not nll.requires_grad and not best.requires_grad
+    assert torch.equal(best, log_probs.argmax(1))
     for actual, expected in zip(grads, expected_grads):
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
     assert grads[0][[2, 7]].eq(0).all()  # no gradient from padding rows
 
 
-def test_the_fused_loss_takes_16_bit_scores_and_gives_their_gradient_in_their_dtype():
+def test_the_fused_loss_leaves_a_frozen_projection_without_gradient_and_still_gives_the_hidden_ones():
     from onmt_lite.loss import NMTCriterion
 
+    torch.manual_seed(3)
+    hidden = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    linear = torch.nn.Linear(4, 7).double().requires_grad_(False)
+    gold = torch.randint(2, 7, (5,))
+    loss, _, _ = NMTCriterion(0.1).from_hidden(hidden, linear, gold)
+    loss.backward()
+    reference = hidden.detach().requires_grad_()
+    NMTCriterion(0.1)(torch.log_softmax(linear(reference), -1), gold)[0].sum().backward()
+    assert linear.weight.grad is None and linear.bias.grad is None
+    torch.testing.assert_close(hidden.grad, reference.grad, rtol=0, atol=1e-12)
+
+
+def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(monkeypatch):
+    """Under CPU autocast the products run in bfloat16 on chunks padded to ``row_bucket`` rows (a
+    bounded set of kernel shapes); the loss and gradients stay close to float32's, in the dtypes of
+    the inputs."""
+    from onmt_lite.loss import NMTCriterion, criteria
+    from onmt_lite.models.projection import row_bucket
+
+    monkeypatch.setattr(criteria, "CHUNK_SCORES", 50 * 17)  # chunks of 48 rows (a bucket), the last of 5
+    shapes = []
+    original_linear = criteria.F.linear
+    monkeypatch.setattr(criteria.F, "linear", lambda x, *a: shapes.append(x.size(0)) or original_linear(x, *a))
     torch.manual_seed(2)
-    scores = torch.randn(5, 17, dtype=torch.bfloat16, requires_grad=True)
-    gold = torch.randint(1, 17, (5,))
-    loss, _, log_probs = NMTCriterion(0.1).from_scores(scores * 1, gold)
-    assert log_probs.dtype == torch.float32 and scores.dtype == torch.bfloat16
-    loss.sum().backward()
-    reference = scores.detach().float().requires_grad_()
-    NMTCriterion(0.1)(torch.log_softmax(reference, -1), gold)[0].sum().backward()
-    assert scores.grad.dtype == torch.bfloat16
-    torch.testing.assert_close(scores.grad.float(), reference.grad, rtol=0, atol=1e-2)
+    hidden = torch.randn(101, 8, requires_grad=True)
+    linear = torch.nn.Linear(8, 17)
+    gold = torch.randint(1, 17, (101,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, nll, _ = NMTCriterion(0.1).from_hidden(hidden, linear, gold)
+    loss.backward()
+    assert shapes == [48, 48, row_bucket(5)]
+    assert hidden.grad.dtype == linear.weight.grad.dtype == torch.float32
+    reference = hidden.detach().requires_grad_()
+    reference_linear = torch.nn.Linear(8, 17)
+    reference_linear.load_state_dict(linear.state_dict())
+    expected_loss, expected_nll = NMTCriterion(0.1)(torch.log_softmax(reference_linear(reference), -1), gold)
+    expected_loss.sum().backward()
+    torch.testing.assert_close(loss, expected_loss.sum(), rtol=2e-2, atol=0)
+    torch.testing.assert_close(nll, expected_nll, rtol=0, atol=5e-2)
+    torch.testing.assert_close(hidden.grad, reference.grad, rtol=0, atol=2e-2)
+    torch.testing.assert_close(linear.weight.grad, reference_linear.weight.grad, rtol=0, atol=5e-2)
 
 
 def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_generator_does_not(monkeypatch):
@@ -271,8 +305,8 @@ def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_g
     model, opt = make_model("-label_smoothing", 0.1)
     batch = make_batch(random_pairs(4, seed=5))
     fused_calls = []
-    original = criteria.LogSoftmaxNLL.forward
-    monkeypatch.setattr(criteria.LogSoftmaxNLL, "forward",
+    original = criteria.LinearLogSoftmaxNLL.forward
+    monkeypatch.setattr(criteria.LinearLogSoftmaxNLL, "forward",
                         staticmethod(lambda *a: fused_calls.append(1) or original(*a)))
     fused_grads, fused_stats = forward_and_loss(model, opt, batch, 0)
     assert len(fused_calls) == 1

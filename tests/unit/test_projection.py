@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from onmt_lite.data.vocab import PAD_ID
-from onmt_lite.models.projection import project, row_bucket
+from onmt_lite.models.projection import bucket_below, project, row_bucket
 from onmt_lite.train.precision import Precision
 from tests.model_helpers import random_pairs
 from tests.unit.test_precision import float32_trainer, float_batch
@@ -15,6 +15,13 @@ def test_row_bucket_adds_at_most_an_eighth_or_fifteen_rows_and_is_its_own_bucket
         assert rows <= bucket <= rows + max(15, rows // 8), rows
         assert row_bucket(bucket) == bucket, rows
     assert row_bucket(0) == 0
+
+
+def test_bucket_below_is_the_largest_bucket_not_above_the_rows():
+    buckets = sorted({row_bucket(rows) for rows in range(16, 5000)})
+    for rows in range(16, 4097):
+        assert bucket_below(rows) == max(b for b in buckets if b <= rows), rows
+    assert [bucket_below(rows) for rows in (1, 15)] == [1, 15]
 
 
 def test_row_counts_up_to_2048_fall_into_40_sizes():
@@ -60,11 +67,15 @@ def test_float32_runs_the_exact_rows_unpadded():
 
 
 @pytest.mark.parametrize("model_args", [[], ["-copy_attn"]])
-def test_bf16_training_projects_only_bucket_sizes_of_rows(model_args):
+def test_bf16_training_projects_only_bucket_sizes_of_rows(model_args, monkeypatch):
+    """Through the generator's module (copy) or the fused loss's chunks (plain): every product with
+    the vocabulary's weight has a bucket's row count."""
     trainer, model = float32_trainer(Precision("bf16"), model_args, shard=2)
-    linear = model.generator.linear if model_args else model.generator[0]
+    weight = (model.generator.linear if model_args else model.generator[0]).weight
     seen = []
-    linear.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].size(0)))
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, w, *a: (w is weight and seen.append(x.size(0))) or linear(x, w, *a))
     words = []
     for seed in range(6):
         batch = float_batch(random_pairs(3 + seed, seed=seed))
