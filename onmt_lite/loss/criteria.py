@@ -67,6 +67,32 @@ def _score_gradient_(log_probs, gold, label_smoothing, pad_idx):
     return grad.masked_fill_(pad.unsqueeze(1), 0)
 
 
+class LentBuffer:
+    """A zeroed tensor lent to one ``LinearLogSoftmaxNLL`` call at a time and reused by the next:
+    its ``[V x H]`` weight gradient. A fresh one per call (per loss shard) left a 20 MB hole in
+    glibc's heap, which ``utils/memory.py`` keeps, each time a small tensor was cut from it before
+    the next call; the heap then grew by a buffer per shard. A call that finds it lent (a second
+    loss before the first one's backward) or a weight that is not a leaf gets a fresh tensor."""
+
+    def __init__(self):
+        self.tensor, self.lent = None, False
+
+    def take(self, like):
+        if self.lent or like.grad_fn is not None:
+            return torch.zeros_like(like)
+        if self.tensor is None or self.tensor.shape != like.shape or self.tensor.dtype != like.dtype \
+                or self.tensor.device != like.device:
+            self.tensor = torch.zeros_like(like)
+        else:
+            self.tensor.zero_()
+        self.lent = True
+        return self.tensor
+
+    def give_back(self, tensor):
+        if tensor is self.tensor:
+            self.lent = False
+
+
 class LinearLogSoftmaxNLL(torch.autograd.Function):
     """The summed ``NMTCriterion`` loss of ``log_softmax(hidden @ weight.T + bias)``, ``CHUNK_SCORES``
     scores at a time: never a whole ``[N x V]`` matrix.
@@ -78,15 +104,17 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
     scales them by the loss's gradient (the loss is a sum, so that is exact). The products are those
     of autograd's backward (in autocast's dtype under autocast), and the rows are padded as
     ``project`` pads them. Returns the summed loss, and the nll ``[N]`` and the best word ``[N]`` of
-    each row (not differentiable), 0 and any word on padding rows.
+    each row (not differentiable), 0 and any word on padding rows. The graph can be backpropagated
+    once: the backward scales the gradients in place.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, gold, label_smoothing, pad_idx):
+    def forward(ctx, hidden, weight, bias, gold, label_smoothing, pad_idx, weight_grad_buffer):
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         n_rows = hidden.size(0)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_weight = weight_grad_buffer.take(weight) if want_weight else None
+        ctx.weight_grad_buffer = weight_grad_buffer
         grad_bias = torch.zeros_like(bias) if want_bias else None
         dtype = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
         loss, nll = hidden.new_zeros((), dtype=dtype), hidden.new_empty(n_rows, dtype=dtype)
@@ -116,7 +144,13 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss, _nll, _best):
-        return (*(None if grad is None else grad * grad_loss for grad in ctx.saved_tensors), None, None, None)
+        if ctx.weight_grad_buffer is None:
+            raise RuntimeError("LinearLogSoftmaxNLL's graph can be backpropagated once (retain_graph is not "
+                               "supported: its gradients are scaled in place)")
+        grads = [None if grad is None else grad.mul_(grad_loss) for grad in ctx.saved_tensors]
+        ctx.weight_grad_buffer.give_back(grads[1])  # autograd adds it to weight.grad before any next call
+        ctx.weight_grad_buffer = None
+        return (*grads, None, None, None, None)
 
 
 class NMTCriterion(nn.Module):
@@ -125,13 +159,14 @@ class NMTCriterion(nn.Module):
     def __init__(self, label_smoothing=0.0, pad_idx=PAD_ID):
         super().__init__()
         self.label_smoothing, self.pad_idx = label_smoothing, pad_idx
+        self.weight_grad_buffer = LentBuffer()
 
     def from_hidden(self, hidden, linear, target):
         """``hidden`` ``[N x H]``, ``linear`` the generator's projection, ``target`` ``[N]`` -> (summed
         loss, nll ``[N]``, best word ``[N]``): ``forward(log_softmax(linear(hidden)), target)`` a chunk of
         rows at a time (``LinearLogSoftmaxNLL``), for training."""
         return LinearLogSoftmaxNLL.apply(hidden, linear.weight, linear.bias, target, self.label_smoothing,
-                                         self.pad_idx)
+                                         self.pad_idx, self.weight_grad_buffer)
 
     def forward(self, log_probs, target):
         """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``)."""

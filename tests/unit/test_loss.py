@@ -265,6 +265,43 @@ def test_the_fused_loss_leaves_a_frozen_projection_without_gradient_and_still_gi
     torch.testing.assert_close(hidden.grad, reference.grad, rtol=0, atol=1e-12)
 
 
+def test_the_fused_loss_reuses_its_weight_gradient_buffer_only_once_the_last_backward_has_taken_it():
+    """One loss, then backward, then another: the second call gets the same [V x H] buffer. Two losses
+    before one backward (summed): the second gets a fresh one, and the gradients are those of autograd."""
+    from onmt_lite.loss import NMTCriterion
+
+    torch.manual_seed(4)
+    linear = torch.nn.Linear(4, 7).double()
+    criterion = NMTCriterion(0.1)
+    hidden = [torch.randn(5, 4, dtype=torch.float64) for _ in range(3)]
+    gold = [torch.randint(2, 7, (5,)) for _ in range(3)]
+
+    criterion.from_hidden(hidden[0], linear, gold[0])[0].backward()
+    first = criterion.weight_grad_buffer.tensor
+    losses = [criterion.from_hidden(h, linear, g)[0] for h, g in zip(hidden[1:], gold[1:])]
+    assert criterion.weight_grad_buffer.tensor is first  # the second of the two got a fresh one
+    (losses[0] * 2 + losses[1] * 3).backward()
+    expected = torch.nn.Linear(4, 7).double()
+    expected.load_state_dict(linear.state_dict())
+    total = 0
+    for h, g, weight in zip(hidden, gold, (1, 2, 3)):
+        total = total + weight * NMTCriterion(0.1)(torch.log_softmax(expected(h), -1), g)[0].sum()
+    total.backward()
+    torch.testing.assert_close(linear.weight.grad, expected.weight.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(linear.bias.grad, expected.bias.grad, rtol=0, atol=1e-12)
+    assert not criterion.weight_grad_buffer.lent
+
+
+def test_the_fused_loss_refuses_a_second_backward_through_its_graph():
+    from onmt_lite.loss import NMTCriterion
+
+    linear = torch.nn.Linear(4, 7)
+    loss = NMTCriterion().from_hidden(torch.randn(3, 4, requires_grad=True), linear, torch.tensor([2, 3, 4]))[0]
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backpropagated once"):
+        loss.backward()
+
+
 def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(monkeypatch):
     """Under CPU autocast the products run in bfloat16 on chunks padded to ``row_bucket`` rows (a
     bounded set of kernel shapes); the loss and gradients stay close to float32's, in the dtypes of
