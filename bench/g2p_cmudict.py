@@ -100,9 +100,12 @@ def train_and_score(args):
          "-early_stopping_criteria", "accuracy", "-report_every", "500",
          *(["-train_from", args.train_from] if args.train_from else [])], f"{model}/train.out")
     train_seconds = time.time() - start
-    earlier = read_results(f"cmudict_{args.model}") if args.train_from else None
-    if earlier:  # a run that goes on from a checkpoint of the one before: count the time of both
-        train_seconds += 60 * earlier["train_minutes"]
+    minutes_file = os.path.join(model, "train_minutes.json")
+    if args.train_from and os.path.exists(minutes_file):  # going on from the run before: count both
+        with open(minutes_file, encoding="utf-8") as f:
+            train_seconds += 60 * json.load(f)
+    with open(minutes_file, "w", encoding="utf-8") as f:
+        json.dump(train_seconds / 60, f)
     run([f"{LITE_BIN}/onmt_lite_translate", "-model", f"{model}/model_best.pt", "-src", f"{corpus}/src-test.txt",
          "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{model}/translate.log")
     validated = validations(f"{model}/train.log")
