@@ -6,7 +6,7 @@ command (see onmt_lite.train.distributed).
 import logging
 
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
-from onmt_lite.train.distributed import check_options, from_environment, launched_by_torchrun, spawn
+from onmt_lite.train.distributed import check_options, exit_process, from_environment, launched_by_torchrun, spawn
 from onmt_lite.train.main import train
 from onmt_lite.utils.errors import Stopped, UserError, run_command
 from onmt_lite.utils.logging import init_logger
@@ -41,6 +41,7 @@ def train_process(opt):
         raise Stopped("", getattr(err, "exit_code", 2)) from None
     if dist is not None:  # not after an error: the other processes may be gone or mid-collective
         dist.close()
+        exit_process(0)
 
 
 def training_device_type(opt, dist):

@@ -23,8 +23,10 @@ validates and writes checkpoints; its decisions (stop early, the plateau schedul
 stop signal reach every process, so they all stop at the same step.
 """
 import datetime
+import logging
 import os
 import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -47,8 +49,8 @@ class Distributed:
     def close(self):
         """Leave the process group once every process is done with it (after training ended without
         an error): all meet at a barrier first, then the group is destroyed while the interpreter is
-        fully alive. A gloo group left to the interpreter's exit, or destroyed while a peer still
-        talks to it, can abort the process ("terminate called without an active exception")."""
+        fully alive. A gloo group destroyed while a peer still talks to it can abort the process;
+        a process that then ends should call ``exit_process`` (see there)."""
         if dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
@@ -213,3 +215,14 @@ def _how(err):
 def _spawned(rank, opt, worker):
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank)})
     worker(opt)
+
+
+def exit_process(status=0):
+    """End a training process now, with its logs and output flushed but without the interpreter's
+    finalization, where a gloo worker thread still releasing a tensor can take the GIL of a dying
+    interpreter and abort the process ("terminate called without an active exception"): it happened
+    now and then in the test suite even after ``destroy_process_group``."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)

@@ -13,7 +13,7 @@ from onmt_lite.data.vocab import Vocab
 from onmt_lite.loss import build_loss_compute
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import build_parser, model_opts, parse, train_opts
-from onmt_lite.train.distributed import Distributed, check_options, step_share
+from onmt_lite.train.distributed import Distributed, check_options, exit_process, step_share
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.trainer import Trainer
 from onmt_lite.utils.errors import UserError
@@ -67,6 +67,7 @@ def _worker(rank, store, settings, path):
     if rank == 0:
         torch.save(result, path)
     distributed.close()
+    exit_process(0)
 
 
 def two_process_step(settings, tmp_path):
