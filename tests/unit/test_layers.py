@@ -11,7 +11,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "onmt_lite"
 # A part may import the parts of a lower rank. train is above translate, but reaches it through one
 # narrow function only (validation decodes greedily), in NARROW.
 RANK = {"utils": 0, "opts": 1, "data": 2, "models": 3, "loss": 4, "translate": 5, "preprocess": 5, "train": 6,
-        "bin": 7}
+        "serve": 6, "bin": 7}
 NARROW = {("train", "translate"): {"onmt_lite.translate.validation"}}
 
 

@@ -1,0 +1,157 @@
+"""onmt_lite_server against OpenNMT-py 3.5.1's onmt_server under 1, 4 and 16 concurrent clients.
+
+    .venv/bin/python bench/server_load.py [-minutes 5] [-sentences 1000] [-clients 1 4 16]
+
+Models: g2p-sr's bidirectional LSTMs (2x256) that ``bench/quality.py g2p -minutes M`` trains with
+the same settings for the same wall-clock time with each toolkit (trained first when missing), each
+served by its own toolkit with the same search (beam 5, no length penalty, at most 100 tokens, batches
+of 30 sentences). Each client sends one word a request (g2p-sr's training words, in order) and waits
+for the answer before sending the next: ``-sentences`` requests in all, shared among the clients.
+The servers run one at a time on 127.0.0.1, after 20 warm-up requests. The table gives sentences/s
+(requests answered over the wall-clock time of the whole run), the median and 99th percentile of the
+requests' latencies, and the ratios; every answer is checked (status 200, its own source, a
+translation). Figures go to bench/results/server_load.json.
+"""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import LITE_BIN, PEER_ENV, SHARED, newest_checkpoint, write_results  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEARCH = {"beam_size": 5, "max_length": 100, "length_penalty": "none", "alpha": 0.0, "batch_size": 30}
+PEER_SEARCH = {**SEARCH, "max_length_ratio": 0}  # 3.x cuts outputs at 1.25 x the source + 5 unless told
+MODEL_ID = 100
+
+
+def ensure_models(work, minutes):
+    """The g2p-sr checkpoints of both toolkits (quality.py g2p trains them when missing)."""
+    directory = os.path.join(work, "g2p", "beam_5_exact_match")
+    patterns = {"onmt_lite": f"{directory}/lite_model_step_*.pt", "OpenNMT-py": f"{directory}/peer_model_step_*.pt"}
+    try:
+        return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
+    except (SystemExit, ValueError, IndexError):
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "g2p", "-minutes", str(minutes),
+                        "-work", work], check=True)
+        return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
+
+
+class Served:
+    """A server process of one toolkit serving ``model`` as id 100 on 127.0.0.1:``port``."""
+
+    def __init__(self, toolkit, model, port, work, peer):
+        conf = os.path.join(work, f"{toolkit}.conf.json")
+        opt = PEER_SEARCH if toolkit == "OpenNMT-py" else SEARCH
+        with open(conf, "w", encoding="utf-8") as f:
+            json.dump({"models_root": os.path.dirname(model), "models": [
+                {"id": MODEL_ID, "model": os.path.basename(model), "load": True, "opt": opt}]}, f)
+        command = ([f"{peer}/bin/onmt_server"] if toolkit == "OpenNMT-py" else [f"{LITE_BIN}/onmt_lite_server"])
+        self.log = open(os.path.join(work, f"{toolkit}.server.log"), "w", encoding="utf-8")
+        self.process = subprocess.Popen([*command, "--ip", "127.0.0.1", "--port", str(port), "--config", conf],
+                                        stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=PEER_ENV if toolkit == "OpenNMT-py" else None)
+        self.port = port
+        for _ in range(600):
+            try:
+                if request(port, "GET", "/translator/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise SystemExit(f"{toolkit}'s server did not start: see {self.log.name}")
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(60)
+        self.log.close()
+
+
+def request(port, method, path, body=None):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    connection.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    payload = response.read()
+    connection.close()
+    return response.status, json.loads(payload) if payload else None
+
+
+def load(port, words, clients):
+    """Run ``clients`` clients over ``words`` (one a request); returns (seconds, latencies, failures)."""
+    latencies, failures = [], []
+
+    def client(c):
+        for word in words[c::clients]:
+            start = time.perf_counter()
+            status, answer = request(port, "POST", "/translator/translate", [{"src": word, "id": MODEL_ID}])
+            latencies.append(time.perf_counter() - start)
+            if status != 200 or answer[0][0]["src"] != word or not answer[0][0]["tgt"].strip():
+                failures.append((word, status, answer))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start, latencies, failures
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-minutes", type=float, default=5.0, help="training budget of each model, when missing")
+    parser.add_argument("-sentences", type=int, default=1000, help="requests per run (one word each)")
+    parser.add_argument("-clients", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument("-work", default="/tmp/onmt_lite_quality")
+    parser.add_argument("-port", type=int, default=5077)
+    opt = parser.parse_args()
+    if not os.path.isdir(SHARED):
+        raise SystemExit(f"needs {SHARED}")
+    models = ensure_models(opt.work, opt.minutes)
+    with open(os.path.join(SHARED, "data", "g2p-sr", "src.train"), encoding="utf-8") as f:
+        words = [line.strip() for line in f if line.strip()][:opt.sentences]
+    rows = []
+    for toolkit in ("onmt_lite", "OpenNMT-py"):
+        served = Served(toolkit, models[toolkit], opt.port, opt.work, opt.peer)
+        try:
+            load(opt.port, words[:20], 1)  # warm-up
+            for clients in opt.clients:
+                seconds, latencies, failures = load(opt.port, words, clients)
+                if failures:
+                    raise SystemExit(f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. {failures[0]}")
+                rows.append({"toolkit": toolkit, "clients": clients, "sentences": len(words), "seconds": seconds,
+                             "sentences_per_s": len(words) / seconds,
+                             "p50_ms": 1000 * statistics.median(latencies),
+                             "p99_ms": 1000 * percentile(latencies, 0.99)})
+                print(rows[-1], flush=True)
+        finally:
+            served.stop()
+    print("\n| clients | onmt_lite sent/s | OpenNMT-py sent/s | ratio | onmt_lite p50 / p99 ms | "
+          "OpenNMT-py p50 / p99 ms |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for clients in opt.clients:
+        lite, peer = (next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
+                      for t in ("onmt_lite", "OpenNMT-py"))
+        print(f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | "
+              f"{lite['sentences_per_s'] / peer['sentences_per_s']:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | "
+              f"{peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |")
+    write_results("server_load", {"models": models, "search": SEARCH, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

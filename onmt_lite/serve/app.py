@@ -1,0 +1,183 @@
+"""The HTTP API of ``onmt_lite_server``: OpenNMT-py 1.x's endpoints and JSON, on Starlette.
+
+    POST {url_root}/translate           [{"src": "text", "id": 100}, ...]
+                                        -> [[{"src", "tgt", "n_best", "pred_score"}, ...], ...] (a list per
+                                           n-best rank, each in request order)
+    GET  {url_root}/models              -> [{"model_id", "opt", "models", "loaded", "timeout"}, ...]
+    GET  {url_root}/health              -> {"status": "ok"}
+    GET  {url_root}/unload_model/ID     -> {"status": "ok", "model_id": ID}    (POST too)
+    GET  {url_root}/to_cpu/ID, /to_gpu/ID                                      (POST too)
+    POST {url_root}/clone_model/ID      {"opt": {...}, "timeout": T} -> {"status": "ok", "model_id", "load_time"}
+
+Unlike 1.x, a bad request is answered with a 4xx status (1.x: 200), its JSON body still 1.x's
+``{"status": "error", "error": MESSAGE}``. Every request is logged as one JSON line.
+"""
+import asyncio
+import json
+import logging
+import re
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from onmt_lite.serve.models import UnknownModel
+from onmt_lite.utils.errors import UserError
+
+logger = logging.getLogger("onmt_lite.server")
+REQUEST_KEYS = {"src", "id"}
+
+
+class HTTPError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+async def read_json(request, limit):
+    """The request's JSON body; 413 past ``limit`` bytes (read no further), 400 if not JSON."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise HTTPError(413, f"the body has {int(length)} bytes, more than this server's limit of {limit} "
+                             f"(--max_request_bytes)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPError(413, f"the body is longer than this server's limit of {limit} bytes (--max_request_bytes)")
+    if not body:
+        raise HTTPError(400, "the body is empty; expected JSON")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise HTTPError(400, f"the body is not valid JSON ({err})") from None
+
+
+def translation_inputs(inputs):
+    """``(model id, sources)`` of a translate request, checked: 1.x's list of ``{"src", "id"}``."""
+    if not isinstance(inputs, list) or not inputs:
+        raise HTTPError(400, "expected a non-empty list of {\"src\": text, \"id\": model id}")
+    ids = set()
+    for i, item in enumerate(inputs):
+        if not isinstance(item, dict):
+            raise HTTPError(400, f"item {i}: expected an object {{\"src\": text, \"id\": model id}}")
+        unknown = set(item) - REQUEST_KEYS
+        if unknown:
+            raise HTTPError(400, f"item {i}: unknown key(s) {', '.join(sorted(map(repr, unknown)))} "
+                                 f"(this server reads \"src\" and \"id\")")
+        if not isinstance(item.get("src"), str):
+            raise HTTPError(400, f"item {i}: \"src\" must be a string" if "src" in item else f"item {i}: no \"src\"")
+        model_id = item.get("id", 0)  # 1.x's default
+        if isinstance(model_id, bool) or not isinstance(model_id, int):
+            raise HTTPError(400, f"item {i}: \"id\" must be a whole number")
+        ids.add(model_id)
+    if len(ids) > 1:
+        raise HTTPError(400, f"one request, one model: the items name models {sorted(ids)}")
+    return ids.pop(), [item["src"] for item in inputs]
+
+
+def _spaces(text):
+    """The leading and trailing white space of ``text`` (1.x puts them around the translation)."""
+    head = re.match(r"\s*", text).group(0)
+    return head, text[len(head):][len(text[len(head):].rstrip()):]
+
+
+def create_app(registry, url_root="/translator", max_request_bytes=1_000_000, request_timeout=300.0,
+               debug=False):
+    """The Starlette application serving ``registry`` (a ModelRegistry) under ``url_root``."""
+    url_root = "/" + url_root.strip("/") if url_root.strip("/") else ""
+
+    def endpoint(handler):
+        """Run ``handler(request)`` for a JSON answer; errors become a JSON error; one log line each."""
+        async def wrapped(request):
+            start, status, fields = time.perf_counter(), 200, {}
+            try:
+                out = await handler(request, fields)
+                response = JSONResponse(out)
+            except HTTPError as err:
+                status, fields["error"] = err.status, str(err)
+            except UnknownModel as err:
+                status, fields["error"] = 404, str(err)
+            except UserError as err:
+                status, fields["error"] = 400, str(err)
+            except ClientDisconnect:
+                status, fields["error"] = 499, "the client disconnected"
+                response = Response(status_code=499)
+            except Exception as err:  # a bug or a failed model: the client hears of it, the server goes on
+                logger.exception("internal error")
+                status, fields["error"] = 500, f"internal error: {type(err).__name__}: {err}"
+            if status != 200 and status != 499:
+                response = JSONResponse({"status": "error", "error": fields["error"]}, status_code=status)
+            logger.info("request", extra={"fields": {"method": request.method, "path": request.url.path,
+                                                     "status": status,
+                                                     "ms": round(1000 * (time.perf_counter() - start), 1),
+                                                     **fields}})
+            return response
+        return wrapped
+
+    async def translate(request, fields):
+        inputs = await read_json(request, max_request_bytes)
+        if debug:
+            logger.info("translate request", extra={"fields": {"body": inputs}})
+        model_id, sources = translation_inputs(inputs)
+        fields.update(model_id=model_id, sentences=len(sources))
+        model = registry.get(model_id)
+        future = model.service.translate(sources)
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(future), request_timeout)
+        except asyncio.TimeoutError:
+            raise HTTPError(503, f"the translation took longer than {request_timeout:g} s "
+                                 f"(--request_timeout)") from None
+        n_best = model.spec.opt.n_best
+        out = []
+        for k in range(n_best):
+            rank = []
+            for source, result in zip(sources, results):
+                head, tail = _spaces(source)
+                rank.append({"src": source, "tgt": head + result.hypotheses[k] + tail, "n_best": n_best,
+                             "pred_score": result.scores[k]})
+            out.append(rank)
+        if debug:
+            logger.info("translate response", extra={"fields": {"body": out}})
+        return out
+
+    async def models(request, fields):
+        return [model.to_dict() for model in registry.models.values()]
+
+    async def health(request, fields):
+        return {"status": "ok"}
+
+    def control(action):
+        async def handler(request, fields):
+            model_id = request.path_params["model_id"]
+            fields["model_id"] = model_id
+            await asyncio.wrap_future(registry.get(model_id).service.control(action))
+            return {"status": "ok", "model_id": model_id}
+        return handler
+
+    async def clone_model(request, fields):
+        model_id = request.path_params["model_id"]
+        data = await read_json(request, max_request_bytes)
+        if not isinstance(data, dict) or set(data) - {"opt", "timeout"}:
+            raise HTTPError(400, "expected {\"opt\": {translation options}, \"timeout\": seconds}, both optional")
+        clone = await asyncio.to_thread(registry.clone, model_id, data.get("opt"), data.get("timeout", -1))
+        await asyncio.wrap_future(clone.service.control("load"))
+        fields["model_id"] = clone.spec.model_id
+        return {"status": "ok", "model_id": clone.spec.model_id, "load_time": clone.load_time}
+
+    routes = [Route(f"{url_root}/translate", endpoint(translate), methods=["POST"]),
+              Route(f"{url_root}/models", endpoint(models), methods=["GET"]),
+              Route(f"{url_root}/health", endpoint(health), methods=["GET"]),
+              Route(f"{url_root}/clone_model/{{model_id:int}}", endpoint(clone_model), methods=["POST"])]
+    for action, name in (("unload", "unload_model"), ("to_cpu", "to_cpu"), ("to_gpu", "to_gpu")):
+        routes.append(Route(f"{url_root}/{name}/{{model_id:int}}", endpoint(control(action)), methods=["GET", "POST"]))
+
+    async def not_found(request, exc):
+        status = getattr(exc, "status_code", 404)
+        message = "no such endpoint" if status == 404 else "method not allowed" if status == 405 else str(exc)
+        return JSONResponse({"status": "error", "error": f"{message}: {request.method} {request.url.path}"},
+                            status_code=status)
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})

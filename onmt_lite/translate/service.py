@@ -1,0 +1,257 @@
+"""TranslationService: one model serving many callers at once (what ``onmt_lite_server`` runs per model).
+
+Every caller's sentences join one running search (the continuous batching of ``feeder.RowFeeder``):
+a caller that arrives while others' sentences are decoding does not wait for them to finish, its
+sentences take rows as they free up. What a caller gets back is what ``Translator.translate`` of
+its sentences alone gives, because an example's output does not depend on what it is decoded with
+(the batch-invariance tests), with two exceptions named in the server's documentation: int8 models
+(activations quantised over all rows of a product) and random sampling (draws in arrival order).
+
+One thread decodes; callers hand it work through a queue and wait on a ``concurrent.futures.Future``.
+Loading, unloading and moving the model between devices go through the same queue, so they happen
+between searches, never under one.
+"""
+import collections
+import concurrent.futures
+import gc
+import queue
+import threading
+
+import torch
+
+from onmt_lite.data.vocab import BOS_ID, EOS_ID
+from onmt_lite.translate.feeder import RowFeeder
+from onmt_lite.translate.inputs import TextBatches
+from onmt_lite.translate.search import Search
+from onmt_lite.translate.translator import Result
+from onmt_lite.utils.errors import UserError
+
+ACTIONS = ("load", "unload", "to_cpu", "to_gpu")
+
+
+class _Job:
+    """One caller's sentences: their Results, filled as examples finish, and the caller's future."""
+
+    def __init__(self, sources, future):
+        self.sources, self.future = sources, future
+        self.results, self.remaining = None, 0
+
+
+class _Control:
+    def __init__(self, action, future):
+        self.action, self.future = action, future
+
+
+_STOP = object()
+
+
+class _ArrivalFeeder(RowFeeder):
+    """A RowFeeder whose next batch is the next one of sentences that have arrived, taken without
+    waiting: the search goes on with what it has when nothing new is there."""
+
+    def __init__(self, service, translator):
+        super().__init__([], translator._stepper, translator.search_options.beam_width, translator.batch_size,
+                         translator.batch_type, translator.device)
+        self.service = service
+
+    def _next_batch(self):
+        batch = self.service._take_batch()
+        return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
+
+
+class TranslationService:
+    """A model that callers in any thread share: ``translate(sources)`` returns a Future of their
+    Results (a list, one per source, as ``Translator.translate``).
+
+    Args:
+        load: ``load(device)`` returns a Translator on ``device`` ("cpu", a CUDA device, or None for
+            the configured one).
+        gpu: the configured CUDA device index, or -1 for the CPU (what ``to_gpu`` moves to).
+        max_tokens: a sentence with more source tokens than this fails its caller's request
+            (UserError) before anything is decoded.
+        idle_timeout: seconds without work after which ``on_timeout`` ("to_cpu" or "unload") is
+            done to a loaded model; -1: never.
+        name: the decoding thread's name.
+    """
+
+    def __init__(self, load, gpu=-1, max_tokens=1000, idle_timeout=-1, on_timeout="to_cpu", name="translation"):
+        if on_timeout not in ("to_cpu", "unload"):
+            raise UserError(f"on_timeout must be to_cpu or unload (got {on_timeout!r})")
+        self._load, self.gpu, self.max_tokens = load, gpu, max_tokens
+        self.idle_timeout, self.on_timeout = idle_timeout, on_timeout
+        self.translator, self.device = None, None
+        self._inbox = queue.Queue()  # jobs and controls, in arrival order
+        self._ready = collections.deque()  # batches of accepted sentences not yet in the search
+        self._lines = {}  # example index -> (job, line)
+        self._next_index = 0
+        self._held = None  # a control (or stop) that came during a search: done after it
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ---- the callers' side ------------------------------------------------------------------
+
+    def translate(self, sources: list[str]) -> concurrent.futures.Future:
+        """A Future of the Results of ``sources`` (translated together with whatever else is running)."""
+        if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
+            raise TypeError("translate: sources must be a list of strings")
+        return self._put(_Job(list(sources), concurrent.futures.Future()))
+
+    def control(self, action: str) -> concurrent.futures.Future:
+        """A Future of doing ``action`` (one of ``ACTIONS``) between searches; its result is None."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r}")
+        return self._put(_Control(action, concurrent.futures.Future()))
+
+    def _put(self, item):
+        if self._closed:
+            raise RuntimeError("the service has stopped")
+        self._inbox.put(item)
+        return item.future
+
+    @property
+    def loaded(self) -> bool:
+        return self.translator is not None
+
+    def close(self, timeout=None):
+        """Finish the work already queued, then stop the decoding thread."""
+        self._closed = True
+        self._inbox.put(_STOP)
+        self._thread.join(timeout)
+
+    # ---- the decoding thread ----------------------------------------------------------------
+
+    def _run(self):
+        while True:
+            item = self._held
+            self._held = None
+            if item is None:
+                try:
+                    wait = self.idle_timeout if self.loaded and self.idle_timeout >= 0 else None
+                    item = self._inbox.get(timeout=wait)
+                except queue.Empty:
+                    self._do(self.on_timeout)
+                    continue
+            if item is _STOP:
+                self._stop()
+                return
+            if isinstance(item, _Control):
+                self._settle(item.future, self._do, item.action)
+                continue
+            try:
+                self._do("load")
+            except Exception as err:
+                if item.future.set_running_or_notify_cancel():
+                    item.future.set_exception(err)
+                continue
+            self._accept(item)
+            try:
+                self._decode()
+            except Exception as err:  # a failed search fails the requests in it, not the service
+                self._fail_all(err)
+
+    def _stop(self):
+        """Refuse what came after the stop, and let the model go."""
+        self.translator = None
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP and item.future.set_running_or_notify_cancel():
+                item.future.set_exception(RuntimeError("the service has stopped"))
+
+    @staticmethod
+    def _settle(future, function, *args):
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(function(*args))
+        except Exception as err:
+            future.set_exception(err)
+
+    def _do(self, action):
+        if action == "load":
+            if self.translator is None:
+                self.translator, self.device = self._load(None), None
+        elif action == "unload":
+            self.translator = None
+            self._release()
+        elif action in ("to_cpu", "to_gpu"):
+            if action == "to_gpu" and self.gpu < 0:
+                raise UserError("this model is configured for the CPU (its opt has no gpu)")
+            device = "cpu" if action == "to_cpu" else torch.device("cuda", self.gpu)
+            if self.translator is not None and self.translator.device == torch.device(device):
+                return
+            self.translator = None  # the old copy goes before the new one comes
+            self._release()
+            self.translator = self._load(device)
+
+    def _release(self):
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _accept(self, job):
+        """Tokenise a job's sentences and queue their batches (a job with a too long sentence fails)."""
+        if not job.future.set_running_or_notify_cancel():
+            return  # its caller gave up while it waited
+        translator = self.translator
+        try:
+            inputs = TextBatches(job.sources, None, translator.vocabs, translator.tokenizers, translator.copy,
+                                 first_index=self._next_index)
+            for line, tokens in enumerate(inputs.src_tokens):
+                if len(tokens) > self.max_tokens:
+                    raise UserError(f"sentence {line + 1} has {len(tokens)} tokens, more than this server's "
+                                    f"limit of {self.max_tokens} (--max_sentence_tokens)")
+        except Exception as err:
+            job.future.set_exception(err)
+            return
+        first, self._next_index = self._next_index, self._next_index + inputs.n_lines
+        n_best = translator.search_options.n_best
+        job.results = [Result(tokens, [], [], [], [], []) for tokens in inputs.src_tokens]
+        for result in job.results:
+            if not result.source:  # an empty line: n-best empty outputs without decoding, as the Translator
+                result.hypotheses, result.scores, result.log_probs = [""] * n_best, [0.0] * n_best, [0.0] * n_best
+                result.tokens, result.attention = [[] for _ in range(n_best)], [None] * n_best
+                result.copy_attention, result.p_copy = [None] * n_best, [None] * n_best
+        job.remaining = len(inputs.lines)
+        self._lines.update((first + line, (job, line)) for line in inputs.lines)
+        self._ready.extend(inputs.batches(translator.batch_size, translator.batch_type))
+        if job.remaining == 0:
+            job.future.set_result(job.results)
+
+    def _take_batch(self):
+        """The next batch of arrived sentences (the inbox read without waiting), or None."""
+        while self._held is None and not self._ready:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Job):
+                self._accept(item)
+            else:
+                self._held = item  # a control or a stop: after this search, before later jobs
+        return self._ready.popleft() if self._ready else None
+
+    def _decode(self):
+        """One search over the accepted sentences and those arriving while it runs."""
+        translator = self.translator
+        feeder = _ArrivalFeeder(self, translator)
+        with torch.no_grad():
+            for example, nbest in Search(translator.search_options, BOS_ID, EOS_ID).stream(feeder):
+                index, ex_words = feeder.examples.pop(example)
+                job, line = self._lines.pop(index)
+                translator._record(job.results[line], nbest, ex_words)
+                job.remaining -= 1
+                if job.remaining == 0:
+                    job.future.set_result(job.results)
+
+    def _fail_all(self, err):
+        """Fail every request whose sentences were accepted and not finished."""
+        jobs = {id(job): job for job, _ in self._lines.values()}
+        self._lines.clear()
+        self._ready.clear()
+        for job in jobs.values():
+            if not job.future.done():
+                job.future.set_exception(err)

@@ -1,0 +1,114 @@
+"""TranslationService on a random model: controls wait for the running search, failures stay with
+their callers, idle models are let go. (Callers sharing a search get what they get alone:
+tests/integration/test_server.py, with trained models.)"""
+import random
+import threading
+
+import pytest
+import torch
+
+from onmt_lite.models.builder import build_model
+from onmt_lite.translate.search import SearchOptions
+from onmt_lite.translate.service import TranslationService
+from onmt_lite.translate.translator import Translator
+from onmt_lite.utils.errors import UserError
+from tests.model_helpers import TRANSFORMER, VOCABS, model_options
+
+WORDS = [f"s{i}" for i in range(12)] + ["oov1", "oov2"]
+
+
+def sentences(n, seed, empty_every=0):
+    rng = random.Random(seed)
+    return ["" if empty_every and i % empty_every == 0 else
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 7))) for i in range(n)]
+
+
+@pytest.fixture(scope="module", params=["rnn copy", "transformer"])
+def load(request):
+    torch.manual_seed(0)
+    args = ["-copy_attn"] if request.param == "rnn copy" else TRANSFORMER
+    model = build_model(model_options(*args), VOCABS).eval()
+    loads = []
+
+    def load(device):
+        loads.append(device)
+        return Translator([model], VOCABS, search=SearchOptions(beam_size=3, n_best=2, max_length=9,
+                                                                min_length=1), batch_size=4)
+    load.calls = loads
+    return load
+
+
+def test_a_control_waits_for_the_running_search_and_a_request_after_unload_reloads(load):
+    service = TranslationService(load)
+    before = len(load.calls)
+    running = service.translate(sentences(30, seed=1))
+    unloaded = service.control("unload")
+    unloaded.result(timeout=120)
+    assert running.done() and len(running.result()) == 30  # finished before the unload
+    assert not service.loaded
+    again = service.translate(["s1 s2"]).result(timeout=60)
+    assert service.loaded and len(load.calls) == before + 2 and again[0].hypotheses
+    with pytest.raises(UserError, match="configured for the CPU"):
+        service.control("to_gpu").result(timeout=60)
+    service.control("to_cpu").result(timeout=60)  # already there: nothing reloaded
+    assert len(load.calls) == before + 2
+    service.close()
+
+
+def test_a_too_long_sentence_fails_its_request_only(load):
+    service = TranslationService(load, max_tokens=5)
+    bad = service.translate(["s1 s2", "s1 s2 s3 s4 s5 s6"])
+    good = service.translate(["s1 s2 s3 s4 s5"])
+    with pytest.raises(UserError, match="sentence 2 has 6 tokens, more than this server's limit of 5"):
+        bad.result(timeout=60)
+    assert len(good.result(timeout=60)) == 1
+    service.close()
+
+
+def test_a_failed_search_fails_its_requests_and_the_service_goes_on(load, monkeypatch):
+    service = TranslationService(load)
+    service.control("load").result()
+    decode = TranslationService._decode
+    calls = []
+
+    def failing_once(self):
+        calls.append(1)
+        if len(calls) == 1:
+            self._take_batch()  # accepted, then the search breaks
+            raise RuntimeError("out of memory")
+        return decode(self)
+
+    monkeypatch.setattr(TranslationService, "_decode", failing_once)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        service.translate(["s1 s2"]).result(timeout=60)
+    assert service.translate(["s3 s4"]).result(timeout=60)[0].hypotheses
+    service.close()
+
+
+def test_an_idle_model_is_unloaded_after_its_timeout(load):
+    service = TranslationService(load, idle_timeout=0.2, on_timeout="unload")
+    service.translate(["s1"]).result(timeout=60)
+    for _ in range(100):
+        if not service.loaded:
+            break
+        threading.Event().wait(0.05)
+    assert not service.loaded
+    service.close()
+
+
+def test_a_stopped_service_refuses_what_comes_after(load):
+    service = TranslationService(load)
+    queued = service.translate(["s1 s2"])
+    service.close()
+    assert len(queued.result(timeout=5)) == 1  # what was queued before the stop is done
+    with pytest.raises(RuntimeError, match="stopped"):
+        service.translate(["s1"])
+    with pytest.raises(RuntimeError, match="stopped"):
+        service.control("load")
+
+
+def test_the_options_are_checked():
+    with pytest.raises(UserError, match="on_timeout must be to_cpu or unload"):
+        TranslationService(lambda device: None, on_timeout="delete")
+    with pytest.raises(ValueError, match="unknown action 'delete'"):
+        TranslationService(lambda device: None).control("delete")
