@@ -305,6 +305,7 @@ def main():
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
     parser.add_argument("-only", choices=["copy", "nocopy"], help="ende, rnn: run one of the two settings")
     parser.add_argument("-lines", type=int, help="score the first N lines of the validation set (default: all)")
+    parser.add_argument("-results", help="write the figures to bench/results/RESULTS.json (default: quality_TASK...)")
     parser.add_argument("-reuse", action="store_true",
                         help="Translate and score the checkpoints of an earlier run instead of training again")
     opt = parser.parse_args()
@@ -356,7 +357,7 @@ def main():
         if opt.model == "transformer":
             results[-1]["warmup_steps"] = opt.warmup_steps
         name = f"quality_{opt.task}" + ("_transformer" if opt.model == "transformer" else "")
-        write_results(name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""), results)
+        write_results(opt.results or name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""), results)
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,8 @@ for the answer before sending the next: ``-sentences`` requests in all, shared a
 The servers run one at a time on 127.0.0.1, after 20 warm-up requests. The table gives sentences/s
 (requests answered over the wall-clock time of the whole run), the median and 99th percentile of the
 requests' latencies, and the ratios; every answer is checked (status 200, its own source, a
-translation). Figures go to bench/results/server_load.json.
+translation). Figures go to bench/results/server_load.json (the models' training and exact match,
+when trained here, to bench/results/server_load_models.json).
 """
 import argparse
 import http.client
@@ -39,7 +40,7 @@ def ensure_models(work, minutes):
         return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
     except (SystemExit, ValueError, IndexError):
         subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "g2p", "-minutes", str(minutes),
-                        "-work", work], check=True)
+                        "-work", work, "-results", "server_load_models"], check=True)
         return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
 
 
@@ -52,9 +53,11 @@ class Served:
         with open(conf, "w", encoding="utf-8") as f:
             json.dump({"models_root": os.path.dirname(model), "models": [
                 {"id": MODEL_ID, "model": os.path.basename(model), "load": True, "opt": opt}]}, f)
-        command = ([f"{peer}/bin/onmt_server"] if toolkit == "OpenNMT-py" else [f"{LITE_BIN}/onmt_lite_server"])
+        # 3.x renamed 1.x's --config to --model_config
+        command = ([f"{peer}/bin/onmt_server", "--model_config", conf] if toolkit == "OpenNMT-py"
+                   else [f"{LITE_BIN}/onmt_lite_server", "--config", conf])
         self.log = open(os.path.join(work, f"{toolkit}.server.log"), "w", encoding="utf-8")
-        self.process = subprocess.Popen([*command, "--ip", "127.0.0.1", "--port", str(port), "--config", conf],
+        self.process = subprocess.Popen([*command, "--ip", "127.0.0.1", "--port", str(port)],
                                         stdout=self.log, stderr=subprocess.STDOUT,
                                         env=PEER_ENV if toolkit == "OpenNMT-py" else None)
         self.port = port
@@ -147,9 +150,9 @@ def main():
     for clients in opt.clients:
         lite, peer = (next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
                       for t in ("onmt_lite", "OpenNMT-py"))
-        print(f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | "
-              f"{lite['sentences_per_s'] / peer['sentences_per_s']:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | "
-              f"{peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |")
+        ratio = lite["sentences_per_s"] / peer["sentences_per_s"]
+        print(f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | {ratio:.2f}x | "
+              f"{lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |")
     write_results("server_load", {"models": models, "search": SEARCH, "rows": rows})
 
 

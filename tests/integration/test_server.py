@@ -357,6 +357,11 @@ def test_a_taken_port_a_missing_configuration_and_an_unknown_option_are_one_line
     unknown = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--threads", "2"],
                              capture_output=True, text=True, timeout=120, cwd=REPO)
     assert unknown.returncode == 2 and "unrecognized arguments: --threads" in unknown.stderr
+    usage = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "-h"], capture_output=True, text=True,
+                           timeout=120, cwd=REPO)
+    assert usage.returncode == 0 and all(f"--{name}" in usage.stdout for name in (
+        "ip", "port", "url_root", "config", "debug", "max_request_bytes", "max_sentence_tokens", "request_timeout",
+        "shutdown_timeout"))
 
 
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models, sentencepiece_model, tmp_path):
