@@ -92,6 +92,20 @@ def train_and_score(args):
              f"{corpus}/tgt-valid.txt", "-save_data", f"{corpus}/data", "-overwrite"], f"{work}/preprocess.log")
     steps = args.train_steps or STEPS[args.model]
     args.valid_steps = args.valid_steps or VALID_STEPS[args.model]
+    train_minutes = None if args.score_only else train(args, corpus, model, steps)
+    run([f"{LITE_BIN}/onmt_lite_translate", "-model", f"{model}/model_best.pt", "-src", f"{corpus}/src-test.txt",
+         "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{model}/translate.log")
+    validated = validations(f"{model}/train.log")
+    figures = {"model": args.model, "options": MODELS[args.model], "train_steps": steps,
+               "last_step": validated[-1][0], "best_step": max(validated, key=lambda v: v[1])[0],
+               "train_minutes": train_minutes,
+               **error_rates(f"{corpus}/src-test.txt", f"{model}/pred-test.txt", f"{corpus}/tgt-test.txt")}
+    write_results(f"cmudict_{args.model}", figures)
+    return figures
+
+
+def train(args, corpus, model, steps):
+    """Train (or go on training) the model; returns the training's minutes, those of the run before included."""
     start = time.time()
     run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{corpus}/data", "-save_model", f"{model}/model",
          "-log_file", f"{model}/train.log", *MODELS[args.model], "-seed", "1", "-train_steps", str(steps),
@@ -106,15 +120,7 @@ def train_and_score(args):
             train_seconds += 60 * json.load(f)
     with open(minutes_file, "w", encoding="utf-8") as f:
         json.dump(train_seconds / 60, f)
-    run([f"{LITE_BIN}/onmt_lite_translate", "-model", f"{model}/model_best.pt", "-src", f"{corpus}/src-test.txt",
-         "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{model}/translate.log")
-    validated = validations(f"{model}/train.log")
-    figures = {"model": args.model, "options": MODELS[args.model], "train_steps": steps,
-               "last_step": validated[-1][0], "best_step": max(validated, key=lambda v: v[1])[0],
-               "train_minutes": train_seconds / 60,
-               **error_rates(f"{corpus}/src-test.txt", f"{model}/pred-test.txt", f"{corpus}/tgt-test.txt")}
-    write_results(f"cmudict_{args.model}", figures)
-    return figures
+    return train_seconds / 60
 
 
 def ensemble_and_score(args):
@@ -131,10 +137,15 @@ def ensemble_and_score(args):
          f"{out}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{out}/translate.log")
     parts = [read_results(f"cmudict_{name}") or {} for name in ("brnn", "transformer")]
     figures = {"model": "ensemble", "models": models, "steps": [p.get("best_step") for p in parts],
-               "train_minutes": sum(p.get("train_minutes", 0) for p in parts),
+               "train_minutes": None if any(p.get("train_minutes") is None for p in parts)
+               else sum(p["train_minutes"] for p in parts),
                **error_rates(f"{corpus}/src-test.txt", f"{out}/pred-test.txt", f"{corpus}/tgt-test.txt")}
     write_results("cmudict_ensemble", figures)
     return figures
+
+
+def minutes(value):
+    return "time not measured" if value is None else f"{value:.0f} min"
 
 
 def table():
@@ -146,7 +157,7 @@ def table():
         if r:
             rows.append(f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
                         f"{r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
-                        f"{r['train_minutes']:.0f} min |")
+                        f"{minutes(r['train_minutes'])} |")
     r = read_results("cmudict_ensemble")
     if r:
         rows.append(f"| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | {r['wer_first']:.2f}% | "
@@ -163,6 +174,9 @@ def main():
     parser.add_argument("-valid_steps", type=int, help="default: 2,000 (brnn), 1,000 (transformer)")
     parser.add_argument("-early_stopping", type=int, default=4)
     parser.add_argument("-train_from", help="go on from this checkpoint of the run before (to more -train_steps)")
+    parser.add_argument("-score_only", action="store_true",
+                        help="decode and score WORK/MODEL/model_best.pt without training (a run stopped early, "
+                             "or shared with other jobs: its minutes are not given)")
     parser.add_argument("-work", default="/tmp/onmt_lite_cmudict")
     parser.add_argument("-ensemble", action="store_true",
                         help="decode the test words with both trained models as one ensemble")

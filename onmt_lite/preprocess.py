@@ -64,8 +64,14 @@ def build_vocabs(opt, src_tok, tgt_tok, limits):
     """The source and target Vocab: from -src_vocab/-tgt_vocab files, else from the training data.
 
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
-    both sides together (at most -src_vocab_size).
+    both sides together (at most -src_vocab_size). Each is padded to a multiple of -vocab_size_multiple.
     """
+    src, tgt = _vocabs(opt, src_tok, tgt_tok, limits)
+    padded = src.padded_to_multiple(opt.vocab_size_multiple)
+    return padded, padded if tgt is src else tgt.padded_to_multiple(opt.vocab_size_multiple)
+
+
+def _vocabs(opt, src_tok, tgt_tok, limits):
     src_file = Vocab.from_file(opt.src_vocab, opt.src_vocab_size) if opt.src_vocab else None
     tgt_file = Vocab.from_file(opt.tgt_vocab, opt.tgt_vocab_size) if opt.tgt_vocab else None
     if opt.share_vocab and (src_file is not None or tgt_file is not None):

@@ -52,6 +52,11 @@ COMMANDS = {
 # 1.x options that onmt_lite accepts but that behave differently, and how. A key is an option name
 # (for every command that accepts it) or "command:name" (for that command only, tried first).
 CHANGED = {
+    "brnn": "sets `-encoder_type brnn` (1.2.0 refused the deprecated flag)",
+    "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
+                         "per-GPU log lines)",
+    "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
+                  "filled a queue for all)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
     "train_src": "one file (1.x takes several, named by -train_ids)",

@@ -10,7 +10,7 @@ PROG = "onmt_lite_preprocess"
 @run_command(PROG)
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, preprocess_opts], __doc__), args)
-    init_logger(opt.log_file)
+    init_logger(opt.log_file, file_level=opt.log_file_level)
     preprocess(opt)
 
 

@@ -27,11 +27,14 @@ def main(args=None):
 
 
 def train_process(opt):
-    """One training process: the only one, or one rank of several. Only rank 0 logs, and only rank 0
-    reports the errors that every rank meets (bad input, a signal); the others exit with its status."""
+    """One training process: the only one, or one rank of several. Only rank 0 logs (the others too,
+    their rank first, with -gpu_verbose_level 1 or more), and only rank 0 reports the errors that
+    every rank meets (bad input, a signal); the others exit with its status."""
     dist = from_environment(opt)
     main_rank = dist is None or dist.is_main
-    init_logger(opt.log_file if main_rank else None, logging.INFO if main_rank else logging.WARNING)
+    verbose = main_rank or opt.gpu_verbose_level > 0  # 1.x: the other processes log too
+    init_logger(opt.log_file if main_rank else None, logging.INFO if verbose else logging.WARNING,
+                file_level=opt.log_file_level, prefix="" if main_rank else f"rank {dist.rank}: ")
     reuse_freed_memory(training_device_type(opt, dist))
     try:
         train(opt, dist)

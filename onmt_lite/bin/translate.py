@@ -11,7 +11,7 @@ PROG = "onmt_lite_translate"
 @run_command(PROG)
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, translate_opts], __doc__), args)
-    init_logger(opt.log_file)
+    init_logger(opt.log_file, file_level=opt.log_file_level)
     reuse_freed_memory("cpu" if opt.gpu < 0 else "cuda")
     translate(opt)
 

@@ -24,6 +24,14 @@ class Vocab:
                 self.stoi[word] = len(self.itos)
                 self.itos.append(word)
 
+    def padded_to_multiple(self, multiple):
+        """This vocabulary with unused words appended (1.x's ``averyunlikelytokenN``) until its size,
+        specials included, is a multiple of ``multiple``; itself when it is one already."""
+        missing = -len(self.itos) % multiple
+        if missing == 0:
+            return self
+        return Vocab(self.itos[len(SPECIALS):] + [f"averyunlikelytoken{i}" for i in range(missing)])
+
     @classmethod
     def from_counter(cls, counter, max_size, min_frequency=0):
         """The ``max_size`` most frequent words seen at least ``min_frequency`` times.

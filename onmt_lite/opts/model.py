@@ -32,6 +32,8 @@ def _model_encoder_and_decoder_opts(parser):
              "(no recurrence: the memory bank is the source embeddings and the decoder starts from their "
              "mean; needs -src_word_vec_size equal to -rnn_size) or transformer (an RNN decoder then "
              "starts from the mean of its output)")
+    group.add_argument("-brnn", "--brnn", dest="encoder_type", action="store_const", const="brnn", default="rnn",
+                       help="The same as -encoder_type brnn (deprecated in OpenNMT-py 1.x)")
     add(group, "decoder_type", default="rnn", type=choice(
         "decoder_type", ["rnn", "transformer"], {"cnn": "convolutional (CNN) decoders are not implemented"}),
         help="rnn (with -global_attention, -input_feed, -rnn_type) or transformer")

@@ -36,17 +36,12 @@ UNSUPPORTED_OPTIONS = {
                     GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
-    "vocab_size_multiple": "vocabulary padding to a multiple is not supported",
     "num_threads": "shards are built one after another (1.x could build several in parallel)",
     **dict.fromkeys(
         ["subword_prefix", "subword_prefix_is_joiner"],
         "these build the word-start masks of source noising (BART-style), which is not supported"),
-    "log_file_level": "the log file records INFO and above",
-    "brnn": "deprecated in 1.x; use -encoder_type brnn",
     "epochs": "deprecated in 1.x; use -train_steps",
     "single_pass": "a single pass over the data is not supported; training runs for -train_steps steps",
-    "queue_size": "batches are produced in the training process (no producer queue)",
-    "gpu_verbose_level": "per-process GPU logging is not supported",
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dropout_steps": "dropout is fixed during training (one -dropout value)",
@@ -133,6 +128,25 @@ def int_in(low, high):
 
 
 SEED = int_in(-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes
+LOG_LEVELS = {"CRITICAL": 50, "ERROR": 40, "WARNING": 30, "INFO": 20, "DEBUG": 10, "NOTSET": 0}
+
+
+def log_level(value):
+    """A ``type=`` for a logging level, by 1.x's names or numbers (``INFO`` or ``20``): the number."""
+    if value in LOG_LEVELS:
+        return LOG_LEVELS[value]
+    if value in map(str, LOG_LEVELS.values()):
+        return int(value)
+    raise argparse.ArgumentTypeError(f"invalid level {value!r}; choose from {', '.join(LOG_LEVELS)} or "
+                                     f"{', '.join(map(str, LOG_LEVELS.values()))}")
+
+
+def log_file_opts(group):
+    """``-log_file`` and ``-log_file_level``, as every command has them."""
+    add(group, "log_file", default="", help="Also write the log to this file")
+    add(group, "log_file_level", type=log_level, default=0,
+        help="The least level the log file records (CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET or "
+             "50 ... 0); the log records INFO and above")
 
 
 def float_in(low, high, infinite=False):

@@ -1,5 +1,6 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import SEED, add, choice, compatibility_group, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, int_at_least,
+                                    log_file_opts, opennmt_py_1x_command)
 
 
 @opennmt_py_1x_command("preprocess")
@@ -33,6 +34,9 @@ def preprocess_opts(parser):
     add(group, "tgt_words_min_frequency", type=int_at_least(0), default=0,
         help="Keep target words seen at least this often")
     add(group, "share_vocab", action="store_true", help="One vocabulary for source and target")
+    add(group, "vocab_size_multiple", type=int_at_least(1), default=1,
+        help="Pad each vocabulary with unused words (averyunlikelytokenN, as 1.x) to a multiple of this "
+             "size, specials included (matrix products of such sizes can be faster on some hardware)")
     add(group, "dynamic_dict", action="store_true",
         help="Store the per-example source vocabulary and alignment that copy attention needs")
 
@@ -55,4 +59,4 @@ def preprocess_opts(parser):
     add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")
     add(group, "report_every", type=int_at_least(1), default=100000,
         help="Log progress every this many lines read")
-    add(group, "log_file", default="", help="Also write the log to this file")
+    log_file_opts(group)

@@ -1,5 +1,6 @@
 """Options of onmt_lite_train (besides the model options)."""
-from onmt_lite.opts.parser import SEED, add, choice, float_in, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float_in, int_at_least, log_file_opts,
+                                    opennmt_py_1x_command)
 
 
 def _general_opts(parser):
@@ -22,7 +23,12 @@ def _general_opts(parser):
         help="torch.distributed backend (auto: nccl on CUDA devices, gloo on CPUs)")
     add(group, "master_ip", default="localhost", help="Address where the processes of -world_size meet")
     add(group, "master_port", type=int_at_least(1), default=10000, help="Port where the processes meet")
-    add(group, "log_file", default="", help="Also write the log to this file")
+    add(group, "gpu_verbose_level", type=int_at_least(0), default=0,
+        help="With several processes: 1 or more, every process logs (its rank first), not only rank 0")
+    add(compatibility_group(parser), "queue_size", type=int_at_least(1), default=40,
+        help="1.x's queue of batches that one producer process filled for the training processes; here "
+             "each process reads its own batches")
+    log_file_opts(group)
     add(group, "report_every", type=int_at_least(1), default=50, help="Log statistics every N steps")
     add(group, "tensorboard", action="store_true", help="Write scalars for TensorBoard (needs tensorboard)")
     add(group, "tensorboard_log_dir", default="runs/onmt", help="TensorBoard log directory")

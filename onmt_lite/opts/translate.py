@@ -1,7 +1,8 @@
 """Options of onmt_lite_translate."""
 import math
 
-from onmt_lite.opts.parser import SEED, add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float_in, int_at_least,
+                                    log_file_opts, opennmt_py_1x_command)
 
 
 def _model_and_data_opts(parser):
@@ -71,7 +72,7 @@ def _efficiency_and_logging_opts(parser):
     add(group, "attn_plot", default="",
         help="Write an attention heatmap PNG per input line into DIR (needs matplotlib)", metavar="DIR")
     add(group, "report_time", action="store_true", help="Log the time taken and the speed")
-    add(group, "log_file", default="", help="Also write the log to this file")
+    log_file_opts(group)
 
 
 @opennmt_py_1x_command("translate")

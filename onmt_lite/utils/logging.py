@@ -31,9 +31,10 @@ class JsonLines(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-def init_logger(log_file=None, level=logging.INFO, json_lines=False):
-    """(Re)configure the ``onmt_lite`` logger; returns it."""
-    fmt = JsonLines() if json_lines else logging.Formatter("[%(asctime)s %(levelname)s] %(message)s",
+def init_logger(log_file=None, level=logging.INFO, json_lines=False, file_level=logging.NOTSET, prefix=""):
+    """(Re)configure the ``onmt_lite`` logger; returns it. ``file_level``: the least level the log
+    file records (-log_file_level); ``prefix`` starts every message (another training process's rank)."""
+    fmt = JsonLines() if json_lines else logging.Formatter(f"[%(asctime)s %(levelname)s] {prefix}%(message)s",
                                                            "%Y-%m-%d %H:%M:%S")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
@@ -47,6 +48,7 @@ def init_logger(log_file=None, level=logging.INFO, json_lines=False):
         except OSError as err:
             raise UserError(f"-log_file {log_file}: cannot open ({err.strerror})") from None
         file_handler.setFormatter(fmt)
+        file_handler.setLevel(file_level)
         logger.addHandler(file_handler)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is dropped, not dumped
     logger.setLevel(level)

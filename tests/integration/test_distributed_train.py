@@ -144,3 +144,14 @@ def test_two_processes_on_g2p_follow_the_loss_curve_of_one_process_with_twice_th
         assert late[name] < 0.9 * curve[10], (name, curve)
     # and at the same pace: the mean cross-entropy of steps 60-100 within noise of each other
     assert abs(late["two"] - late["one"]) < 0.06 * late["one"], curves
+
+
+def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path):
+    command = [sys.executable, "-m", "onmt_lite.bin.train", "-data", data, "-save_model", str(tmp_path / "m"),
+               *map(str, MODEL), "-world_size", "2", "-master_port", str(free_port()), "-train_steps", "2"]
+    quiet = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    verbose = subprocess.run([*command, "-gpu_verbose_level", "1"], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and verbose.returncode == 0, verbose.stderr
+    assert "rank 1: " not in quiet.stderr
+    assert any("rank 1: model: " in line and "parameters" in line for line in verbose.stderr.splitlines())
+    assert not any("rank 1: Step" in line for line in verbose.stderr.splitlines())  # steps: rank 0's report

@@ -166,3 +166,30 @@ def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_not
     for path in stale:
         assert not path.exists() and f"removed {path}, left by an interrupted preprocess" in result.stderr
     assert sorted(os.listdir(out)) == sorted([p.name for p in kept] + ["d.train.1.pt", "d.vocab.pt"])
+
+
+@pytest.mark.parametrize("level,file_has_info", [("WARNING", False), ("INFO", True), ("20", True), ("ERROR", False)])
+def test_log_file_level_filters_the_log_file_not_the_console(corpus, level, file_has_info):
+    """1.x's -log_file_level: the least level the log file records; the console still logs INFO."""
+    src, tgt, out = corpus
+    log = out / "preprocess.log"
+    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-valid_src", src, "-valid_tgt", tgt,
+                     "-save_data", out / "d", "-log_file", log, "-log_file_level", level)
+    assert result.returncode == 0, result.stderr
+    assert " INFO] " in result.stderr
+    written = log.read_text(encoding="utf-8")
+    assert (" INFO] " in written) == file_has_info and ("pairs read" in written) == file_has_info
+
+
+def test_vocab_size_multiple_pads_both_vocabularies_and_keeps_their_words(tmp_path):
+    for name in ("plain", "padded", "shared"):
+        (tmp_path / name).mkdir()
+    plain = load(preprocess_in_process(str(tmp_path / "plain"), "-src_vocab_size", 9) + ".vocab.pt")
+    padded = load(preprocess_in_process(str(tmp_path / "padded"), "-src_vocab_size", 9, "-vocab_size_multiple", 8)
+                  + ".vocab.pt")
+    for side in ("src", "tgt"):
+        assert len(padded[side]) % 8 == 0 and len(padded[side]) - len(plain[side]) < 8
+        assert padded[side][:len(plain[side])] == plain[side]
+    shared = load(preprocess_in_process(str(tmp_path / "shared"), "-share_vocab", "-vocab_size_multiple", 16)
+                  + ".vocab.pt")
+    assert shared["src"] == shared["tgt"] and len(shared["src"]) % 16 == 0

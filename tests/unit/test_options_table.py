@@ -120,8 +120,8 @@ def test_same_and_changed_options_are_accepted(table, reference, command, tmp_pa
         except SystemExit:
             failures.append((name, values, capsys.readouterr().err.strip()))
             continue
-        if action.nargs == 0:
-            assert getattr(opt, action.dest) is True, name
+        if action.nargs == 0:  # a switch: True, or its constant (-brnn: encoder_type brnn)
+            assert getattr(opt, action.dest) == action.const and action.const is not None, name
         elif name != "config":
             assert getattr(opt, action.dest) is not None, name
     assert not failures

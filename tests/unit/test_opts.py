@@ -159,7 +159,7 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
 
 @pytest.mark.parametrize("groups,expected", [
     ("preprocess", {"data_type"}),
-    ("train", {"model_type", "global_attention_function", "generator_function"}),
+    ("train", {"model_type", "global_attention_function", "generator_function", "queue_size"}),
     ("translate", {"data_type", "dynamic_dict", "share_vocab"})])
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
@@ -264,3 +264,45 @@ def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_er
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the path of a file"]
     assert list((tmp_path / "dir").iterdir()) == [] and list(tmp_path.glob(".*.tmp")) == []
+
+
+@pytest.mark.parametrize("value", ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET", "50", "30", "0"])
+def test_log_file_level_takes_1x_names_and_numbers(value):
+    """The level is logging's number for the name (1.x's StoreLoggingLevelAction), the number itself."""
+    import logging
+
+    opt = parse(build_parser("p", [config_opts, preprocess_opts]),
+                ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value])
+    expected = int(value) if value.isdigit() else getattr(logging, value)
+    assert opt.log_file_level == expected
+
+
+@pytest.mark.parametrize("value", ["verbose", "25", "info"])
+def test_log_file_level_refuses_other_values(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(build_parser("p", [config_opts, preprocess_opts]),
+              ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value])
+    assert exit_info.value.code == 2
+    assert f"invalid level '{value}'" in capsys.readouterr().err
+
+
+def test_brnn_is_encoder_type_brnn_and_builds_a_bidirectional_encoder():
+    from onmt_lite.models.builder import build_model
+    from tests.model_helpers import VOCABS, model_options
+
+    assert model_options("-brnn").encoder_type == "brnn"
+    assert model_options().encoder_type == "rnn"
+    assert model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"  # the last wins
+    assert build_model(model_options("-brnn"), VOCABS).encoder.rnn.bidirectional
+    assert not build_model(model_options(), VOCABS).encoder.rnn.bidirectional
+
+
+def test_queue_size_and_gpu_verbose_level_take_1x_values(capsys):
+    from onmt_lite.opts import model_opts, train_opts
+
+    opt = parse(build_parser("t", [config_opts, model_opts, train_opts]),
+                ["-data", "d", "-queue_size", "8", "-gpu_verbose_level", "1"])
+    assert (opt.queue_size, opt.gpu_verbose_level) == (8, 1)
+    with pytest.raises(SystemExit):
+        parse(build_parser("t", [config_opts, model_opts, train_opts]), ["-data", "d", "-queue_size", "0"])
+    assert "-queue_size" in capsys.readouterr().err

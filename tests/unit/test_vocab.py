@@ -46,3 +46,13 @@ def test_plain_round_trip_and_rejects_foreign_lists():
     assert Vocab.from_plain(vocab.to_plain()) == vocab
     with pytest.raises(UserError):
         Vocab.from_plain(["a", "b"] + list(SPECIALS))
+
+
+@pytest.mark.parametrize("words,multiple,size", [(5, 8, 16), (4, 8, 8), (0, 3, 6), (7, 1, 11)])
+def test_padding_to_a_multiple_appends_1x_filler_words_and_keeps_the_ids(words, multiple, size):
+    vocab = Vocab([f"w{i}" for i in range(words)])
+    padded = vocab.padded_to_multiple(multiple)
+    assert len(padded.itos) == size and len(padded.itos) % multiple == 0
+    assert padded.itos[:len(vocab.itos)] == vocab.itos  # every id means what it meant
+    assert padded.itos[len(vocab.itos):] == [f"averyunlikelytoken{i}" for i in range(size - len(vocab.itos))]
+    assert (padded is vocab) == (size == len(vocab.itos))
