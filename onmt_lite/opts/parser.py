@@ -41,13 +41,11 @@ UNSUPPORTED_OPTIONS = {
         ["subword_prefix", "subword_prefix_is_joiner"],
         "these build the word-start masks of source noising (BART-style), which is not supported"),
     "epochs": "deprecated in 1.x; use -train_steps",
-    "single_pass": "a single pass over the data is not supported; training runs for -train_steps steps",
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dropout_steps": "dropout is fixed during training (one -dropout value)",
     "dump_beam": "beam dumps are not supported",
     "fp32": "translation runs in the model's precision (no forced float32)",
-    "max_sent_length": "deprecated in 1.x; use -max_length",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],

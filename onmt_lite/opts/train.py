@@ -37,6 +37,9 @@ def _general_opts(parser):
 def _batches_and_steps_opts(parser):
     group = parser.add_argument_group("Batches and steps")
     add(group, "train_steps", type=int_at_least(1), default=100000, help="Total training steps (absolute)")
+    add(group, "single_pass", action="store_true",
+        help="Stop after one pass over the training data (or at -train_steps, if sooner); the pass's last "
+             "step takes the batches left (with several processes, an incomplete last step is left out)")
     add(group, "batch_size", type=int_at_least(1), default=64, help="Sentences or tokens (-batch_type) a batch")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]),
         help="Count -batch_size in sentences or padded tokens")

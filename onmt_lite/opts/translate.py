@@ -31,6 +31,8 @@ def _search_opts(parser):
     add(group, "n_best", type=int_at_least(1), default=1, help="Output the N best translations of each line")
     add(group, "min_length", type=int_at_least(0), default=0, help="Minimum output length (tokens)")
     add(group, "max_length", type=int_at_least(1), default=100, help="Maximum output length (tokens)")
+    group.add_argument("-max_sent_length", "--max_sent_length", dest="max_length", type=int_at_least(1), default=100,
+                       help="The same as -max_length (deprecated in OpenNMT-py 1.x)")
     add(group, "ratio", type=float_in(0, float("inf"), infinite=True), default=0.0,
         help="Also end hypotheses at RATIO times the source length (0: off)")
     add(group, "length_penalty", default="none", type=choice("length_penalty", ["none", "wu", "avg"]),

@@ -23,6 +23,7 @@ validates and writes checkpoints; its decisions (stop early, the plateau schedul
 stop signal reach every process, so they all stop at the same step.
 """
 import datetime
+import itertools
 import logging
 import os
 import signal
@@ -105,10 +106,15 @@ class Distributed:
 
 def step_share(batches, accum_count, dist_context):
     """This process's ``accum_count`` batches of the next step: every process draws the step's
-    ``accum_count x world_size`` batches from the same stream and keeps its own slice."""
+    ``accum_count x world_size`` batches from the same stream and keeps its own slice. When the
+    stream ends (-single_pass): the batches left (one process), or None when none are left or, with
+    several processes, fewer than a whole step (every process sees the same count)."""
+    wanted = accum_count * (1 if dist_context is None else dist_context.world_size)
+    drawn = list(itertools.islice(batches, wanted))
+    if not drawn or (dist_context is not None and len(drawn) < wanted):
+        return None
     if dist_context is None:
-        return [next(batches) for _ in range(accum_count)]
-    drawn = [next(batches) for _ in range(accum_count * dist_context.world_size)]
+        return drawn
     return drawn[dist_context.rank * accum_count: (dist_context.rank + 1) * accum_count]
 
 

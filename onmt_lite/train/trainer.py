@@ -150,11 +150,15 @@ class TrainingRun:
 
     def _run(self, train_iter, step, signals):
         opt, batches = self.opt, iter(train_iter)
-        report_stats = Statistics()
+        report_stats, saved = Statistics(), step
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
+            share = step_share(batches, opt.accum_count, self.dist)
+            if share is None:  # -single_pass: the data has ended
+                self._end_of_pass(step, saved)
+                break
             try:
-                stats = self.trainer.train_step(step_share(batches, opt.accum_count, self.dist))
+                stats = self.trainer.train_step(share)
             except NonFiniteError as err:
                 last = self._last_checkpoint() or opt.train_from or "none was written"
                 raise UserError(f"step {step + 1}: {err}; training stopped without applying this step "
@@ -175,6 +179,7 @@ class TrainingRun:
                 self._check_weights(step)
             if save and self.is_main:
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
+            saved = step if save else saved
             if received:
                 name = signal.Signals(received).name
                 raise Stopped(f"stopped by {name} at step {step}; resume with -train_from "
@@ -183,6 +188,14 @@ class TrainingRun:
                 logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
                 break
         return step
+
+    def _end_of_pass(self, step, saved):
+        """-single_pass: the training data has ended at ``step``: save it unless just saved."""
+        if self.is_main:
+            logger.info(f"one pass over the training data ends at step {step} (-single_pass)")
+            if saved != step:
+                self._check_weights(step)
+                logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
 
     def _check_weights(self, step):
         """A UserError if a weight is NaN or infinite (a learning rate or an update out of float

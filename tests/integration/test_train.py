@@ -186,3 +186,23 @@ def test_keep_checkpoint_counts_the_checkpoints_of_earlier_runs_after_a_resume(d
     train_in_process(data["plain"], prefix, *args, "-train_steps", 8, "-train_from", f"{prefix}_step_6.pt")
     assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".pt")) == \
         ["m_best.pt", "m_step_6.pt", "m_step_7.pt", "m_step_8.pt"]
+
+
+@pytest.mark.parametrize("accum", [1, 3])
+def test_single_pass_stops_after_one_pass_over_the_training_data(data, tmp_path, accum):
+    """As many steps as the batches of one epoch (counted by a BatchIterator that does not repeat),
+    the last step taking those left; the last step is saved."""
+    import math
+
+    from onmt_lite.data.iterator import BatchIterator
+    from onmt_lite.data.shards import shard_paths
+
+    batches = sum(1 for _ in BatchIterator(shard_paths(data["plain"], "train"), 8, "sents", 8192, shuffle=True,
+                                           seed=1))
+    prefix = str(tmp_path / "m")
+    _, lines = train_in_process(data["plain"], prefix, *TINY_MODEL, "-seed", 1, "-single_pass", "-accum_count", accum,
+                                "-train_steps", 100000, "-report_every", 1, "-save_checkpoint_steps", 100000)
+    steps = math.ceil(batches / accum)
+    assert sorted(step_losses(lines)) == list(range(1, steps + 1))
+    assert any(f"one pass over the training data ends at step {steps}" in line for line in lines)
+    assert load_checkpoint(f"{prefix}_step_{steps}.pt")["step"] == steps

@@ -306,3 +306,13 @@ def test_queue_size_and_gpu_verbose_level_take_1x_values(capsys):
     with pytest.raises(SystemExit):
         parse(build_parser("t", [config_opts, model_opts, train_opts]), ["-data", "d", "-queue_size", "0"])
     assert "-queue_size" in capsys.readouterr().err
+
+
+def test_max_sent_length_is_max_length():
+    from onmt_lite.opts import translate_opts
+
+    def max_length(*args):
+        opt = parse(build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s", *args])
+        return opt.max_length
+
+    assert max_length("-max_sent_length", "7") == 7 and max_length("-max_length", "9") == 9 and max_length() == 100
