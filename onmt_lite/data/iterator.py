@@ -16,17 +16,24 @@ def padded_size(n_examples, max_src, max_tgt, batch_type):
     return n_examples * max(max_src, max_tgt + 2)
 
 
-def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type):
+def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type, multiple=1):
     """Cut the example positions ``order`` into consecutive groups of at most ``batch_size``.
 
-    An example larger than ``batch_size`` on its own makes a batch of one.
+    An example larger than ``batch_size`` on its own makes a batch of one. With ``multiple``
+    (-batch_size_multiple), a full batch of more than ``multiple`` examples keeps a multiple of them
+    and hands the rest to the next batch (1.x's rule, but a batch that cannot hold ``multiple``
+    examples stays as it is: 1.x dropped such examples).
     """
     batches, current, max_src, max_tgt = [], [], 0, 0
     for i in order:
         new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
-        if current and padded_size(len(current) + 1, new_src, new_tgt, batch_type) > batch_size:
-            batches.append(current)
-            current, new_src, new_tgt = [], src_lengths[i], tgt_lengths[i]
+        while current and padded_size(len(current) + 1, new_src, new_tgt, batch_type) > batch_size:
+            rest = len(current) % multiple if len(current) > multiple else 0
+            batches.append(current[:len(current) - rest])
+            current = current[len(current) - rest:]
+            max_src = max((src_lengths[j] for j in current), default=0)
+            max_tgt = max((tgt_lengths[j] for j in current), default=0)
+            new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
         current.append(i)
         max_src, max_tgt = new_src, new_tgt
     if current:
@@ -34,7 +41,7 @@ def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type):
     return batches
 
 
-def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor, rng=None):
+def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor, rng=None, multiple=1):
     """Batches (lists of positions) of one shard, bucketed by length inside pools.
 
     Args:
@@ -43,6 +50,7 @@ def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor
             are sorted by (source, target) length before cutting, so batches have little padding.
         rng: a ``random.Random`` to shuffle the examples and the batches of each pool (training);
             None keeps the corpus order of the pools (validation, translation).
+        multiple: batches hold a multiple of this many examples where they can (``cut_batches``).
     """
     order = list(range(len(src_lengths)))
     if rng is not None:
@@ -50,7 +58,7 @@ def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor
     batches = []
     for pool in cut_batches(order, src_lengths, tgt_lengths, batch_size * pool_factor, batch_type):
         pool.sort(key=lambda i: (src_lengths[i], tgt_lengths[i]))
-        pool_batches = cut_batches(pool, src_lengths, tgt_lengths, batch_size, batch_type)
+        pool_batches = cut_batches(pool, src_lengths, tgt_lengths, batch_size, batch_type, multiple)
         if rng is not None:
             rng.shuffle(pool_batches)
         batches.extend(pool_batches)
@@ -66,11 +74,12 @@ class BatchIterator:
         shuffle: shuffle examples and batches (with ``seed``, per epoch and shard).
         repeat: start a new epoch after the last shard (training) instead of stopping.
         vocab: the vocab file's ``vocab_id``: every shard must hold ids of those vocabularies.
+        multiple: -batch_size_multiple (``cut_batches``).
     """
 
     def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False, vocab=None):
-        self.vocab = vocab
+                 seed=0, repeat=False, vocab=None, multiple=1):
+        self.vocab, self.multiple = vocab, multiple
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
         self.epoch, self.shard_index, self.batch_index = 0, 0, 0
@@ -85,7 +94,7 @@ class BatchIterator:
     def _shard_batches(self, view):
         rng = random.Random(f"{self.seed}/{self.epoch}/{self.shard_index}") if self.shuffle else None
         return pooled_batches(view.src_lengths.tolist(), view.tgt_lengths.tolist(), self.batch_size,
-                              self.batch_type, self.pool_factor, rng)
+                              self.batch_type, self.pool_factor, rng, self.multiple)
 
     def __iter__(self):
         while True:

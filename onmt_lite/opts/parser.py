@@ -57,7 +57,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
-    "batch_size_multiple": "token batches are not rounded to a multiple (a setting for fp16 in 1.x)",
     "accum_steps": "-accum_count is one number; a schedule of it is not supported",
     "tgt_prefix": "decoding with a target prefix is not supported",
     "shard_size": "translation does not split -src into shards",

@@ -43,6 +43,8 @@ def _batches_and_steps_opts(parser):
     add(group, "batch_size", type=int_at_least(1), default=64, help="Sentences or tokens (-batch_type) a batch")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]),
         help="Count -batch_size in sentences or padded tokens")
+    add(group, "batch_size_multiple", type=int_at_least(1), default=1,
+        help="A batch holds a multiple of this many sentences where it can (the rest goes to the next batch)")
     add(group, "normalization", default="sents", type=choice("normalization", ["sents", "tokens"]),
         help="Divide the loss by the number of sentences or target tokens of the step")
     add(group, "pool_factor", type=int_at_least(1), default=8192,

@@ -142,7 +142,8 @@ def _train(opt, dist, held):
     optim.log_groups(logger.info)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
-                               seed=opt.seed, repeat=not opt.single_pass, vocab=record.get("vocab_id"))
+                               seed=opt.seed, repeat=not opt.single_pass, vocab=record.get("vocab_id"),
+                               multiple=opt.batch_size_multiple)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:
@@ -158,7 +159,7 @@ def _train(opt, dist, held):
 
     def valid_batches():
         return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor,
-                             vocab=record.get("vocab_id"))
+                             vocab=record.get("vocab_id"), multiple=opt.batch_size_multiple)
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")

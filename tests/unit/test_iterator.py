@@ -64,3 +64,42 @@ def test_resuming_from_a_saved_position_continues_exactly(shard_files):
     stream = iter(resumed)
     tail = [next(stream).indices.tolist() for _ in range(19)]
     assert head + tail == expected
+
+
+def batch_iter_1x(order, src_lengths, tgt_lengths, batch_size, batch_type, multiple):
+    """OpenNMT-py 1.x's ``batch_iter`` (onmt/inputters/inputter.py) written out, with this toolkit's
+    padded size; where 1.x would drop a batch that cannot hold ``multiple`` examples, it is kept."""
+    def size(batch):
+        return padded_size(len(batch), max(src_lengths[j] for j in batch), max(tgt_lengths[j] for j in batch),
+                           batch_type)
+
+    batches, minibatch = [], []
+    for i in order:
+        minibatch.append(i)
+        if size(minibatch) < batch_size:
+            continue
+        overflowed = 1 if size(minibatch) > batch_size else 0
+        if multiple > 1:
+            overflowed += (len(minibatch) - overflowed) % multiple
+        if overflowed == 0:
+            batches.append(minibatch)
+            minibatch = []
+        elif overflowed < len(minibatch):
+            batches.append(minibatch[:-overflowed])
+            minibatch = minibatch[-overflowed:]
+    if minibatch:
+        batches.append(minibatch)
+    return batches
+
+
+@pytest.mark.parametrize("batch_type,batch_size,multiple", [("sents", 10, 4), ("tokens", 200, 8), ("tokens", 64, 3),
+                                                            ("sents", 12, 1), ("tokens", 100, 1)])
+def test_batch_size_multiple_cuts_as_opennmt_py_1x(batch_type, batch_size, multiple):
+    rng = random.Random(batch_size + multiple)
+    src = [rng.randint(1, 12) for _ in range(500)]
+    tgt = [rng.randint(1, 12) for _ in range(500)]
+    order = sorted(range(500), key=lambda i: (src[i], tgt[i]))
+    ours = cut_batches(order, src, tgt, batch_size, batch_type, multiple)
+    assert ours == batch_iter_1x(order, src, tgt, batch_size, batch_type, multiple)
+    assert [i for b in ours for i in b] == order
+    assert sum(len(b) % multiple != 0 for b in ours[:-1]) == 0
