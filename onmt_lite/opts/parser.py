@@ -59,7 +59,6 @@ UNSUPPORTED_OPTIONS = {
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
     "accum_steps": "-accum_count is one number; a schedule of it is not supported",
     "tgt_prefix": "decoding with a target prefix is not supported",
-    "shard_size": "translation does not split -src into shards",
     **dict.fromkeys(
         ["report_align", "align_debug"],
         "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),

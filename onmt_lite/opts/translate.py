@@ -60,6 +60,9 @@ def _search_opts(parser):
 def _efficiency_and_logging_opts(parser):
     group = parser.add_argument_group("Efficiency and logging")
     add(group, "batch_size", type=int_at_least(1), default=30, help="Sentences or tokens a batch")
+    add(group, "shard_size", type=int_at_least(0), default=0,
+        help="Read, translate and write -src in pieces of N lines, never holding the whole file (0: all "
+             "at once); the output is the same")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]), help="sents or tokens")
     add(group, "gpu", type=int, default=-1, help="CUDA device (-1: CPU)")
     add(group, "threads", type=int_at_least(0), default=0,

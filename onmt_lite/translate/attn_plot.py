@@ -120,13 +120,13 @@ def plot_path(directory, line):
     return os.path.join(directory, f"{line:05d}.png")
 
 
-def write_attention_plots(results, directory):
-    """A PNG per translated line (``DIR/00001.png`` for line 1; empty lines get none); returns the
-    number written."""
-    lines = [i for i, result in enumerate(results, 1) if result.attention[0] is not None]
+def write_attention_plots(results, directory, first=1):
+    """A PNG per translated line (``DIR/00001.png`` for line 1; empty lines get none), the first
+    result being line ``first``; returns the number written."""
+    lines = [i for i, result in enumerate(results, first) if result.attention[0] is not None]
     with Progress(len(lines), "plots", "attn_plot") as progress:
         for line in lines:
-            result = results[line - 1]
+            result = results[line - first]
             plot_attention(result, plot_path(directory, line), (result.copy_attention or [None])[0],
                            (result.p_copy or [None])[0])
             progress.update(1)

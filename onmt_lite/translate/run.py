@@ -1,14 +1,21 @@
-"""translate(opt): what ``onmt_lite_translate`` does: read, translate, write, score."""
+"""translate(opt): what ``onmt_lite_translate`` does: read, translate, write, score.
+
+With ``-shard_size N`` the source (and ``-tgt``) is read, translated and written N lines at a time,
+so a huge file is never held whole; the output is the same (an example's translation does not
+depend on what it is decoded with).
+"""
 import gc
+import itertools
 import math
 import time
 
 import torch
 
+from onmt_lite.data.corpus import read_lines
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
-from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.translator import Translator
-from onmt_lite.utils.files import require_file_path, write_text
+from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import require_file_path, text_writer
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.metrics import corpus_scores
 from onmt_lite.utils.progress import Progress
@@ -19,8 +26,28 @@ def log_scores(name, total, words):
     logger.info(f"{name} AVG SCORE: {average:.4f}, {name} PPL: {math.exp(min(-average, 100)):.4f}")
 
 
+def pieces(src, tgt, size):
+    """Yield ``(first line index, sources, targets or None)`` of ``size`` lines at a time (0: all at
+    once); a UserError when -src and -tgt have different line counts."""
+    sources = (text for _, text in read_lines(src))
+    targets = (text for _, text in read_lines(tgt)) if tgt else None
+    first = 0
+    while True:
+        piece = list(itertools.islice(sources, size or None))
+        piece_targets = list(itertools.islice(targets, len(piece))) if targets is not None else None
+        if piece_targets is not None and len(piece_targets) < len(piece):
+            raise UserError(f"-src has {first + len(piece) + sum(1 for _ in sources)} lines but -tgt has "
+                            f"{first + len(piece_targets)}")
+        if not piece:
+            if targets is not None and next(targets, None) is not None:
+                raise UserError(f"-src has {first} lines but -tgt has {first + 1 + sum(1 for _ in targets)}")
+            return
+        yield first, piece, piece_targets
+        first += len(piece)
+
+
 def translate(opt):
-    """Translate ``opt.src`` into ``opt.output``; returns the list of Results."""
+    """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
     output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
     require_file_path(output, "-output")  # before any work: not a directory, in one that exists
     if opt.attn_plot:
@@ -28,46 +55,67 @@ def translate(opt):
     torch.manual_seed(opt.seed)
     if opt.threads:
         torch.set_num_threads(opt.threads)
-    sources = read_file_lines(opt.src)
-    targets = read_file_lines(opt.tgt) if opt.tgt else None
+    total = sum(1 for _ in read_lines(opt.src))
     translator = Translator.from_opt(opt)
+    summary = Summary(opt)
     # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
     # frozen, Python's cycle collector does not walk it again and again meanwhile
     gc.freeze()
-    start = time.time()
     try:
-        with Progress(len(sources), "lines", "translate") as progress:
-            results = translator.translate(sources, targets, progress.update)
+        with text_writer(output) as write, Progress(total, "lines", "translate") as progress:
+            for first, sources, targets in pieces(opt.src, opt.tgt, opt.shard_size):
+                start = time.time()
+                results = translator.translate(sources, targets, progress.update)
+                summary.elapsed += time.time() - start
+                write("".join(h + "\n" for r in results for h in r.hypotheses))
+                if opt.attn_plot:
+                    write_attention_plots(results, opt.attn_plot, first + 1)
+                summary.add(results, targets, first)
     finally:
         gc.unfreeze()
-    elapsed = time.time() - start
-    write_text(output, "".join(h + "\n" for r in results for h in r.hypotheses))
-    if opt.attn_plot:
-        write_attention_plots(results, opt.attn_plot)
-    report(opt, results, sources, targets, elapsed)
-    return results
+    summary.log()
+    return summary
 
 
-def report(opt, results, sources, targets, elapsed):
-    translated = [r for r in results if r.source]  # empty lines are not decoded
-    pred_total = sum(r.log_probs[0] for r in translated)
-    pred_words = sum(len(r.tokens[0]) + 1 for r in translated)  # words and </s>
-    for i, result in enumerate(results):
-        if opt.verbose:
-            logger.info(f"SENT {i + 1}: {result.source}")
-            for hyp, score in zip(result.hypotheses, result.scores):
-                logger.info(f"PRED {i + 1}: {hyp}\nPRED SCORE: {score:.4f}")
-            if result.gold_score is not None:
-                logger.info(f"GOLD {i + 1}: {targets[i].strip()}\nGOLD SCORE: {result.gold_score:.4f}")
-        if opt.attn_debug and result.attention[0] is not None:
-            rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row[: len(result.source)].tolist())
-                             for w, row in zip(result.tokens[0] + ["</s>"], result.attention[0]))
-            logger.info(f"ATTENTION {i + 1} ({' '.join(result.source)}):\n{rows}")
-    log_scores("PRED", pred_total, pred_words)
-    if targets is not None:
-        log_scores("GOLD", sum(r.gold_score or 0.0 for r in results), sum(r.gold_words for r in results))
-        scores = corpus_scores(("BLEU", "chrF"), [r.hypotheses[0] for r in results], [[t.strip() for t in targets]])
-        logger.info("; ".join(str(score) for score in scores))
-    if opt.report_time:
-        logger.info(f"translated {len(results)} lines in {elapsed:.2f} s: {len(results) / max(elapsed, 1e-9):.1f} "
-                    f"sentences/s, {pred_words / max(elapsed, 1e-9):.1f} tokens/s")
+class Summary:
+    """What the command logs of its translations, gathered piece by piece: per-line logs as they
+    come (-verbose, -attn_debug), then the scores, BLEU and chrF against -tgt, and the speed."""
+
+    def __init__(self, opt):
+        self.opt, self.elapsed, self.lines = opt, 0.0, 0
+        self.pred_total, self.gold_total, self.pred_words, self.gold_words = 0.0, 0.0, 0, 0
+        self.hypotheses, self.references = [], []
+
+    def add(self, results, targets, first):
+        opt = self.opt
+        for i, result in enumerate(results, first + 1):
+            if result.source:  # empty lines are not decoded
+                self.pred_total += result.log_probs[0]
+                self.pred_words += len(result.tokens[0]) + 1  # words and </s>
+            if opt.verbose:
+                logger.info(f"SENT {i}: {result.source}")
+                for hyp, score in zip(result.hypotheses, result.scores):
+                    logger.info(f"PRED {i}: {hyp}\nPRED SCORE: {score:.4f}")
+                if result.gold_score is not None:
+                    logger.info(f"GOLD {i}: {targets[i - first - 1].strip()}\nGOLD SCORE: {result.gold_score:.4f}")
+            if opt.attn_debug and result.attention[0] is not None:
+                rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row[: len(result.source)].tolist())
+                                 for w, row in zip(result.tokens[0] + ["</s>"], result.attention[0]))
+                logger.info(f"ATTENTION {i} ({' '.join(result.source)}):\n{rows}")
+        self.lines += len(results)
+        if targets is not None:
+            self.gold_total += sum(r.gold_score or 0.0 for r in results)
+            self.gold_words += sum(r.gold_words for r in results)
+            self.hypotheses += [r.hypotheses[0] for r in results]
+            self.references += [t.strip() for t in targets]
+
+    def log(self):
+        log_scores("PRED", self.pred_total, self.pred_words)
+        if self.opt.tgt:
+            log_scores("GOLD", self.gold_total, self.gold_words)
+            scores = corpus_scores(("BLEU", "chrF"), self.hypotheses, [self.references])
+            logger.info("; ".join(str(score) for score in scores))
+        if self.opt.report_time:
+            elapsed = max(self.elapsed, 1e-9)
+            logger.info(f"translated {self.lines} lines in {self.elapsed:.2f} s: {self.lines / elapsed:.1f} "
+                        f"sentences/s, {self.pred_words / elapsed:.1f} tokens/s")

@@ -275,6 +275,52 @@ def write_text(path, text):
     write_bytes(text.encode("utf-8"), path)
 
 
+@contextlib.contextmanager
+def text_writer(path):
+    """Yield ``write(text)``, which writes UTF-8 text to ``path`` piece by piece, as ``write_bytes``
+    writes it whole: into a temporary file renamed onto ``path`` (or its link's target) when the
+    block ends without an error, or straight into a device, a FIFO or an open file descriptor."""
+    kind, where = _destination(path)
+
+    def writer(f):
+        def write(text):
+            data = memoryview(text.encode("utf-8"))
+            try:
+                while data:  # an unbuffered write may write part (a file size limit): the next one fails
+                    data = data[f.write(data):]
+            except OSError as err:
+                raise UserError(f"{path}: cannot write ({err.strerror})") from None
+        return write
+
+    if kind == "atomic":
+        with atomic_path(where) as tmp:
+            try:
+                f = open(tmp, "wb", buffering=0)  # unbuffered: a failed write fails there, not again at close
+            except OSError as err:
+                raise UserError(f"{path}: cannot write ({err.strerror})") from None
+            with f:
+                yield writer(f)
+                _write_file_end(f, path)
+        return
+    if kind == "descriptor" and where in (1, 2):
+        getattr(sys, "stdout" if where == 1 else "stderr").flush()
+    try:
+        f = os.fdopen(os.dup(where), "wb", buffering=0) if kind == "descriptor" else open(where, "wb", buffering=0)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
+    with f:
+        yield writer(f)
+
+
+def _write_file_end(f, final):
+    """Flush ``f`` to disk; a UserError naming ``final`` on failure."""
+    try:
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as err:
+        raise UserError(f"{final}: cannot write ({err.strerror})") from None
+
+
 class StagedOutputs:
     """Files written under temporary names and renamed together by ``commit()``.
 

@@ -265,3 +265,42 @@ def test_bad_input_is_refused_with_one_line(models, tmp_path):
                                                     "-random_sampling_topk", 5))
     assert "vocabularies differ" in error_of(run_cli("translate", "-model", m["model"], models["copy"]["model"], *base))
     assert not os.path.exists(tmp_path / "o.txt")
+
+
+def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(models, tmp_path, monkeypatch):
+    """-shard_size 7 on 40 lines: the translator sees pieces of at most 7 lines, and the output file,
+    the scores, BLEU and the numbering of -verbose's lines are those of the whole file at once."""
+    from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
+    from onmt_lite.translate import run
+
+    m = models["plain"]
+    runs = {}
+    for size in (0, 7):
+        out = tmp_path / f"out{size}.txt"
+        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-tgt", m["tgt"], "-output", out,
+                         "-shard_size", size, "-verbose")
+        assert result.returncode == 0, result.stderr
+        logged = [line.split("] ", 1)[-1] for line in result.stderr.splitlines()
+                  if "SCORE" in line or "BLEU" in line or line.startswith("[") and "SENT " in line]
+        runs[size] = (out.read_text(encoding="utf-8"), logged)
+    assert runs[7] == runs[0] and len(runs[0][0].splitlines()) == 40
+    assert any(line.startswith("SENT 40: ") for line in runs[7][1])
+    seen = []
+    translate = Translator.translate
+    monkeypatch.setattr(Translator, "translate", lambda self, sources, *rest: seen.append(len(sources)) or
+                        translate(self, sources, *rest))
+    opt = parse(build_parser("t", [config_opts, translate_opts]), [
+        "-model", m["model"], "-src", m["src"], "-output", str(tmp_path / "in_process.txt"), "-shard_size", "7"])
+    run.translate(opt)
+    assert seen == [7, 7, 7, 7, 7, 5]
+
+
+@pytest.mark.parametrize("shard_size", [0, 7])
+def test_a_target_file_of_another_length_is_refused_with_both_counts(models, tmp_path, shard_size):
+    m = models["plain"]
+    short = write_lines(tmp_path / "short.txt", lines(m["tgt"])[:39])
+    out = tmp_path / "out.txt"
+    result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-tgt", short, "-output", out,
+                     "-shard_size", shard_size)
+    assert result.returncode == 2 and "-src has 40 lines but -tgt has 39" in result.stderr.splitlines()[-1]
+    assert not out.exists()
