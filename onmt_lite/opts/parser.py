@@ -45,7 +45,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dropout_steps": "dropout is fixed during training (one -dropout value)",
     "dump_beam": "beam dumps are not supported",
-    "fp32": "translation runs in the model's precision (no forced float32)",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],

@@ -19,6 +19,9 @@ def _model_and_data_opts(parser):
     add(compatibility, "data_type", default="text", type=choice(
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
+    add(compatibility, "fp32", action="store_true",
+        help="Not needed: translation computes in float32 whatever precision the model was trained in "
+             "(1.x: turned an fp16 model back to float32)")
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(compatibility, name, action="store_true",
             help="Not needed: copy models build each line's source vocabulary themselves and the "

@@ -304,3 +304,15 @@ def test_a_target_file_of_another_length_is_refused_with_both_counts(models, tmp
                      "-shard_size", shard_size)
     assert result.returncode == 2 and "-src has 40 lines but -tgt has 39" in result.stderr.splitlines()[-1]
     assert not out.exists()
+
+
+def test_fp32_is_accepted_and_changes_nothing(models, tmp_path):
+    """1.x's -fp32 turned an fp16 model back to float32; onmt_lite decodes in float32 anyway."""
+    m = models["plain"]
+    outputs = []
+    for extra in ([], ["-fp32"]):
+        out = tmp_path / f"out{len(extra)}.txt"
+        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", out, *extra)
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 40

@@ -160,7 +160,7 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
 @pytest.mark.parametrize("groups,expected", [
     ("preprocess", {"data_type"}),
     ("train", {"model_type", "global_attention_function", "generator_function", "queue_size"}),
-    ("translate", {"data_type", "dynamic_dict", "share_vocab"})])
+    ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"})])
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
     from onmt_lite.opts import COMPATIBILITY_GROUP, model_opts, train_opts, translate_opts
