@@ -84,100 +84,112 @@ def _spaces(text):
     return head, text[len(head):][len(text[len(head):].rstrip()):]
 
 
-def create_app(registry, url_root="/translator", max_request_bytes=1_000_000, request_timeout=300.0,
-               debug=False):
-    """The Starlette application serving ``registry`` (a ModelRegistry) under ``url_root``."""
-    url_root = "/" + url_root.strip("/") if url_root.strip("/") else ""
+def endpoint(handler):
+    """An endpoint running ``handler(request, fields)`` for a JSON answer: errors become a JSON error
+    with their status; one log line a request, with the ``fields`` the handler filled in."""
+    async def wrapped(request):
+        start, status, fields, response = time.perf_counter(), 200, {}, None
+        try:
+            response = JSONResponse(await handler(request, fields))
+        except HTTPError as err:
+            status, fields["error"] = err.status, str(err)
+        except UnknownModel as err:
+            status, fields["error"] = 404, str(err)
+        except UserError as err:
+            status, fields["error"] = 400, str(err)
+        except ClientDisconnect:
+            status, fields["error"] = 499, "the client disconnected"
+            response = Response(status_code=499)
+        except Exception as err:  # a bug or a failed model: the client hears of it, the server goes on
+            logger.exception("internal error")
+            status, fields["error"] = 500, f"internal error: {type(err).__name__}: {err}"
+        if response is None:
+            response = JSONResponse({"status": "error", "error": fields["error"]}, status_code=status)
+        logger.info("request", extra={"fields": {"method": request.method, "path": request.url.path, "status": status,
+                                                 "ms": round(1000 * (time.perf_counter() - start), 1), **fields}})
+        return response
+    return wrapped
 
-    def endpoint(handler):
-        """Run ``handler(request)`` for a JSON answer; errors become a JSON error; one log line each."""
-        async def wrapped(request):
-            start, status, fields = time.perf_counter(), 200, {}
-            try:
-                out = await handler(request, fields)
-                response = JSONResponse(out)
-            except HTTPError as err:
-                status, fields["error"] = err.status, str(err)
-            except UnknownModel as err:
-                status, fields["error"] = 404, str(err)
-            except UserError as err:
-                status, fields["error"] = 400, str(err)
-            except ClientDisconnect:
-                status, fields["error"] = 499, "the client disconnected"
-                response = Response(status_code=499)
-            except Exception as err:  # a bug or a failed model: the client hears of it, the server goes on
-                logger.exception("internal error")
-                status, fields["error"] = 500, f"internal error: {type(err).__name__}: {err}"
-            if status != 200 and status != 499:
-                response = JSONResponse({"status": "error", "error": fields["error"]}, status_code=status)
-            logger.info("request", extra={"fields": {"method": request.method, "path": request.url.path,
-                                                     "status": status,
-                                                     "ms": round(1000 * (time.perf_counter() - start), 1),
-                                                     **fields}})
-            return response
-        return wrapped
 
-    async def translate(request, fields):
-        inputs = await read_json(request, max_request_bytes)
-        if debug:
+def answer(sources, results, n_best):
+    """1.x's answer: a list per n-best rank, each with an item per source, in order."""
+    out = []
+    for k in range(n_best):
+        rank = []
+        for source, result in zip(sources, results):
+            head, tail = _spaces(source)
+            rank.append({"src": source, "tgt": head + result.hypotheses[k] + tail, "n_best": n_best,
+                         "pred_score": result.scores[k]})
+        out.append(rank)
+    return out
+
+
+class Endpoints:
+    """The handlers of the endpoints, over a ModelRegistry (see ``create_app``)."""
+
+    def __init__(self, registry, max_request_bytes, request_timeout, debug):
+        self.registry, self.max_request_bytes = registry, max_request_bytes
+        self.request_timeout, self.debug = request_timeout, debug
+
+    async def translate(self, request, fields):
+        inputs = await read_json(request, self.max_request_bytes)
+        if self.debug:
             logger.info("translate request", extra={"fields": {"body": inputs}})
         model_id, sources = translation_inputs(inputs)
         fields.update(model_id=model_id, sentences=len(sources))
-        model = registry.get(model_id)
-        future = model.service.translate(sources)
+        model = self.registry.get(model_id)
         try:
-            results = await asyncio.wait_for(asyncio.wrap_future(future), request_timeout)
+            results = await asyncio.wait_for(asyncio.wrap_future(model.service.translate(sources)),
+                                             self.request_timeout)
         except asyncio.TimeoutError:
-            raise HTTPError(503, f"the translation took longer than {request_timeout:g} s "
+            raise HTTPError(503, f"the translation took longer than {self.request_timeout:g} s "
                                  f"(--request_timeout)") from None
-        n_best = model.spec.opt.n_best
-        out = []
-        for k in range(n_best):
-            rank = []
-            for source, result in zip(sources, results):
-                head, tail = _spaces(source)
-                rank.append({"src": source, "tgt": head + result.hypotheses[k] + tail, "n_best": n_best,
-                             "pred_score": result.scores[k]})
-            out.append(rank)
-        if debug:
+        out = answer(sources, results, model.spec.opt.n_best)
+        if self.debug:
             logger.info("translate response", extra={"fields": {"body": out}})
         return out
 
-    async def models(request, fields):
-        return [model.to_dict() for model in registry.models.values()]
+    async def models(self, request, fields):
+        return [model.to_dict() for model in self.registry.models.values()]
 
-    async def health(request, fields):
+    async def health(self, request, fields):
         return {"status": "ok"}
 
-    def control(action):
+    def control(self, action):
+        """The handler of ``action`` (unload, to_cpu, to_gpu) on the model of the path's id."""
         async def handler(request, fields):
-            model_id = request.path_params["model_id"]
-            fields["model_id"] = model_id
-            await asyncio.wrap_future(registry.get(model_id).service.control(action))
+            model_id = fields["model_id"] = request.path_params["model_id"]
+            await asyncio.wrap_future(self.registry.get(model_id).service.control(action))
             return {"status": "ok", "model_id": model_id}
         return handler
 
-    async def clone_model(request, fields):
-        model_id = request.path_params["model_id"]
-        data = await read_json(request, max_request_bytes)
+    async def clone_model(self, request, fields):
+        data = await read_json(request, self.max_request_bytes)
         if not isinstance(data, dict) or set(data) - {"opt", "timeout"}:
             raise HTTPError(400, "expected {\"opt\": {translation options}, \"timeout\": seconds}, both optional")
-        clone = await asyncio.to_thread(registry.clone, model_id, data.get("opt"), data.get("timeout", -1))
+        clone = await asyncio.to_thread(self.registry.clone, request.path_params["model_id"], data.get("opt"),
+                                        data.get("timeout", -1))
         await asyncio.wrap_future(clone.service.control("load"))
         fields["model_id"] = clone.spec.model_id
         return {"status": "ok", "model_id": clone.spec.model_id, "load_time": clone.load_time}
 
-    routes = [Route(f"{url_root}/translate", endpoint(translate), methods=["POST"]),
-              Route(f"{url_root}/models", endpoint(models), methods=["GET"]),
-              Route(f"{url_root}/health", endpoint(health), methods=["GET"]),
-              Route(f"{url_root}/clone_model/{{model_id:int}}", endpoint(clone_model), methods=["POST"])]
+
+async def not_found(request, exc):
+    status = getattr(exc, "status_code", 404)
+    message = "no such endpoint" if status == 404 else "method not allowed" if status == 405 else str(exc)
+    return JSONResponse({"status": "error", "error": f"{message}: {request.method} {request.url.path}"},
+                        status_code=status)
+
+
+def create_app(registry, url_root="/translator", max_request_bytes=1_000_000, request_timeout=300.0,
+               debug=False):
+    """The Starlette application serving ``registry`` (a ModelRegistry) under ``url_root``."""
+    root = "/" + url_root.strip("/") if url_root.strip("/") else ""
+    api = Endpoints(registry, max_request_bytes, request_timeout, debug)
+    routes = [Route(f"{root}/translate", endpoint(api.translate), methods=["POST"]),
+              Route(f"{root}/models", endpoint(api.models), methods=["GET"]),
+              Route(f"{root}/health", endpoint(api.health), methods=["GET"]),
+              Route(f"{root}/clone_model/{{model_id:int}}", endpoint(api.clone_model), methods=["POST"])]
     for action, name in (("unload", "unload_model"), ("to_cpu", "to_cpu"), ("to_gpu", "to_gpu")):
-        routes.append(Route(f"{url_root}/{name}/{{model_id:int}}", endpoint(control(action)), methods=["GET", "POST"]))
-
-    async def not_found(request, exc):
-        status = getattr(exc, "status_code", 404)
-        message = "no such endpoint" if status == 404 else "method not allowed" if status == 405 else str(exc)
-        return JSONResponse({"status": "error", "error": f"{message}: {request.method} {request.url.path}"},
-                            status_code=status)
-
+        routes.append(Route(f"{root}/{name}/{{model_id:int}}", endpoint(api.control(action)), methods=["GET", "POST"]))
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
