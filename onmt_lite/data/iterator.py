@@ -72,14 +72,15 @@ class BatchIterator:
         paths: shard files, read in this order.
         batch_size, batch_type ("sents" or "tokens"), pool_factor: as in ``pooled_batches``.
         shuffle: shuffle examples and batches (with ``seed``, per epoch and shard).
-        repeat: start a new epoch after the last shard (training) instead of stopping.
+        repeat: start a new epoch after the last shard (training) instead of stopping; ``epochs``
+            (-epochs), if not 0, stops after the epoch of that number.
         vocab: the vocab file's ``vocab_id``: every shard must hold ids of those vocabularies.
         multiple: -batch_size_multiple (``cut_batches``).
     """
 
     def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False, vocab=None, multiple=1):
-        self.vocab, self.multiple = vocab, multiple
+                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0):
+        self.vocab, self.multiple, self.epochs = vocab, multiple, epochs
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
         self.epoch, self.shard_index, self.batch_index = 0, 0, 0
@@ -106,7 +107,7 @@ class BatchIterator:
                     self.batch_index += 1
                     yield view.batch(ids)
                 self.shard_index, self.batch_index = self.shard_index + 1, 0
-            if not self.repeat:
+            if not self.repeat or (self.epochs and self.epoch + 1 >= self.epochs):
                 self.shard_index = 0
                 return
             self.epoch, self.shard_index = self.epoch + 1, 0

@@ -40,7 +40,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["subword_prefix", "subword_prefix_is_joiner"],
         "these build the word-start masks of source noising (BART-style), which is not supported"),
-    "epochs": "deprecated in 1.x; use -train_steps",
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dropout_steps": "dropout is fixed during training (one -dropout value)",

@@ -40,6 +40,9 @@ def _batches_and_steps_opts(parser):
     add(group, "single_pass", action="store_true",
         help="Stop after one pass over the training data (or at -train_steps, if sooner); the pass's last "
              "step takes the batches left (with several processes, an incomplete last step is left out)")
+    add(group, "epochs", type=int_at_least(0), default=0,
+        help="Stop after this many passes over the training data (or at -train_steps, if sooner), as "
+             "-single_pass does after one; 0: -train_steps decides")
     add(group, "batch_size", type=int_at_least(1), default=64, help="Sentences or tokens (-batch_type) a batch")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]),
         help="Count -batch_size in sentences or padded tokens")

@@ -143,7 +143,7 @@ def _train(opt, dist, held):
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
     train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
                                seed=opt.seed, repeat=not opt.single_pass, vocab=record.get("vocab_id"),
-                               multiple=opt.batch_size_multiple)
+                               multiple=opt.batch_size_multiple, epochs=opt.epochs)
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:

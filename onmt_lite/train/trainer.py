@@ -154,7 +154,7 @@ class TrainingRun:
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
             share = step_share(batches, opt.accum_count, self.dist)
-            if share is None:  # -single_pass: the data has ended
+            if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
                 break
             try:
@@ -190,9 +190,10 @@ class TrainingRun:
         return step
 
     def _end_of_pass(self, step, saved):
-        """-single_pass: the training data has ended at ``step``: save it unless just saved."""
+        """-single_pass or -epochs: the training data has ended at ``step``: save it unless just saved."""
         if self.is_main:
-            logger.info(f"one pass over the training data ends at step {step} (-single_pass)")
+            passes = self.opt.epochs if not self.opt.single_pass else 1
+            logger.info(f"{passes} pass(es) over the training data end at step {step} (-single_pass, -epochs)")
             if saved != step:
                 self._check_weights(step)
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")

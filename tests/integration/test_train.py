@@ -204,5 +204,22 @@ def test_single_pass_stops_after_one_pass_over_the_training_data(data, tmp_path,
                                 "-train_steps", 100000, "-report_every", 1, "-save_checkpoint_steps", 100000)
     steps = math.ceil(batches / accum)
     assert sorted(step_losses(lines)) == list(range(1, steps + 1))
-    assert any(f"one pass over the training data ends at step {steps}" in line for line in lines)
+    assert any(f"1 pass(es) over the training data end at step {steps}" in line for line in lines)
     assert load_checkpoint(f"{prefix}_step_{steps}.pt")["step"] == steps
+
+
+def test_epochs_stops_after_that_many_passes(data, tmp_path):
+    """-epochs 2: the batches of epochs 0 and 1 (each counted by a BatchIterator at that epoch)."""
+    from onmt_lite.data.iterator import BatchIterator
+    from onmt_lite.data.shards import shard_paths
+
+    def epoch_batches(epoch):
+        iterator = BatchIterator(shard_paths(data["plain"], "train"), 8, "sents", 8192, shuffle=True, seed=1)
+        iterator.epoch = epoch
+        return sum(1 for _ in iterator)
+
+    steps = epoch_batches(0) + epoch_batches(1)
+    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-seed", 1, "-epochs", 2,
+                                "-train_steps", 100000, "-report_every", 1, "-save_checkpoint_steps", 100000)
+    assert sorted(step_losses(lines)) == list(range(1, steps + 1))
+    assert any(f"2 pass(es) over the training data end at step {steps}" in line for line in lines)
