@@ -88,7 +88,6 @@ CHANGED = {
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
-    "accum_count": "one number (1.x takes a list that changes at the -accum_steps)",
     "dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
     "attention_dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",

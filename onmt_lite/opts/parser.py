@@ -55,7 +55,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
-    "accum_steps": "-accum_count is one number; a schedule of it is not supported",
     "tgt_prefix": "decoding with a target prefix is not supported",
     **dict.fromkeys(
         ["report_align", "align_debug"],

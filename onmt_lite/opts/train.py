@@ -52,8 +52,11 @@ def _batches_and_steps_opts(parser):
         help="Divide the loss by the number of sentences or target tokens of the step")
     add(group, "pool_factor", type=int_at_least(1), default=8192,
         help="Sort this many batches' worth of examples by length before cutting batches")
-    add(group, "accum_count", type=int_at_least(1), default=1,
-        help="Accumulate gradients over N batches before an optimizer step")
+    add(group, "accum_count", type=int_at_least(1), nargs="+", default=[1],
+        help="Accumulate gradients over N batches before an optimizer step; several values: a schedule, "
+             "with -accum_steps")
+    add(group, "accum_steps", type=int_at_least(0), nargs="+", default=[0],
+        help="The steps after which each -accum_count value applies (the first 0)")
     add(group, "max_generator_batches", type=int_at_least(0), default=32,
         help="Run generator and loss this many target positions at a time (0: all at once)")
     add(group, "truncated_decoder", type=int_at_least(0), default=0,

@@ -38,6 +38,25 @@ def normalization(batches, method):
     return sum(int((b.tgt[1:] != PAD_ID).sum()) for b in batches)
 
 
+def check_accumulation(counts, steps):
+    """-accum_count and -accum_steps must make a schedule: one step per count, from 0, increasing."""
+    if len(counts) != len(steps):
+        raise UserError(f"-accum_count has {len(counts)} value(s) but -accum_steps {len(steps)}: give a step for "
+                        f"each count")
+    if steps[0] != 0 or any(a >= b for a, b in zip(steps, steps[1:])):
+        raise UserError(f"-accum_steps {' '.join(map(str, steps))}: must start at 0 and increase")
+
+
+def accum_count_at(step, counts, steps):
+    """The batches of step number ``step`` (from 1): the count of the last -accum_steps entry that
+    ``step`` is past (OpenNMT-py 1.x's rule)."""
+    count = counts[0]
+    for value, start in zip(counts, steps):
+        if step > start:
+            count = value
+    return count
+
+
 class Trainer:
     """Runs training steps for a model.
 
@@ -66,7 +85,7 @@ class Trainer:
         accumulation, sharding, truncation, normalisation and precision."""
         return cls(model, loss_compute=build_loss_compute(model, tgt_vocab, opt),
                    valid_loss_compute=build_loss_compute(model, tgt_vocab, opt, train=False), optim=optim,
-                   device=device, accum_count=opt.accum_count, shard_size=opt.max_generator_batches,
+                   device=device, accum_count=opt.accum_count[0], shard_size=opt.max_generator_batches,
                    trunc_size=opt.truncated_decoder, norm_method=opt.normalization,
                    precision=Precision(opt.model_dtype, device), dist=dist)
 
@@ -153,7 +172,7 @@ class TrainingRun:
         report_stats, saved = Statistics(), step
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
-            share = step_share(batches, opt.accum_count, self.dist)
+            share = step_share(batches, accum_count_at(step + 1, opt.accum_count, opt.accum_steps), self.dist)
             if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
                 break

@@ -223,3 +223,12 @@ def test_epochs_stops_after_that_many_passes(data, tmp_path):
                                 "-train_steps", 100000, "-report_every", 1, "-save_checkpoint_steps", 100000)
     assert sorted(step_losses(lines)) == list(range(1, steps + 1))
     assert any(f"2 pass(es) over the training data end at step {steps}" in line for line in lines)
+
+
+def test_an_accumulation_schedule_takes_more_batches_a_step_after_its_steps(data, tmp_path):
+    """-accum_count 1 3 -accum_steps 0 2: steps 1-2 take a batch each, steps 3-4 three each: the
+    checkpoint's data position is 8 batches."""
+    prefix = str(tmp_path / "m")
+    train_in_process(data["plain"], prefix, *TINY_MODEL, "-seed", 1, "-accum_count", 1, 3, "-accum_steps", 0, 2,
+                     "-train_steps", 4)
+    assert load_checkpoint(f"{prefix}_step_4.pt")["data"]["batch"] == 8

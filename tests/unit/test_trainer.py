@@ -166,3 +166,24 @@ def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatc
     trainer, _ = make_trainer(accum=2, norm="tokens")
     trainer.train_step([make_batch(random_pairs(2, seed=1)), make_batch(random_pairs(3, seed=2))])
     assert read == [[False, False]]
+
+
+def test_the_accumulation_schedule_follows_opennmt_py_1x():
+    """1.x's _accum_count: the count of the last -accum_steps entry the step number is past."""
+    from onmt_lite.train.trainer import accum_count_at
+
+    counts, steps = [1, 2, 4], [0, 3, 6]
+    expected = {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 4, 100: 4}  # written out from the rule
+    assert {step: accum_count_at(step, counts, steps) for step in expected} == expected
+    assert [accum_count_at(step, [3], [0]) for step in (1, 2, 50)] == [3, 3, 3]
+
+
+@pytest.mark.parametrize("counts,steps,match", [([1, 2], [0], "-accum_count has 2 value"),
+                                                ([1, 2], [1, 5], "must start at 0"),
+                                                ([1, 2, 3], [0, 5, 5], "must start at 0 and increase")])
+def test_a_schedule_that_is_not_one_is_refused(counts, steps, match):
+    from onmt_lite.train.trainer import check_accumulation
+    from onmt_lite.utils.errors import UserError
+
+    with pytest.raises(UserError, match=match):
+        check_accumulation(counts, steps)
