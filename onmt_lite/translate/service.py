@@ -25,6 +25,7 @@ from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.search import Search
 from onmt_lite.translate.translator import Result
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.logging import logger
 
 ACTIONS = ("load", "unload", "to_cpu", "to_gpu")
 
@@ -79,7 +80,7 @@ class TranslationService:
             raise UserError(f"on_timeout must be to_cpu or unload (got {on_timeout!r})")
         self._load, self.gpu, self.max_tokens = load, gpu, max_tokens
         self.idle_timeout, self.on_timeout = idle_timeout, on_timeout
-        self.translator, self.device = None, None
+        self.translator, self._idled = None, False
         self._inbox = queue.Queue()  # jobs and controls, in arrival order
         self._ready = collections.deque()  # batches of accepted sentences not yet in the search
         self._lines = {}  # example index -> (job, line)
@@ -126,12 +127,14 @@ class TranslationService:
             item = self._held
             self._held = None
             if item is None:
-                try:
-                    wait = self.idle_timeout if self.loaded and self.idle_timeout >= 0 else None
-                    item = self._inbox.get(timeout=wait)
+                try:  # idle: wait for work, the timeout once after each piece of work
+                    timed = self.loaded and self.idle_timeout >= 0 and not self._idled
+                    item = self._inbox.get(timeout=self.idle_timeout if timed else None)
                 except queue.Empty:
-                    self._do(self.on_timeout)
+                    self._idled = True
+                    self._settle(concurrent.futures.Future(), self._do, self.on_timeout)  # errors: logged
                     continue
+            self._idled = False
             if item is _STOP:
                 self._stop()
                 return
@@ -163,17 +166,19 @@ class TranslationService:
 
     @staticmethod
     def _settle(future, function, *args):
+        """``future``'s result is ``function(*args)``, or its error (logged, too)."""
         if not future.set_running_or_notify_cancel():
             return
         try:
             future.set_result(function(*args))
         except Exception as err:
+            logger.warning(f"{function.__name__}{args}: {err}")
             future.set_exception(err)
 
     def _do(self, action):
         if action == "load":
             if self.translator is None:
-                self.translator, self.device = self._load(None), None
+                self.translator = self._load(None)
         elif action == "unload":
             self.translator = None
             self._release()

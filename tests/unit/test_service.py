@@ -112,3 +112,18 @@ def test_the_options_are_checked():
         TranslationService(lambda device: None, on_timeout="delete")
     with pytest.raises(ValueError, match="unknown action 'delete'"):
         TranslationService(lambda device: None).control("delete")
+
+
+def test_the_idle_action_runs_once_after_each_piece_of_work(load, monkeypatch):
+    """A CPU model told to move to the CPU after 0 idle seconds does it once, not in a loop."""
+    actions = []
+    do = TranslationService._do
+    monkeypatch.setattr(TranslationService, "_do", lambda self, action: actions.append(action) or do(self, action))
+    service = TranslationService(load, idle_timeout=0, on_timeout="to_cpu")
+    service.translate(["s1"]).result(timeout=60)
+    threading.Event().wait(0.3)
+    assert actions.count("to_cpu") == 1
+    service.translate(["s2"]).result(timeout=60)
+    threading.Event().wait(0.3)
+    assert actions.count("to_cpu") == 2 and service.loaded
+    service.close()
