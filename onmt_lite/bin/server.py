@@ -15,7 +15,7 @@ import socket
 from onmt_lite.opts.parser import OptionParser, add, float_in, int_at_least
 from onmt_lite.serve.config import read_config
 from onmt_lite.serve.models import ModelRegistry
-from onmt_lite.utils.errors import UserError, run_command
+from onmt_lite.utils.errors import UserError, run_command, set_debug
 from onmt_lite.utils.logging import init_logger, logger
 from onmt_lite.utils.memory import reuse_freed_memory
 
@@ -61,6 +61,7 @@ def main(args=None):
     opt, unknown = parser.parse_known_args(args)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    set_debug(opt.debug)
     init_logger(json_lines=True)
     reuse_freed_memory("cpu")
     import uvicorn  # here, not above: -h and option errors should not wait for it
