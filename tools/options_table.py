@@ -88,8 +88,6 @@ CHANGED = {
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
-    "dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
-    "attention_dropout": "one number (1.x takes a list that changes at the -dropout_steps)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
     "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "

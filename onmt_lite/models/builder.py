@@ -14,7 +14,8 @@ from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
-from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
+from onmt_lite.models.dropout import Dropout
+from onmt_lite.models.transformer import MultiHeadAttention, TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
@@ -83,7 +84,7 @@ def build_embeddings(opt, dims, vocabs):
     """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
     encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step and
     knows no positions (1.x gave every step of its translation position 0, unlike its training)."""
-    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout, position_encoding=opt.position_encoding)
+    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout[0], position_encoding=opt.position_encoding)
     tgt_positions = opt.position_encoding and opt.decoder_type == "transformer"
     if opt.share_embeddings:
         if opt.position_encoding and not tgt_positions:
@@ -95,30 +96,30 @@ def build_embeddings(opt, dims, vocabs):
         if dims.src_emb != dims.tgt_emb:
             raise UserError("-share_embeddings needs equal source and target word vector sizes")
         return src, src
-    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout, position_encoding=tgt_positions)
+    return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout[0], position_encoding=tgt_positions)
 
 
 def build_encoder(opt, dims, embeddings):
     """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean, TransformerEncoder for transformer."""
     if opt.encoder_type == "transformer":
         n_states = 2 if opt.rnn_type == "LSTM" else 1
-        return TransformerEncoder(dims.enc_layers, dims.enc_rnn, opt.heads, opt.transformer_ff, opt.dropout,
-                                  opt.attention_dropout, embeddings, opt.max_relative_positions,
+        return TransformerEncoder(dims.enc_layers, dims.enc_rnn, opt.heads, opt.transformer_ff, opt.dropout[0],
+                                  opt.attention_dropout[0], embeddings, opt.max_relative_positions,
                                   final_layers=(n_states, dims.dec_layers) if opt.decoder_type == "rnn" else None)
     bridge_layers = dims.dec_layers if opt.bridge else None
     if opt.encoder_type == "mean":
         return MeanEncoder(opt.rnn_type, dims.enc_layers, embeddings, bridge_layers=bridge_layers)
     return RNNEncoder(opt.rnn_type, opt.encoder_type == "brnn", dims.enc_layers, dims.enc_rnn,
-                      opt.dropout, embeddings, bridge_layers=bridge_layers)
+                      opt.dropout[0], embeddings, bridge_layers=bridge_layers)
 
 
 def build_decoder(opt, dims, embeddings):
     if opt.decoder_type == "transformer":
-        return TransformerDecoder(dims.dec_layers, dims.dec_rnn, opt.heads, opt.transformer_ff, opt.dropout,
-                                  opt.attention_dropout, embeddings, opt.max_relative_positions,
+        return TransformerDecoder(dims.dec_layers, dims.dec_rnn, opt.heads, opt.transformer_ff, opt.dropout[0],
+                                  opt.attention_dropout[0], embeddings, opt.max_relative_positions,
                                   copy_attn=opt.copy_attn)
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
-    return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout,
+    return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout[0],
                          embeddings, coverage_attn=opt.coverage_attn, copy_attn=opt.copy_attn,
                          reuse_copy_attn=opt.reuse_copy_attn, copy_attn_type=opt.copy_attn_type)
 
@@ -158,3 +159,15 @@ def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
         output_layer = generator.linear if opt.copy_attn else generator[0]
         output_layer.weight = tgt_emb.weight
     return model
+
+
+def set_dropout(model, p, attention_p):
+    """Set every dropout of ``model`` to ``p`` (-dropout) and the Transformer's attention dropout to
+    ``attention_p`` (-attention_dropout), as the model would have been built with them."""
+    for module in model.modules():
+        if isinstance(module, (nn.Dropout, Dropout)):
+            module.p = p
+        elif isinstance(module, nn.RNNBase) and module.num_layers > 1:
+            module.dropout = p  # between the layers
+        elif isinstance(module, MultiHeadAttention):
+            module.dropout_p = attention_p

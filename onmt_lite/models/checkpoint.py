@@ -205,11 +205,22 @@ def model_options(saved, path, onto=None, also=()):
         missing = [k for k in REQUIRED_OPTIONS if k not in saved]
         if missing:
             raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
-        return argparse.Namespace(**{**option_defaults([model_opts, train_opts]), **saved, "dropout": 0.0})
+        return _dropout_lists(argparse.Namespace(**{**option_defaults([model_opts, train_opts]), **saved,
+                                                    "dropout": [0.0]}))
     opt = argparse.Namespace(**vars(onto))
     for name in [*option_defaults([model_opts]), *also]:
         if name in saved:
             setattr(opt, name, saved[name])
+    return _dropout_lists(opt)
+
+
+def _dropout_lists(opt):
+    """``opt`` with -dropout and -attention_dropout as lists (schedules): checkpoints written before
+    the dropout schedule hold one number."""
+    for name in ("dropout", "attention_dropout"):
+        value = getattr(opt, name)
+        if not isinstance(value, list):
+            setattr(opt, name, [value])
     return opt
 
 

@@ -65,8 +65,8 @@ def _model_transformer_opts(parser):
         "self_attn_type", ["scaled-dot"],
         {"average": "the average attention network (Zhang et al. 2018) is not implemented"}),
         help="Self-attention: scaled-dot only")
-    add(group, "attention_dropout", type=float_in(0, 1), default=0.1,
-        help="Dropout of the Transformer's attention weights")
+    add(group, "attention_dropout", type=float_in(0, 1), nargs="+", default=[0.1],
+        help="Dropout of the Transformer's attention weights; several values: a schedule, with -dropout_steps")
 
 
 def _model_attention_and_generator_opts(parser):

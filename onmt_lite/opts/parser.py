@@ -42,7 +42,6 @@ UNSUPPORTED_OPTIONS = {
         "these build the word-start masks of source noising (BART-style), which is not supported"),
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
-    "dropout_steps": "dropout is fixed during training (one -dropout value)",
     "dump_beam": "beam dumps are not supported",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(

@@ -100,7 +100,10 @@ def _optimization_opts(parser):
     add(group, "lr_mult", nargs="*", default=[],
         help="PATTERN=FACTOR ...: scale the learning rate of parameters whose names match the glob")
     add(group, "freeze", nargs="*", default=[], help="PATTERN ...: do not update parameters whose names match")
-    add(group, "dropout", type=float_in(0, 1), default=0.3, help="Dropout probability")
+    add(group, "dropout", type=float_in(0, 1), nargs="+", default=[0.3],
+        help="Dropout probability; several values: a schedule, with -dropout_steps")
+    add(group, "dropout_steps", type=int_at_least(0), nargs="+", default=[0],
+        help="The steps after which each -dropout (and -attention_dropout) value applies")
     add(group, "model_dtype", default="fp32", type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
         help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; fp16 "
              "with dynamic loss scaling)")

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
+from onmt_lite.models.builder import set_dropout
 from onmt_lite.train.distributed import step_share
 from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
@@ -38,23 +39,32 @@ def normalization(batches, method):
     return sum(int((b.tgt[1:] != PAD_ID).sum()) for b in batches)
 
 
-def check_accumulation(counts, steps):
-    """-accum_count and -accum_steps must make a schedule: one step per count, from 0, increasing."""
-    if len(counts) != len(steps):
-        raise UserError(f"-accum_count has {len(counts)} value(s) but -accum_steps {len(steps)}: give a step for "
-                        f"each count")
+def check_schedule(values, steps, name, steps_name):
+    """Option ``name``'s values and ``steps_name`` must make a schedule: a step per value (or one
+    value for all), from 0, increasing."""
+    if len(values) not in (1, len(steps)) or (name == "-accum_count" and len(values) != len(steps)):
+        raise UserError(f"{name} has {len(values)} value(s) but {steps_name} {len(steps)}: give a step for each value")
     if steps[0] != 0 or any(a >= b for a, b in zip(steps, steps[1:])):
-        raise UserError(f"-accum_steps {' '.join(map(str, steps))}: must start at 0 and increase")
+        raise UserError(f"{steps_name} {' '.join(map(str, steps))}: must start at 0 and increase")
+
+
+def check_accumulation(counts, steps):
+    check_schedule(counts, steps, "-accum_count", "-accum_steps")
+
+
+def scheduled(step, values, steps):
+    """The value of a schedule for step number ``step`` (from 1): that of the last entry of ``steps``
+    that ``step`` is past (OpenNMT-py 1.x's rule for -accum_count and -dropout); one value: always it."""
+    value = values[0]
+    for candidate, start in zip(values, steps):
+        if step > start:
+            value = candidate
+    return value
 
 
 def accum_count_at(step, counts, steps):
-    """The batches of step number ``step`` (from 1): the count of the last -accum_steps entry that
-    ``step`` is past (OpenNMT-py 1.x's rule)."""
-    count = counts[0]
-    for value, start in zip(counts, steps):
-        if step > start:
-            count = value
-    return count
+    """The batches of step number ``step`` (from 1)."""
+    return scheduled(step, counts, steps)
 
 
 class Trainer:
@@ -161,6 +171,7 @@ class TrainingRun:
         self.metric_scorer = metric_scorer
         self.dist = trainer.dist
         self.is_main = self.dist is None or self.dist.is_main  # logs, validates, writes checkpoints
+        self.dropout_rates = None  # those the model holds once a step has set them
 
     def run(self, train_iter, step):
         """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
@@ -172,6 +183,7 @@ class TrainingRun:
         report_stats, saved = Statistics(), step
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
+            self._schedule_dropout(step + 1)
             share = step_share(batches, accum_count_at(step + 1, opt.accum_count, opt.accum_steps), self.dist)
             if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
@@ -207,6 +219,17 @@ class TrainingRun:
                 logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
                 break
         return step
+
+    def _schedule_dropout(self, step):
+        """Set the dropouts of step number ``step`` (-dropout, -attention_dropout, -dropout_steps)."""
+        opt = self.opt
+        rates = (scheduled(step, opt.dropout, opt.dropout_steps), scheduled(step, opt.attention_dropout,
+                                                                             opt.dropout_steps))
+        if rates != self.dropout_rates:
+            if self.dropout_rates is not None and self.is_main:
+                logger.info(f"dropout {rates[0]:g}, attention dropout {rates[1]:g} from step {step}")
+            set_dropout(self.trainer.model, *rates)
+            self.dropout_rates = rates
 
     def _end_of_pass(self, step, saved):
         """-single_pass or -epochs: the training data has ended at ``step``: save it unless just saved."""

@@ -232,3 +232,21 @@ def test_an_accumulation_schedule_takes_more_batches_a_step_after_its_steps(data
     train_in_process(data["plain"], prefix, *TINY_MODEL, "-seed", 1, "-accum_count", 1, 3, "-accum_steps", 0, 2,
                      "-train_steps", 4)
     assert load_checkpoint(f"{prefix}_step_4.pt")["data"]["batch"] == 8
+
+
+def test_a_dropout_schedule_changes_the_rates_at_its_steps_and_resumes_exactly(data, tmp_path):
+    """-dropout 0.5 0 -dropout_steps 0 3 (1.x's rule: 0 from step 4): the run says so; from step 4 on
+    a step equals a run built with -dropout 0 given the same weights; a run resumed at step 4 gives the
+    uninterrupted run's losses."""
+    args = [*TINY_MODEL, "-layers", 2, "-optim", "adam", "-learning_rate", "0.01", "-dropout", 0.5, 0,
+            "-dropout_steps", 0, 3, "-report_every", 1, "-save_checkpoint_steps", 4, "-seed", 7]
+    _, full = train_in_process(data["plain"], str(tmp_path / "full"), *args, "-train_steps", 6)
+    assert any("dropout 0, attention dropout 0.1 from step 4" in line for line in full)
+    _, second = train_in_process(data["plain"], str(tmp_path / "resumed"), *args, "-train_steps", 6,
+                                 "-train_from", tmp_path / "full_step_4.pt")
+    assert {s: v for s, v in step_losses(full).items() if s > 4} == step_losses(second)
+    plain = [a if a != 0.5 else 0.0 for a in args]  # -dropout 0 0: no dropout from the start
+    _, no_dropout = train_in_process(data["plain"], str(tmp_path / "none"), *plain, "-train_steps", 6,
+                                     "-train_from", tmp_path / "full_step_4.pt")
+    assert step_losses(no_dropout) == step_losses(second)
+    assert len(set(step_losses(full).values())) == 6

@@ -293,3 +293,29 @@ def test_copy_attn_type_sets_the_separate_copy_attention_type():
     decoder = make_model("-copy_attn", "-global_attention", "general", "-copy_attn_type", "mlp")[0].decoder
     assert decoder.copy_attention.attn_type == "mlp" and decoder.attn.attn_type == "general"
     assert make_model("-copy_attn", "-global_attention", "dot")[0].decoder.copy_attention.attn_type == "dot"
+
+
+@pytest.mark.parametrize("args", [["-layers", 2], ["-layers", 2, "-input_feed", 0],
+                                  ["-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2,
+                                   "-word_vec_size", 8, "-transformer_ff", 16, "-position_encoding"]])
+def test_set_dropout_reaches_every_dropout_of_the_model(args):
+    """A model built with dropout, its dropout then set to 0: in training mode it computes what it
+    computes in eval mode (no dropout anywhere); set to other rates, every dropout holds them."""
+    from onmt_lite.models.builder import set_dropout
+    from onmt_lite.models.dropout import Dropout
+    from tests.model_helpers import VOCABS, make_batch, model_options, random_pairs
+
+    torch.manual_seed(0)
+    model = build_model(model_options(*args, "-dropout", 0.5, "-attention_dropout", 0.5), VOCABS).double()
+    batch = make_batch(random_pairs(4))
+    model.eval()
+    reference, _ = model(batch.src, batch.tgt, batch.src_lengths)
+    model.train()
+    set_dropout(model, 0.0, 0.0)
+    trained, _ = model(batch.src, batch.tgt, batch.src_lengths)
+    torch.testing.assert_close(trained, reference, rtol=0, atol=1e-12)
+    set_dropout(model, 0.2, 0.1)
+    rates = [m.p for m in model.modules() if isinstance(m, (torch.nn.Dropout, Dropout))]
+    rates += [m.dropout for m in model.modules() if isinstance(m, torch.nn.RNNBase) and m.num_layers > 1]
+    assert rates and set(rates) == {0.2}
+    assert all(m.dropout_p == 0.1 for m in model.modules() if hasattr(m, "dropout_p"))

@@ -23,7 +23,7 @@ def test_translation_takes_every_saved_option_over_the_defaults_with_dropout_off
     saved = saved_options("-encoder_type", "brnn", "-dropout", "0.3", "-param_init", "0.05")
     del saved["lambda_coverage"]  # a checkpoint of an earlier version lacks a later option
     opt = model_options(saved, "ckpt.pt")
-    assert (opt.encoder_type, opt.rnn_size, opt.param_init, opt.dropout) == ("brnn", 8, 0.05, 0.0)
+    assert (opt.encoder_type, opt.rnn_size, opt.param_init, opt.dropout) == ("brnn", 8, 0.05, [0.0])
     assert opt.lambda_coverage == option_defaults([model_opts])["lambda_coverage"]
 
 
@@ -132,3 +132,13 @@ def test_the_cuda_random_state_is_the_training_devices_and_resumes_on_fewer_gpus
     earlier = dict(state, cuda=[torch.tensor([i], dtype=torch.uint8) for i in (10, 11, 12)])
     set_rng_state(earlier)  # an earlier version's list of every visible GPU's state
     assert torch.equal(one_gpu.states[0], torch.tensor([10], dtype=torch.uint8))
+
+
+def test_a_checkpoint_of_one_dropout_number_gives_dropout_schedules():
+    """Checkpoints written before -dropout and -attention_dropout became schedules hold numbers."""
+    saved = saved_options("-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2)
+    saved["dropout"], saved["attention_dropout"] = 0.2, 0.15
+    assert model_options(saved, "ckpt.pt").attention_dropout == [0.15]
+    onto = argparse.Namespace(**{**saved, "dropout": 0.25})
+    resumed = model_options(saved, "ckpt.pt", onto=onto)
+    assert (resumed.dropout, resumed.attention_dropout) == ([0.25], [0.15])

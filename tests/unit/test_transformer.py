@@ -282,4 +282,4 @@ def test_a_transformer_encoder_starts_an_rnn_decoder_from_the_mean_of_its_output
 def test_the_1x_transformer_options_have_1x_defaults():
     opt = model_options()
     assert (opt.heads, opt.transformer_ff, opt.max_relative_positions, opt.self_attn_type,
-            opt.attention_dropout, opt.position_encoding) == (8, 2048, 0, "scaled-dot", 0.1, False)
+            opt.attention_dropout, opt.position_encoding) == (8, 2048, 0, "scaled-dot", [0.1], False)
