@@ -19,7 +19,7 @@ from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, loa
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
-from onmt_lite.train.trainer import Trainer, TrainingRun, check_accumulation, check_schedule
+from onmt_lite.train.trainer import Trainer, TrainingRun, check_schedule
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
 from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
@@ -121,7 +121,7 @@ def _train(opt, dist, held):
     seeded = opt.seed > 0 or checkpoint is not None  # asked for reproducible results: before a seed is drawn
     opt = resolve_options(opt, checkpoint, record)
     check_criteria(opt)
-    check_accumulation(opt.accum_count, opt.accum_steps)
+    check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
     device = choose_device(opt, dist)

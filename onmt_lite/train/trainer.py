@@ -48,10 +48,6 @@ def check_schedule(values, steps, name, steps_name):
         raise UserError(f"{steps_name} {' '.join(map(str, steps))}: must start at 0 and increase")
 
 
-def check_accumulation(counts, steps):
-    check_schedule(counts, steps, "-accum_count", "-accum_steps")
-
-
 def scheduled(step, values, steps):
     """The value of a schedule for step number ``step`` (from 1): that of the last entry of ``steps``
     that ``step`` is past (OpenNMT-py 1.x's rule for -accum_count and -dropout); one value: always it."""
@@ -60,11 +56,6 @@ def scheduled(step, values, steps):
         if step > start:
             value = candidate
     return value
-
-
-def accum_count_at(step, counts, steps):
-    """The batches of step number ``step`` (from 1)."""
-    return scheduled(step, counts, steps)
 
 
 class Trainer:
@@ -184,7 +175,7 @@ class TrainingRun:
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
             self._schedule_dropout(step + 1)
-            share = step_share(batches, accum_count_at(step + 1, opt.accum_count, opt.accum_steps), self.dist)
+            share = step_share(batches, scheduled(step + 1, opt.accum_count, opt.accum_steps), self.dist)
             if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
                 break

@@ -213,13 +213,10 @@ class TranslationService:
             job.future.set_exception(err)
             return
         first, self._next_index = self._next_index, self._next_index + inputs.n_lines
-        n_best = translator.search_options.n_best
         job.results = [Result(tokens, [], [], [], [], []) for tokens in inputs.src_tokens]
         for result in job.results:
-            if not result.source:  # an empty line: n-best empty outputs without decoding, as the Translator
-                result.hypotheses, result.scores, result.log_probs = [""] * n_best, [0.0] * n_best, [0.0] * n_best
-                result.tokens, result.attention = [[] for _ in range(n_best)], [None] * n_best
-                result.copy_attention, result.p_copy = [None] * n_best, [None] * n_best
+            if not result.source:  # an empty line: not decoded, as by the Translator
+                result.fill_empty(translator.search_options.n_best)
         job.remaining = len(inputs.lines)
         self._lines.update((first + line, (job, line)) for line in inputs.lines)
         self._ready.extend(inputs.batches(translator.batch_size, translator.batch_type))

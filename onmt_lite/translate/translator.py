@@ -45,6 +45,12 @@ class Result:
     copy_attention: list = dataclasses.field(default_factory=list)
     p_copy: list = dataclasses.field(default_factory=list)
 
+    def fill_empty(self, n_best):
+        """The Result of an empty source line: ``n_best`` empty outputs of score 0, as for any line."""
+        self.hypotheses, self.scores, self.log_probs = [""] * n_best, [0.0] * n_best, [0.0] * n_best
+        self.tokens, self.attention = [[] for _ in range(n_best)], [None] * n_best
+        self.copy_attention, self.p_copy = [None] * n_best, [None] * n_best
+
 
 def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None) -> tuple[list, dict, dict]:
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each model
@@ -192,10 +198,7 @@ class Translator:
                     self._gold(batch.to(self.device), results)
         for result in results:
             if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
-                n = self.search_options.n_best
-                result.hypotheses, result.scores, result.log_probs = [""] * n, [0.0] * n, [0.0] * n
-                result.tokens, result.attention = [[] for _ in range(n)], [None] * n
-                result.copy_attention, result.p_copy = [None] * n, [None] * n
+                result.fill_empty(self.search_options.n_best)
         return results
 
     def _stepper(self, batch):

@@ -58,17 +58,21 @@ def _destination(path):
     return "stream", target
 
 
+def _open_stream(destination, where, buffering=-1):
+    """A binary file object writing straight into a file descriptor (``destination`` "descriptor",
+    after Python's own standard streams are flushed) or a non-regular file."""
+    if destination == "descriptor":
+        if where in (1, 2):
+            getattr(sys, "stdout" if where == 1 else "stderr").flush()
+        return os.fdopen(os.dup(where), "wb", buffering=buffering)
+    return open(where, "wb", buffering=buffering)  # a FIFO: waits for a reader, as a shell's > does
+
+
 def _write_stream(destination, where, data, final):
     """Write ``data`` straight into a file descriptor or a non-regular file; a UserError naming
     ``final`` on failure."""
     try:
-        if destination == "descriptor":
-            if where in (1, 2):
-                getattr(sys, "stdout" if where == 1 else "stderr").flush()
-            f = os.fdopen(os.dup(where), "wb")
-        else:
-            f = open(where, "wb")  # a FIFO: waits for a reader, as a shell's > does
-        with f:
+        with _open_stream(destination, where) as f:
             f.write(data)
     except OSError as err:
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
@@ -179,8 +183,7 @@ def _write_file(tmp, write, final):
     try:
         with open(tmp, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            _flush_to_disk(f, final)
     except OSError as err:
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
@@ -300,19 +303,17 @@ def text_writer(path):
                 raise UserError(f"{path}: cannot write ({err.strerror})") from None
             with f:
                 yield writer(f)
-                _write_file_end(f, path)
+                _flush_to_disk(f, path)
         return
-    if kind == "descriptor" and where in (1, 2):
-        getattr(sys, "stdout" if where == 1 else "stderr").flush()
     try:
-        f = os.fdopen(os.dup(where), "wb", buffering=0) if kind == "descriptor" else open(where, "wb", buffering=0)
+        f = _open_stream(kind, where, buffering=0)
     except OSError as err:
         raise UserError(f"{path}: cannot write ({err.strerror})") from None
     with f:
         yield writer(f)
 
 
-def _write_file_end(f, final):
+def _flush_to_disk(f, final):
     """Flush ``f`` to disk; a UserError naming ``final`` on failure."""
     try:
         f.flush()

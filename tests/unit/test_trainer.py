@@ -170,7 +170,7 @@ def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatc
 
 def test_the_accumulation_schedule_follows_opennmt_py_1x():
     """1.x's _accum_count: the count of the last -accum_steps entry the step number is past."""
-    from onmt_lite.train.trainer import accum_count_at
+    from onmt_lite.train.trainer import scheduled as accum_count_at
 
     counts, steps = [1, 2, 4], [0, 3, 6]
     expected = {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 4, 100: 4}  # written out from the rule
@@ -182,11 +182,11 @@ def test_the_accumulation_schedule_follows_opennmt_py_1x():
                                                 ([1, 2], [1, 5], "must start at 0"),
                                                 ([1, 2, 3], [0, 5, 5], "must start at 0 and increase")])
 def test_a_schedule_that_is_not_one_is_refused(counts, steps, match):
-    from onmt_lite.train.trainer import check_accumulation
+    from onmt_lite.train.trainer import check_schedule
     from onmt_lite.utils.errors import UserError
 
     with pytest.raises(UserError, match=match):
-        check_accumulation(counts, steps)
+        check_schedule(counts, steps, "-accum_count", "-accum_steps")
 
 
 def test_a_dropout_schedule_takes_one_value_for_all_steps_or_one_per_step():
