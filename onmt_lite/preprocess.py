@@ -4,12 +4,14 @@
 are given), then again to write shards of at most ``opt.shard_size`` examples. Every file is staged
 under a temporary name and renamed into place only when everything succeeded.
 """
+import functools
 import os
 import random
 
 from onmt_lite.data import shards
-from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenized_pairs
+from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer
 from onmt_lite.data.example import make_example
+from onmt_lite.data.parallel import corpus_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs, remove_stale_temporaries, require_directory
@@ -36,12 +38,15 @@ def remove_stale_outputs(save_data):
             logger.info(f"removed {stale}, left by an interrupted preprocess")
 
 
-def with_progress(pairs, stats, src_path, desc):
-    """Yield ``pairs`` while showing the lines read (``stats.read``) out of the lines of ``src_path``."""
+def with_progress(pairs, stats, src_path, desc, report_every=None):
+    """Yield ``pairs`` while showing the lines read (``stats.read``) out of the lines of ``src_path``,
+    and logging their number each time it passes a multiple of ``report_every``."""
     done = 0
     with Progress(count_lines(src_path), "lines", desc) as progress:
         for pair in pairs:
             progress.update(stats.read - done)
+            if report_every and stats.read // report_every > done // report_every:
+                logger.info(f"{desc}: {stats.read} lines read")
             done = stats.read
             yield pair
         progress.update(stats.read - done)
@@ -51,7 +56,7 @@ def count_training_words(opt, src_tok, tgt_tok, limits):
     """Word counts of the filtered training pairs: (source Counter, target Counter)."""
     src_counter, tgt_counter = count_words(()), count_words(())
     stats = CorpusStats()
-    pairs = tokenized_pairs(opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats)
+    pairs = corpus_pairs(opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats, opt.num_threads)
     for _, src_tokens, tgt_tokens in with_progress(pairs, stats, opt.train_src, "vocabulary"):
         src_counter.update(src_tokens)
         tgt_counter.update(tgt_tokens)
@@ -95,10 +100,10 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vo
     """Write the shards of one corpus into ``staged``, each tied to the vocabularies by ``vocab_id``;
     returns (CorpusStats, number of shards)."""
     stats = CorpusStats()
-    pairs = with_progress(tokenized_pairs(src_path, tgt_path, *tokenizers, limits, stats), stats, src_path,
-                          corpus_type)
-    examples = (make_example(n, s, t, *vocabs, opt.dynamic_dict, keep_target=corpus_type == "valid")
-                for n, s, t in pairs)
+    finish = functools.partial(make_example, src_vocab=vocabs[0], tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict,
+                               keep_target=corpus_type == "valid")
+    examples = with_progress(corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish),
+                             stats, src_path, corpus_type, opt.report_every)
     if corpus_type == "train" and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)
@@ -111,8 +116,6 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vo
 
     for example in examples:
         chunk.append(example)
-        if stats.read % opt.report_every == 0:
-            logger.info(f"{corpus_type}: {stats.read} lines read")
         if len(chunk) == opt.shard_size:
             write_shard()
     if chunk:

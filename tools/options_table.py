@@ -58,6 +58,8 @@ CHANGED = {
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
+    "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output the same as "
+                   "one process's (1.x: built that many shards side by side)",
     "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
                          "per-GPU log lines)",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "

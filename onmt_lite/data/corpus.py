@@ -76,6 +76,12 @@ class Tokenizer:
             except (RuntimeError, OSError) as err:
                 raise UserError(f"{spm_model}: not a sentencepiece model ({err})") from None
 
+    def __getstate__(self):  # a sentencepiece processor does not pickle: worker processes reload the model
+        return {"lower": self.lower, "spm_model": self.spm_model}
+
+    def __setstate__(self, state):
+        self.__init__(state["spm_model"], state["lower"])
+
     def __call__(self, text):
         if self.lower:
             text = text.lower()
@@ -94,6 +100,11 @@ class CorpusStats:
     too_long: int = 0
     truncated: int = 0
 
+    def add(self, other):
+        """Add the counts of ``other`` (another part of the same pass) to these."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
     def summary(self):
         return (f"{self.read} pairs read, {self.kept} kept, {self.empty} with an empty side skipped, "
                 f"{self.too_long} too long filtered, {self.truncated} truncated")
@@ -111,7 +122,13 @@ class LengthLimits:
 
 def tokenized_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs kept, counting into ``stats``."""
-    for lineno, src_text, tgt_text in read_parallel(src_path, tgt_path):
+    return tokenize_lines(read_parallel(src_path, tgt_path), src_tok, tgt_tok, limits, stats)
+
+
+def tokenize_lines(lines, src_tok, tgt_tok, limits, stats):
+    """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs of ``lines`` (``(line_number,
+    src_text, tgt_text)`` tuples) that the limits keep, counting into ``stats``."""
+    for lineno, src_text, tgt_text in lines:
         stats.read += 1
         src, tgt = src_tok(src_text), tgt_tok(tgt_text)
         if not src or not tgt:

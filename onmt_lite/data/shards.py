@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 
 import torch
 
@@ -67,11 +68,17 @@ def make_shard(examples, vocab=None):
     if examples and "src_map" in examples[0]:
         shard["src_map"], _ = _flat([ex["src_map"] for ex in examples])
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
-        shard["src_ex_vocab"] = [ex["src_ex_vocab"] for ex in examples]
+        shard["src_ex_vocab"] = _one_object_per_word([ex["src_ex_vocab"] for ex in examples])
         shard["src_ex_tgt_ids"], _ = _flat([ex["src_ex_tgt_ids"] for ex in examples])
     if examples and "tgt_tokens" in examples[0]:
-        shard["tgt_tokens"] = [ex["tgt_tokens"] for ex in examples]
+        shard["tgt_tokens"] = _one_object_per_word([ex["tgt_tokens"] for ex in examples])
     return shard
+
+
+def _one_object_per_word(sentences):
+    # pickle writes a string object once, then refers to it: with one object per distinct word the
+    # file's bytes depend on the words alone, not on where the strings were made (-num_threads)
+    return [[sys.intern(word) for word in words] for words in sentences]
 
 
 def load_plain(path, expected_format, what):

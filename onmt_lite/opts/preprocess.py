@@ -18,6 +18,9 @@ def preprocess_opts(parser):
     add(group, "shard_size", type=int_at_least(0), default=1000000,
         help="Examples per shard file (0: all in one shard)")
     add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")
+    add(group, "num_threads", type=int_at_least(1), default=1,
+        help="Processes that tokenize and numericalise the text, a chunk of lines each at a time; the "
+             "output is the same as with one")
     add(group, "shuffle", type=int, choices=[0, 1], default=0,
         help="Shuffle the training examples (with -seed) before writing them")
 

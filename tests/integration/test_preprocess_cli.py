@@ -193,3 +193,24 @@ def test_vocab_size_multiple_pads_both_vocabularies_and_keeps_their_words(tmp_pa
     shared = load(preprocess_in_process(str(tmp_path / "shared"), "-share_vocab", "-vocab_size_multiple", 16)
                   + ".vocab.pt")
     assert shared["src"] == shared["tgt"] and len(shared["src"]) % 16 == 0
+
+
+def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
+    """-num_threads: 10,000 lines in chunks over 3 worker processes give byte-identical vocab and shards
+    (shuffled, with copy data and validation references) to one process."""
+    data = shared_data("toy-ende")
+    base = ["-train_src", f"{data}/src-train.txt", "-train_tgt", f"{data}/tgt-train.txt",
+            "-valid_src", f"{data}/src-val.txt", "-valid_tgt", f"{data}/tgt-val.txt", "-src_vocab_size", 1000,
+            "-src_seq_length", 20, "-dynamic_dict", "-shuffle", 1, "-shard_size", 3000, "-report_every", 2500]
+    outputs = {}
+    for threads in (1, 3):
+        (tmp_path / str(threads)).mkdir()
+        result = run_cli("preprocess", *base, "-save_data", tmp_path / str(threads) / "d", "-num_threads", threads)
+        assert result.returncode == 0, result.stderr
+        outputs[threads] = {name: (tmp_path / str(threads) / name).read_bytes()
+                            for name in sorted(os.listdir(tmp_path / str(threads)))}
+        read = [int(line.split("train: ")[1].split()[0]) for line in result.stderr.splitlines()
+                if "train: " in line and "lines read" in line]
+        assert [n // 2500 for n in read] == [1, 2, 3, 4]  # each multiple of -report_every logged once
+    assert list(outputs[3])[:2] == ["d.train.1.pt", "d.train.2.pt"] and list(outputs[3])[-1] == "d.vocab.pt"
+    assert outputs[3] == outputs[1]

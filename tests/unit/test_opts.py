@@ -73,8 +73,8 @@ def test_ambiguous_abbreviation_is_refused_naming_the_candidates(capsys):
 
 
 def test_abbreviation_of_an_unsupported_1x_option_is_refused_with_the_reason(capsys):
-    expect_exit_2(REQUIRED + ["-num_th", "4"], capsys,
-                  "option -num_th (read as -num_threads) is not supported by onmt_lite: ")
+    expect_exit_2(REQUIRED + ["-image_ch", "4"], capsys,
+                  "option -image_ch (read as -image_channel_size) is not supported by onmt_lite: ")
 
 
 def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
@@ -101,7 +101,7 @@ def test_config_keys_must_be_full_names(tmp_path, capsys):
 
 
 def test_unsupported_opennmt_option_is_refused_by_name(capsys):
-    expect_exit_2(REQUIRED + ["-num_threads", "4"], capsys, "option -num_threads is not supported")
+    expect_exit_2(REQUIRED + ["-sample_rate", "4"], capsys, "option -sample_rate is not supported")
     expect_exit_2(REQUIRED + ["--src_dir", "imgs"], capsys, "image and audio input are not supported")
 
 
@@ -190,7 +190,6 @@ def unsupported_sharing_the_reason_of(name):
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
     ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
-    ("num_threads", {"num_threads"}, "shards"),
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
