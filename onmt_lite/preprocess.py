@@ -10,7 +10,7 @@ import random
 
 from onmt_lite.data import shards
 from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer
-from onmt_lite.data.example import make_example
+from onmt_lite.data.example import make_aligned_example, make_example
 from onmt_lite.data.parallel import corpus_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
@@ -96,14 +96,14 @@ def _vocabs(opt, src_tok, tgt_tok, limits):
     return src_file, tgt_file
 
 
-def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged):
-    """Write the shards of one corpus into ``staged``, each tied to the vocabularies by ``vocab_id``;
-    returns (CorpusStats, number of shards)."""
+def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged, align_path=""):
+    """Write the shards of one corpus (with the alignments of ``align_path``, if given) into ``staged``,
+    each tied to the vocabularies by ``vocab_id``; returns (CorpusStats, number of shards)."""
     stats = CorpusStats()
-    finish = functools.partial(make_example, src_vocab=vocabs[0], tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict,
-                               keep_target=corpus_type == "valid")
-    examples = with_progress(corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish),
-                             stats, src_path, corpus_type, opt.report_every)
+    finish = functools.partial(make_aligned_example if align_path else make_example, src_vocab=vocabs[0],
+                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=corpus_type == "valid")
+    pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish, align_path)
+    examples = with_progress(pairs, stats, src_path, corpus_type, opt.report_every)
     if corpus_type == "train" and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)
@@ -129,13 +129,27 @@ def vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts):
     return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
             "vocab_id": vocab_id,
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
-            "lower": bool(opt.lower), "src_spm": opt.src_spm, "tgt_spm": opt.tgt_spm, "counts": counts}
+            "train_align": bool(opt.train_align), "lower": bool(opt.lower), "src_spm": opt.src_spm,
+            "tgt_spm": opt.tgt_spm, "counts": counts}
+
+
+def check_alignment_options(opt):
+    """-valid_align needs -valid_src; alignment files index whitespace tokens, not sentencepiece pieces."""
+    if opt.valid_align and not opt.valid_src:
+        raise UserError("-valid_align needs -valid_src and -valid_tgt (the pairs it aligns)")
+    spm = [name for name in ("src_spm", "tgt_spm") if getattr(opt, name)]
+    for name in ("train_align", "valid_align"):
+        if getattr(opt, name) and spm:
+            raise UserError(f"-{name} with -{spm[0]}: the alignments index the whitespace tokens of the text, not "
+                            f"the sentencepiece pieces the model would see (give text already split into pieces "
+                            f"and alignments of those, without -{spm[0]})")
 
 
 def preprocess(opt):
     """Run preprocessing for the parsed options; returns the list of files written."""
     if bool(opt.valid_src) != bool(opt.valid_tgt):
         raise UserError("-valid_src and -valid_tgt go together: give both or neither")
+    check_alignment_options(opt)
     existing = check_outputs(opt.save_data, opt.overwrite)
     remove_stale_outputs(opt.save_data)
     tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
@@ -145,14 +159,14 @@ def preprocess(opt):
     logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)")
     vocab_id, counts = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()), {}
     with StagedOutputs() as staged:
-        corpora = [("train", opt.train_src, opt.train_tgt, train_limits)]
+        corpora = [("train", opt.train_src, opt.train_tgt, train_limits, opt.train_align)]
         if opt.valid_src:
             valid_limits = train_limits if opt.filter_valid else LengthLimits(
                 opt.src_seq_length_trunc, opt.tgt_seq_length_trunc)
-            corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits))
-        for corpus_type, src_path, tgt_path, limits in corpora:
+            corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits, opt.valid_align))
+        for corpus_type, src_path, tgt_path, limits, align_path in corpora:
             stats, n_shards = write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits,
-                                           (src_vocab, tgt_vocab), vocab_id, opt, staged)
+                                           (src_vocab, tgt_vocab), vocab_id, opt, staged, align_path)
             logger.info(f"{corpus_type}: {stats.summary()}; {n_shards} shard(s)")
             counts[corpus_type] = {"examples": stats.kept, "shards": n_shards}
         staged.save(vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts), shards.vocab_path(opt.save_data))

@@ -5,6 +5,7 @@ arithmetic (no Python loop over the examples of a batch).
 """
 import torch
 
+from onmt_lite.data.alignment import batch_links
 from onmt_lite.data.copy import EX_UNK_ID, one_hot_src_map
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -24,6 +25,8 @@ class Batch:
         src_ex_vocab: copy only, the per-example source vocabularies (lists of words).
         src_ex_tgt_ids: copy only, ``[batch x n_src_words]`` long, the target-vocabulary id of each
             word of each example's source vocabulary (0 = not in the target vocabulary, or padding).
+        align: with alignment data (``-train_align``), ``[n_links x 3]`` long rows ``(example, target
+            token, source token)``, token indices from 0 in the sentence (see data/alignment.py).
         src_lengths_cpu, indices_cpu: ``src_lengths`` and ``indices`` as built, on the CPU wherever
             the batch moves: what the host reads of them needs no wait for a device.
     """
@@ -34,6 +37,7 @@ class Batch:
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
         self.tgt_tokens = None  # validation batches: the reference words
+        self.align = None
         self.src_lengths_cpu, self.indices_cpu = src_lengths, indices
 
     @property
@@ -46,7 +50,7 @@ class Batch:
         any use); elsewhere a plain ``.to``."""
         device = torch.device(device)
         pinned = device.type == "cuda" and torch.cuda.is_available()
-        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids"):
+        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids", "align"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -88,6 +92,8 @@ class ShardView:
         if self.has_copy:
             self.ex_lengths = torch.tensor([len(v) for v in shard["src_ex_vocab"]], dtype=torch.long)
             self.ex_offsets = _offsets(self.ex_lengths)
+        if "align" in shard:
+            self.align_offsets = _offsets(shard["align_lengths"])
 
     def __len__(self):
         return self.src_lengths.numel()
@@ -110,6 +116,8 @@ class ShardView:
             batch.alignment = add_bos_eos(align, tgt_lengths, EX_UNK_ID, EX_UNK_ID, EX_UNK_ID)
             batch.src_ex_vocab = ex_vocab
             batch.src_ex_tgt_ids = ex_tgt_ids.t()
+        if "align" in shard:
+            batch.align = batch_links(shard["align"], shard["align_lengths"], self.align_offsets, ids)
         if "tgt_tokens" in shard:
             batch.tgt_tokens = [shard["tgt_tokens"][i] for i in ids.tolist()]
         return batch

@@ -125,12 +125,21 @@ def tokenized_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats):
     return tokenize_lines(read_parallel(src_path, tgt_path), src_tok, tgt_tok, limits, stats)
 
 
+def links_within(links, src_len, tgt_len):
+    """The alignment links ``(source, target)`` among the first ``src_len`` source and ``tgt_len``
+    target tokens (those a truncation keeps)."""
+    return [(src, tgt) for src, tgt in links if src < src_len and tgt < tgt_len]
+
+
 def tokenize_lines(lines, src_tok, tgt_tok, limits, stats):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs of ``lines`` (``(line_number,
-    src_text, tgt_text)`` tuples) that the limits keep, counting into ``stats``."""
-    for lineno, src_text, tgt_text in lines:
+    src_text, tgt_text)`` tuples) that the limits keep, counting into ``stats``. A line with a fourth
+    item, its ``alignment.AlignmentLine``, gives its links checked against the tokens (and cut as they
+    are) as a fourth item too."""
+    for lineno, src_text, tgt_text, *alignment in lines:
         stats.read += 1
         src, tgt = src_tok(src_text), tgt_tok(tgt_text)
+        links = [line.links(len(src), len(tgt)) for line in alignment]
         if not src or not tgt:
             stats.empty += 1
             continue
@@ -139,9 +148,10 @@ def tokenize_lines(lines, src_tok, tgt_tok, limits, stats):
             stats.truncated += 1
             src = src[: limits.src_trunc or None]
             tgt = tgt[: limits.tgt_trunc or None]
+            links = [links_within(pairs, len(src), len(tgt)) for pairs in links]
         if (limits.src_max is not None and len(src) > limits.src_max) or (
                 limits.tgt_max is not None and len(tgt) > limits.tgt_max):
             stats.too_long += 1
             continue
         stats.kept += 1
-        yield lineno, src, tgt
+        yield (lineno, src, tgt, *links)

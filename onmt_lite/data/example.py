@@ -2,11 +2,15 @@
 from onmt_lite.data import copy as copy_data
 
 
-def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False):
-    """One example as plain id lists (plus the copy data with ``dynamic_dict``, and the target words
-    themselves with ``keep_target``: validation references for BLEU)."""
+def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False,
+                 links=None):
+    """One example as plain id lists (plus the copy data with ``dynamic_dict``, the target words
+    themselves with ``keep_target``: validation references for BLEU, and the alignment ``links``,
+    ``(source, target)`` token index pairs, when given)."""
     example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
                "tgt": tgt_vocab.numericalize(tgt_tokens)}
+    if links is not None:
+        example["align"] = list(links)
     if keep_target:
         example["tgt_tokens"] = list(tgt_tokens)
     if dynamic_dict:
@@ -16,3 +20,9 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
         example["src_map"] = copy_data.copy_ids(src_tokens, ex_words)
         example["alignment"] = copy_data.alignment_ids(tgt_tokens, ex_words)
     return example
+
+
+def make_aligned_example(lineno, src_tokens, tgt_tokens, links, **options):
+    """``make_example`` of a pair with its alignment links, as ``corpus_pairs`` gives it with an alignment
+    file (``options``: make_example's keyword arguments)."""
+    return make_example(lineno, src_tokens, tgt_tokens, links=links, **options)

@@ -9,6 +9,7 @@ import collections
 import itertools
 import multiprocessing
 
+from onmt_lite.data.alignment import with_alignment_lines
 from onmt_lite.data.corpus import CorpusStats, read_parallel, tokenize_lines
 
 CHUNK_LINES = 2000
@@ -30,11 +31,14 @@ def _work(chunk):
     return list(_finished(chunk, *_job, stats)), stats
 
 
-def corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=1, finish=None):
+def corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=1, finish=None, align_path=""):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for each pair the limits keep (or, with
     ``finish``, a picklable function, ``finish(line_number, src_tokens, tgt_tokens)``), counting into
-    ``stats``; with ``processes`` > 1 the pairs are tokenized and finished by that many workers."""
+    ``stats``; with ``processes`` > 1 the pairs are tokenized and finished by that many workers. With
+    ``align_path``, a Pharaoh alignment file, each pair has its links as a fourth item (and argument)."""
     lines = read_parallel(src_path, tgt_path)
+    if align_path:
+        lines = with_alignment_lines(lines, align_path, src_path)
     if processes == 1:
         yield from _finished(lines, src_tok, tgt_tok, limits, finish, stats)
         return

@@ -7,6 +7,9 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
     , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words' target-vocabulary
     ids laid out one example after another (0 where the target vocabulary lacks the word);
+    with ``-train_align``/``-valid_align``: ``align``, every example's alignment links one after another,
+    each as its source then its target token index, and ``align_lengths`` ``[n_examples]``, the number
+    of links of each example (see data/alignment.py);
     validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training);
     ``vocab_id``: the ``vocab_id`` of the vocabularies whose ids they hold (as the vocab file's).
 """
@@ -19,6 +22,7 @@ import sys
 
 import torch
 
+from onmt_lite.data.alignment import flat_links
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import load_tensors
 
@@ -70,6 +74,8 @@ def make_shard(examples, vocab=None):
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
         shard["src_ex_vocab"] = _one_object_per_word([ex["src_ex_vocab"] for ex in examples])
         shard["src_ex_tgt_ids"], _ = _flat([ex["src_ex_tgt_ids"] for ex in examples])
+    if examples and "align" in examples[0]:
+        shard["align"], shard["align_lengths"] = flat_links([ex["align"] for ex in examples])
     if examples and "tgt_tokens" in examples[0]:
         shard["tgt_tokens"] = _one_object_per_word([ex["tgt_tokens"] for ex in examples])
     return shard
@@ -91,6 +97,7 @@ def load_plain(path, expected_format, what):
 
 REQUIRED_KEYS = ("src", "src_lengths", "tgt", "tgt_lengths", "indices")
 COPY_KEYS = ("src_map", "alignment", "src_ex_vocab", "src_ex_tgt_ids")
+ALIGN_KEYS = ("align", "align_lengths")
 
 
 def load_shard(path, vocab=None):
@@ -100,7 +107,7 @@ def load_shard(path, vocab=None):
     if vocab is not None and shard.get("vocab_id") != vocab:
         raise UserError(f"{path}: its ids index other vocabularies than the vocab file's (a shard of another "
                         f"preprocessing run); preprocess the data again into one -save_data")
-    needed = REQUIRED_KEYS + (COPY_KEYS if "src_map" in shard else ())
+    needed = REQUIRED_KEYS + (COPY_KEYS if "src_map" in shard else ()) + (ALIGN_KEYS if "align" in shard else ())
     missing = [key for key in needed if key not in shard]
     if missing:
         raise UserError(f"{path}: data shard lacks {', '.join(missing)} (preprocess the data again)")

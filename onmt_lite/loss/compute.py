@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from onmt_lite.data.alignment import reference_alignment
 from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion
@@ -26,6 +27,11 @@ from onmt_lite.utils.topk import row_argmax
 def _smoothing(opt, train):
     """Label smoothing applies to training only; validation reports the plain NLL."""
     return opt.label_smoothing if train else 0.0
+
+
+def _lambda_align(opt, train):
+    """The alignment loss applies to training only (validation reports the NLL's statistics alone)."""
+    return opt.lambda_align if train else 0.0
 
 
 def filter_shard_state(state: dict[str, Tensor | None], shard_size: int | None = None) -> Iterator[tuple]:
@@ -84,6 +90,13 @@ def coverage_loss(std_attn, coverage, target_mask):
     return torch.min(std_attn, coverage).sum(2) * target_mask
 
 
+def alignment_loss(align_head: Tensor, align_ref: Tensor) -> Tensor:
+    """Garg et al. (2019)'s alignment loss as OpenNMT-py 1.x computes it: ``-sum(ref * log(max(head,
+    1e-18)))`` over ``[T x B x S]`` (in float32: 1e-18 is 0 in float16). Padded source positions have
+    attention 0 and reference 0, so the floor adds nothing there."""
+    return -(align_ref * align_head.float().clamp(min=1e-18).log()).sum()
+
+
 class LossComputeBase(nn.Module):
     """Base of the loss computations: range cutting, sharding, normalisation (see the module doc).
 
@@ -92,9 +105,16 @@ class LossComputeBase(nn.Module):
         generator: the module mapping decoder outputs to log-probabilities.
     """
 
+    lambda_align = 0.0  # the weight of the alignment loss (-lambda_align); 0: none, no alignment computed
+
     def __init__(self, criterion: nn.Module, generator: nn.Module):
         super().__init__()
         self.criterion, self.generator = criterion, generator
+
+    @property
+    def needs_alignment(self) -> bool:
+        """Whether the loss reads ``attns["align"]`` (the trainer then asks the decoder for it)."""
+        return self.lambda_align > 0
 
     @classmethod
     def from_options(cls, model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
@@ -148,6 +168,23 @@ class LossComputeBase(nn.Module):
                 total.update(stats)
         return None, total
 
+    def _alignment_state(self, batch: Batch, attns: dict[str, Tensor], range_: tuple[int, int]) -> dict[str, Tensor]:
+        """With ``lambda_align``: ``align_head``, the decoder's alignment ``[end - start x B x S]``, and
+        ``align_ref``, the reference alignment of the same positions: the output at position t predicts
+        target token t (``batch.tgt[t + 1]``) and is aligned as that token is."""
+        if not self.needs_alignment:
+            return {}
+        if batch.align is None:
+            raise ValueError("-lambda_align needs batches with alignments (preprocess with -train_align)")
+        if "align" not in attns:
+            raise ValueError("-lambda_align needs the decoder's alignment (decode with need_alignment=True)")
+        ref = reference_alignment(batch.align, batch.tgt.size(0) - 1, batch.batch_size, batch.src.size(0))
+        return {"align_head": attns["align"], "align_ref": ref[range_[0]: range_[1]]}
+
+    def _alignment_loss(self, align_head: Tensor | None, align_ref: Tensor | None) -> Tensor | float:
+        """``lambda_align`` times the alignment loss of one shard (0 without alignment)."""
+        return 0.0 if align_head is None else self.lambda_align * alignment_loss(align_head, align_ref)
+
     def _target(self, batch: Batch, range_: tuple[int, int]) -> Tensor:
         """The target words predicted at positions ``range_``: ``[end - start x B]``."""
         return batch.tgt[range_[0] + 1: range_[1] + 1]
@@ -172,28 +209,31 @@ def _coverage_state(attns, lambda_coverage):
 
 class NMTLossCompute(LossComputeBase):
     """Negative log-likelihood (or label-smoothed) of the target, plus ``lambda_coverage`` times the
-    coverage loss of each target token."""
+    coverage loss of each target token and ``lambda_align`` times the alignment loss. The statistics
+    (xent, ppl) are those of the NLL alone."""
 
-    def __init__(self, criterion, generator, lambda_coverage=0.0):
+    def __init__(self, criterion, generator, lambda_coverage=0.0, lambda_align=0.0):
         super().__init__(criterion, generator)
-        self.lambda_coverage = lambda_coverage
+        self.lambda_coverage, self.lambda_align = lambda_coverage, lambda_align
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
-        return cls(NMTCriterion(_smoothing(opt, train)), model.generator, opt.lambda_coverage)
+        return cls(NMTCriterion(_smoothing(opt, train)), model.generator, opt.lambda_coverage,
+                   _lambda_align(opt, train))
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         return {"output": output, "target": self._target(batch, range_),
-                **_coverage_state(attns, self.lambda_coverage)}
+                **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None):
+    def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None, align_head=None,
+                      align_ref=None):
         rows = self._target_rows(target)  # the generator runs on real target words only
         gold = target.reshape(-1)[rows]
         loss, nll, best = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
             loss = loss + self.lambda_coverage * coverage_loss(
                 std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows].sum()
-        return loss, self._stats(nll.sum(), best, gold)
+        return loss + self._alignment_loss(align_head, align_ref), self._stats(nll.sum(), best, gold)
 
     def _generator_loss(self, hidden, gold):
         """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``.
@@ -210,24 +250,27 @@ class CopyGeneratorLossCompute(LossComputeBase):
     """The copy loss (see ``CopyGeneratorLoss``) plus ``lambda_coverage`` times the coverage loss of
     each target token. With ``normalize_by_length`` each sentence's loss is divided by its length."""
 
-    def __init__(self, criterion, generator, vocab_size, normalize_by_length=False, lambda_coverage=0.0):
+    def __init__(self, criterion, generator, vocab_size, normalize_by_length=False, lambda_coverage=0.0,
+                 lambda_align=0.0):
         super().__init__(criterion, generator)
         self.vocab_size, self.normalize_by_length = vocab_size, normalize_by_length
-        self.lambda_coverage = lambda_coverage
+        self.lambda_coverage, self.lambda_align = lambda_coverage, lambda_align
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
         criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, _smoothing(opt, train))
-        return cls(criterion, model.generator, len(tgt_vocab), opt.copy_loss_by_seqlength, opt.lambda_coverage)
+        return cls(criterion, model.generator, len(tgt_vocab), opt.copy_loss_by_seqlength, opt.lambda_coverage,
+                   _lambda_align(opt, train))
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         if batch.alignment is None:
             raise ValueError("copy attention needs batches with alignment (preprocess with -dynamic_dict)")
         return {"output": output, "target": self._target(batch, range_), "copy_attn": attns["copy"],
                 "align": batch.alignment[range_[0] + 1: range_[1] + 1],
-                **_coverage_state(attns, self.lambda_coverage)}
+                **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, copy_attn, align, std_attn=None, coverage_attn=None):
+    def _compute_loss(self, batch, output, target, copy_attn, align, std_attn=None, coverage_attn=None,
+                      align_head=None, align_ref=None):
         n_pos, n_batch = target.shape
         rows = self._target_rows(target)  # the generator runs on real target words only
         example = rows % n_batch  # rows are time-major: row t * B + b is example b
@@ -241,8 +284,8 @@ class CopyGeneratorLossCompute(LossComputeBase):
         stats = self._copy_stats(nll, log_probs.detach(), gold, gold_align, batch.src_ex_tgt_ids[example])
         if self.normalize_by_length:
             lengths = (batch.tgt[1:] != self.padding_idx).sum(0).to(loss.dtype)  # whole sentences
-            return (loss / lengths[example]).sum(), stats
-        return loss.sum(), stats
+            loss = loss / lengths[example]
+        return loss.sum() + self._alignment_loss(align_head, align_ref), stats
 
     def _copy_stats(self, nll, log_probs, gold, gold_align, ex_ids):
         """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry.
@@ -284,4 +327,8 @@ def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespa
         cls = load_loss_class(opt.loss_class)
     else:
         cls = CopyGeneratorLossCompute if opt.copy_attn else NMTLossCompute
-    return cls.from_options(model, tgt_vocab, opt, train)
+    compute = cls.from_options(model, tgt_vocab, opt, train)
+    if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
+        raise UserError(f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "
+                        f"(give it a lambda_align, see LossComputeBase._alignment_state)")
+    return compute

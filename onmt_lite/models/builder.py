@@ -15,7 +15,7 @@ from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.models.dropout import Dropout
-from onmt_lite.models.transformer import MultiHeadAttention, TransformerDecoder, TransformerEncoder
+from onmt_lite.models.transformer import AlignmentHead, MultiHeadAttention, TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
@@ -80,6 +80,23 @@ def model_dims(opt):
     return dims
 
 
+def alignment_head(opt):
+    """The ``AlignmentHead`` of -alignment_layer, -alignment_heads, -full_context_alignment."""
+    return AlignmentHead(opt.alignment_layer, opt.alignment_heads, opt.full_context_alignment)
+
+
+def check_alignment(opt, dims):
+    """-lambda_align needs a Transformer decoder that has the alignment head the options name."""
+    if opt.lambda_align <= 0:
+        return
+    if opt.decoder_type != "transformer":
+        raise UserError("-lambda_align (guided alignment) needs -decoder_type transformer: the alignment "
+                        "is a Transformer decoder layer's attention over the source")
+    problem = alignment_head(opt).problem(dims.dec_layers, opt.heads)
+    if problem:
+        raise UserError(f"-lambda_align: {problem}")
+
+
 def build_embeddings(opt, dims, vocabs):
     """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
     encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step and
@@ -117,7 +134,7 @@ def build_decoder(opt, dims, embeddings):
     if opt.decoder_type == "transformer":
         return TransformerDecoder(dims.dec_layers, dims.dec_rnn, opt.heads, opt.transformer_ff, opt.dropout[0],
                                   opt.attention_dropout[0], embeddings, opt.max_relative_positions,
-                                  copy_attn=opt.copy_attn)
+                                  copy_attn=opt.copy_attn, alignment=alignment_head(opt))
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
     return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout[0],
                          embeddings, coverage_attn=opt.coverage_attn, copy_attn=opt.copy_attn,
@@ -146,6 +163,7 @@ def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
     check_options(opt)
     dims = model_dims(opt)
+    check_alignment(opt, dims)
     src_emb, tgt_emb = build_embeddings(opt, dims, vocabs)
     encoder = build_encoder(opt, dims, src_emb)
     decoder = build_decoder(opt, dims, tgt_emb)

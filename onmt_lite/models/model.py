@@ -26,11 +26,17 @@ class NMTModel(nn.Module):
 
     def decode(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state: DecoderState,
                memory_keys: Tensor | None = None,
-               need_attention: bool = True) -> tuple[Tensor, dict[str, Tensor], DecoderState]:
+               need_attention: bool = True,
+               need_alignment: bool = False) -> tuple[Tensor, dict[str, Tensor], DecoderState]:
         """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState.
         ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position.
         ``need_attention=False``: the caller reads no attention, so a decoder may leave it out (the
-        Transformer's then runs its top layer on the fused kernel too; copy attention is always returned)."""
+        Transformer's then runs its top layer on the fused kernel too; copy attention is always returned).
+        ``need_alignment``: also ``attns["align"]``, the alignment head's attention (Transformer decoders
+        only, see ``TransformerDecoder``)."""
+        if need_alignment:  # only a Transformer decoder takes it: the commands refuse alignment with others
+            return self.decoder(tgt, memory_bank, state, lengths, memory_keys, need_attention=need_attention,
+                                need_alignment=True)
         return self.decoder(tgt, memory_bank, state, lengths, memory_keys, need_attention=need_attention)
 
     def forward(self, src: Tensor, tgt: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:

@@ -11,6 +11,7 @@ H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks ten
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -18,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
@@ -287,22 +289,45 @@ class TransformerDecoderLayer(nn.Module):
         return self.feed_forward(x + self.dropout(context)), cache, weights
 
 
+@dataclasses.dataclass(frozen=True)
+class AlignmentHead:
+    """The decoder's alignment head (Garg et al. 2019): the attention over the source of layer ``layer``
+    (negative: from the last), its first ``heads`` heads averaged (0: all). With ``full_context`` that
+    layer runs again on the same input without the future mask (nor padding) in its self-attention, and
+    the alignment is that pass's attention (its output is not used)."""
+    layer: int = -3
+    heads: int = 0
+    full_context: bool = False
+
+    def problem(self, num_layers: int, num_heads: int) -> str | None:
+        """Why this head does not exist in a decoder of ``num_layers`` layers of ``num_heads`` heads, or None."""
+        if not -num_layers <= self.layer < num_layers:
+            return (f"-alignment_layer {self.layer} is not a layer of the {num_layers}-layer decoder "
+                    f"(from {-num_layers} to {num_layers - 1})")
+        if self.heads > num_heads:
+            return f"-alignment_heads {self.heads} is more than the decoder's {num_heads} heads"
+        return None
+
+
 class TransformerDecoder(nn.Module):
     """``num_layers`` Transformer decoder layers (interface of the RNN decoders).
 
     ``attns["std"]`` is the top layer's attention over the memory bank, averaged over its heads; with
-    ``copy_attn`` it is ``attns["copy"]`` too (1.x copies with that attention as well).
+    ``copy_attn`` it is ``attns["copy"]`` too (1.x copies with that attention as well). Asked for
+    (``need_alignment``), ``attns["align"]`` is the attention of the ``alignment`` head: ``[T x B x S]``,
+    row t the attention of the output at position t, the one that predicts the next token.
 
     Args:
         num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the layers'.
         embeddings: an ``Embeddings`` module of size ``dim``.
         copy_attn: return ``attns["copy"]``.
+        alignment: the ``AlignmentHead`` that gives ``attns["align"]``.
     """
 
     def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
-                 max_relative_positions=0, copy_attn=False):
+                 max_relative_positions=0, copy_attn=False, alignment=AlignmentHead()):
         super().__init__()
-        self.embeddings, self.copy_attn = embeddings, copy_attn
+        self.embeddings, self.copy_attn, self.alignment = embeddings, copy_attn, alignment
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
             for _ in range(num_layers))
@@ -331,11 +356,13 @@ class TransformerDecoder(nn.Module):
             src_len, batch, 2 * len(self.layers), attention.heads, attention.head_dim)
         return projected.permute(2, 1, 3, 0, 4).contiguous()
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
+    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True,
+                need_alignment=False):
         """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when ``need_attention`` is
-        False and there is no copy attention), the new TransformerState.
+        False and there is no copy attention; with ``need_alignment`` also ``"align"``), the new
+        TransformerState.
         """
         need_weights = need_attention or self.copy_attn
         length, cached = tgt.size(0), state.cached
@@ -344,19 +371,41 @@ class TransformerDecoder(nn.Module):
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
         memory_mask = length_mask(memory_lengths.to(x.device), memory_bank.size(0))[:, None, None, :]
         columns = torch.arange(cached + length, device=x.device)
+        started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[:, None, None, :]  # [B x 1 x 1 x P+T]
         causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(1)
-        self_mask = (causal.unsqueeze(0) & (columns.unsqueeze(0) >= state.start.unsqueeze(1)).unsqueeze(1))
-        self_mask = self_mask.unsqueeze(1)  # [B x 1 x T x P+T]
-        cache, weights = [], None
+        self_mask = started & causal  # [B x 1 x T x P+T]
+        align_layer = self.alignment.layer % len(self.layers) if need_alignment else None
+        cache, attns = [], {}
         for i, layer in enumerate(self.layers):
-            x, (layer_k, layer_v), weights = layer(
-                x, self_mask, (state.cache[2 * i], state.cache[2 * i + 1], cached), keys[2 * i], keys[2 * i + 1],
-                memory_mask, need_weights=need_weights and i == len(self.layers) - 1)
+            layer_cache = (state.cache[2 * i], state.cache[2 * i + 1], cached)
+            layer_in, top = x, i == len(self.layers) - 1
+            aligning = i == align_layer and not self.alignment.full_context
+            x, (layer_k, layer_v), weights = layer(x, self_mask, layer_cache, keys[2 * i], keys[2 * i + 1],
+                                                   memory_mask, need_weights=(need_weights and top) or aligning)
+            if i == align_layer:
+                align_weights = weights
+                if self.alignment.full_context:  # the same layer again, its self-attention seeing every position
+                    _, _, align_weights = layer(layer_in, self._full_context_mask(tgt, started, cached), layer_cache,
+                                                keys[2 * i], keys[2 * i + 1], memory_mask, need_weights=True)
+                attns["align"] = self._alignment_of(align_weights)
             cache += [layer_k, layer_v]
         dec_out = self.norm(x).transpose(0, 1).contiguous()
-        if not need_weights:
-            return dec_out, {}, TransformerState(cache, state.start, cached + length)
-        attns = {"std": weights.mean(1).transpose(0, 1)}
-        if self.copy_attn:
-            attns["copy"] = attns["std"]
-        return dec_out, attns, TransformerState(cache, state.start, cached + length)
+        new_state = TransformerState(cache, state.start, cached + length)
+        if need_weights:
+            attns["std"] = weights.mean(1).transpose(0, 1)
+            if self.copy_attn:
+                attns["copy"] = attns["std"]
+        return dec_out, attns, new_state
+
+    @staticmethod
+    def _full_context_mask(tgt: Tensor, started: Tensor, cached: int) -> Tensor:
+        """The self-attention mask ``[B x 1 x 1 x P+T]`` of the full-context alignment pass: every cached
+        and new position of each row, but not padding (``tgt`` ``[T x B]``)."""
+        real = torch.cat([tgt.new_ones(tgt.size(1), cached, dtype=torch.bool), (tgt != PAD_ID).t()], 1)
+        return started & real[:, None, None, :]
+
+    def _alignment_of(self, weights: Tensor) -> Tensor:
+        """The alignment ``[T x B x S]`` of a layer's context attention ``[B x h x T x S]``: its first
+        ``alignment.heads`` heads (0: all) averaged."""
+        heads = self.alignment.heads or weights.size(1)
+        return weights[:, :heads].mean(1).transpose(0, 1)

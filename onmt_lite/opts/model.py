@@ -97,10 +97,25 @@ def _model_attention_and_generator_opts(parser):
     add(group, "param_init_glorot", action="store_true", help="Glorot (Xavier) initialisation of matrices")
 
 
+def _model_alignment_opts(parser):
+    group = parser.add_argument_group("Model: guided alignment")
+    add(group, "lambda_align", type=float_in(0, float("inf")), default=0.0,
+        help="Weight of the alignment loss of Garg et al. (2019): the cross-entropy between the alignment "
+             "head's attention and the -train_align alignments (0: off; needs a Transformer decoder)")
+    add(group, "alignment_layer", type=int, default=-3,
+        help="The decoder layer whose attention over the source is the alignment (negative: from the last)")
+    add(group, "alignment_heads", type=int_at_least(0), default=0,
+        help="Average the first N heads of that attention into the alignment (0: all heads)")
+    add(group, "full_context_alignment", action="store_true",
+        help="Take the alignment from a second pass of that layer without the future mask (the whole "
+             "target as context)")
+
+
 @opennmt_py_1x_command("train")
 def model_opts(parser):
-    """Embeddings, encoder and decoder, attention and generator."""
+    """Embeddings, encoder and decoder, attention and generator, guided alignment."""
     _model_embeddings_opts(parser)
     _model_encoder_and_decoder_opts(parser)
     _model_transformer_opts(parser)
     _model_attention_and_generator_opts(parser)
+    _model_alignment_opts(parser)

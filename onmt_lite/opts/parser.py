@@ -16,7 +16,6 @@ from onmt_lite.utils.logging import log_when_ready
 # OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
 # reason says what the option is for in 1.x and that onmt_lite lacks that (tests/unit/test_opts.py
 # checks that unrelated options do not share a reason).
-GUIDED_ALIGNMENT = "guided alignment (Garg et al. 2019, with Transformer alignment heads) is not supported"
 UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
@@ -26,14 +25,9 @@ UNSUPPORTED_OPTIONS = {
         ["train_ids", "data_ids", "data_weights"],
         "one training corpus per run; several weighted corpora are not supported"),
     **dict.fromkeys(
-        ["train_align", "valid_align"],
-        "word alignments as training data (for guided alignment) are not supported"),
-    **dict.fromkeys(
         ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
         "source word features are not supported"),
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
-    **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
-                    GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
     **dict.fromkeys(
@@ -54,9 +48,6 @@ UNSUPPORTED_OPTIONS = {
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
     "tgt_prefix": "decoding with a target prefix is not supported",
-    **dict.fromkeys(
-        ["report_align", "align_debug"],
-        "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),
 }
 
 

@@ -13,6 +13,10 @@ def preprocess_opts(parser):
     add(group, "train_tgt", required=True, help="Training target text, one sentence a line")
     add(group, "valid_src", default="", help="Validation source text")
     add(group, "valid_tgt", default="", help="Validation target text")
+    add(group, "train_align", default="",
+        help="Word alignments of the training pairs (guided alignment, -lambda_align): one line a pair, "
+             "Pharaoh 'SRC-TGT' pairs of 0-based token indices")
+    add(group, "valid_align", default="", help="Word alignments of the validation pairs, as -train_align")
     add(group, "save_data", required=True,
         help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt, PREFIX.valid.N.pt")
     add(group, "shard_size", type=int_at_least(0), default=1000000,

@@ -77,6 +77,10 @@ def _efficiency_and_logging_opts(parser):
              "slightly different output)")
     add(group, "verbose", action="store_true", help="Log each sentence, its translations and scores")
     add(group, "attn_debug", action="store_true", help="Log the attention of each 1-best translation")
+    add(group, "report_align", action="store_true",
+        help="After each output line write ' ||| ' and its word alignment, Pharaoh 'SRC-TGT' pairs: each "
+             "output token's most attended source token in the alignment head (Transformer decoders)")
+    add(group, "align_debug", action="store_true", help="Log the alignment matrix of each 1-best translation")
     add(group, "attn_plot", default="",
         help="Write an attention heatmap PNG per input line into DIR (needs matplotlib)", metavar="DIR")
     add(group, "report_time", action="store_true", help="Log the time taken and the speed")

@@ -69,6 +69,8 @@ def resolve_options(opt, checkpoint, record):
         opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
     if opt.copy_attn and not record.get("dynamic_dict"):
         raise UserError(f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)")
+    if opt.lambda_align > 0 and not record.get("train_align"):
+        raise UserError(f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has none)")
     return opt
 
 

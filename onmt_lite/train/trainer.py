@@ -101,7 +101,8 @@ class Trainer:
                 memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths)
                 tgt_in = batch.tgt[start: min(start + window, n_positions)]
                 dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
-                                                          first_state if state is None else state)
+                                                          first_state if state is None else state,
+                                                          need_alignment=self.loss_compute.needs_alignment)
                 loss, window_stats = self.loss_compute(batch, dec_out, attns, norm, self.shard_size, start,
                                                        tgt_in.size(0))
             if loss is not None:

@@ -12,6 +12,7 @@ import time
 import torch
 
 from onmt_lite.data.corpus import read_lines
+from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
@@ -46,6 +47,14 @@ def pieces(src, tgt, size):
         first += len(piece)
 
 
+def output_lines(result, report_align=False):
+    """The output lines of one Result: its n-best, each followed by `` ||| `` and its alignment with
+    ``report_align`` (OpenNMT-py 1.x's format)."""
+    if not report_align:
+        return result.hypotheses
+    return [f"{hyp} ||| {pharaoh(align)}" for hyp, align in zip(result.hypotheses, result.alignment)]
+
+
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
     output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
@@ -67,7 +76,7 @@ def translate(opt):
                 start = time.time()
                 results = translator.translate(sources, targets, progress.update)
                 summary.elapsed += time.time() - start
-                write("".join(h + "\n" for r in results for h in r.hypotheses))
+                write("".join(line + "\n" for r in results for line in output_lines(r, opt.report_align)))
                 if opt.attn_plot:
                     write_attention_plots(results, opt.attn_plot, first + 1)
                 summary.add(results, targets, first)
@@ -102,6 +111,10 @@ class Summary:
                 rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row[: len(result.source)].tolist())
                                  for w, row in zip(result.tokens[0] + ["</s>"], result.attention[0]))
                 logger.info(f"ATTENTION {i} ({' '.join(result.source)}):\n{rows}")
+            if opt.align_debug and result.alignment[0] is not None:
+                rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row.tolist())
+                                 for w, row in zip(result.tokens[0], result.alignment[0]))
+                logger.info(f"ALIGNMENT {i} ({' '.join(result.source)}):\n{rows}")
         self.lines += len(results)
         if targets is not None:
             self.gold_total += sum(r.gold_score or 0.0 for r in results)

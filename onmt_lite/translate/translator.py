@@ -16,6 +16,7 @@ from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.translate.alignment import alignment_matrices, check_alignment_models
 from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams, prepare_model
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_lines
@@ -33,7 +34,8 @@ class Result:
     For copy models also the copy attention ``[out_len x src_len]`` and the probability of copying
     ``[out_len x 1]`` per hypothesis (None otherwise). The attentions are None when the search did
     not keep them (``attention=False``: what ``onmt_lite_translate`` does unless -replace_unk,
-    -attn_debug or -attn_plot asks for them)."""
+    -attn_debug or -attn_plot asks for them). With ``report_align``, ``alignment`` holds each
+    hypothesis's alignment ``[n_tokens x src_len]`` (see translate/alignment.py; None for an empty line)."""
     source: list
     hypotheses: list
     scores: list
@@ -44,12 +46,13 @@ class Result:
     gold_words: int = 0
     copy_attention: list = dataclasses.field(default_factory=list)
     p_copy: list = dataclasses.field(default_factory=list)
+    alignment: list = dataclasses.field(default_factory=list)
 
     def fill_empty(self, n_best):
         """The Result of an empty source line: ``n_best`` empty outputs of score 0, as for any line."""
         self.hypotheses, self.scores, self.log_probs = [""] * n_best, [0.0] * n_best, [0.0] * n_best
         self.tokens, self.attention = [[] for _ in range(n_best)], [None] * n_best
-        self.copy_attention, self.p_copy = [None] * n_best, [None] * n_best
+        self.copy_attention, self.p_copy, self.alignment = [None] * n_best, [None] * n_best, [None] * n_best
 
 
 def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None) -> tuple[list, dict, dict]:
@@ -107,6 +110,7 @@ class Translator:
         preprocess: the checkpoint's ``preprocess`` record (tokenization: ``lower``, sentencepiece models).
         search: ``SearchOptions`` (default: beam 5). replace_unk, phrase_table (a dict), batch_size,
         batch_type, avg_raw_probs, src_spm, tgt_spm: as the options of ``onmt_lite_translate``.
+        report_align: give each Result the alignments of its hypotheses (Transformer decoders only).
         device: where the models are. fork_streams: on a CPU with 2 or more threads, decode the
         streams in forked processes (Linux) instead of threads (see ``fast_paths.decoding_streams``).
     """
@@ -114,8 +118,10 @@ class Translator:
     def __init__(self, models: list, vocabs: dict, *, preprocess: dict = None, search: SearchOptions = None,
                  replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
                  batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
-                 device="cpu", fork_streams: bool = False):
+                 device="cpu", fork_streams: bool = False, report_align: bool = False):
         require_whole("batch_size", batch_size, 1)
+        if report_align:
+            check_alignment_models(models)
         if batch_type not in ("sents", "tokens"):
             raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
         self.models, self.vocabs = models, vocabs
@@ -125,6 +131,7 @@ class Translator:
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
         self.device, self.fork_streams = torch.device(device), fork_streams
+        self.report_align = report_align
 
     @classmethod
     def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
@@ -154,7 +161,8 @@ class Translator:
                    replace_unk=opt.replace_unk,
                    phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
                    batch_size=opt.batch_size, batch_type=opt.batch_type, avg_raw_probs=opt.avg_raw_probs,
-                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True)
+                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True,
+                   report_align=opt.report_align or opt.align_debug)
 
     def translate(self, sources: list[str], targets: list[str] | None = None,
                   progress: Callable[[int], None] | None = None) -> list[Result]:
@@ -185,9 +193,13 @@ class Translator:
                 line, ex_words = feeder.examples.pop(example)
                 yield line, nbest, ex_words
 
+        hypothesis_ids = {}  # line: the token ids of its n-best, for the alignment pass
+
         def record(item):
             line, nbest, ex_words = item
             self._record(results[line], nbest, ex_words)
+            if self.report_align:
+                hypothesis_ids[line] = [hyp.tokens for hyp in nbest]
             if progress is not None:
                 progress(1)
 
@@ -196,6 +208,9 @@ class Translator:
             if inputs.has_target:
                 for batch in inputs.batches(self.batch_size, self.batch_type):
                     self._gold(batch.to(self.device), results)
+            if self.report_align:
+                for batch in inputs.batches(self.batch_size, self.batch_type):
+                    self._align(batch.to(self.device), hypothesis_ids, results)
         for result in results:
             if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
                 result.fill_empty(self.search_options.n_best)
@@ -251,6 +266,14 @@ class Translator:
         """Output words as text (sentencepiece pieces decoded)."""
         sp = self.tokenizers[1]._sp
         return sp.decode(words) if sp is not None else " ".join(words)
+
+    def _align(self, batch, hypothesis_ids, results):
+        """Each hypothesis's alignment (one teacher-forced pass over all the n-best of ``batch``)."""
+        lines = batch.indices_cpu.tolist()
+        hypotheses = [(b, tokens) for b, line in enumerate(lines) for tokens in hypothesis_ids[line]]
+        matrices = iter(alignment_matrices(self.models, batch, hypotheses, len(self.vocabs["tgt"])))
+        for line in lines:
+            results[line].alignment = [next(matrices) for _ in hypothesis_ids[line]]
 
     def _gold(self, batch, results):
         """Log-probability of each gold target (copy-aware), averaged over the ensemble."""

@@ -182,18 +182,15 @@ def unsupported_sharing_the_reason_of(name):
 
 @pytest.mark.parametrize("name,family,words", [
     ("context_gate", {"context_gate"}, "context gates"),
-    ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
     ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
-    ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
-     "guided alignment"),
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
     ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
-    one; -train_align is alignment data, not a weighted corpus."""
+    one; -data_ids names weighted corpora, not source noising."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert unsupported_sharing_the_reason_of(name) == family
