@@ -71,6 +71,10 @@ CHANGED = {
     "src_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
+    "train_align": "a malformed line or an index outside its sentence pair is an error naming the file and "
+                   "line; truncation drops the links it cuts off; refused with -src_spm/-tgt_spm",
+    "valid_align": "checked and stored as -train_align; validation reports the NLL alone (1.x added the "
+                   "alignment loss to it)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
     "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or `transformer` "
@@ -86,6 +90,13 @@ CHANGED = {
     "global_attention_function": "only `softmax`; `sparsemax` is refused",
     "generator_function": "only `softmax`; `sparsemax` is refused",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
+    "lambda_align": "the logged xent and perplexity are the NLL's, without the alignment term (1.x added it); "
+                    "also with copy attention; refused without -train_align data or a Transformer decoder",
+    "alignment_layer": "a layer the decoder lacks is refused (with -lambda_align, or at -report_align) where "
+                       "1.x failed with an IndexError",
+    "alignment_heads": "more than -heads is refused (1.x then averaged all heads)",
+    "full_context_alignment": "only the alignment layer runs a second time (1.x ran every layer twice and "
+                              "kept one); the same alignment",
     # train
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
@@ -98,6 +109,10 @@ CHANGED = {
                    "loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
                        "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
+    # translate
+    "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` to the "
+                    "shorter ones of a batch); ensembles average their alignment heads",
+    "align_debug": "also without -report_align (1.x needed it)",
 }
 
 # A few words on options that are the same.

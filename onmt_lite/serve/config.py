@@ -37,6 +37,8 @@ SERVER_REFUSES = {
     "attn_plot": "the file command writes plots; the server answers requests",
     "attn_debug": "the file command logs attention; the server answers requests",
     "verbose": "the file command logs sentences; the server logs requests (--debug: their bodies)",
+    "report_align": "the server's answers carry no alignments (onmt_lite_translate -report_align writes them)",
+    "align_debug": "the file command logs alignments; the server answers requests",
     "report_time": "the server logs each request's time",
     "log_file": "the server logs to its standard error",
     "threads": "the server uses PyTorch's threads for all models (set OMP_NUM_THREADS)",
