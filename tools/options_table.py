@@ -111,7 +111,8 @@ CHANGED = {
                        "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
     # translate
     "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` to the "
-                    "shorter ones of a batch); ensembles average their alignment heads",
+                    "shorter ones of a batch); ensembles average their alignment heads; refused with "
+                    "sentencepiece models (the pairs would count pieces)",
     "align_debug": "also without -report_align (1.x needed it)",
 }
 

@@ -128,6 +128,9 @@ class Translator:
         self.search_options = search if search is not None else SearchOptions()
         self.copy = models[0].decoder.copy_attn
         self.tokenizers = build_tokenizers(preprocess or {}, src_spm, tgt_spm)
+        if report_align and any(tokenizer.spm_model for tokenizer in self.tokenizers):
+            raise UserError("-report_align with a sentencepiece model: the alignment would index the pieces, "
+                            "not the words of the input and output lines")
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
         self.device, self.fork_streams = torch.device(device), fork_streams

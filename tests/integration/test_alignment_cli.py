@@ -12,7 +12,7 @@ from onmt_lite.data.batch import ShardView
 from onmt_lite.data.shards import load_shard
 from onmt_lite.models.transformer import AlignmentHead
 from onmt_lite.utils.errors import UserError
-from tests.helpers import lines, run_cli, train_in_process, write_lines
+from tests.helpers import lines, run_cli, step_losses, train_in_process, write_lines
 
 MODEL = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-layers", 1, "-rnn_size", 16,
          "-word_vec_size", 16, "-heads", 2, "-transformer_ff", 32, "-position_encoding", "-dropout", 0,
@@ -173,3 +173,25 @@ def test_report_align_is_refused_for_an_rnn_decoder(trained, tmp_path):
     assert done.returncode == 2
     assert "-report_align needs a Transformer decoder (-decoder_type transformer)" in done.stderr
     assert not os.path.exists(tmp_path / "out.txt")
+
+
+def test_a_resumed_run_with_guided_alignment_gives_the_losses_of_an_uninterrupted_one(trained, tmp_path):
+    args = [*MODEL[:-2], *GUIDED, "-full_context_alignment", "-dropout", 0.3, "-attention_dropout", 0.2,
+            "-batch_size", 8, "-max_generator_batches", 2, "-report_every", 1, "-valid_steps", 100,
+            "-save_checkpoint_steps", 3, "-seed", 7]
+    _, full = train_in_process(trained["data"], str(tmp_path / "full"), *args, "-train_steps", 6)
+    _, first = train_in_process(trained["data"], str(tmp_path / "part"), *args, "-train_steps", 3)
+    _, second = train_in_process(trained["data"], str(tmp_path / "part"), *args, "-train_steps", 6,
+                                 "-train_from", tmp_path / "part_step_3.pt")
+    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    assert sorted(full_losses) == list(range(1, 7)) and resumed == full_losses
+    assert len(set(full_losses.values())) == 6
+
+
+def test_report_align_is_refused_with_a_sentencepiece_model(trained, tmp_path):
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(input=trained["valid"]["src"], model_prefix=str(tmp_path / "sp"),
+                                             vocab_size=25, minloglevel=2)
+    with pytest.raises(UserError, match="-report_align with a sentencepiece model: the alignment would index"):
+        Translator.load(trained["model"], report_align=True, tgt_spm=str(tmp_path / "sp.model"))
