@@ -374,7 +374,7 @@ class TransformerDecoder(nn.Module):
         started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[:, None, None, :]  # [B x 1 x 1 x P+T]
         causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(1)
         self_mask = started & causal  # [B x 1 x T x P+T]
-        align_layer = self.alignment.layer % len(self.layers) if need_alignment else None
+        align_layer = self._alignment_layer() if need_alignment else None
         cache, attns = [], {}
         for i, layer in enumerate(self.layers):
             layer_cache = (state.cache[2 * i], state.cache[2 * i + 1], cached)
@@ -396,6 +396,13 @@ class TransformerDecoder(nn.Module):
             if self.copy_attn:
                 attns["copy"] = attns["std"]
         return dec_out, attns, new_state
+
+    def _alignment_layer(self) -> int:
+        """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""
+        problem = self.alignment.problem(len(self.layers), self.layers[0].context_attn.heads)
+        if problem:
+            raise ValueError(problem)
+        return self.alignment.layer % len(self.layers)
 
     @staticmethod
     def _full_context_mask(tgt: Tensor, started: Tensor, cached: int) -> Tensor:

@@ -59,12 +59,14 @@ def choose_device(opt, dist=None):
 
 
 def resolve_options(opt, checkpoint, record):
-    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint."""
+    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint, but
+    -lambda_align, a loss weight, from the command line (as 1.x: guided alignment can start at -train_from)."""
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
         optim_options = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
+        lambda_align = opt.lambda_align
         opt = model_options(checkpoint["opt"], opt.train_from, onto=opt, also=optim_options)
-        opt.seed = checkpoint["opt"]["seed"]
+        opt.seed, opt.lambda_align = checkpoint["opt"]["seed"], lambda_align
     elif opt.seed <= 0:
         opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
     if opt.copy_attn and not record.get("dynamic_dict"):

@@ -195,3 +195,17 @@ def test_report_align_is_refused_with_a_sentencepiece_model(trained, tmp_path):
                                              vocab_size=25, minloglevel=2)
     with pytest.raises(UserError, match="-report_align with a sentencepiece model: the alignment would index"):
         Translator.load(trained["model"], report_align=True, tgt_spm=str(tmp_path / "sp.model"))
+
+
+def test_guided_alignment_can_start_at_train_from_with_the_checkpoints_alignment_head(trained, tmp_path):
+    args = [*MODEL, "-alignment_layer", -1, "-batch_size", 8, "-valid_steps", 100, "-save_checkpoint_steps", 2,
+            "-report_every", 1]
+    train_in_process(trained["data"], str(tmp_path / "m"), *args, "-train_steps", 2)
+    _, log = train_in_process(trained["data"], str(tmp_path / "m"), *args, "-train_steps", 4, "-lambda_align", 0.5,
+                              "-alignment_layer", 0, "-train_from", tmp_path / "m_step_2.pt")
+    saved = torch.load(tmp_path / "m_step_4.pt", weights_only=True)["opt"]
+    assert (saved["lambda_align"], saved["alignment_layer"]) == (0.5, -1)  # the loss weight given, the model's head
+    with_align = step_losses(log)
+    _, log = train_in_process(trained["data"], str(tmp_path / "n"), *args, "-train_steps", 4,
+                              "-train_from", tmp_path / "m_step_2.pt")
+    assert step_losses(log)[3] == with_align[3] and step_losses(log)[4] != with_align[4]
