@@ -263,4 +263,8 @@ def test_alignment_options_a_model_cannot_have_are_refused(args, message):
 def test_without_lambda_align_the_alignment_options_are_only_recorded():
     model, _ = make_model(*TRANSFORMER, "-alignment_layer", 5, "-alignment_heads", 1, "-full_context_alignment")
     assert model.decoder.alignment == AlignmentHead(5, 1, True)
+    batch = aligned_batch(PAIRS, [0, 1, 2])
+    memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+    with pytest.raises(ValueError, match="-alignment_layer 5 is not a layer of the 2-layer decoder"):
+        model.decode(batch.tgt[:-1], memory_bank, lengths, state, need_alignment=True)
     assert model_options().alignment_layer == -3 and model_options().alignment_heads == 0
