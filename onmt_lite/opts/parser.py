@@ -23,9 +23,6 @@ UNSUPPORTED_OPTIONS = {
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
     **dict.fromkeys(
-        ["train_ids", "data_ids", "data_weights"],
-        "one training corpus per run; several weighted corpora are not supported"),
-    **dict.fromkeys(
         ["train_align", "valid_align"],
         "word alignments as training data (for guided alignment) are not supported"),
     **dict.fromkeys(
