@@ -183,7 +183,6 @@ def unsupported_sharing_the_reason_of(name):
 @pytest.mark.parametrize("name,family,words", [
     ("context_gate", {"context_gate"}, "context gates"),
     ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
-    ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
     ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
      "guided alignment"),
@@ -194,7 +193,7 @@ def unsupported_sharing_the_reason_of(name):
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
-    one; -train_align is alignment data, not a weighted corpus."""
+    one; -train_align is alignment data, not a parallel corpus."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert unsupported_sharing_the_reason_of(name) == family
