@@ -125,9 +125,9 @@ def test_a_resumed_run_with_weights_3_1_gives_the_losses_of_the_uninterrupted_ru
     full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
     assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
     assert resumed == full_losses
-    position = load_checkpoint(str(tmp_path / "part_step_3.pt"))["data"]
-    assert position == {"turns": ["a", "a", "a", "b"], "turn": 2,
-                        "corpora": {"a": {"epoch": 0, "shard": 0, "batch": 5}, "b": {"epoch": 0, "shard": 0, "batch": 1}}}
+    assert load_checkpoint(str(tmp_path / "part_step_3.pt"))["data"] == {
+        "turns": ["a", "a", "a", "b"], "turn": 2,
+        "corpora": {"a": {"epoch": 0, "shard": 0, "batch": 5}, "b": {"epoch": 0, "shard": 0, "batch": 1}}}
 
 
 def test_the_command_line_trains_on_weighted_corpora_and_logs_them(data, tmp_path):

@@ -91,7 +91,7 @@ def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
 
 def test_values_are_not_read_as_abbreviations():
     opt = parse(parser(), ["-train_src", "-1", "-train_tgt", "b", "-save_data", "out", "-seed", "-3"])
-    assert (opt.train_src, opt.seed) == ("-1", -3)
+    assert (opt.train_src, opt.seed) == (["-1"], -3)
 
 
 def test_config_keys_must_be_full_names(tmp_path, capsys):
@@ -155,6 +155,17 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     original = parse(parser(), args)
     assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
         k: v for k, v in vars(original).items() if k != "config"}
+
+
+@pytest.mark.parametrize("corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]])
+def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora):
+    """Several -train_src files and their ids, or no ids (1.x's [None]), survive -save_config and -config."""
+    saved = tmp_path / "saved.yaml"
+    with pytest.raises(SystemExit):
+        parse(parser(), REQUIRED + corpora + ["-save_config", str(saved)])
+    reloaded = parse(parser(), ["-config", str(saved)])
+    expected = (["a", "c"], ["x", "y"]) if corpora else (["a"], [None])
+    assert (reloaded.train_src, reloaded.train_ids) == expected
 
 
 @pytest.mark.parametrize("groups,expected", [
