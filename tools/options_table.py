@@ -66,8 +66,7 @@ CHANGED = {
                   "filled a queue for all)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "train_src": "one file (1.x takes several, named by -train_ids)",
-    "train_tgt": "one file (1.x takes several)",
+    "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files `PREFIX.train_ID.N.pt`)",
     "src_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
@@ -87,6 +86,11 @@ CHANGED = {
     "generator_function": "only `softmax`; `sparsemax` is refused",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
     # train
+    "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each corpus in "
+                    "turn, each batch from one corpus (1.x drew WEIGHT examples from each corpus in turn into "
+                    "shared batches); one weight per -data_ids corpus",
+    "data_ids": "several corpora cannot be combined with -single_pass or -epochs (each corpus starts its next "
+                "epoch on its own)",
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",

@@ -1,7 +1,8 @@
 """Streaming shards into batches: pools sorted by length, cut by sentences or tokens, shuffled.
 
 The order of the batches depends only on the seed, the epoch and the shard, so a position
-(epoch, shard, batch) is enough to resume exactly where a run stopped.
+(epoch, shard, batch) is enough to resume exactly where a run stopped. ``WeightedBatches`` takes
+turns between the batch streams of several corpora; its position is theirs plus its turn.
 """
 import random
 
@@ -111,3 +112,41 @@ class BatchIterator:
                 self.shard_index = 0
                 return
             self.epoch, self.shard_index = self.epoch + 1, 0
+
+
+class WeightedBatches:
+    """The batches of several corpora in a weighted round robin: ``weights[0]`` batches of the first
+    corpus, then ``weights[1]`` of the second, ..., then the first's again. Each corpus is a
+    ``BatchIterator`` of its own that repeats (``repeat=True``, ``epochs=0``): it shuffles and buckets
+    its batches as it would alone and starts its next epoch when it ends, whatever the others do.
+
+    Args:
+        corpora: ``{corpus id: BatchIterator}``, in the order of the turns.
+        weights: whole numbers >= 1, one per corpus.
+    """
+
+    def __init__(self, corpora, weights):
+        self.corpora = dict(corpora)
+        self.turns = [corpus_id for corpus_id, weight in zip(self.corpora, weights) for _ in range(weight)]
+        self.turn = 0  # the index in ``turns`` of the corpus of the next batch
+
+    def state_dict(self):
+        """The position of the next batch, as plain data: every corpus's, the turns and the turn."""
+        return {"corpora": {corpus_id: batches.state_dict() for corpus_id, batches in self.corpora.items()},
+                "turns": list(self.turns), "turn": self.turn}
+
+    def load_state_dict(self, state):
+        """Restore each corpus's position saved under its id (a corpus the state lacks starts at its
+        beginning) and, if the turns are the same (same ids and weights), the turn; else the turns
+        start again from the first corpus."""
+        for corpus_id, batches in self.corpora.items():
+            if corpus_id in state["corpora"]:
+                batches.load_state_dict(state["corpora"][corpus_id])
+        self.turn = state["turn"] if state["turns"] == self.turns else 0
+
+    def __iter__(self):
+        streams = {corpus_id: iter(batches) for corpus_id, batches in self.corpora.items()}
+        while True:
+            batch = next(streams[self.turns[self.turn]])
+            self.turn = (self.turn + 1) % len(self.turns)
+            yield batch

@@ -23,9 +23,6 @@ UNSUPPORTED_OPTIONS = {
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
     **dict.fromkeys(
-        ["train_ids", "data_ids", "data_weights"],
-        "one training corpus per run; several weighted corpora are not supported"),
-    **dict.fromkeys(
         ["train_align", "valid_align"],
         "word alignments as training data (for guided alignment) are not supported"),
     **dict.fromkeys(
@@ -339,7 +336,8 @@ def parse(parser, args=None):
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
-        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None}
+        # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back as "None"
+        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]}
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")
         sys.exit(0)

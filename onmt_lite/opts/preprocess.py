@@ -9,12 +9,18 @@ def preprocess_opts(parser):
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Data")
-    add(group, "train_src", required=True, help="Training source text, one sentence a line")
-    add(group, "train_tgt", required=True, help="Training target text, one sentence a line")
+    add(group, "train_src", required=True, nargs="+",
+        help="Training source text, one sentence a line; several files: several corpora, named by -train_ids")
+    add(group, "train_tgt", required=True, nargs="+", help="Training target text, one file per -train_src file")
+    add(group, "train_ids", nargs="+", default=[None],
+        help="Names of the training corpora, one per -train_src file (letters, digits, - and _): their shards "
+             "are PREFIX.train_ID.N.pt, and onmt_lite_train picks them with -data_ids; needed with several "
+             "corpora")
     add(group, "valid_src", default="", help="Validation source text")
     add(group, "valid_tgt", default="", help="Validation target text")
     add(group, "save_data", required=True,
-        help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt, PREFIX.valid.N.pt")
+        help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt (PREFIX.train_ID.N.pt with "
+             "-train_ids), PREFIX.valid.N.pt")
     add(group, "shard_size", type=int_at_least(0), default=1000000,
         help="Examples per shard file (0: all in one shard)")
     add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")

@@ -6,6 +6,12 @@ from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float
 def _general_opts(parser):
     group = parser.add_argument_group("General")
     add(group, "data", required=True, help="Prefix of the preprocessed data (PREFIX.vocab.pt, PREFIX.train.N.pt)")
+    add(group, "data_ids", nargs="+", default=[None],
+        help="Train on these corpora of -data (its -train_ids, shards PREFIX.train_ID.N.pt); left out: the one "
+             "corpus of data preprocessed without -train_ids")
+    add(group, "data_weights", type=int_at_least(1), nargs="+", default=[1],
+        help="One whole number per -data_ids corpus: a step's batches come from the corpora in turn, WEIGHT "
+             "batches from each (a round robin), every corpus starting its next epoch on its own")
     add(group, "save_model", default="model", help="Checkpoints are written to SAVE_MODEL_step_N.pt")
     add(group, "save_checkpoint_steps", type=int_at_least(1), default=5000, help="Save a checkpoint every N steps")
     add(group, "keep_checkpoint", type=int, default=-1, help="Keep only the last N checkpoints (-1: all)")

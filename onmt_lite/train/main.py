@@ -11,11 +11,10 @@ import random
 import torch
 
 from onmt_lite.data.iterator import BatchIterator
-from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_path
-from onmt_lite.data.vocab import Vocab
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
                                          model_options, set_rng_state)
+from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
@@ -28,16 +27,6 @@ from onmt_lite.utils.logging import logger
 OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
                  "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
                  "decay_steps")
-
-
-def load_data(opt):
-    """The vocab record and the train/valid shard paths of ``-data``."""
-    train = shard_paths(opt.data, "train")
-    if not train:
-        raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt (run onmt_lite_preprocess)")
-    record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
-    vocabs = {"src": Vocab.from_plain(record["src"]), "tgt": Vocab.from_plain(record["tgt"])}
-    return record, vocabs, train, shard_paths(opt.data, "valid")
 
 
 def choose_device(opt, dist=None):
@@ -98,7 +87,7 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
                     f"step {step} with a new optimizer and the data from its start")
         return step
     restore_optimizer(trainer.optim, checkpoint, opt.reset_optim)
-    train_iter.load_state_dict(checkpoint["data"])
+    restore_position(train_iter, checkpoint["data"])
     early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
     trainer.precision.load_state_dict(checkpoint["trainer"].get("precision"))
     set_rng_state(checkpoint["rng"])
@@ -114,7 +103,7 @@ def train(opt, dist=None):
 
 
 def _train(opt, dist, held):
-    record, vocabs, train_paths, valid_paths = load_data(opt)
+    record, vocabs, corpora, valid_paths = load_data(opt)
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
@@ -132,8 +121,9 @@ def _train(opt, dist, held):
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
-    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: {len(train_paths)} train, "
-                f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
+    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
+                f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid shard(s); "
+                f"vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
     if checkpoint is not None:
         model = model_from_checkpoint(opt, vocabs, checkpoint, opt.train_from)
     else:
@@ -144,9 +134,7 @@ def _train(opt, dist, held):
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
-    train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
-                               seed=opt.seed, repeat=not opt.single_pass, vocab=record.get("vocab_id"),
-                               multiple=opt.batch_size_multiple, epochs=opt.epochs)
+    train_iter = training_batches(opt, corpora, record.get("vocab_id"))
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:
