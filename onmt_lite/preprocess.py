@@ -156,7 +156,8 @@ def vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts):
             "vocab_id": vocab_id,
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
             "lower": bool(opt.lower), "src_spm": opt.src_spm, "tgt_spm": opt.tgt_spm, "counts": counts,
-            "train_ids": list(opt.train_ids)}
+            "train_ids": list(opt.train_ids), "subword_prefix": opt.subword_prefix,
+            "subword_prefix_is_joiner": bool(opt.subword_prefix_is_joiner)}
 
 
 def preprocess(opt):

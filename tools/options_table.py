@@ -58,6 +58,11 @@ CHANGED = {
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
+    "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each batch's noise is "
+                 "drawn from a generator seeded by its place in its corpus; refused with `-copy_attn`",
+    "data_to_noise": "needs `-src_noise` and the reverse (1.x noised nothing then); ids of this run's `-data_ids`",
+    "subword_prefix": "used by `-src_noise infilling` only, which is refused when no source word has the prefix "
+                      "(word tokens: `-subword_prefix ''`)",
     "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output the same as "
                    "one process's (1.x: built that many shards side by side)",
     "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "

@@ -6,6 +6,8 @@ turns between the batch streams of several corpora; its position is theirs plus 
 """
 import random
 
+import torch
+
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.shards import load_shard
 
@@ -77,11 +79,12 @@ class BatchIterator:
             (-epochs), if not 0, stops after the epoch of that number.
         vocab: the vocab file's ``vocab_id``: every shard must hold ids of those vocabularies.
         multiple: -batch_size_multiple (``cut_batches``).
+        noise: a ``SourceNoise`` for every batch's sources (-src_noise), or None.
     """
 
     def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0):
-        self.vocab, self.multiple, self.epochs = vocab, multiple, epochs
+                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0, noise=None):
+        self.vocab, self.multiple, self.epochs, self.noise = vocab, multiple, epochs, noise
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
         self.epoch, self.shard_index, self.batch_index = 0, 0, 0
@@ -98,6 +101,12 @@ class BatchIterator:
         return pooled_batches(view.src_lengths.tolist(), view.tgt_lengths.tolist(), self.batch_size,
                               self.batch_type, self.pool_factor, rng, self.multiple)
 
+    def _noise_rng(self):
+        # seeded by the batch's place, not drawn from the run's generator: a resumed run and every
+        # process of a distributed one noise each batch alike
+        place = f"{self.seed}/{self.epoch}/{self.shard_index}/{self.batch_index}/noise"
+        return torch.Generator().manual_seed(random.Random(place).getrandbits(63))
+
     def __iter__(self):
         while True:
             while self.shard_index < len(self.paths):
@@ -106,7 +115,7 @@ class BatchIterator:
                 while self.batch_index < len(batches):
                     ids = batches[self.batch_index]
                     self.batch_index += 1
-                    yield view.batch(ids)
+                    yield view.batch(ids) if self.noise is None else self.noise.batch(view.batch(ids), self._noise_rng())
                 self.shard_index, self.batch_index = self.shard_index + 1, 0
             if not self.repeat or (self.epochs and self.epoch + 1 >= self.epochs):
                 self.shard_index = 0

@@ -33,9 +33,6 @@ UNSUPPORTED_OPTIONS = {
                     GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
-    **dict.fromkeys(
-        ["subword_prefix", "subword_prefix_is_joiner"],
-        "these build the word-start masks of source noising (BART-style), which is not supported"),
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dump_beam": "beam dumps are not supported",
@@ -47,8 +44,6 @@ UNSUPPORTED_OPTIONS = {
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
         "a GGNN option: the GGNN (graph) encoder is not implemented"),
     "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
-    **dict.fromkeys(
-        ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
     "tgt_prefix": "decoding with a target prefix is not supported",
     **dict.fromkeys(

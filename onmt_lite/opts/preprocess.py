@@ -63,6 +63,11 @@ def preprocess_opts(parser):
     add(group, "lower", action="store_true", help="Lowercase the text")
     add(group, "src_spm", default="", help="Sentencepiece model applied to the source text")
     add(group, "tgt_spm", default="", help="Sentencepiece model applied to the target text")
+    add(group, "subword_prefix", default="▁",
+        help="The mark of a subword token that starts a word (sentencepiece's); training's -src_noise "
+             "infills whole words found with it")
+    add(group, "subword_prefix_is_joiner", action="store_true",
+        help="-subword_prefix marks a token that continues the word before it (a joiner) instead")
 
     group = parser.add_argument_group("Logging and randomness")
     add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")

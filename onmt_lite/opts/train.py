@@ -120,9 +120,23 @@ def _optimization_opts(parser):
         help="Label smoothing: this much probability mass spread over the vocabulary")
 
 
+def _noise_opts(parser):
+    group = parser.add_argument_group("Source noise")
+    add(group, "data_to_noise", nargs="+", default=[],
+        help="Noise the sources of these training corpora (their -train_ids)")
+    add(group, "src_noise", nargs="+", default=[], type=choice(
+        "src_noise", ["sen_shuffling", "infilling"],
+        {"mask": "word masking is not implemented (1.x's did not run either); infilling masks spans of words"}),
+        help="Noises applied in this order to those sources: sen_shuffling (swap sentences), infilling "
+             "(replace spans of whole words with one <unk> each)")
+    add(group, "src_noise_prob", type=float_in(0, 1), nargs="+", default=[],
+        help="For each -src_noise: the share of sentences it swaps or of words it covers")
+
+
 @opennmt_py_1x_command("train")
 def train_opts(parser):
-    """General, batches and steps, optimization."""
+    """General, batches and steps, optimization, source noise."""
     _general_opts(parser)
     _batches_and_steps_opts(parser)
     _optimization_opts(parser)
+    _noise_opts(parser)

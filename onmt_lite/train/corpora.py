@@ -9,8 +9,9 @@ plus the round robin's turn.
 import os
 
 from onmt_lite.data.iterator import BatchIterator, WeightedBatches
+from onmt_lite.data.noise import SourceNoise
 from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, train_kind, vocab_path
-from onmt_lite.data.vocab import Vocab
+from onmt_lite.data.vocab import SPECIALS, Vocab
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -78,18 +79,49 @@ def describe_corpora(corpora, weights, record):
                                             for (corpus_id, paths), weight in zip(corpora.items(), weights))
 
 
-def training_batches(opt, corpora, vocab_id):
+def training_batches(opt, corpora, record, src_vocab):
     """The stream of training batches: one corpus's ``BatchIterator`` (ending as -single_pass and
-    -epochs say), or a ``WeightedBatches`` of several repeating ones."""
-    def corpus_batches(paths, repeat, epochs):
+    -epochs say), or a ``WeightedBatches`` of several repeating ones; the -data_to_noise corpora's
+    sources noised as -src_noise says."""
+    noise = source_noise(opt, corpora, record, src_vocab)
+
+    def corpus_batches(corpus_id, paths, repeat, epochs):
         return BatchIterator(paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True, seed=opt.seed,
-                             repeat=repeat, vocab=vocab_id, multiple=opt.batch_size_multiple, epochs=epochs)
+                             repeat=repeat, vocab=record.get("vocab_id"), multiple=opt.batch_size_multiple,
+                             epochs=epochs, noise=noise if corpus_id in opt.data_to_noise else None)
 
     if len(corpora) == 1:
-        (paths,) = corpora.values()
-        return corpus_batches(paths, not opt.single_pass, opt.epochs)
-    return WeightedBatches({corpus_id: corpus_batches(paths, True, 0) for corpus_id, paths in corpora.items()},
-                           opt.data_weights)
+        ((corpus_id, paths),) = corpora.items()
+        return corpus_batches(corpus_id, paths, not opt.single_pass, opt.epochs)
+    return WeightedBatches({corpus_id: corpus_batches(corpus_id, paths, True, 0)
+                            for corpus_id, paths in corpora.items()}, opt.data_weights)
+
+
+def source_noise(opt, corpora, record, src_vocab):
+    """The ``SourceNoise`` of -src_noise and -src_noise_prob for the -data_to_noise corpora (None
+    without them), after checking that the options go together."""
+    if not opt.src_noise and not opt.data_to_noise:
+        return None
+    if len(opt.src_noise_prob) != len(opt.src_noise):
+        raise UserError(f"-src_noise names {len(opt.src_noise)} noise(s) but -src_noise_prob gives "
+                        f"{len(opt.src_noise_prob)} probabilities: give one per noise")
+    if not opt.src_noise or not opt.data_to_noise:
+        given, missing = ("-src_noise", "-data_to_noise") if opt.src_noise else ("-data_to_noise", "-src_noise")
+        raise UserError(f"{given} without {missing} noises nothing: -data_to_noise names the corpora "
+                        f"(-data_ids) whose sources get the noises of -src_noise")
+    for corpus_id in opt.data_to_noise:
+        if corpus_id not in corpora:
+            raise UserError(f"-data_to_noise {corpus_id}: this run trains on {_holding(list(corpora))}")
+    if opt.copy_attn:
+        raise UserError("-src_noise changes the sources, which copy attention's per-example source "
+                        "vocabularies describe as they were: train without -copy_attn")
+    noise = SourceNoise(opt.src_noise, opt.src_noise_prob, src_vocab.itos, record.get("subword_prefix", "\u2581"),
+                        record.get("subword_prefix_is_joiner", False))
+    if "infilling" in opt.src_noise and not noise.word_start[len(SPECIALS):].any():
+        raise UserError(f"-src_noise infilling: no source word of -data {opt.data} starts a word by its "
+                        f"-subword_prefix {record.get('subword_prefix', '')!r}, so nothing would be infilled; "
+                        f"for text without subwords preprocess with -subword_prefix ''")
+    return noise
 
 
 def restore_position(batches, saved):

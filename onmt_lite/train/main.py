@@ -134,7 +134,7 @@ def _train(opt, dist, held):
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
-    train_iter = training_batches(opt, corpora, record.get("vocab_id"))
+    train_iter = training_batches(opt, corpora, record, vocabs["src"])
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:

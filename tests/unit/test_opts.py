@@ -198,7 +198,6 @@ def unsupported_sharing_the_reason_of(name):
     ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
      "guided alignment"),
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
-    ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
