@@ -42,7 +42,6 @@ UNSUPPORTED_OPTIONS = {
         "these build the word-start masks of source noising (BART-style), which is not supported"),
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
-    "dump_beam": "beam dumps are not supported",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
@@ -54,7 +53,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
-    "tgt_prefix": "decoding with a target prefix is not supported",
     **dict.fromkeys(
         ["report_align", "align_debug"],
         "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),
