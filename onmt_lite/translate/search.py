@@ -299,7 +299,9 @@ class Search:
             best, tokens = top_k(log_probs, 1)
             return None, tokens, state.scores + best
         scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)
-        origin = torch.div(ids, width, rounding_mode="floor")
+        # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix) follows the
+        # example's first row: a row the stepper holds, whose memory is the example's own
+        origin = torch.div(ids, width, rounding_mode="floor").masked_fill(scores == NEG_INF, 0)
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
 
