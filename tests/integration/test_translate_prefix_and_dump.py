@@ -61,23 +61,24 @@ def backtrack_words(entry, step, place):
 def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothing(model, tmp_path, beam):
     sources = lines(model["src"])[:12]
     src = write_lines(tmp_path / "src.txt", sources[:5] + [""] + sources[5:])
-    dumps = {}
-    for extra in ([], ["-shard_size", 4], ["-threads", 2]):
-        path = tmp_path / f"beam{len(dumps)}.json"
+    runs = []
+    for extra in ([], ["-shard_size", 4], ["-threads", 2]):  # 5 batches: 2 streams with -threads 2
+        path = tmp_path / f"beam{len(runs)}.json"
         outputs, _ = translate(model, tmp_path, "-src", src, "-beam_size", beam, "-batch_size", 3, "-dump_beam", path,
                                *extra)
-        dumps[tuple(extra)] = json.loads(path.read_text(encoding="utf-8"))
-    entries = dumps[()]
-    assert [e["line"] for e in entries] == list(range(1, len(sources) + 2))
-    for entry, output in zip(entries, outputs):
-        if not output:
-            assert entry["predicted_ids"] == [] and entry["n_best"] == []
-            continue
-        end = entry["n_best"][0]
-        assert backtrack_words(entry, end["step"], end["beam"]) == output.split() + ["</s>"]
-        if beam == 1:
-            assert len(entry["predicted_ids"]) == len(output.split()) + 1
-    for other in list(dumps.values())[1:]:
+        runs.append((outputs, json.loads(path.read_text(encoding="utf-8"))))
+    for outputs, entries in runs:
+        assert [e["line"] for e in entries] == list(range(1, len(sources) + 2))
+        for entry, output in zip(entries, outputs):
+            if not output:
+                assert entry["predicted_ids"] == [] and entry["n_best"] == []
+                continue
+            end = entry["n_best"][0]
+            assert backtrack_words(entry, end["step"], end["beam"]) == output.split() + ["</s>"]
+            if beam == 1:
+                assert len(entry["predicted_ids"]) == len(output.split()) + 1
+    entries = runs[0][1]
+    for _, other in runs[1:]:
         assert [e["predicted_ids"] for e in other] == [e["predicted_ids"] for e in entries]
         assert [e["beam_parent_ids"] for e in other] == [e["beam_parent_ids"] for e in entries]
         assert [e["n_best"][0]["score"] for e in other if e["n_best"]] == pytest.approx(
