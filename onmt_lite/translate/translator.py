@@ -165,7 +165,8 @@ class Translator:
 
     def translate(self, sources: list[str], targets: list[str] | None = None,
                   progress: Callable[[int], None] | None = None) -> list[Result]:
-        """Translate a list of strings; returns one ``Result`` per string, in order.
+        """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
+        references (gold scores), or the prefixes of the translations with ``tgt_prefix``.
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
