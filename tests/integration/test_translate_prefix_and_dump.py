@@ -49,6 +49,14 @@ def test_tgt_prefix_without_tgt_is_refused_before_any_output(model, tmp_path):
     assert not (tmp_path / "o.txt").exists()
 
 
+def test_a_dump_beam_path_that_is_a_directory_is_refused_before_any_output(model, tmp_path):
+    result = run_cli("translate", "-model", model["model"], "-src", model["src"], "-output", tmp_path / "o.txt",
+                     "-dump_beam", tmp_path)
+    assert result.returncode == 2
+    assert f"-dump_beam {tmp_path}: is a directory" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "o.txt").exists()
+
+
 def backtrack_words(entry, step, place):
     words = []
     while step >= 0:
