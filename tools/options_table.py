@@ -69,6 +69,10 @@ CHANGED = {
                          "per-GPU log lines)",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
                   "filled a queue for all)",
+    "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than -max_length is output "
+                  "whole; a copy model copies a prefix word that only the source has (docs/usage.md)",
+    "dump_beam": "one JSON object per input line, in input order, with the tokens as strings and where each n-best "
+                 "hypothesis ended; dead places are null (docs/usage.md)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
     "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files `PREFIX.train_ID.N.pt`)",

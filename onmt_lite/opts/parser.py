@@ -35,7 +35,6 @@ UNSUPPORTED_OPTIONS = {
     "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
     **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
-    "dump_beam": "beam dumps are not supported",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
@@ -45,7 +44,6 @@ UNSUPPORTED_OPTIONS = {
         "a GGNN option: the GGNN (graph) encoder is not implemented"),
     "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
-    "tgt_prefix": "decoding with a target prefix is not supported",
     **dict.fromkeys(
         ["report_align", "align_debug"],
         "alignments from Transformer alignment heads are not supported; -attn_debug logs the attention"),

@@ -38,6 +38,8 @@ SERVER_REFUSES = {
     "attn_debug": "the file command logs attention; the server answers requests",
     "verbose": "the file command logs sentences; the server logs requests (--debug: their bodies)",
     "report_time": "the server logs each request's time",
+    "tgt_prefix": "requests carry no target prefixes",
+    "dump_beam": "the file command writes beam dumps; the server answers requests",
     "log_file": "the server logs to its standard error",
     "threads": "the server uses PyTorch's threads for all models (set OMP_NUM_THREADS)",
     "config": "put the options in \"opt\" itself", "save_config": "put the options in \"opt\" itself",

@@ -16,6 +16,7 @@ from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.translate.beam_dump import BeamRecorder, empty_entry, line_entry
 from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams, prepare_model
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_lines
@@ -30,6 +31,7 @@ from onmt_lite.utils.errors import UserError
 class Result:
     """The translations of one input line: n-best texts, scores and log-probabilities, token lists,
     attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given.
+    ``beam``: the line's beam dump (``beam_dump.line_entry``) when the Translator records them.
     For copy models also the copy attention ``[out_len x src_len]`` and the probability of copying
     ``[out_len x 1]`` per hypothesis (None otherwise). The attentions are None when the search did
     not keep them (``attention=False``: what ``onmt_lite_translate`` does unless -replace_unk,
@@ -44,6 +46,7 @@ class Result:
     gold_words: int = 0
     copy_attention: list = dataclasses.field(default_factory=list)
     p_copy: list = dataclasses.field(default_factory=list)
+    beam: dict = None
 
     def fill_empty(self, n_best):
         """The Result of an empty source line: ``n_best`` empty outputs of score 0, as for any line."""
@@ -109,12 +112,14 @@ class Translator:
         batch_type, avg_raw_probs, src_spm, tgt_spm: as the options of ``onmt_lite_translate``.
         device: where the models are. fork_streams: on a CPU with 2 or more threads, decode the
         streams in forked processes (Linux) instead of threads (see ``fast_paths.decoding_streams``).
+        tgt_prefix: ``translate``'s targets are prefixes that each line's translations start with
+            (``-tgt_prefix``). dump_beam: record each line's search steps in ``Result.beam``.
     """
 
     def __init__(self, models: list, vocabs: dict, *, preprocess: dict = None, search: SearchOptions = None,
                  replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
                  batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
-                 device="cpu", fork_streams: bool = False):
+                 device="cpu", fork_streams: bool = False, tgt_prefix: bool = False, dump_beam: bool = False):
         require_whole("batch_size", batch_size, 1)
         if batch_type not in ("sents", "tokens"):
             raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
@@ -125,6 +130,7 @@ class Translator:
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
         self.device, self.fork_streams = torch.device(device), fork_streams
+        self.tgt_prefix, self.dump_beam = tgt_prefix, dump_beam
 
     @classmethod
     def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
@@ -154,11 +160,13 @@ class Translator:
                    replace_unk=opt.replace_unk,
                    phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
                    batch_size=opt.batch_size, batch_type=opt.batch_type, avg_raw_probs=opt.avg_raw_probs,
-                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True)
+                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True,
+                   tgt_prefix=opt.tgt_prefix, dump_beam=bool(opt.dump_beam))
 
     def translate(self, sources: list[str], targets: list[str] | None = None,
                   progress: Callable[[int], None] | None = None) -> list[Result]:
-        """Translate a list of strings; returns one ``Result`` per string, in order.
+        """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
+        references (gold scores), or the prefixes of the translations with ``tgt_prefix``.
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
@@ -169,7 +177,9 @@ class Translator:
         for name, lines in (("sources", sources), ("targets", targets)):
             if isinstance(lines, str) or (lines is not None and not all(isinstance(x, str) for x in lines)):
                 raise TypeError(f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})")
-        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
+        if self.tgt_prefix and targets is None:
+            raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
+        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy, prefixes=self.tgt_prefix)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
@@ -180,14 +190,17 @@ class Translator:
             """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(batches, self._stepper, self.search_options.beam_width, self.batch_size,
-                               self.batch_type, self.device)
-            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID).stream(feeder):
+                               self.batch_type, self.device, inputs.prefixes)
+            recorder = BeamRecorder() if self.dump_beam else None
+            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
-                yield line, nbest, ex_words
+                yield line, nbest, ex_words, recorder.pop(example) if recorder is not None else None
 
         def record(item):
-            line, nbest, ex_words = item
+            line, nbest, ex_words, steps = item
             self._record(results[line], nbest, ex_words)
+            if steps is not None:
+                results[line].beam = line_entry(steps, nbest, lambda token: self._word(token, ex_words))
             if progress is not None:
                 progress(1)
 
@@ -199,6 +212,7 @@ class Translator:
         for result in results:
             if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
                 result.fill_empty(self.search_options.n_best)
+                result.beam = empty_entry() if self.dump_beam else None
         return results
 
     def _stepper(self, batch):
@@ -234,18 +248,20 @@ class Translator:
 
     def _words(self, hyp, src_tokens, ex_words):
         """Token ids to words: copied words from the source, ``<unk>`` replaced when asked."""
-        itos, vocab_size = self.vocabs["tgt"].itos, len(self.vocabs["tgt"])
         align = hyp.attention.get("copy" if self.copy else "std")
         words = []
         for position, token in enumerate(hyp.tokens):
-            if token >= vocab_size:
-                words.append(ex_words[token - vocab_size])
-            elif token == UNK_ID and self.replace_unk and align is not None and src_tokens is not None:
+            if token == UNK_ID and self.replace_unk and align is not None and src_tokens is not None:
                 source_word = src_tokens[int(align[position, :len(src_tokens)].argmax())]
                 words.append(self.phrase_table.get(source_word, source_word))
             else:
-                words.append(itos[token])
+                words.append(self._word(token, ex_words))
         return words
+
+    def _word(self, token, ex_words):
+        """The word of a token id: the target vocabulary's, or a copied source word (``ex_words``)."""
+        vocab_size = len(self.vocabs["tgt"])
+        return self.vocabs["tgt"].itos[token] if token < vocab_size else ex_words[token - vocab_size]
 
     def detokenize(self, words: list[str]) -> str:
         """Output words as text (sentencepiece pieces decoded)."""
