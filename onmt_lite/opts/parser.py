@@ -35,7 +35,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
                     GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
-    "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
     "num_threads": "shards are built one after another (1.x could build several in parallel)",
     **dict.fromkeys(
         ["subword_prefix", "subword_prefix_is_joiner"],
