@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from onmt_lite.loss import SparsemaxCriterion, build_loss_compute
+from onmt_lite.models.checkpoint import build_checkpoint, model_from_checkpoint, model_options
 from onmt_lite.models.attention import GlobalAttention
 from onmt_lite.models.copy_generator import NMTGenerator, SparsemaxGenerator
 from onmt_lite.models.sparsemax import sparsemax, sparsemax_loss
 from onmt_lite.translate.packed import pack_for_cpu, packing_available, quantize_int8
 from onmt_lite.translate.search import Search, SearchOptions
 from onmt_lite.utils.errors import UserError
-from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
+from tests.model_helpers import TGT_VOCAB, VOCABS, make_batch, make_model, random_pairs
 
 NEG_INF = float("-inf")
 
@@ -273,3 +274,23 @@ def test_the_cpu_fast_paths_decode_every_variant_like_the_general_path(args):
     for name in expected_attns:
         torch.testing.assert_close(packed[1][name], expected_attns[name], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(int8[0], expected, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("args", [["-generator_function", "sparsemax", "-global_attention_function", "sparsemax",
+                                   "-context_gate", "both"], ["-global_attention", "none"]])
+def test_the_variants_are_saved_in_checkpoints_and_older_ones_load_with_the_defaults(args):
+    model, opt = make_model(*args)
+    checkpoint = build_checkpoint(model, VOCABS, vars(opt), 1, None, None, None)
+    rebuilt = model_from_checkpoint(model_options(checkpoint["opt"], "new.pt"), VOCABS, checkpoint, "new.pt")
+    assert type(rebuilt.generator) is type(model.generator)
+    assert rebuilt.decoder.attentional == model.decoder.attentional
+    assert type(rebuilt.decoder.context_gate) is type(model.decoder.context_gate)
+    plain, plain_opt = make_model()
+    old = build_checkpoint(plain, VOCABS, vars(plain_opt), 1, None, None, None)
+    for name in ("global_attention_function", "generator_function", "context_gate"):
+        del old["opt"][name]
+    opt = model_options(old["opt"], "old.pt")
+    assert (opt.global_attention_function, opt.generator_function, opt.context_gate) == ("softmax", "softmax", None)
+    loaded = model_from_checkpoint(opt, VOCABS, old, "old.pt")
+    assert type(loaded.generator) is NMTGenerator and loaded.decoder.context_gate is None
+    assert loaded.decoder.attn.attn_func == "softmax"
