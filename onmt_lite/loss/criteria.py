@@ -186,6 +186,7 @@ class SparsemaxCriterion(nn.Module):
     def forward(self, scores, target):
         """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss ``[N]``)."""
         pad = target == self.pad_idx
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16/fp16 scores: in float32
         loss = sparsemax_loss(scores, target.masked_fill(pad, UNK_ID)).masked_fill(pad, 0)
         return loss, loss.detach()
 

@@ -18,8 +18,9 @@ VARIANTS = {
     "sparsemax_generator_gate_both_std": ["-generator_function", "sparsemax", "-context_gate", "both",
                                           "-input_feed", 0],
 }
-# exact match on held-out lines, clearly above chance (about 0: 2 to 7 words of 20, reversed)
-MINIMUM = 0.1
+# exact match on held-out lines, clearly above chance (about 0: 2 to 7 words of 20, reversed); measured
+# with beam 5: 0.2, 0.125 and 0.625 (300 steps; the gated and sparsemax attention models learn slower)
+MINIMUM = {"none_gate_source": 0.1, "sparsemax_attention_gate_target": 0.05, "sparsemax_generator_gate_both_std": 0.4}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_
     assert result.returncode == 0, result.stderr
     hypotheses, references = lines(out), lines(m["tgt"])
     assert len(hypotheses) == beam * len(references)
-    assert exact_match(hypotheses[::beam], references) >= MINIMUM
+    assert exact_match(hypotheses[::beam], references) >= MINIMUM[kind]
     scores = first_best_scores(result.stderr)
     assert len(scores) == len(references) and all(math.isfinite(s) for s in scores)
     assert "nan" not in result.stderr.lower()
