@@ -90,9 +90,13 @@ CHANGED = {
     "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
                  "heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
-    "global_attention": "`dot`, `general` or `mlp`; `none` is refused",
-    "global_attention_function": "only `softmax`; `sparsemax` is refused",
-    "generator_function": "only `softmax`; `sparsemax` is refused",
+    "global_attention": "`none` (RNN decoders only) refuses the options that need attention: copy and "
+                        "coverage attention, and in translation -replace_unk, -attn_debug, -attn_plot and "
+                        "-coverage_penalty (1.x ignored -global_attention with a Transformer decoder)",
+    "global_attention_function": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
+    "generator_function": "`sparsemax` is refused with -copy_attn and -label_smoothing (1.x smoothed the "
+                          "log of sparsemax, infinite); the logged perplexity is exp of the sparsemax loss",
+    "context_gate": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
     # train
     "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each corpus in "

@@ -299,6 +299,8 @@ class TransformerDecoder(nn.Module):
         copy_attn: return ``attns["copy"]``.
     """
 
+    attentional = True  # it always attends to the source (see RNNDecoderBase.attentional)
+
     def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
                  max_relative_positions=0, copy_attn=False):
         super().__init__()

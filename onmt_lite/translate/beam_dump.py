@@ -44,8 +44,9 @@ def line_entry(steps, nbest, word):
         entry["beam_parent_ids"].append([p if ok else None for p, ok in zip(parents, live)])
         entry["scores"].append([s if ok else None for s, ok in zip(scores, live)])
         entry["log_probs"].append([lp if ok and math.isfinite(lp) else None for lp, ok in zip(log_probs, live)])
-    entry["n_best"] = [{"step": h.end[0], "beam": h.end[1], "score": h.score if math.isfinite(h.score) else None}
-                       for h in nbest]
+    # a hypothesis that never ended (search.completed's filler of an n-best list) has no place
+    entry["n_best"] = [{"step": h.end[0] if h.end else None, "beam": h.end[1] if h.end else None,
+                        "score": h.score if math.isfinite(h.score) else None} for h in nbest]
     return entry
 
 

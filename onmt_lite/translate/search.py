@@ -136,6 +136,14 @@ def sample(log_probs, topk, temperature):
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
 
 
+def completed(hyps, n_best):
+    """The first ``n_best`` of ``hyps``, completed with empty hypotheses of score ``-inf`` when fewer
+    finished: every other continuation had probability 0 (a sparsemax generator, blocked n-grams),
+    and an n-best list always has ``n_best`` entries (the output's lines follow from it)."""
+    impossible = [Hypothesis([], NEG_INF, NEG_INF, {}) for _ in range(n_best - len(hyps))]
+    return hyps[:n_best] + impossible
+
+
 class Search:
     """Runs the loop for one batch; ``run(stepper)`` returns n-best Hypothesis lists per example."""
 
@@ -298,7 +306,7 @@ class Search:
             leaving = bool(done.any())
             if leaving:
                 for original in state.example[done].tolist():
-                    yield original, finished.pop(original)[: o.n_best]
+                    yield original, completed(finished.pop(original), o.n_best)
                 remaining = (~done).nonzero().view(-1)
                 rows = remaining if rows is None else rows.view(-1, state.K)[remaining].view(-1)
                 state.keep(remaining)

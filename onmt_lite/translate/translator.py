@@ -75,6 +75,25 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
     return models, vocabs, first.get("preprocess") or {}
 
 
+def require_attention(models, wanted, names=None):
+    """A UserError when an option of ``wanted`` (option names, without the dash) reads the attention
+    but a model of the ensemble has none (-global_attention none); ``names``: the models' paths."""
+    if not wanted:
+        return
+    for i, model in enumerate(models):
+        if not model.decoder.attentional:
+            name = names[i] if names is not None else f"model {i + 1} of the ensemble"
+            raise UserError(f"-{wanted[0]} needs the model's attention, but {name} was trained with "
+                            "-global_attention none")
+
+
+def attention_options(opt):
+    """The options of ``onmt_lite_translate`` given in ``opt`` that read the models' attention."""
+    asked = {"replace_unk": opt.replace_unk, "attn_debug": opt.attn_debug, "attn_plot": opt.attn_plot,
+             "coverage_penalty": opt.coverage_penalty != "none"}
+    return [name for name, given in asked.items() if given]
+
+
 def search_options(opt, tgt_vocab):
     """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a UserError."""
     sampling = opt.random_sampling_topk != 1
@@ -125,6 +144,9 @@ class Translator:
             raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
         self.models, self.vocabs = models, vocabs
         self.search_options = search if search is not None else SearchOptions()
+        require_attention(models, [name for name, given in (
+            ("replace_unk", replace_unk), ("coverage_penalty", self.search_options.coverage_penalty != "none"))
+            if given])
         self.copy = models[0].decoder.copy_attn
         self.tokenizers = build_tokenizers(preprocess or {}, src_spm, tgt_spm)
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
@@ -156,6 +178,7 @@ class Translator:
             configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
         models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
                                                  decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
+        require_attention(models, attention_options(opt), opt.model)
         return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
                    replace_unk=opt.replace_unk,
                    phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,

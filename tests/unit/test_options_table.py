@@ -18,7 +18,7 @@ COUNTS = {"preprocess": 44, "train": 125, "translate": 48}  # OpenNMT-py 1.2.0's
 # Values for options whose default is not a valid value on a command line.
 SAMPLES = {"train_src": "src.txt", "train_tgt": "tgt.txt", "save_data": "out/demo", "data": "out/demo",
            "model": "model.pt", "src": "src.txt", "gpu_ranks": "0", "early_stopping_criteria": "accuracy",
-           "copy_attn_type": "mlp", "src_noise": "infilling", "src_noise_prob": "0.1"}
+           "copy_attn_type": "mlp", "src_noise": "infilling", "src_noise_prob": "0.1", "context_gate": "both"}
 
 
 @pytest.fixture(scope="module")

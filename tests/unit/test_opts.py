@@ -170,7 +170,7 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
 
 @pytest.mark.parametrize("groups,expected", [
     ("preprocess", {"data_type"}),
-    ("train", {"model_type", "global_attention_function", "generator_function", "queue_size"}),
+    ("train", {"model_type", "queue_size"}),
     ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"})])
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
@@ -192,7 +192,6 @@ def unsupported_sharing_the_reason_of(name):
 
 
 @pytest.mark.parametrize("name,family,words", [
-    ("context_gate", {"context_gate"}, "context gates"),
     ("train_align", {"train_align", "valid_align"}, "alignments as training data"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
     ("lambda_align", {"lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"},
