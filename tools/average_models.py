@@ -18,7 +18,7 @@ from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "average_models.py"
 PARTS = ("model", "generator")
-TRAINING_STATE = ("optim", "rng", "data", "trainer")
+TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")
 
 
 def build_parser():

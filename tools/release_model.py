@@ -15,7 +15,7 @@ from onmt_lite.utils.errors import run_command
 from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "release_model.py"
-TRAINING_STATE = ("optim", "rng", "data", "trainer")
+TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")
 
 
 def build_parser():

@@ -40,7 +40,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
         ["subword_prefix", "subword_prefix_is_joiner"],
         "these build the word-start masks of source noising (BART-style), which is not supported"),
-    **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "dump_beam": "beam dumps are not supported",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
