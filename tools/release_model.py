@@ -4,8 +4,9 @@
     python tools/release_model.py -model run_step_10000.pt -output release.pt [-fp16]
 
 The checkpoint is loaded onto the CPU (a checkpoint saved on a GPU machine works anywhere). The
-optimizer, random-generator, data-position and trainer state are removed, so the released file
-translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
+optimizer, random-generator, data-position and trainer state are removed, and so are the raw weights
+that a ``-average_decay`` run keeps beside its averaged ones (the average is what translates), so
+the released file translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
 float16 (half the size); translating loads those values into the float32 model.
 """
 from __future__ import annotations
