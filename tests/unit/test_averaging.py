@@ -15,6 +15,7 @@ from onmt_lite.train.averaging import MovingAverage
 from onmt_lite.train.trainer import Trainer
 from onmt_lite.train.valid_metrics import MetricScorer
 from onmt_lite.translate.translator import Translator
+from onmt_lite.utils.errors import UserError
 from tests.helpers import TINY_MODEL, lines, preprocess_in_process, run_cli, step_losses, tool, train_in_process
 
 STEPS = 7
@@ -195,3 +196,12 @@ def test_the_average_is_float32_and_applied_puts_back_the_raw_weights_bit_for_bi
         assert torch.equal(model.weight, average.average[0].to(torch.bfloat16))
         assert torch.equal(average.state_dict(model)["weight"], model.weight)
     assert torch.equal(model.weight, history[-1])
+
+
+def test_raw_weights_that_are_not_tensors_are_refused_by_name(averaged, tmp_path):
+    checkpoint = torch.load(f"{averaged['prefix']}_step_{STEPS}.pt", weights_only=True)
+    checkpoint["raw_weights"]["generator"] = {"0.weight": [1.0, 2.0]}
+    torch.save(checkpoint, tmp_path / "bad.pt")
+    with pytest.raises(UserError, match=r"bad.pt: checkpoint's raw_weights generator weights hold entries that are "
+                                        r"not tensors \(0.weight\)"):
+        load_checkpoint(str(tmp_path / "bad.pt"))
