@@ -115,6 +115,10 @@ CHANGED = {
                    "loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
                        "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
+    "average_decay": "the checkpoint also keeps the raw weights, and `-train_from` trains on from them with the "
+                     "average continued (1.x kept only the average, trained on from it and started a new one)",
+    "average_every": "counts the steps from the first of the whole training, so a resumed run averages at "
+                     "the steps the uninterrupted one does (1.x counted from the first step of each run)",
 }
 
 # A few words on options that are the same.

@@ -32,7 +32,6 @@ UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(["lambda_align", "alignment_layer", "alignment_heads", "full_context_alignment"],
                     GUIDED_ALIGNMENT),
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
-    **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(

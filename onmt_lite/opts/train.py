@@ -118,6 +118,11 @@ def _optimization_opts(parser):
              "(see docs/research.md)")
     add(group, "label_smoothing", type=float_in(0, 1), default=0.0,
         help="Label smoothing: this much probability mass spread over the vocabulary")
+    add(group, "average_decay", type=float_in(0, 1), default=0.0,
+        help="Keep an exponential moving average of the weights, mixing them in with the weight "
+             "max(DECAY, 1 - (step + 1) / (step + 10)); validation and checkpoints use it (0: off)")
+    add(group, "average_every", type=int_at_least(1), default=1,
+        help="Update the moving average after steps 1, 1 + N, 1 + 2N, ... (with -average_decay)")
 
 
 def _noise_opts(parser):
