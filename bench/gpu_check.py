@@ -46,7 +46,7 @@ from onmt_lite.data.batch import ShardView  # noqa: E402
 from onmt_lite.data.shards import load_shard  # noqa: E402
 from onmt_lite.models.builder import build_model, model_dims  # noqa: E402
 from onmt_lite.opts import build_parser, model_opts, parse, train_opts  # noqa: E402
-from onmt_lite.train.main import load_data  # noqa: E402
+from onmt_lite.train.corpora import load_data  # noqa: E402
 from onmt_lite.train.optim import Optimizer  # noqa: E402
 from onmt_lite.train.trainer import Trainer  # noqa: E402
 from onmt_lite.utils.cuda import configure_cuda  # noqa: E402
@@ -153,12 +153,12 @@ def toy_ende(directory, work):
 def trainer_on(data, args, device, dtype=torch.float32):
     """A Trainer of a small model (built on the CPU from seed 1, then moved) and its training batches."""
     opt = parse(build_parser(PROG, [model_opts, train_opts]), ["-data", data, *SMALL_MODEL, *map(str, args)])
-    record, vocabs, train_paths, _ = load_data(opt)
+    record, vocabs, corpora, _ = load_data(opt)
     torch.manual_seed(1)
     model = build_model(opt, vocabs).to(dtype).to(device)
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device)
-    view = ShardView(load_shard(train_paths[0], record.get("vocab_id")))
+    view = ShardView(load_shard(corpora[None][0], record.get("vocab_id")))
     return trainer, model, view
 
 

@@ -1,8 +1,9 @@
 """Preprocessing: parallel text to a vocab file and shards of numericalised examples.
 
-``preprocess(opt)`` reads the training corpus once to build the vocabularies (unless vocabulary files
-are given), then again to write shards of at most ``opt.shard_size`` examples. Every file is staged
-under a temporary name and renamed into place only when everything succeeded.
+``preprocess(opt)`` reads the training corpora once to build the vocabularies, shared by all corpora
+(unless vocabulary files are given), then again to write each corpus's shards of at most
+``opt.shard_size`` examples. Every file is staged under a temporary name and renamed into place only
+when everything succeeded.
 """
 import functools
 import os
@@ -23,7 +24,7 @@ def check_outputs(save_data, overwrite):
     """Refuse a missing output directory, or existing outputs without ``overwrite``."""
     require_directory(save_data, "-save_data")
     existing = [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
-    existing += shards.shard_paths(save_data, "train") + shards.shard_paths(save_data, "valid")
+    existing += shards.all_shard_paths(save_data)
     if existing and not overwrite:
         raise UserError(f"-save_data {save_data}: {existing[0]} already exists (use -overwrite to replace)")
     return existing
@@ -31,8 +32,10 @@ def check_outputs(save_data, overwrite):
 
 def remove_stale_outputs(save_data):
     """Remove the temporaries that a killed preprocess left beside the outputs of ``save_data``
-    (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``, ...), saying so."""
-    patterns = [shards.vocab_path(save_data)] + [shards.shard_path(save_data, kind, "*") for kind in ("train", "valid")]
+    (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``, ``.PREFIX.train_ID.N.pt.XXXX.tmp``,
+    ...), saying so."""
+    kinds = ("train*", "valid")  # train* covers the named corpora's train_ID
+    patterns = [shards.vocab_path(save_data)] + [shards.shard_path(save_data, kind, "*") for kind in kinds]
     for pattern in patterns:
         for stale in remove_stale_temporaries(pattern):
             logger.info(f"removed {stale}, left by an interrupted preprocess")
@@ -52,21 +55,43 @@ def with_progress(pairs, stats, src_path, desc, report_every=None):
         progress.update(stats.read - done)
 
 
-def count_training_words(opt, src_tok, tgt_tok, limits):
-    """Word counts of the filtered training pairs: (source Counter, target Counter)."""
+def training_corpora(opt):
+    """``(corpus id, source path, target path)`` of each training corpus (-train_src, -train_tgt,
+    -train_ids); the id is None for the one unnamed corpus of a run without -train_ids."""
+    n_src, ids = len(opt.train_src), list(opt.train_ids)
+    if len(opt.train_tgt) != n_src:
+        raise UserError(f"-train_src gives {n_src} file(s) but -train_tgt {len(opt.train_tgt)}: give one target "
+                        f"file per source file")
+    if ids == [None] and n_src > 1:
+        raise UserError(f"-train_src gives {n_src} corpora: name each with -train_ids (one id per file)")
+    if ids != [None] and len(ids) != n_src:
+        raise UserError(f"-train_ids gives {len(ids)} id(s) for {n_src} corpora (-train_src): give one id per corpus")
+    for corpus_id in ids:
+        if corpus_id is not None and not shards.CORPUS_ID.match(corpus_id):
+            raise UserError(f"-train_ids {corpus_id}: an id is made of letters, digits, - and _ (it names the "
+                            f"shard files PREFIX.train_ID.N.pt)")
+        if corpus_id is not None and ids.count(corpus_id) > 1:
+            raise UserError(f"-train_ids {' '.join(ids)}: {corpus_id} is given twice (each corpus needs its own id)")
+    return list(zip(ids, opt.train_src, opt.train_tgt))
+
+
+def count_training_words(corpora, src_tok, tgt_tok, limits, num_threads):
+    """Word counts of the filtered training pairs of all ``corpora`` together: (source Counter, target Counter)."""
     src_counter, tgt_counter = count_words(()), count_words(())
-    stats = CorpusStats()
-    pairs = corpus_pairs(opt.train_src, opt.train_tgt, src_tok, tgt_tok, limits, stats, opt.num_threads)
-    for _, src_tokens, tgt_tokens in with_progress(pairs, stats, opt.train_src, "vocabulary"):
-        src_counter.update(src_tokens)
-        tgt_counter.update(tgt_tokens)
-    if stats.kept == 0:
-        raise UserError(f"{opt.train_src}: no training pairs left ({stats.summary()})")
+    for _, src_path, tgt_path in corpora:
+        stats = CorpusStats()
+        pairs = corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, num_threads)
+        for _, src_tokens, tgt_tokens in with_progress(pairs, stats, src_path, "vocabulary"):
+            src_counter.update(src_tokens)
+            tgt_counter.update(tgt_tokens)
+        if stats.kept == 0:
+            raise UserError(f"{src_path}: no training pairs left ({stats.summary()})")
     return src_counter, tgt_counter
 
 
 def build_vocabs(opt, src_tok, tgt_tok, limits):
-    """The source and target Vocab: from -src_vocab/-tgt_vocab files, else from the training data.
+    """The source and target Vocab: from -src_vocab/-tgt_vocab files, else from the training data (all
+    the corpora of ``training_corpora(opt)`` counted together).
 
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
     both sides together (at most -src_vocab_size). Each is padded to a multiple of -vocab_size_multiple.
@@ -84,7 +109,7 @@ def _vocabs(opt, src_tok, tgt_tok, limits):
         return shared, shared
     if src_file is not None and tgt_file is not None:
         return src_file, tgt_file
-    src_counter, tgt_counter = count_training_words(opt, src_tok, tgt_tok, limits)
+    src_counter, tgt_counter = count_training_words(training_corpora(opt), src_tok, tgt_tok, limits, opt.num_threads)
     if opt.share_vocab:
         min_frequency = max(opt.src_words_min_frequency, opt.tgt_words_min_frequency)
         shared = Vocab.from_counter(src_counter + tgt_counter, opt.src_vocab_size, min_frequency)
@@ -97,14 +122,15 @@ def _vocabs(opt, src_tok, tgt_tok, limits):
 
 
 def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged, align_path=""):
-    """Write the shards of one corpus (with the alignments of ``align_path``, if given) into ``staged``,
-    each tied to the vocabularies by ``vocab_id``; returns (CorpusStats, number of shards)."""
-    stats = CorpusStats()
+    """Write the shards of one corpus (``corpus_type``: ``valid``, ``train`` or a named corpus's
+    ``train_ID``; with the alignments of ``align_path``, if given) into ``staged``, each tied to the
+    vocabularies by ``vocab_id``; returns (CorpusStats, number of shards)."""
+    stats, training = CorpusStats(), corpus_type != "valid"
     finish = functools.partial(make_aligned_example if align_path else make_example, src_vocab=vocabs[0],
-                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=corpus_type == "valid")
+                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=not training)
     pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish, align_path)
     examples = with_progress(pairs, stats, src_path, corpus_type, opt.report_every)
-    if corpus_type == "train" and opt.shuffle:
+    if training and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)
     written, chunk = [], []
@@ -130,13 +156,18 @@ def vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts):
             "vocab_id": vocab_id,
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
             "train_align": bool(opt.train_align), "lower": bool(opt.lower), "src_spm": opt.src_spm,
-            "tgt_spm": opt.tgt_spm, "counts": counts}
+            "tgt_spm": opt.tgt_spm, "counts": counts, "train_ids": list(opt.train_ids),
+            "subword_prefix": opt.subword_prefix, "subword_prefix_is_joiner": bool(opt.subword_prefix_is_joiner)}
 
 
 def check_alignment_options(opt):
-    """-valid_align needs -valid_src; alignment files index whitespace tokens, not sentencepiece pieces."""
+    """-valid_align needs -valid_src; alignment files index whitespace tokens, not sentencepiece pieces;
+    one -train_align file aligns one training corpus."""
     if opt.valid_align and not opt.valid_src:
         raise UserError("-valid_align needs -valid_src and -valid_tgt (the pairs it aligns)")
+    if opt.train_align and len(opt.train_src) > 1:
+        raise UserError(f"-train_align aligns one training corpus; -train_src gives {len(opt.train_src)} "
+                        f"(guided alignment with several corpora is not supported)")
     spm = [name for name in ("src_spm", "tgt_spm") if getattr(opt, name)]
     for name in ("train_align", "valid_align"):
         if getattr(opt, name) and spm:
@@ -150,6 +181,7 @@ def preprocess(opt):
     if bool(opt.valid_src) != bool(opt.valid_tgt):
         raise UserError("-valid_src and -valid_tgt go together: give both or neither")
     check_alignment_options(opt)
+    train_corpora = training_corpora(opt)
     existing = check_outputs(opt.save_data, opt.overwrite)
     remove_stale_outputs(opt.save_data)
     tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
@@ -159,7 +191,8 @@ def preprocess(opt):
     logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)")
     vocab_id, counts = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()), {}
     with StagedOutputs() as staged:
-        corpora = [("train", opt.train_src, opt.train_tgt, train_limits, opt.train_align)]
+        corpora = [(shards.train_kind(corpus_id), src_path, tgt_path, train_limits, opt.train_align)
+                   for corpus_id, src_path, tgt_path in train_corpora]
         if opt.valid_src:
             valid_limits = train_limits if opt.filter_valid else LengthLimits(
                 opt.src_seq_length_trunc, opt.tgt_seq_length_trunc)

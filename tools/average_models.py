@@ -8,7 +8,9 @@ The checkpoints must have the same vocabularies and the same tensor names and sh
 floating-point tensor of ``model`` and ``generator`` becomes the elementwise mean (computed in float64,
 stored in the first checkpoint's dtype); other tensors must be equal in all checkpoints. The output
 keeps the ``vocab``, ``opt``, ``preprocess`` and ``step`` of the last checkpoint and has no training
-state (``optim``, ``rng``, ``data`` and ``trainer`` are removed): it is for translating, not resuming.
+state (``optim``, ``rng``, ``data``, ``trainer`` and a ``-average_decay`` run's ``raw_weights`` are
+removed; such a run's ``model`` and ``generator`` are its moving average): it is for translating, not
+resuming.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "average_models.py"
 PARTS = ("model", "generator")
-TRAINING_STATE = ("optim", "rng", "data", "trainer")
+TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")
 
 
 def build_parser():

@@ -58,16 +58,24 @@ CHANGED = {
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
+    "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each batch's noise is "
+                 "drawn from a generator seeded by its place in its corpus; refused with `-copy_attn`",
+    "data_to_noise": "needs `-src_noise` and the reverse (1.x noised nothing then); ids of this run's `-data_ids`",
+    "subword_prefix": "used by `-src_noise infilling` only, which is refused when no source word has the prefix "
+                      "(word tokens: `-subword_prefix ''`)",
     "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output the same as "
                    "one process's (1.x: built that many shards side by side)",
     "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
                          "per-GPU log lines)",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
                   "filled a queue for all)",
+    "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than -max_length is output "
+                  "whole; a copy model copies a prefix word that only the source has (docs/usage.md)",
+    "dump_beam": "one JSON object per input line, in input order, with the tokens as strings and where each n-best "
+                 "hypothesis ended; dead places are null (docs/usage.md)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "train_src": "one file (1.x takes several, named by -train_ids)",
-    "train_tgt": "one file (1.x takes several)",
+    "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files `PREFIX.train_ID.N.pt`)",
     "src_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
@@ -86,9 +94,13 @@ CHANGED = {
     "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
                  "heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
-    "global_attention": "`dot`, `general` or `mlp`; `none` is refused",
-    "global_attention_function": "only `softmax`; `sparsemax` is refused",
-    "generator_function": "only `softmax`; `sparsemax` is refused",
+    "global_attention": "`none` (RNN decoders only) refuses the options that need attention: copy and "
+                        "coverage attention, and in translation -replace_unk, -attn_debug, -attn_plot and "
+                        "-coverage_penalty (1.x ignored -global_attention with a Transformer decoder)",
+    "global_attention_function": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
+    "generator_function": "`sparsemax` is refused with -copy_attn and -label_smoothing (1.x smoothed the "
+                          "log of sparsemax, infinite); the logged perplexity is exp of the sparsemax loss",
+    "context_gate": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
     "lambda_align": "the logged xent and perplexity are the NLL's, without the alignment term (1.x added it); "
                     "also with copy attention; refused without -train_align data or a Transformer decoder",
@@ -98,6 +110,11 @@ CHANGED = {
     "full_context_alignment": "only the alignment layer runs a second time (1.x ran every layer twice and "
                               "kept one); the same alignment",
     # train
+    "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each corpus in "
+                    "turn, each batch from one corpus (1.x drew WEIGHT examples from each corpus in turn into "
+                    "shared batches); one weight per -data_ids corpus",
+    "data_ids": "several corpora cannot be combined with -single_pass or -epochs (each corpus starts its next "
+                "epoch on its own)",
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
@@ -109,6 +126,10 @@ CHANGED = {
                    "loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
                        "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
+    "average_decay": "the checkpoint also keeps the raw weights, and `-train_from` trains on from them with the "
+                     "average continued (1.x kept only the average, trained on from it and started a new one)",
+    "average_every": "counts the steps from the first of the whole training, so a resumed run averages at "
+                     "the steps the uninterrupted one does (1.x counted from the first step of each run)",
     # translate
     "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` to the "
                     "shorter ones of a batch); ensembles average their alignment heads; refused with "

@@ -4,8 +4,9 @@
     python tools/release_model.py -model run_step_10000.pt -output release.pt [-fp16]
 
 The checkpoint is loaded onto the CPU (a checkpoint saved on a GPU machine works anywhere). The
-optimizer, random-generator, data-position and trainer state are removed, so the released file
-translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
+optimizer, random-generator, data-position and trainer state are removed, and so are the raw weights
+that a ``-average_decay`` run keeps beside its averaged ones (the average is what translates), so
+the released file translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
 float16 (half the size); translating loads those values into the float32 model.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from onmt_lite.utils.errors import run_command
 from onmt_lite.utils.files import require_file_path, save_tensors
 
 PROG = "release_model.py"
-TRAINING_STATE = ("optim", "rng", "data", "trainer")
+TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")
 
 
 def build_parser():

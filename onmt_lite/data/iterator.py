@@ -1,9 +1,12 @@
 """Streaming shards into batches: pools sorted by length, cut by sentences or tokens, shuffled.
 
 The order of the batches depends only on the seed, the epoch and the shard, so a position
-(epoch, shard, batch) is enough to resume exactly where a run stopped.
+(epoch, shard, batch) is enough to resume exactly where a run stopped. ``WeightedBatches`` takes
+turns between the batch streams of several corpora; its position is theirs plus its turn.
 """
 import random
+
+import torch
 
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.shards import load_shard
@@ -76,11 +79,12 @@ class BatchIterator:
             (-epochs), if not 0, stops after the epoch of that number.
         vocab: the vocab file's ``vocab_id``: every shard must hold ids of those vocabularies.
         multiple: -batch_size_multiple (``cut_batches``).
+        noise: a ``SourceNoise`` for every batch's sources (-src_noise), or None.
     """
 
     def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0):
-        self.vocab, self.multiple, self.epochs = vocab, multiple, epochs
+                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0, noise=None):
+        self.vocab, self.multiple, self.epochs, self.noise = vocab, multiple, epochs, noise
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
         self.epoch, self.shard_index, self.batch_index = 0, 0, 0
@@ -97,6 +101,12 @@ class BatchIterator:
         return pooled_batches(view.src_lengths.tolist(), view.tgt_lengths.tolist(), self.batch_size,
                               self.batch_type, self.pool_factor, rng, self.multiple)
 
+    def _noise_rng(self):
+        # seeded by the batch's place, not drawn from the run's generator: a resumed run and every
+        # process of a distributed one noise each batch alike
+        place = f"{self.seed}/{self.epoch}/{self.shard_index}/{self.batch_index}/noise"
+        return torch.Generator().manual_seed(random.Random(place).getrandbits(63))
+
     def __iter__(self):
         while True:
             while self.shard_index < len(self.paths):
@@ -105,9 +115,47 @@ class BatchIterator:
                 while self.batch_index < len(batches):
                     ids = batches[self.batch_index]
                     self.batch_index += 1
-                    yield view.batch(ids)
+                    yield view.batch(ids) if self.noise is None else self.noise.batch(view.batch(ids), self._noise_rng())
                 self.shard_index, self.batch_index = self.shard_index + 1, 0
             if not self.repeat or (self.epochs and self.epoch + 1 >= self.epochs):
                 self.shard_index = 0
                 return
             self.epoch, self.shard_index = self.epoch + 1, 0
+
+
+class WeightedBatches:
+    """The batches of several corpora in a weighted round robin: ``weights[0]`` batches of the first
+    corpus, then ``weights[1]`` of the second, ..., then the first's again. Each corpus is a
+    ``BatchIterator`` of its own that repeats (``repeat=True``, ``epochs=0``): it shuffles and buckets
+    its batches as it would alone and starts its next epoch when it ends, whatever the others do.
+
+    Args:
+        corpora: ``{corpus id: BatchIterator}``, in the order of the turns.
+        weights: whole numbers >= 1, one per corpus.
+    """
+
+    def __init__(self, corpora, weights):
+        self.corpora = dict(corpora)
+        self.turns = [corpus_id for corpus_id, weight in zip(self.corpora, weights) for _ in range(weight)]
+        self.turn = 0  # the index in ``turns`` of the corpus of the next batch
+
+    def state_dict(self):
+        """The position of the next batch, as plain data: every corpus's, the turns and the turn."""
+        return {"corpora": {corpus_id: batches.state_dict() for corpus_id, batches in self.corpora.items()},
+                "turns": list(self.turns), "turn": self.turn}
+
+    def load_state_dict(self, state):
+        """Restore each corpus's position saved under its id (a corpus the state lacks starts at its
+        beginning) and, if the turns are the same (same ids and weights), the turn; else the turns
+        start again from the first corpus."""
+        for corpus_id, batches in self.corpora.items():
+            if corpus_id in state["corpora"]:
+                batches.load_state_dict(state["corpora"][corpus_id])
+        self.turn = state["turn"] if state["turns"] == self.turns else 0
+
+    def __iter__(self):
+        streams = {corpus_id: iter(batches) for corpus_id, batches in self.corpora.items()}
+        while True:
+            batch = next(streams[self.turns[self.turn]])
+            self.turn = (self.turn + 1) % len(self.turns)
+            yield batch

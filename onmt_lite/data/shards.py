@@ -38,15 +38,35 @@ def shard_path(prefix, corpus_type, number):
     return f"{prefix}.{corpus_type}.{number}.pt"
 
 
+def train_kind(corpus_id):
+    """The ``corpus_type`` of a training corpus's shards: ``train`` for the one unnamed corpus (no
+    -train_ids), ``train_ID`` for the corpus named ID (``PREFIX.train_ID.N.pt``, as 1.x named them)."""
+    return "train" if corpus_id is None else f"train_{corpus_id}"
+
+
+CORPUS_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*$")  # names a file part: no dots, slashes or glob characters
+
+
 def shard_paths(prefix, corpus_type):
     """The shard files ``PREFIX.{corpus_type}.N.pt`` in the order of N."""
-    pattern = re.compile(re.escape(os.path.basename(prefix)) + rf"\.{corpus_type}\.(\d+)\.pt$")
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + rf"\.{re.escape(corpus_type)}\.(\d+)\.pt$")
     found = []
-    for path in glob.glob(glob.escape(prefix) + f".{corpus_type}.*.pt"):
+    for path in glob.glob(glob.escape(prefix) + f".{glob.escape(corpus_type)}.*.pt"):
         match = pattern.match(os.path.basename(path))
         if match:
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
+
+
+def all_shard_paths(prefix):
+    """Every shard file of ``prefix``: validation and training shards, those of named corpora included."""
+    kinds = {"train", "valid"}
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"\.(train_[A-Za-z0-9][A-Za-z0-9_-]*)\.\d+\.pt$")
+    for path in glob.glob(glob.escape(prefix) + ".train_*.pt"):
+        match = pattern.match(os.path.basename(path))
+        if match:
+            kinds.add(match.group(1))
+    return [path for kind in sorted(kinds) for path in shard_paths(prefix, kind)]
 
 
 def _flat(seqs):

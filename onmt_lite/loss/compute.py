@@ -17,7 +17,7 @@ from torch import Tensor
 from onmt_lite.data.alignment import reference_alignment
 from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import PAD_ID, Vocab
-from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion
+from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCriterion
 from onmt_lite.loss.statistics import Statistics
 from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
 from onmt_lite.utils.errors import UserError
@@ -32,6 +32,13 @@ def _smoothing(opt, train):
 def _lambda_align(opt, train):
     """The alignment loss applies to training only (validation reports the NLL's statistics alone)."""
     return opt.lambda_align if train else 0.0
+
+
+def _refuse_sparsemax(cls, opt):
+    """A -generator_function sparsemax model's loss must take the raw scores (``SparsemaxLossCompute``)."""
+    if getattr(opt, "generator_function", "softmax") == "sparsemax" and not issubclass(cls, SparsemaxLossCompute):
+        raise UserError(f"-loss_class {cls.__name__}: a -generator_function sparsemax model needs a loss built "
+                        "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the support)")
 
 
 def filter_shard_state(state: dict[str, Tensor | None], shard_size: int | None = None) -> Iterator[tuple]:
@@ -125,6 +132,7 @@ class LossComputeBase(nn.Module):
         if opt.copy_attn:
             raise UserError(f"-loss_class {cls.__name__}: a copy-attention model needs a loss built on "
                             f"CopyGeneratorLossCompute (or a from_options that builds one)")
+        _refuse_sparsemax(cls, opt)
         return cls(NMTCriterion(_smoothing(opt, train)), model.generator)
 
     @property
@@ -218,6 +226,7 @@ class NMTLossCompute(LossComputeBase):
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
+        _refuse_sparsemax(cls, opt)
         return cls(NMTCriterion(_smoothing(opt, train)), model.generator, opt.lambda_coverage,
                    _lambda_align(opt, train))
 
@@ -244,6 +253,26 @@ class NMTLossCompute(LossComputeBase):
         log_probs = self.generator(hidden)
         loss, nll = self.criterion(log_probs, gold)
         return loss.sum(), nll, row_argmax(log_probs.detach())
+
+
+class SparsemaxLossCompute(NMTLossCompute):
+    """The sparsemax loss (1.x's SparsemaxLoss) of a ``SparsemaxGenerator``'s raw scores, plus
+    ``lambda_coverage`` times the coverage loss; its summed value is what the statistics report as
+    the loss (their perplexity is then ``exp`` of the mean sparsemax loss, not a perplexity). No
+    label smoothing: 1.x smoothed ``log(sparsemax)``, which is ``-inf`` outside the support."""
+
+    @classmethod
+    def from_options(cls, model, tgt_vocab, opt, train=True):
+        if opt.label_smoothing > 0:
+            raise UserError(f"-label_smoothing {opt.label_smoothing} cannot be used with -generator_function "
+                            "sparsemax: the sparsemax loss has no smoothed form (the log-probabilities outside "
+                            "the support are -inf)")
+        return cls(SparsemaxCriterion(), model.generator, opt.lambda_coverage, _lambda_align(opt, train))
+
+    def _generator_loss(self, hidden, gold):
+        scores = self.generator.scores(hidden)
+        loss, reported = self.criterion(scores, gold)
+        return loss.sum(), reported, row_argmax(scores.detach())
 
 
 class CopyGeneratorLossCompute(LossComputeBase):
@@ -327,6 +356,8 @@ def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespa
         cls = load_loss_class(opt.loss_class)
     else:
         cls = CopyGeneratorLossCompute if opt.copy_attn else NMTLossCompute
+        if getattr(opt, "generator_function", "softmax") == "sparsemax":
+            cls = SparsemaxLossCompute
     compute = cls.from_options(model, tgt_vocab, opt, train)
     if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
         raise UserError(f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "

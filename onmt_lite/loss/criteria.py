@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
 from onmt_lite.models.projection import bucket_below, padded_rows
+from onmt_lite.models.sparsemax import sparsemax_loss
 from onmt_lite.utils.topk import row_argmax
 
 
@@ -171,6 +172,23 @@ class NMTCriterion(nn.Module):
     def forward(self, log_probs, target):
         """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``)."""
         return smoothed_nll(log_probs, target, self.label_smoothing, self.pad_idx)
+
+
+class SparsemaxCriterion(nn.Module):
+    """Per-token sparsemax loss (see ``models.sparsemax``) of raw scores, 0 on padding; the loss that
+    trains a ``-generator_function sparsemax`` generator. Its value is reported where the NLL is
+    (the NLL of a word outside the support is infinite)."""
+
+    def __init__(self, pad_idx=PAD_ID):
+        super().__init__()
+        self.pad_idx = pad_idx
+
+    def forward(self, scores, target):
+        """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss ``[N]``)."""
+        pad = target == self.pad_idx
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16/fp16 scores: in float32
+        loss = sparsemax_loss(scores, target.masked_fill(pad, UNK_ID)).masked_fill(pad, 0)
+        return loss, loss.detach()
 
 
 class CopyGeneratorLoss(nn.Module):

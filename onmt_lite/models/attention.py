@@ -6,6 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from onmt_lite.models.sparsemax import sparsemax
+
+ATTENTION_FUNCTIONS = {"softmax": F.softmax, "sparsemax": sparsemax}
+
 
 def length_mask(lengths, max_len):
     """``[batch x max_len]`` bool, True at real (not padded) positions."""
@@ -19,14 +23,18 @@ class GlobalAttention(nn.Module):
     ``coverage``, the running coverage (sum of the attention of earlier steps) enters the score: inside
     the tanh for ``mlp`` (See et al. 2017), as ``w_c * cov`` added to the score for dot/general.
     Output: ``attn_h = tanh(W_out [context; q])`` (None with ``output_layer=False``, for an attention
-    whose weights alone are used, such as copy attention). Weights on padded positions are exactly 0.
+    whose weights alone are used, such as copy attention). ``attn_func`` turns the scores into weights:
+    ``softmax`` or ``sparsemax`` (weights of exactly 0 inside the source too). Weights on padded
+    positions are exactly 0.
     """
 
-    def __init__(self, dim, attn_type="general", coverage=False, output_layer=True):
+    def __init__(self, dim, attn_type="general", coverage=False, output_layer=True, attn_func="softmax"):
         super().__init__()
         if attn_type not in ("dot", "general", "mlp"):
             raise ValueError(f"unknown attention type {attn_type}")
-        self.attn_type, self.dim = attn_type, dim
+        if attn_func not in ATTENTION_FUNCTIONS:
+            raise ValueError(f"unknown attention function {attn_func}")
+        self.attn_type, self.dim, self.attn_func = attn_type, dim, attn_func
         if attn_type == "general":
             self.linear_in = nn.Linear(dim, dim, bias=False)
         elif attn_type == "mlp":
@@ -78,7 +86,8 @@ class GlobalAttention(nn.Module):
         keys = self.memory_keys(memory) if keys is None else keys
         scores = self.score(query, keys, coverage)
         mask = length_mask(memory_lengths, memory.size(1)) if mask is None else mask
-        align = F.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)  # mask [B x 1 x S]
+        normalise = ATTENTION_FUNCTIONS[self.attn_func]
+        align = normalise(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)  # mask [B x 1 x S]
         if self.linear_out is None:
             return None, align
         context = torch.bmm(align, memory)

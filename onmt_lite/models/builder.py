@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID, Vocab
-from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator
+from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator, SparsemaxGenerator
 from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
@@ -19,10 +19,31 @@ from onmt_lite.models.transformer import AlignmentHead, MultiHeadAttention, Tran
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
+# the options that need the decoder's attention, refused with -global_attention none
+ATTENTION_OPTIONS = ("copy_attn", "reuse_copy_attn", "coverage_attn", "lambda_coverage")
+
+
+def check_attention_variants(opt):
+    """Refuse -global_attention none with what needs attention, the RNN-only variants with a Transformer
+    decoder, and -generator_function sparsemax with copy attention."""
+    if opt.decoder_type == "transformer":
+        rnn_only = {"global_attention": opt.global_attention == "none",
+                    "global_attention_function": opt.global_attention_function != "softmax",
+                    "context_gate": opt.context_gate is not None}
+        for name in (name for name, asked in rnn_only.items() if asked):
+            raise UserError(f"-{name} {getattr(opt, name)} is for RNN decoders (-decoder_type rnn): a "
+                            "Transformer decoder attends with its own multi-head softmax attention")
+    if opt.global_attention == "none":
+        for name in (name for name in ATTENTION_OPTIONS if getattr(opt, name)):
+            raise UserError(f"-{name} needs attention: not with -global_attention none")
+    if opt.generator_function == "sparsemax" and opt.copy_attn:
+        raise UserError("-generator_function sparsemax cannot be used with -copy_attn: the copy generator "
+                        "mixes softmax probabilities of the vocabulary with the copy attention")
 
 
 def check_options(opt):
     """Refuse options that would have no effect in this combination, or no meaning."""
+    check_attention_variants(opt)
     if opt.lambda_coverage and not opt.coverage_attn:
         raise UserError("-lambda_coverage needs -coverage_attn")
     if not opt.copy_attn:
@@ -138,7 +159,8 @@ def build_decoder(opt, dims, embeddings):
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
     return decoder_class(opt.rnn_type, dims.dec_layers, dims.dec_rnn, opt.global_attention, opt.dropout[0],
                          embeddings, coverage_attn=opt.coverage_attn, copy_attn=opt.copy_attn,
-                         reuse_copy_attn=opt.reuse_copy_attn, copy_attn_type=opt.copy_attn_type)
+                         reuse_copy_attn=opt.reuse_copy_attn, copy_attn_type=opt.copy_attn_type,
+                         attn_func=opt.global_attention_function, context_gate=opt.context_gate)
 
 
 def initialise(model, opt, src_emb, tgt_emb):
@@ -169,6 +191,8 @@ def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     decoder = build_decoder(opt, dims, tgt_emb)
     if opt.copy_attn:
         generator = CopyGenerator(dims.dec_rnn, len(vocabs["tgt"]))
+    elif opt.generator_function == "sparsemax":
+        generator = SparsemaxGenerator(dims.dec_rnn, len(vocabs["tgt"]))
     else:
         generator = NMTGenerator(dims.dec_rnn, len(vocabs["tgt"]))
     model = NMTModel(encoder, decoder, generator)

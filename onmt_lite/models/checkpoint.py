@@ -4,7 +4,9 @@ A checkpoint is a dict: ``model`` and ``generator`` state dicts, ``vocab`` (``{"
 [...]}``), ``opt`` (the options as a plain dict), ``optim`` (Optimizer.state_dict), ``step``, ``rng``
 (torch and Python generator states), ``data`` (the training iterator's position), ``trainer``
 (early-stopping and best-score state) and ``preprocess`` (how the text was tokenized: ``lower``,
-``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way).
+``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way). Trained with a
+moving average (``-average_decay``), ``model`` and ``generator`` hold the average and ``raw_weights``
+(``{"model": ..., "generator": ...}``) the weights training goes on with.
 
 Training and translation both read and write checkpoints here only, and both turn a checkpoint's
 options into the options that rebuild its model with ``model_options``.
@@ -49,10 +51,11 @@ def saved_checkpoints(prefix):
     return [int(match.group(1)) for match in map(pattern.fullmatch, names) if match]
 
 
-def split_state(model):
-    """``(model state without the generator, generator state)``, as CPU tensors."""
+def split_state(model, state=None):
+    """``(model state without the generator, generator state)`` of ``model.state_dict()`` (or of
+    ``state``, a dict like it), as CPU tensors."""
     model_state, generator_state = {}, {}
-    for key, value in model.state_dict().items():
+    for key, value in (model.state_dict() if state is None else state).items():
         if key.startswith(GENERATOR_PREFIX):
             generator_state[key[len(GENERATOR_PREFIX):]] = value.detach().cpu()
         else:
@@ -88,13 +91,20 @@ def set_rng_state(state):
 PREPROCESS_KEYS = ("lower", "src_spm", "tgt_spm", "dynamic_dict")
 
 
-def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, trainer_state, preprocess=None):
-    model_state, generator_state = split_state(model)
-    return {"format": CHECKPOINT_FORMAT, "model": model_state, "generator": generator_state,
-            "vocab": {side: vocab.to_plain() for side, vocab in vocabs.items()}, "opt": dict(opt_dict),
-            "optim": optim_state, "step": step, "rng": rng_state(), "data": data_state,
-            "trainer": trainer_state,
-            "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS}}
+def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, trainer_state, preprocess=None,
+                     averaged=None):
+    """The checkpoint of ``model`` with the training state given. With ``averaged`` (a state dict like
+    ``model.state_dict()``, a moving average's weights), those are its weights and ``model``'s own
+    are kept beside them as ``raw_weights``."""
+    model_state, generator_state = split_state(model, averaged)
+    checkpoint = {"format": CHECKPOINT_FORMAT, "model": model_state, "generator": generator_state,
+                  "vocab": {side: vocab.to_plain() for side, vocab in vocabs.items()}, "opt": dict(opt_dict),
+                  "optim": optim_state, "step": step, "rng": rng_state(), "data": data_state,
+                  "trainer": trainer_state,
+                  "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS}}
+    if averaged is not None:
+        checkpoint["raw_weights"] = dict(zip(("model", "generator"), split_state(model)))
+    return checkpoint
 
 
 class CheckpointWriter:
@@ -173,12 +183,11 @@ def load_checkpoint(path):
     missing = [k for k in ("model", "generator", "vocab", "opt", "step") if k not in checkpoint]
     if missing:
         raise UserError(f"{path}: checkpoint lacks {', '.join(missing)}")
-    for key in ("model", "generator"):
-        state = checkpoint[key]
-        wrong = [name for name, value in state.items() if not isinstance(value, torch.Tensor)] \
-            if isinstance(state, dict) else [key]
-        if wrong:
-            raise UserError(f"{path}: checkpoint's {key} weights hold entries that are not tensors ({wrong[0]})")
+    _check_tensors(checkpoint, "", path)
+    if "raw_weights" in checkpoint:
+        if not isinstance(checkpoint["raw_weights"], dict):
+            raise UserError(f"{path}: checkpoint's raw_weights is not a dict of model and generator weights")
+        _check_tensors(checkpoint["raw_weights"], "raw_weights ", path)
     vocab = checkpoint["vocab"]
     if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), list) and
                                             all(isinstance(w, str) for w in vocab[side]) for side in ("src", "tgt"))):
@@ -188,6 +197,17 @@ def load_checkpoint(path):
     if isinstance(checkpoint["step"], bool) or not isinstance(checkpoint["step"], int):
         raise UserError(f"{path}: checkpoint's step is not a whole number")
     return checkpoint
+
+
+def _check_tensors(weights, what, path):
+    """A UserError unless ``weights["model"]`` and ``weights["generator"]`` are dicts of tensors."""
+    for key in ("model", "generator"):
+        state = weights.get(key)
+        wrong = [name for name, value in state.items() if not isinstance(value, torch.Tensor)] \
+            if isinstance(state, dict) else [key]
+        if wrong:
+            raise UserError(f"{path}: checkpoint's {what}{key} weights hold entries that are not tensors "
+                            f"({wrong[0]})")
 
 
 REQUIRED_OPTIONS = ("rnn_size", "encoder_type", "copy_attn")

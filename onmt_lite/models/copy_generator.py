@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.projection import project
+from onmt_lite.models.sparsemax import log_sparsemax
 from onmt_lite.utils.topk import row_argmax
 
 TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
@@ -32,6 +33,33 @@ class NMTGenerator(nn.Sequential):
         if torch.is_grad_enabled():
             return self[1](scores)
         return log_softmax_(scores.contiguous())
+
+
+class LogSparsemax(nn.Module):
+    """``log(sparsemax(x))`` along ``dim``: ``-inf`` outside the support (1.x's LogSparsemax)."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, scores):
+        return log_sparsemax(scores, self.dim)
+
+
+class SparsemaxGenerator(nn.Sequential):
+    """``[N x H]`` -> ``[N x V]`` log-probabilities ``log(sparsemax(W h + b))`` (Linear + LogSparsemax;
+    the state dict of ``NMTGenerator``): ``-inf`` for the words outside the support. ``scores`` gives
+    ``W h + b`` alone, what the sparsemax loss is trained on."""
+
+    def __init__(self, hidden_size, vocab_size):
+        super().__init__(nn.Linear(hidden_size, vocab_size), LogSparsemax(dim=-1))
+
+    def scores(self, hidden):
+        """The raw scores ``[N x V]`` of ``hidden`` ``[N x H]``."""
+        return project(self[0], hidden)
+
+    def forward(self, hidden):
+        return self[1](self.scores(hidden))
 
 
 class CopyGenerator(nn.Module):

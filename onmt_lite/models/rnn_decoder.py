@@ -1,4 +1,5 @@
-"""RNN decoders with global attention: input feeding (stepped) or standard (one RNN call).
+"""RNN decoders with global attention (or none): input feeding (stepped) or standard (one RNN call),
+optionally with a context gate after the attention.
 
 Both take and return an explicit ``DecoderState``; nothing about a sequence is stored on the module,
 so beam search can reorder a state with ``state.map`` and truncated BPTT can cut it with
@@ -13,6 +14,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from onmt_lite.models.attention import GlobalAttention, length_mask
+from onmt_lite.models.context_gate import ContextGate
 from onmt_lite.models.recurrent import run_rnn
 from onmt_lite.utils.tensors import pad_to
 
@@ -99,28 +101,47 @@ class StackedCells(nn.Module):
 
 
 class RNNDecoderBase(nn.Module):
-    """What both decoders share: embeddings, attention, copy attention, state initialisation.
+    """What both decoders share: embeddings, attention, copy attention, context gate, state initialisation.
 
     Args:
         rnn_type, num_layers, hidden_size, dropout: of the RNN (dropout also on the output).
-        attn_type: "dot", "general" or "mlp".
+        attn_type: "dot", "general", "mlp", or "none": no attention, the output is the RNN's (then no
+            ``attns`` at all: coverage and copy attention need attention).
         embeddings: an ``Embeddings`` module.
         coverage_attn: feed coverage into the attention and return ``attns["coverage"]``.
         copy_attn: return ``attns["copy"]`` (``reuse_copy_attn``: the standard attention itself;
             else a separate attention of type ``copy_attn_type``).
+        attn_func: "softmax" or "sparsemax", of the attention and the copy attention.
+        context_gate: None, or "source", "target", "both": a ``ContextGate`` of the RNN's input, the
+            RNN's output and the attentional output, applied before the output's dropout.
     """
 
+    input_feed = False  # whether the RNN's input holds the previous output besides the embedding
+
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings,
-                 coverage_attn=False, copy_attn=False, reuse_copy_attn=False, copy_attn_type=None):
+                 coverage_attn=False, copy_attn=False, reuse_copy_attn=False, copy_attn_type=None,
+                 attn_func="softmax", context_gate=None):
         super().__init__()
+        if attn_type == "none" and (coverage_attn or copy_attn):
+            raise ValueError("coverage and copy attention need attention (attn_type is none)")
         self.embeddings, self.hidden_size = embeddings, hidden_size
         self.dropout = nn.Dropout(dropout)
-        self.attn = GlobalAttention(hidden_size, attn_type, coverage=coverage_attn)
+        self.attn = None if attn_type == "none" else GlobalAttention(
+            hidden_size, attn_type, coverage=coverage_attn, attn_func=attn_func)
         self.coverage_attn = coverage_attn
         self.copy_attn = copy_attn
         self.copy_attention = None
         if copy_attn and not reuse_copy_attn:
-            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type, output_layer=False)
+            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type, output_layer=False,
+                                                  attn_func=attn_func)
+        self.rnn_input_size = embeddings.word_vec_size + (hidden_size if self.input_feed else 0)
+        self.context_gate = None if context_gate is None else ContextGate(
+            context_gate, self.rnn_input_size, hidden_size)
+
+    @property
+    def attentional(self):
+        """Whether the decoder attends to the source (``attns["std"]``); not with -global_attention none."""
+        return self.attn is not None
 
     def init_state(self, encoder_final, memory_bank):
         """The first state: the encoder's final states, a zero input feed, zero coverage."""
@@ -134,20 +155,25 @@ class RNNDecoderBase(nn.Module):
     @property
     def precomputes_memory_keys(self):
         """Whether ``memory_keys`` computes something (mlp attention) rather than return the memory."""
-        return self.attn.projects_memory
+        return self.attentional and self.attn.projects_memory
 
     def memory_keys(self, memory_bank):
         """What the attention scores ``memory_bank`` ``[S x B x H]`` by: ``[B x S x H]``, the memory
-        itself for dot and general attention, a projection of it for mlp. A caller that decodes one
-        position at a time computes it once and passes it back to ``forward`` (``memory_keys=``)."""
-        return self.attn.memory_keys(memory_bank.transpose(0, 1))
+        itself for dot and general attention (and without attention), a projection of it for mlp. A
+        caller that decodes one position at a time computes it once and passes it back to ``forward``
+        (``memory_keys=``)."""
+        memory = memory_bank.transpose(0, 1)
+        return self.attn.memory_keys(memory) if self.attentional else memory
 
     def _attend(self, query, memory, lengths, keys, coverage, mask=None):
         """Attention of ``query`` ``[B x T x H]``; with coverage, one position at a time.
 
         Returns attn_h ``[B x T x H]``, align ``[B x T x S]``, the coverage before each position
-        ``[B x T x S]`` (or None) and the coverage after the last one.
+        ``[B x T x S]`` (or None) and the coverage after the last one. Without attention: ``query``
+        itself and no align (None).
         """
+        if not self.attentional:
+            return query, None, None, None
         if coverage is None:
             attn_h, align = self.attn(query, memory, lengths, keys=keys, mask=mask)
             return attn_h, align, None, None
@@ -161,7 +187,9 @@ class RNNDecoderBase(nn.Module):
         return torch.cat(outs, 1), torch.cat(aligns, 1), torch.stack(covs, 1), coverage
 
     def _attns(self, dec_out, align, covs, memory, lengths):
-        """The ``attns`` dict, time-major ``[T x B x S]`` tensors."""
+        """The ``attns`` dict, time-major ``[T x B x S]`` tensors (empty without attention)."""
+        if align is None:
+            return {}
         attns = {"std": align.transpose(0, 1)}
         if covs is not None:
             attns["coverage"] = covs.transpose(0, 1)
@@ -178,9 +206,11 @@ class InputFeedRNNDecoder(RNNDecoderBase):
     """Stacked cells stepped one target position at a time, the previous attentional output
     concatenated to each input (Luong et al. 2015)."""
 
+    input_feed = True
+
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
         super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
-        self.rnn = StackedCells(rnn_type, num_layers, embeddings.word_vec_size + hidden_size, hidden_size)
+        self.rnn = StackedCells(rnn_type, num_layers, self.rnn_input_size, hidden_size)
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
         """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
@@ -189,7 +219,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
         memory = memory_bank.transpose(0, 1)
-        keys = self.attn.memory_keys(memory) if memory_keys is None else memory_keys  # once, not per position
+        keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys  # once, not per position
         mask = length_mask(memory_lengths, memory.size(1))
         hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
         outs, aligns, covs = [], [], []
@@ -197,16 +227,21 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         masks = step_dropout_masks(self.dropout, tgt.size(0), len(self.rnn.cells), feed)
         for t, emb_t in enumerate(self.embeddings(tgt)):
             step_masks = None if masks is None else masks[t]
-            rnn_out, hidden = self.rnn(torch.cat([emb_t, feed], 1), hidden, step_masks)
+            rnn_input = torch.cat([emb_t, feed], 1)
+            rnn_out, hidden = self.rnn(rnn_input, hidden, step_masks)
             attn_h, align, cov_before, coverage = self._attend(
                 rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask)
-            feed = masked(attn_h.squeeze(1), step_masks, 0)
+            out = attn_h.squeeze(1)
+            if self.context_gate is not None:
+                out = self.context_gate(rnn_input, rnn_out, out)
+            feed = masked(out, step_masks, 0)
             outs.append(feed)
             aligns.append(align)
             covs.append(cov_before)
         dec_out = torch.stack(outs, 1)  # [B x T x H]
         covs = torch.cat(covs, 1) if coverage is not None else None
-        attns = self._attns(dec_out, torch.cat(aligns, 1), covs, memory, memory_lengths)
+        align = torch.cat(aligns, 1) if self.attentional else None
+        attns = self._attns(dec_out, align, covs, memory, memory_lengths)
         return dec_out.transpose(0, 1), attns, DecoderState(hidden, feed, coverage)
 
 
@@ -222,12 +257,16 @@ class StdRNNDecoder(RNNDecoderBase):
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
         """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
-        rnn_out, hidden = run_rnn(self.rnn, self.embeddings(tgt), state.hidden if self.is_lstm else state.hidden[0])
+        emb = self.embeddings(tgt)
+        rnn_out, hidden = run_rnn(self.rnn, emb, state.hidden if self.is_lstm else state.hidden[0])
         hidden = hidden if self.is_lstm else (hidden,)
         memory = memory_bank.transpose(0, 1)
+        rnn_out = rnn_out.transpose(0, 1)  # [B x T x H]
         attn_h, align, covs, coverage = self._attend(
-            rnn_out.transpose(0, 1), memory, memory_lengths,
-            self.attn.memory_keys(memory) if memory_keys is None else memory_keys, state.coverage)
+            rnn_out, memory, memory_lengths,
+            self.memory_keys(memory_bank) if memory_keys is None else memory_keys, state.coverage)
+        if self.context_gate is not None:
+            attn_h = self.context_gate(emb.transpose(0, 1), rnn_out, attn_h)
         dec_out = self.dropout(attn_h)
         attns = self._attns(dec_out, align, covs, memory, memory_lengths)
         return dec_out.transpose(0, 1), attns, DecoderState(hidden, dec_out[:, -1], coverage)

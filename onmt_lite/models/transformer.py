@@ -324,6 +324,8 @@ class TransformerDecoder(nn.Module):
         alignment: the ``AlignmentHead`` that gives ``attns["align"]``.
     """
 
+    attentional = True  # it always attends to the source (see RNNDecoderBase.attentional)
+
     def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
                  max_relative_positions=0, copy_attn=False, alignment=AlignmentHead()):
         super().__init__()

@@ -72,15 +72,20 @@ def _model_transformer_opts(parser):
 def _model_attention_and_generator_opts(parser):
     group = parser.add_argument_group("Model: attention and generator")
     add(group, "global_attention", default="general", type=choice(
-        "global_attention", ["dot", "general", "mlp"], {"none": "attention cannot be switched off"}),
-        help="dot, general (Luong) or mlp (Bahdanau)")
-    compatibility = compatibility_group(parser)
-    add(compatibility, "global_attention_function", default="softmax", type=choice(
-        "global_attention_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
-        help="Attention normalisation: softmax only")
-    add(compatibility, "generator_function", default="softmax", type=choice(
-        "generator_function", ["softmax"], {"sparsemax": "sparsemax is not supported"}),
-        help="Output normalisation: softmax only")
+        "global_attention", ["dot", "general", "mlp", "none"]),
+        help="dot, general (Luong), mlp (Bahdanau) or none (an RNN decoder without attention: its output "
+             "is the RNN's)")
+    add(group, "global_attention_function", default="softmax", type=choice(
+        "global_attention_function", ["softmax", "sparsemax"]),
+        help="What turns an RNN decoder's attention scores into weights: softmax or sparsemax "
+             "(Martins and Astudillo 2016: sparse weights)")
+    add(group, "generator_function", default="softmax", type=choice(
+        "generator_function", ["softmax", "sparsemax"]),
+        help="What turns the generator's scores into word probabilities: softmax or sparsemax (trained "
+             "with the sparsemax loss; not with -copy_attn or -label_smoothing)")
+    add(group, "context_gate", default=None, type=choice("context_gate", ["source", "target", "both"]),
+        help="A context gate (Tu et al. 2017) in the RNN decoder, after the attention: scale the source "
+             "context, the target context or both")
     add(group, "copy_attn", action="store_true",
         help="Copy attention (pointer-generator); needs -dynamic_dict data")
     add(group, "copy_attn_type", default=None, type=choice("copy_attn_type", ["dot", "general", "mlp"]),

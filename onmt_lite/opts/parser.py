@@ -22,20 +22,11 @@ UNSUPPORTED_OPTIONS = {
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
     **dict.fromkeys(
-        ["train_ids", "data_ids", "data_weights"],
-        "one training corpus per run; several weighted corpora are not supported"),
-    **dict.fromkeys(
         ["features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"],
         "source word features are not supported"),
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
-    "context_gate": "context gates (Tu et al. 2017) in the RNN decoder are not implemented",
-    **dict.fromkeys(
-        ["subword_prefix", "subword_prefix_is_joiner"],
-        "these build the word-start masks of source noising (BART-style), which is not supported"),
-    **dict.fromkeys(["average_decay", "average_every"], "exponential moving averages of weights are not supported"),
     **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
-    "dump_beam": "beam dumps are not supported",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
@@ -44,10 +35,7 @@ UNSUPPORTED_OPTIONS = {
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
         "a GGNN option: the GGNN (graph) encoder is not implemented"),
     "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
-    **dict.fromkeys(
-        ["data_to_noise", "src_noise", "src_noise_prob"], "source noising (BART-style) is not supported"),
     "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
-    "tgt_prefix": "decoding with a target prefix is not supported",
 }
 
 
@@ -330,7 +318,8 @@ def parse(parser, args=None):
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
-        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None}
+        # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back as "None"
+        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]}
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")
         sys.exit(0)

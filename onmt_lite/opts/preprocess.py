@@ -9,8 +9,13 @@ def preprocess_opts(parser):
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Data")
-    add(group, "train_src", required=True, help="Training source text, one sentence a line")
-    add(group, "train_tgt", required=True, help="Training target text, one sentence a line")
+    add(group, "train_src", required=True, nargs="+",
+        help="Training source text, one sentence a line; several files: several corpora, named by -train_ids")
+    add(group, "train_tgt", required=True, nargs="+", help="Training target text, one file per -train_src file")
+    add(group, "train_ids", nargs="+", default=[None],
+        help="Names of the training corpora, one per -train_src file (letters, digits, - and _): their shards "
+             "are PREFIX.train_ID.N.pt, and onmt_lite_train picks them with -data_ids; needed with several "
+             "corpora")
     add(group, "valid_src", default="", help="Validation source text")
     add(group, "valid_tgt", default="", help="Validation target text")
     add(group, "train_align", default="",
@@ -18,7 +23,8 @@ def preprocess_opts(parser):
              "Pharaoh 'SRC-TGT' pairs of 0-based token indices")
     add(group, "valid_align", default="", help="Word alignments of the validation pairs, as -train_align")
     add(group, "save_data", required=True,
-        help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt, PREFIX.valid.N.pt")
+        help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt (PREFIX.train_ID.N.pt with "
+             "-train_ids), PREFIX.valid.N.pt")
     add(group, "shard_size", type=int_at_least(0), default=1000000,
         help="Examples per shard file (0: all in one shard)")
     add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")
@@ -61,6 +67,11 @@ def preprocess_opts(parser):
     add(group, "lower", action="store_true", help="Lowercase the text")
     add(group, "src_spm", default="", help="Sentencepiece model applied to the source text")
     add(group, "tgt_spm", default="", help="Sentencepiece model applied to the target text")
+    add(group, "subword_prefix", default="▁",
+        help="The mark of a subword token that starts a word (sentencepiece's); training's -src_noise "
+             "infills whole words found with it")
+    add(group, "subword_prefix_is_joiner", action="store_true",
+        help="-subword_prefix marks a token that continues the word before it (a joiner) instead")
 
     group = parser.add_argument_group("Logging and randomness")
     add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")

@@ -6,6 +6,12 @@ from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float
 def _general_opts(parser):
     group = parser.add_argument_group("General")
     add(group, "data", required=True, help="Prefix of the preprocessed data (PREFIX.vocab.pt, PREFIX.train.N.pt)")
+    add(group, "data_ids", nargs="+", default=[None],
+        help="Train on these corpora of -data (its -train_ids, shards PREFIX.train_ID.N.pt); left out: the one "
+             "corpus of data preprocessed without -train_ids")
+    add(group, "data_weights", type=int_at_least(1), nargs="+", default=[1],
+        help="One whole number per -data_ids corpus: a step's batches come from the corpora in turn, WEIGHT "
+             "batches from each (a round robin), every corpus starting its next epoch on its own")
     add(group, "save_model", default="model", help="Checkpoints are written to SAVE_MODEL_step_N.pt")
     add(group, "save_checkpoint_steps", type=int_at_least(1), default=5000, help="Save a checkpoint every N steps")
     add(group, "keep_checkpoint", type=int, default=-1, help="Keep only the last N checkpoints (-1: all)")
@@ -112,11 +118,30 @@ def _optimization_opts(parser):
              "(see docs/research.md)")
     add(group, "label_smoothing", type=float_in(0, 1), default=0.0,
         help="Label smoothing: this much probability mass spread over the vocabulary")
+    add(group, "average_decay", type=float_in(0, 1), default=0.0,
+        help="Keep an exponential moving average of the weights, mixing them in with the weight "
+             "max(DECAY, 1 - (step + 1) / (step + 10)); validation and checkpoints use it (0: off)")
+    add(group, "average_every", type=int_at_least(1), default=1,
+        help="Update the moving average after steps 1, 1 + N, 1 + 2N, ... (with -average_decay)")
+
+
+def _noise_opts(parser):
+    group = parser.add_argument_group("Source noise")
+    add(group, "data_to_noise", nargs="+", default=[],
+        help="Noise the sources of these training corpora (their -train_ids)")
+    add(group, "src_noise", nargs="+", default=[], type=choice(
+        "src_noise", ["sen_shuffling", "infilling"],
+        {"mask": "word masking is not implemented (1.x's did not run either); infilling masks spans of words"}),
+        help="Noises applied in this order to those sources: sen_shuffling (swap sentences), infilling "
+             "(replace spans of whole words with one <unk> each)")
+    add(group, "src_noise_prob", type=float_in(0, 1), nargs="+", default=[],
+        help="For each -src_noise: the share of sentences it swaps or of words it covers")
 
 
 @opennmt_py_1x_command("train")
 def train_opts(parser):
-    """General, batches and steps, optimization."""
+    """General, batches and steps, optimization, source noise."""
     _general_opts(parser)
     _batches_and_steps_opts(parser)
     _optimization_opts(parser)
+    _noise_opts(parser)

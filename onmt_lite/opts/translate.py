@@ -10,6 +10,9 @@ def _model_and_data_opts(parser):
     add(group, "model", nargs="+", required=True, help="Checkpoint(s); several make an ensemble")
     add(group, "src", required=True, help="Source text to translate, one sentence a line")
     add(group, "tgt", default="", help="Reference translations: gold scores, BLEU and chrF")
+    add(group, "tgt_prefix", action="store_true",
+        help="Each line's -tgt (needed) is a prefix its translations start with: forced, then decoding goes on "
+             "(gold scores of -tgt are logged, BLEU and chrF are not)")
     add(group, "output", "-out", default="pred.txt", help="Where to write the translations")
     add(group, "src_spm", default="", help="Sentencepiece model for the source (default: as in training)")
     add(group, "tgt_spm", default="", help="Sentencepiece model to decode the output (default: as in training)")
@@ -84,6 +87,9 @@ def _efficiency_and_logging_opts(parser):
     add(group, "attn_plot", default="",
         help="Write an attention heatmap PNG per input line into DIR (needs matplotlib)", metavar="DIR")
     add(group, "report_time", action="store_true", help="Log the time taken and the speed")
+    add(group, "dump_beam", default="", metavar="FILE",
+        help="Write each line's search steps (every kept hypothesis: token, parent, score) to FILE as JSON "
+             "when translation ends")
     log_file_opts(group)
 
 

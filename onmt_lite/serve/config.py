@@ -40,6 +40,8 @@ SERVER_REFUSES = {
     "report_align": "the server's answers carry no alignments (onmt_lite_translate -report_align writes them)",
     "align_debug": "the file command logs alignments; the server answers requests",
     "report_time": "the server logs each request's time",
+    "tgt_prefix": "requests carry no target prefixes",
+    "dump_beam": "the file command writes beam dumps; the server answers requests",
     "log_file": "the server logs to its standard error",
     "threads": "the server uses PyTorch's threads for all models (set OMP_NUM_THREADS)",
     "config": "put the options in \"opt\" itself", "save_config": "put the options in \"opt\" itself",

@@ -2,7 +2,8 @@
 
 Every check of the inputs (data, checkpoint, contradictory options) happens before the first step.
 On ``-train_from``, the model's architecture comes from the checkpoint; ``-reset_optim`` decides
-whether the optimizer settings, moments and schedule position come from it too.
+whether the optimizer settings, moments and schedule position come from it too. A checkpoint that
+keeps raw weights beside its averaged ones (``-average_decay``) trains on from the raw weights.
 """
 import argparse
 import contextlib
@@ -11,11 +12,11 @@ import random
 import torch
 
 from onmt_lite.data.iterator import BatchIterator
-from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_path
-from onmt_lite.data.vocab import Vocab
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
-                                         model_options, set_rng_state)
+                                         model_options, restore_model, set_rng_state)
+from onmt_lite.train.averaging import MovingAverage
+from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
@@ -28,16 +29,6 @@ from onmt_lite.utils.logging import logger
 OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
                  "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
                  "decay_steps")
-
-
-def load_data(opt):
-    """The vocab record and the train/valid shard paths of ``-data``."""
-    train = shard_paths(opt.data, "train")
-    if not train:
-        raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt (run onmt_lite_preprocess)")
-    record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
-    vocabs = {"src": Vocab.from_plain(record["src"]), "tgt": Vocab.from_plain(record["tgt"])}
-    return record, vocabs, train, shard_paths(opt.data, "valid")
 
 
 def choose_device(opt, dist=None):
@@ -93,6 +84,44 @@ def restore_optimizer(optim, checkpoint, reset_optim):
     optim.load_state_dict(checkpoint["optim"], moments=reset_optim in ("none", "keep_states"), schedule=True)
 
 
+def check_options(opt):
+    """Errors for options that contradict each other (and a warning for one without effect)."""
+    check_criteria(opt)
+    check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
+    check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
+    check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
+    if opt.average_every != 1 and opt.average_decay == 0:
+        logger.warning(f"-average_every {opt.average_every} has no effect without -average_decay above 0")
+
+
+def prepare_model(opt, vocabs, checkpoint, device, is_main):
+    """``(model, average)``: the model on ``device``, new or with the checkpoint's weights (see
+    ``resume_weights``), and the run's MovingAverage with -average_decay, else None. Only the process
+    that validates and saves keeps an average: the weights are the same in all processes."""
+    model = build_model(opt, vocabs) if checkpoint is None else model_from_checkpoint(opt, vocabs, checkpoint,
+                                                                                       opt.train_from)
+    model.to(device)
+    average = MovingAverage(model, opt.average_decay, opt.average_every) if opt.average_decay > 0 and is_main \
+        else None
+    if checkpoint is not None:
+        resume_weights(checkpoint, model, average, opt.train_from)
+    return model, average
+
+
+def resume_weights(checkpoint, model, average, path):
+    """After ``model_from_checkpoint`` put the checkpoint's weights (its average, if it kept one) into
+    ``model``: ``average`` (a MovingAverage, or None) continues from them, and the model takes the raw
+    weights the checkpoint keeps, if any, to train on."""
+    raw = checkpoint.get("raw_weights")
+    if average is not None:
+        average.start()
+        logger.info(f"-average_decay: the moving average continues from {path}'s weights" if raw is not None else
+                    f"-average_decay: {path} holds no average; the moving average starts afresh from its weights")
+    if raw is not None:
+        restore_model(model, raw, path)
+        logger.info(f"training continues from the raw weights that {path} keeps beside its averaged ones")
+
+
 def resume(checkpoint, opt, trainer, train_iter, early_stopping):
     """Restore the training state of ``checkpoint`` (optimizer per -reset_optim, data position, early
     stopping, loss scale, random generators); returns its step."""
@@ -102,7 +131,7 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
                     f"step {step} with a new optimizer and the data from its start")
         return step
     restore_optimizer(trainer.optim, checkpoint, opt.reset_optim)
-    train_iter.load_state_dict(checkpoint["data"])
+    restore_position(train_iter, checkpoint["data"])
     early_stopping.load_state_dict(checkpoint["trainer"]["early_stopping"])
     trainer.precision.load_state_dict(checkpoint["trainer"].get("precision"))
     set_rng_state(checkpoint["rng"])
@@ -118,16 +147,13 @@ def train(opt, dist=None):
 
 
 def _train(opt, dist, held):
-    record, vocabs, train_paths, valid_paths = load_data(opt)
+    record, vocabs, corpora, valid_paths = load_data(opt)
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
     seeded = opt.seed > 0 or checkpoint is not None  # asked for reproducible results: before a seed is drawn
     opt = resolve_options(opt, checkpoint, record)
-    check_criteria(opt)
-    check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
-    check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
-    check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
+    check_options(opt)
     device = choose_device(opt, dist)
     if device.type == "cuda":
         logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")
@@ -136,21 +162,16 @@ def _train(opt, dist, held):
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
-    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: {len(train_paths)} train, "
-                f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
-    if checkpoint is not None:
-        model = model_from_checkpoint(opt, vocabs, checkpoint, opt.train_from)
-    else:
-        model = build_model(opt, vocabs)
-    model.to(device)
+    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
+                f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid shard(s); "
+                f"vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
+    model, average = prepare_model(opt, vocabs, checkpoint, device, is_main)
     if dist is not None:
         dist.broadcast_parameters(model)
     optim = Optimizer(model, opt, model_dims(opt).dec_rnn)
     optim.log_groups(logger.info)
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
-    train_iter = BatchIterator(train_paths, opt.batch_size, opt.batch_type, opt.pool_factor, shuffle=True,
-                               seed=opt.seed, repeat=not opt.single_pass, vocab=record.get("vocab_id"),
-                               multiple=opt.batch_size_multiple, epochs=opt.epochs)
+    train_iter = training_batches(opt, corpora, record, vocabs["src"])
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
     step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
     if dist is not None and dist.rank > 0:
@@ -162,7 +183,8 @@ def _train(opt, dist, held):
     def make_checkpoint(at_step):
         return build_checkpoint(model, vocabs, plain_options(opt), at_step, optim.state_dict(),
                                 train_iter.state_dict(), {"early_stopping": early_stopping.state_dict(),
-                                                          "precision": trainer.precision.state_dict()}, record)
+                                                          "precision": trainer.precision.state_dict()}, record,
+                                averaged=average.state_dict(model) if average is not None else None)
 
     def valid_batches():
         return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor,
@@ -173,5 +195,5 @@ def _train(opt, dist, held):
     reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard and is_main else None)
     scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics and is_main else None
     run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
-                      valid_batches if valid_paths else None, scorer)
+                      valid_batches if valid_paths else None, scorer, average)
     return run.run(train_iter, step)

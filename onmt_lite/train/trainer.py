@@ -24,6 +24,7 @@ import torch.nn as nn
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
 from onmt_lite.models.builder import set_dropout
+from onmt_lite.train.averaging import averaged
 from onmt_lite.train.distributed import step_share
 from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
@@ -154,13 +155,14 @@ class Trainer:
 
 
 class TrainingRun:
-    """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints."""
+    """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints; with
+    ``average`` (a MovingAverage), its update after each step and validation with its weights."""
 
     def __init__(self, trainer, opt, reporter, writer, early_stopping, make_checkpoint, valid_batches=None,
-                 metric_scorer=None):
+                 metric_scorer=None, average=None):
         self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
         self.early_stopping, self.make_checkpoint, self.valid_batches = early_stopping, make_checkpoint, valid_batches
-        self.metric_scorer = metric_scorer
+        self.metric_scorer, self.average = metric_scorer, average
         self.dist = trainer.dist
         self.is_main = self.dist is None or self.dist.is_main  # logs, validates, writes checkpoints
         self.dropout_rates = None  # those the model holds once a step has set them
@@ -187,6 +189,8 @@ class TrainingRun:
                 raise UserError(f"step {step + 1}: {err}; training stopped without applying this step "
                                 f"(last good checkpoint: {last})") from None
             step += 1
+            if self.average is not None:
+                self.average.update(step)
             report_stats.update(stats)
             if step % opt.report_every == 0:
                 if self.is_main:
@@ -248,15 +252,16 @@ class TrainingRun:
         return self.writer.last_path() if self.writer is not None else None
 
     def validate(self, step):
-        """Validate (rank 0), update early stopping, the plateau schedule (every rank) and the best
-        checkpoint; returns True to stop."""
+        """Validate (rank 0, with the average's weights if there is one), update early stopping, the
+        plateau schedule (every rank) and the best checkpoint; returns True to stop."""
         improved = stop = False
         if self.is_main:
-            stats = self.trainer.validate(self.valid_batches())
-            scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
-            if self.metric_scorer is not None:
-                metric_scores, extra = self.metric_scorer(self.valid_batches())
-                scores.update(metric_scores)
+            with averaged(self.average):  # the raw weights are back for the checkpoint and the next step
+                stats = self.trainer.validate(self.valid_batches())
+                scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
+                if self.metric_scorer is not None:
+                    metric_scores, extra = self.metric_scorer(self.valid_batches())
+                    scores.update(metric_scores)
             improved = self.early_stopping.update(scores)
             self.reporter.validation(step, stats, extra)
             if improved:

@@ -14,6 +14,11 @@ float rounding only, streams decode each example exactly as one stream would (in
 output slightly, which is why it is asked for by name). Streams run in forked processes only when the
 caller asks (``fork``): the command line does, the library's ``Translator`` does not by default, since
 forking a process the caller owns is the caller's decision.
+
+Every model variant takes the same paths: a context gate's and the generators' layers (softmax or
+sparsemax) are ``nn.Linear`` modules like the others, packed or quantised with them, and the
+sparsemax of the attention and generator runs unchanged on their outputs; a decoder without
+attention has fewer layers to pack. So no variant needs to fall back to the general path.
 """
 import torch
 

@@ -18,11 +18,15 @@ class RowFeeder:
     join copies the running rows' state, so refilling it at every step costs more than it saves: its
     examples join in groups instead, once at least ``BEAM_JOIN_FREE`` of the batch is free
     (bench/README.md has the measurements behind both choices).
+
+    ``prefixes``: ``{line: target prefix ids}`` (``TextBatches.prefixes``), which the examples join
+    with (``-tgt_prefix``); None: no example has one.
     """
 
-    def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device):
+    def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device, prefixes=None):
         self.batches, self.make_stepper, self.beam = iter(batches), make_stepper, beam
         self.batch_size, self.batch_type, self.device = batch_size, batch_type, device
+        self.prefixes = prefixes
         self.stepper, self.waiting, self.examples = None, None, {}
         self.next_id = 0
 
@@ -73,4 +77,15 @@ class RowFeeder:
             self.waiting = None if last == batch.batch_size else [stepper, batch, last]
         if not ids:
             return None
-        return torch.tensor(ids, device=self.device), torch.cat(lengths)
+        return torch.tensor(ids, device=self.device), torch.cat(lengths), self._prefix(ids)
+
+    def _prefix(self, ids):
+        """``(tokens [n x P], lengths [n])`` of the target prefixes of the examples ``ids``, padded
+        with 0; None without prefixes."""
+        if self.prefixes is None:
+            return None
+        prefixes = [self.prefixes[self.examples[i][0]] for i in ids]
+        tokens = torch.zeros(len(ids), max(map(len, prefixes)), dtype=torch.long)
+        for row, prefix in enumerate(prefixes):
+            tokens[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        return tokens.to(self.device), torch.tensor([len(p) for p in prefixes], device=self.device)

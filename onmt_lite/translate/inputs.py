@@ -1,10 +1,28 @@
 """Text to translate: read, tokenized as in training, batched by length, empty lines set aside."""
 from onmt_lite.data.batch import ShardView
+from onmt_lite.data.copy import EX_UNK_ID
 from onmt_lite.data.corpus import Tokenizer, read_lines
 from onmt_lite.data.example import make_example
 from onmt_lite.data.iterator import pooled_batches
 from onmt_lite.data.shards import make_shard
+from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from onmt_lite.utils.errors import UserError
+
+
+def prefix_ids(example, vocab_size):
+    """The ids a target prefix forces (``-tgt_prefix``): its target-vocabulary ids, but a word the
+    vocabulary lacks is copied (id ``vocab_size`` + its place in the example's source vocabulary) when
+    the source has it (copy models), and the specials (a literal ``</s>``...) are ``<unk>``: a prefix
+    never ends a sentence."""
+    alignment = example.get("alignment")
+    ids = []
+    for position, token in enumerate(example["tgt"]):
+        if token in (PAD_ID, BOS_ID, EOS_ID):
+            token = UNK_ID
+        elif token == UNK_ID and alignment is not None and alignment[position] != EX_UNK_ID:
+            token = vocab_size + alignment[position]
+        ids.append(token)
+    return ids
 
 
 def read_file_lines(path):
@@ -21,9 +39,11 @@ class TextBatches:
         copy: build the copy data (dynamic dictionary).
         first_index: the index of the first line in the batches' ``indices`` (lines from several
             callers decoded together keep distinct indices).
+        prefixes: the targets are prefixes to force (``-tgt_prefix``): ``prefixes`` is then
+            ``{index: prefix ids}`` (``prefix_ids``) of the lines decoded, else None.
     """
 
-    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0):
+    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0, prefixes=False):
         if targets is not None and len(targets) != len(sources):
             raise UserError(f"-src has {len(sources)} lines but -tgt has {len(targets)}")
         self.n_lines = len(sources)
@@ -36,6 +56,8 @@ class TextBatches:
                 examples.append(make_example(first_index + i, tokens, tgt_tokens[i] if tgt_tokens else [],
                                              vocabs["src"], vocabs["tgt"], copy))
                 self.lines.append(i)
+        self.prefixes = {example["index"]: prefix_ids(example, len(vocabs["tgt"])) for example in examples} \
+            if prefixes else None
         self.view = ShardView(make_shard(examples)) if examples else None
         self._cuts = {}  # (batch_size, batch_type) -> the batches' example positions
 

@@ -2,7 +2,8 @@
 
 With ``-shard_size N`` the source (and ``-tgt``) is read, translated and written N lines at a time,
 so a huge file is never held whole; the output is the same (an example's translation does not
-depend on what it is decoded with).
+depend on what it is decoded with). A -dump_beam file is written once, when all pieces are done:
+it gathers the beams of every piece (and of every decoding stream: they travel with the results).
 """
 import gc
 import itertools
@@ -14,6 +15,7 @@ import torch
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
+from onmt_lite.translate.beam_dump import write_dump
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import require_file_path, text_writer
@@ -59,6 +61,10 @@ def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
     output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
     require_file_path(output, "-output")  # before any work: not a directory, in one that exists
+    if opt.tgt_prefix and not opt.tgt:
+        raise UserError("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
+    if opt.dump_beam:
+        require_file_path(opt.dump_beam, "-dump_beam")
     if opt.attn_plot:
         prepare_directory(opt.attn_plot)
     torch.manual_seed(opt.seed)
@@ -66,7 +72,7 @@ def translate(opt):
         torch.set_num_threads(opt.threads)
     total = sum(1 for _ in read_lines(opt.src))
     translator = Translator.from_opt(opt)
-    summary = Summary(opt)
+    summary, beams = Summary(opt), []
     # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
     # frozen, Python's cycle collector does not walk it again and again meanwhile
     gc.freeze()
@@ -80,8 +86,11 @@ def translate(opt):
                 if opt.attn_plot:
                     write_attention_plots(results, opt.attn_plot, first + 1)
                 summary.add(results, targets, first)
+                beams += [r.beam for r in results] if opt.dump_beam else []
     finally:
         gc.unfreeze()
+    if opt.dump_beam:
+        write_dump(opt.dump_beam, beams)
     summary.log()
     return summary
 
@@ -126,6 +135,7 @@ class Summary:
         log_scores("PRED", self.pred_total, self.pred_words)
         if self.opt.tgt:
             log_scores("GOLD", self.gold_total, self.gold_words)
+        if self.opt.tgt and not self.opt.tgt_prefix:  # prefixes are no references
             scores = corpus_scores(("BLEU", "chrF"), self.hypotheses, [self.references])
             logger.info("; ".join(str(score) for score in scores))
         if self.opt.report_time:

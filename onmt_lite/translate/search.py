@@ -10,18 +10,23 @@ batching) waiting examples take their place at once, each example counting its o
 
 An example joins with one row in the stepper: its K beams would be alike until its first step, so
 the stepper computes that step once, and the reorder after it gives the example its K rows.
+
+An example may join with a target prefix (``-tgt_prefix``): while it has produced fewer tokens than
+its prefix, each of its rows can only take the prefix's next token, at the model's log-probability
+(every other token is -inf, end-of-sentence too), so its beam holds one live hypothesis until the
+prefix ends; the search then goes on freely. The prefix counts in the output, its score and its
+length (-min_length, -max_length, -ratio), but an example's maximum is never shorter than its prefix.
+A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses (``-dump_beam``).
 """
 import dataclasses
 import math
 
 import torch
 
+from onmt_lite.translate.beam_state import NEG_INF, BeamState
 from onmt_lite.translate.penalties import coverage_penalty, length_penalty
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.tensors import pad_to
-from onmt_lite.utils.topk import row_positions, top_k, top_k_with_offsets
-
-NEG_INF = float("-inf")
+from onmt_lite.utils.topk import top_k, top_k_with_offsets
 
 
 def require_whole(name, value, least):
@@ -85,6 +90,7 @@ class Hypothesis:
     score: float
     log_prob: float
     attention: dict
+    end: tuple = ()  # (step, beam): where the hypothesis ended, counting its example's steps from 0
 
 
 def block_ngrams(log_probs, seqs, n, ignore, first=None):
@@ -112,6 +118,15 @@ def block_ngrams(log_probs, seqs, n, ignore, first=None):
     return log_probs.masked_fill(hits > 0, NEG_INF)
 
 
+def force_tokens(log_probs, model_log_probs, rows, tokens):
+    """``log_probs`` ``[R x V]`` with rows ``rows`` ``[F]`` able to take only ``tokens`` ``[F x 1]``, at
+    their log-probability in ``model_log_probs`` (before any blocking: a prefix is taken whatever it
+    repeats)."""
+    kept = model_log_probs[rows].gather(1, tokens)
+    only = torch.full((rows.numel(), log_probs.size(1)), NEG_INF, dtype=log_probs.dtype, device=log_probs.device)
+    return log_probs.index_copy(0, rows, only.scatter_(1, tokens, kept))
+
+
 def sample(log_probs, topk, temperature):
     """One token per row from ``softmax(log_probs / temperature)`` restricted to the top ``topk``."""
     logits = log_probs / max(temperature, 1e-10)
@@ -121,107 +136,19 @@ def sample(log_probs, topk, temperature):
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
 
 
-class BeamState:
-    """The rows of the search: sequences, cumulative scores, attention history, coverage.
-
-    Examples join at any step (``add``) and leave when done (``keep``). ``seqs`` ``[B*K x t]`` holds
-    every row's tokens in a shared column grid: example b's ``<s>`` is at column ``col[b]`` (the
-    columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
-    entry per column after the first (kept only ``with_attention``). Columns no live example needs
-    are dropped. ``coverage`` ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept
-    only ``with_coverage``. ``stepped`` ``[rows]``: the rows the stepper holds, in its order, when
-    examples have just joined (the first beam of each of them); None when it holds every row.
-    """
-
-    def __init__(self, beam_size, bos, device, with_attention=True, with_coverage=True):
-        self.K, self.bos, self.device = beam_size, bos, device
-        self.with_attention, self.with_coverage = with_attention, with_coverage
-        empty = torch.empty(0, dtype=torch.long, device=device)
-        self.example, self.col, self.max_lengths, self.src_lengths = empty, empty, empty, empty
-        self.n_finished = empty
-        self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
-        self.scores = torch.empty(0, beam_size, device=device)
-        self.penalty = torch.empty(0, beam_size, device=device)  # coverage penalty in the scores
-        self.nth_best = torch.empty(0, device=device)  # score of the n-th best finished
-        self.attn = {}
-        self.coverage = None
-        self.stepped = None
-
-    def add(self, examples, src_lengths, max_lengths):
-        """Let ``examples`` ``[n]`` (their ids) join with ``<s>`` as their next input."""
-        n, K, total = examples.numel(), self.K, self.seqs.size(0)
-        if K > 1:
-            stepped = torch.arange(total, device=self.device) if self.stepped is None else self.stepped
-            self.stepped = torch.cat([stepped, torch.arange(total, total + n * K, K, device=self.device)])
-        rows = torch.full((n * K, self.seqs.size(1)), self.bos, dtype=torch.long, device=self.device)
-        self.seqs = torch.cat([self.seqs, rows])
-        scores = torch.full((n, K), NEG_INF, device=self.device)
-        scores[:, 0] = 0.0
-        self.scores = torch.cat([self.scores, scores])
-        self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
-        self.attn = {name: torch.cat([value, value.new_zeros(value.size(0), n * K, value.size(2))], 1)
-                     for name, value in self.attn.items()}
-        if self.coverage is not None:
-            self.coverage = torch.cat([self.coverage, self.coverage.new_zeros(n * K, self.coverage.size(1))])
-        self.example = torch.cat([self.example, examples])
-        self.col = torch.cat([self.col, torch.full_like(examples, self.seqs.size(1) - 1)])
-        self.max_lengths = torch.cat([self.max_lengths, max_lengths])
-        self.src_lengths = torch.cat([self.src_lengths, src_lengths])
-        self.n_finished = torch.cat([self.n_finished, torch.zeros_like(examples)])
-        self.nth_best = torch.cat([self.nth_best, torch.full((n,), NEG_INF, device=self.device)])
-
-    def lengths(self):
-        """Tokens each example has produced ``[B]``."""
-        return self.seqs.size(1) - 1 - self.col
-
-    def of_stepped(self, tensor):
-        """The entries of ``tensor`` ``[B*K x ...]`` for the rows the stepper holds."""
-        return tensor if self.stepped is None else tensor[self.stepped]
-
-    def advance(self, select, tokens, scores, attn):
-        """Keep rows ``select`` ``[B*K]`` (None: every row where it is), append ``tokens`` ``[B x K]``,
-        record attention ``{name: [stepped rows x S]}``. Returns the stepper's rows that ``select``
-        names (what the stepper must keep, in order); every row is a stepped one afterwards."""
-        picked = select
-        if self.stepped is not None:
-            picked, self.stepped = row_positions(self.stepped, self.seqs.size(0))[select], None
-
-        def kept(tensor, dim=0, rows=select):
-            return tensor if rows is None else tensor.index_select(dim, rows)
-
-        self.seqs = torch.cat([kept(self.seqs), tokens.view(-1, 1)], 1)
-        self.scores = scores
-        self.penalty = kept(self.penalty.view(-1)).view_as(scores)
-        for name, value in attn.items() if self.with_attention else ():
-            step = kept(value, rows=picked).unsqueeze(0)
-            if name in self.attn:  # the stepper's source width only grows: pad the history to it
-                step = torch.cat([pad_to(kept(self.attn[name], 1), 2, step.size(2)), step])
-            self.attn[name] = step
-        if self.with_coverage:
-            std = kept(attn["std"], rows=picked)
-            self.coverage = std if self.coverage is None else pad_to(kept(self.coverage), 1, std.size(1)) + std
-        return picked
-
-    def keep(self, examples):
-        """Keep only the examples ``examples`` (positions among the current ones)."""
-        rows = (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=examples.device)).view(-1)
-        self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
-        self.penalty, self.col = self.penalty[examples], self.col[examples]
-        self.attn = {name: value[:, rows] for name, value in self.attn.items()}
-        self.coverage = None if self.coverage is None else self.coverage[rows]
-        self.max_lengths, self.src_lengths = self.max_lengths[examples], self.src_lengths[examples]
-        self.n_finished, self.nth_best = self.n_finished[examples], self.nth_best[examples]
-        unused = int(self.col.min()) if examples.numel() else self.seqs.size(1) - 1
-        if unused:  # columns before every live example's <s>
-            self.seqs, self.col = self.seqs[:, unused:], self.col - unused
-            self.attn = {name: value[unused:] for name, value in self.attn.items()}
+def completed(hyps, n_best):
+    """The first ``n_best`` of ``hyps``, completed with empty hypotheses of score ``-inf`` when fewer
+    finished: every other continuation had probability 0 (a sparsemax generator, blocked n-grams),
+    and an n-best list always has ``n_best`` entries (the output's lines follow from it)."""
+    impossible = [Hypothesis([], NEG_INF, NEG_INF, {}) for _ in range(n_best - len(hyps))]
+    return hyps[:n_best] + impossible
 
 
 class Search:
     """Runs the loop for one batch; ``run(stepper)`` returns n-best Hypothesis lists per example."""
 
-    def __init__(self, opts, bos, eos):
-        self.opts, self.bos, self.eos = opts, bos, eos
+    def __init__(self, opts, bos, eos, recorder=None):
+        self.opts, self.bos, self.eos, self.recorder = opts, bos, eos, recorder
 
     def _coverage_penalty(self, state):
         """The coverage penalty of every row ``[B x K]`` (padded source positions excluded)."""
@@ -258,7 +185,9 @@ class Search:
             best, tokens = top_k(log_probs, 1)
             return None, tokens, state.scores + best
         scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)
-        origin = torch.div(ids, width, rounding_mode="floor")
+        # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix) follows the
+        # example's first row: a row the stepper holds, whose memory is the example's own
+        origin = torch.div(ids, width, rounding_mode="floor").masked_fill(scores == NEG_INF, 0)
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
 
@@ -274,6 +203,7 @@ class Search:
         log_probs = (state.scores[b, k] + state.penalty[b, k]).tolist()
         seqs = state.seqs[rows].tolist()
         examples, cols, src_lengths = state.example[b].tolist(), state.col[b].tolist(), state.src_lengths[b].tolist()
+        steps, beams = (state.lengths()[b] - 1).tolist(), k.tolist()
         for i, row in enumerate(rows.tolist()):
             col = cols[i]
             seq = seqs[i][col + 1:]
@@ -284,7 +214,7 @@ class Search:
             attention = {name: value[col:, row, :src_lengths[i]].to("cpu", copy=True)
                          for name, value in state.attn.items()}
             hyps = finished[examples[i]]
-            hyps.append(Hypothesis(seq, final[i], log_probs[i], attention))
+            hyps.append(Hypothesis(seq, final[i], log_probs[i], attention, (steps[i], beams[i])))
             hyps.sort(key=lambda h: -h.score)
         state.n_finished += ended.sum(1)
         for position, example in dict(zip(b.tolist(), examples)).items():
@@ -315,9 +245,19 @@ class Search:
             max_lengths = torch.minimum(max_lengths, ratio_lengths)
         return max_lengths
 
-    def run(self, stepper, batch_size, src_lengths):
-        """Decode one batch whose rows ``stepper`` holds; n-best Hypothesis lists in batch order."""
-        finished = dict(self.stream(OneBatch(stepper, batch_size, src_lengths)))
+    def _record(self, state, select, tokens, log_probs, rows):
+        """Tell the recorder the hypotheses kept at this step: tokens, parents (positions in the
+        example's beam), cumulative scores and the tokens' log-probabilities, each ``[B x K]``."""
+        batch, K = tokens.shape
+        parents = torch.zeros_like(tokens) if select is None else select.view(batch, K) % K
+        stepped = log_probs if rows is None else log_probs.index_select(0, rows)
+        self.recorder.record(state.example, tokens, parents, state.scores,
+                             stepped.gather(1, tokens.view(-1, 1)).view(batch, K))
+
+    def run(self, stepper, batch_size, src_lengths, prefix=None):
+        """Decode one batch whose rows ``stepper`` holds (``prefix``: see ``stream``); n-best
+        Hypothesis lists in batch order."""
+        finished = dict(self.stream(OneBatch(stepper, batch_size, src_lengths, prefix)))
         return [finished[b] for b in range(batch_size)]
 
     def stream(self, feeder):
@@ -326,7 +266,8 @@ class Search:
 
         ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
         examples still searching ``[B]``: it appends the rows of the examples joining now (if any; one
-        row each) to ``feeder.stepper`` and returns their ids and source lengths, or None.
+        row each) to ``feeder.stepper`` and returns their ids, source lengths and target prefixes
+        (``(tokens [n x P], lengths [n])``, or None without prefixes), or None.
         """
         o = self.opts
         state = BeamState(o.beam_width, self.bos, feeder.device, o.attention, o.coverage_penalty != "none")
@@ -334,8 +275,10 @@ class Search:
         while True:
             joining = feeder.admit(state.src_lengths)
             if joining is not None:
-                ids, src_lengths = joining
-                state.add(ids, src_lengths, self._max_lengths(src_lengths))
+                ids, src_lengths, prefix = joining
+                max_lengths = self._max_lengths(src_lengths)
+                state.add(ids, src_lengths, max_lengths if prefix is None else torch.maximum(max_lengths, prefix[1]),
+                          prefix)
                 finished.update((i, []) for i in ids.tolist())
             if state.example.numel() == 0:
                 return
@@ -343,21 +286,27 @@ class Search:
             if o.min_length > 0:
                 short = state.of_stepped((state.lengths() < o.min_length).repeat_interleave(state.K))
                 log_probs[:, self.eos].masked_fill_(short, NEG_INF)
+            model_log_probs = log_probs
             if o.block_ngram_repeat > 0:
                 log_probs = block_ngrams(log_probs, state.of_stepped(state.seqs[:, 1:]), o.block_ngram_repeat,
                                          o.ignore_when_blocking, state.of_stepped(state.col.repeat_interleave(state.K)))
+            forced = state.forced()
+            if forced is not None:
+                log_probs = force_tokens(log_probs, model_log_probs, *forced)
             joined = state.stepped is not None
             select, tokens, scores = self._select(state, log_probs)
             rows = state.advance(select, tokens, scores, attn)
             if o.stepwise_penalty:
                 self._stepwise(state)
+            if self.recorder is not None:
+                self._record(state, select, tokens, log_probs, rows)
             ended = self._finish(state, tokens, finished)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)
             leaving = bool(done.any())
             if leaving:
                 for original in state.example[done].tolist():
-                    yield original, finished.pop(original)[: o.n_best]
+                    yield original, completed(finished.pop(original), o.n_best)
                 remaining = (~done).nonzero().view(-1)
                 rows = remaining if rows is None else rows.view(-1, state.K)[remaining].view(-1)
                 state.keep(remaining)
@@ -369,9 +318,9 @@ class Search:
 class OneBatch:
     """The feeder of a single batch whose rows the stepper already holds: all join at once."""
 
-    def __init__(self, stepper, batch_size, src_lengths):
+    def __init__(self, stepper, batch_size, src_lengths, prefix=None):
         self.stepper, self.device = stepper, src_lengths.device
-        self.waiting = (torch.arange(batch_size, device=self.device), src_lengths)
+        self.waiting = (torch.arange(batch_size, device=self.device), src_lengths, prefix)
 
     def admit(self, src_lengths):
         joining, self.waiting = self.waiting, None

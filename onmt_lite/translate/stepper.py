@@ -95,7 +95,7 @@ class ModelStepper:
 
 class EnsembleStepper:
     """Several models decoding together: log-probabilities averaged in log space (or in probability
-    space with ``raw_probs``), attention averaged."""
+    space with ``raw_probs``), attention averaged (each kind that every model has)."""
 
     def __init__(self, steppers, raw_probs=False):
         self.steppers, self.raw_probs = steppers, raw_probs
@@ -109,7 +109,9 @@ class EnsembleStepper:
             averaged = torch.logsumexp(log_probs, 0) - math.log(len(outputs))
         else:
             averaged = log_probs.mean(0)
-        attns = {name: torch.stack([a[name] for _, a in outputs]).mean(0) for name in outputs[0][1]}
+        # the attentions every model has (a model without attention has none)
+        names = [name for name in outputs[0][1] if all(name in a for _, a in outputs)]
+        attns = {name: torch.stack([a[name] for _, a in outputs]).mean(0) for name in names}
         return averaged, attns
 
     def part(self, rows):

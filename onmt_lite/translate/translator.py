@@ -17,6 +17,7 @@ from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
 from onmt_lite.translate.alignment import alignment_matrices, check_alignment_models
+from onmt_lite.translate.beam_dump import BeamRecorder, empty_entry, line_entry
 from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams, prepare_model
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers, read_file_lines
@@ -31,6 +32,7 @@ from onmt_lite.utils.errors import UserError
 class Result:
     """The translations of one input line: n-best texts, scores and log-probabilities, token lists,
     attention ``[out_len x src_len]`` per hypothesis, and the gold score when a target was given.
+    ``beam``: the line's beam dump (``beam_dump.line_entry``) when the Translator records them.
     For copy models also the copy attention ``[out_len x src_len]`` and the probability of copying
     ``[out_len x 1]`` per hypothesis (None otherwise). The attentions are None when the search did
     not keep them (``attention=False``: what ``onmt_lite_translate`` does unless -replace_unk,
@@ -47,6 +49,7 @@ class Result:
     copy_attention: list = dataclasses.field(default_factory=list)
     p_copy: list = dataclasses.field(default_factory=list)
     alignment: list = dataclasses.field(default_factory=list)
+    beam: dict = None
 
     def fill_empty(self, n_best):
         """The Result of an empty source line: ``n_best`` empty outputs of score 0, as for any line."""
@@ -73,6 +76,25 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")
     return models, vocabs, first.get("preprocess") or {}
+
+
+def require_attention(models, wanted, names=None):
+    """A UserError when an option of ``wanted`` (option names, without the dash) reads the attention
+    but a model of the ensemble has none (-global_attention none); ``names``: the models' paths."""
+    if not wanted:
+        return
+    for i, model in enumerate(models):
+        if not model.decoder.attentional:
+            name = names[i] if names is not None else f"model {i + 1} of the ensemble"
+            raise UserError(f"-{wanted[0]} needs the model's attention, but {name} was trained with "
+                            "-global_attention none")
+
+
+def attention_options(opt):
+    """The options of ``onmt_lite_translate`` given in ``opt`` that read the models' attention."""
+    asked = {"replace_unk": opt.replace_unk, "attn_debug": opt.attn_debug, "attn_plot": opt.attn_plot,
+             "coverage_penalty": opt.coverage_penalty != "none"}
+    return [name for name, given in asked.items() if given]
 
 
 def search_options(opt, tgt_vocab):
@@ -113,12 +135,15 @@ class Translator:
         report_align: give each Result the alignments of its hypotheses (Transformer decoders only).
         device: where the models are. fork_streams: on a CPU with 2 or more threads, decode the
         streams in forked processes (Linux) instead of threads (see ``fast_paths.decoding_streams``).
+        tgt_prefix: ``translate``'s targets are prefixes that each line's translations start with
+            (``-tgt_prefix``). dump_beam: record each line's search steps in ``Result.beam``.
     """
 
     def __init__(self, models: list, vocabs: dict, *, preprocess: dict = None, search: SearchOptions = None,
                  replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
                  batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
-                 device="cpu", fork_streams: bool = False, report_align: bool = False):
+                 device="cpu", fork_streams: bool = False, report_align: bool = False, tgt_prefix: bool = False,
+                 dump_beam: bool = False):
         require_whole("batch_size", batch_size, 1)
         if report_align:
             check_alignment_models(models)
@@ -126,6 +151,9 @@ class Translator:
             raise UserError(f"batch_type must be sents or tokens (got {batch_type!r})")
         self.models, self.vocabs = models, vocabs
         self.search_options = search if search is not None else SearchOptions()
+        require_attention(models, [name for name, given in (
+            ("replace_unk", replace_unk), ("coverage_penalty", self.search_options.coverage_penalty != "none"))
+            if given])
         self.copy = models[0].decoder.copy_attn
         self.tokenizers = build_tokenizers(preprocess or {}, src_spm, tgt_spm)
         if report_align and any(tokenizer.spm_model for tokenizer in self.tokenizers):
@@ -134,7 +162,7 @@ class Translator:
         self.replace_unk, self.phrase_table = replace_unk, phrase_table or {}
         self.batch_size, self.batch_type, self.avg_raw_probs = batch_size, batch_type, avg_raw_probs
         self.device, self.fork_streams = torch.device(device), fork_streams
-        self.report_align = report_align
+        self.report_align, self.tgt_prefix, self.dump_beam = report_align, tgt_prefix, dump_beam
 
     @classmethod
     def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
@@ -160,16 +188,19 @@ class Translator:
             configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
         models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
                                                  decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
+        require_attention(models, attention_options(opt), opt.model)
         return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
                    replace_unk=opt.replace_unk,
                    phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
                    batch_size=opt.batch_size, batch_type=opt.batch_type, avg_raw_probs=opt.avg_raw_probs,
                    src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True,
-                   report_align=opt.report_align or opt.align_debug)
+                   report_align=opt.report_align or opt.align_debug, tgt_prefix=opt.tgt_prefix,
+                   dump_beam=bool(opt.dump_beam))
 
     def translate(self, sources: list[str], targets: list[str] | None = None,
                   progress: Callable[[int], None] | None = None) -> list[Result]:
-        """Translate a list of strings; returns one ``Result`` per string, in order.
+        """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
+        references (gold scores), or the prefixes of the translations with ``tgt_prefix``.
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
@@ -180,7 +211,9 @@ class Translator:
         for name, lines in (("sources", sources), ("targets", targets)):
             if isinstance(lines, str) or (lines is not None and not all(isinstance(x, str) for x in lines)):
                 raise TypeError(f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})")
-        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy)
+        if self.tgt_prefix and targets is None:
+            raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
+        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy, prefixes=self.tgt_prefix)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
@@ -191,18 +224,21 @@ class Translator:
             """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(batches, self._stepper, self.search_options.beam_width, self.batch_size,
-                               self.batch_type, self.device)
-            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID).stream(feeder):
+                               self.batch_type, self.device, inputs.prefixes)
+            recorder = BeamRecorder() if self.dump_beam else None
+            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
-                yield line, nbest, ex_words
+                yield line, nbest, ex_words, recorder.pop(example) if recorder is not None else None
 
         hypothesis_ids = {}  # line: the token ids of its n-best, for the alignment pass
 
         def record(item):
-            line, nbest, ex_words = item
+            line, nbest, ex_words, steps = item
             self._record(results[line], nbest, ex_words)
             if self.report_align:
                 hypothesis_ids[line] = [hyp.tokens for hyp in nbest]
+            if steps is not None:
+                results[line].beam = line_entry(steps, nbest, lambda token: self._word(token, ex_words))
             if progress is not None:
                 progress(1)
 
@@ -217,6 +253,7 @@ class Translator:
         for result in results:
             if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
                 result.fill_empty(self.search_options.n_best)
+                result.beam = empty_entry() if self.dump_beam else None
         return results
 
     def _stepper(self, batch):
@@ -252,18 +289,20 @@ class Translator:
 
     def _words(self, hyp, src_tokens, ex_words):
         """Token ids to words: copied words from the source, ``<unk>`` replaced when asked."""
-        itos, vocab_size = self.vocabs["tgt"].itos, len(self.vocabs["tgt"])
         align = hyp.attention.get("copy" if self.copy else "std")
         words = []
         for position, token in enumerate(hyp.tokens):
-            if token >= vocab_size:
-                words.append(ex_words[token - vocab_size])
-            elif token == UNK_ID and self.replace_unk and align is not None and src_tokens is not None:
+            if token == UNK_ID and self.replace_unk and align is not None and src_tokens is not None:
                 source_word = src_tokens[int(align[position, :len(src_tokens)].argmax())]
                 words.append(self.phrase_table.get(source_word, source_word))
             else:
-                words.append(itos[token])
+                words.append(self._word(token, ex_words))
         return words
+
+    def _word(self, token, ex_words):
+        """The word of a token id: the target vocabulary's, or a copied source word (``ex_words``)."""
+        vocab_size = len(self.vocabs["tgt"])
+        return self.vocabs["tgt"].itos[token] if token < vocab_size else ex_words[token - vocab_size]
 
     def detokenize(self, words: list[str]) -> str:
         """Output words as text (sentencepiece pieces decoded)."""

@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import free_port, preprocess_in_process, run_cli, shared_data, step_losses
@@ -45,6 +46,28 @@ def test_world_size_2_logs_validates_and_saves_once_and_its_checkpoints_resume_i
     resumed = train(data, str(tmp_path / "single"), "-train_from", f"{prefix}_step_3.pt", "-train_steps", 5)
     assert any("resuming from" in line and "at step 3" in line for line in resumed)
     assert sorted(step_losses(resumed)) == [4, 5]
+
+
+def test_world_size_2_saves_the_moving_average_of_the_weights_every_process_trains(data, tmp_path):
+    """-average_decay with 2 processes: rank 0's average follows 1.x's formula over the raw weights
+    that the checkpoints keep, and a resume in one process continues that average."""
+    prefix, decay = str(tmp_path / "m"), 0.1
+    train(data, prefix, "-world_size", 2, "-master_port", free_port(), "-train_steps", 3,
+          "-save_checkpoint_steps", 1, "-average_decay", decay)
+    saved = {step: load_checkpoint(f"{prefix}_step_{step}.pt") for step in (1, 2, 3)}
+    average = dict(saved[1]["raw_weights"]["model"])
+    for step in (2, 3):
+        w = max(decay, 1 - (step + 1) / (step + 10))
+        raw = saved[step]["raw_weights"]["model"]
+        average = {k: (1 - w) * average[k] + w * raw[k] for k in average}
+        assert all(torch.equal(saved[step]["model"][k], average[k]) for k in average)
+    resumed = train(data, str(tmp_path / "single"), "-train_from", f"{prefix}_step_2.pt", "-train_steps", 3,
+                    "-average_decay", decay)
+    assert any("moving average continues" in line for line in resumed)
+    single = load_checkpoint(str(tmp_path / "single_step_3.pt"))  # one process: step 3 has other batches
+    w = 1 - 4 / 13
+    assert all(torch.equal(single["model"][k], (1 - w) * saved[2]["model"][k] + w * single["raw_weights"]["model"][k])
+               for k in average)
 
 
 def test_a_single_process_checkpoint_resumes_with_two_processes(data, tmp_path):

@@ -58,7 +58,7 @@ def bad_utf8(tmp_path):
     ("utf8_valid", "bad.txt:2: not valid UTF-8"),
     ("no_directory", "does not exist"),
     ("unknown_option", "unrecognized arguments: -frobnicate 3"),
-    ("unsupported_option", "option -train_ids is not supported"),
+    ("unsupported_option", "option -src_dir is not supported"),
     ("unsupported_value", "does not support -data_type img"),
     ("valid_without_tgt", "-valid_src and -valid_tgt go together"),
     ("all_filtered", "no training pairs left"),
@@ -80,7 +80,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path, ca
     elif case == "unknown_option":
         extra = ["-frobnicate", "3"]
     elif case == "unsupported_option":
-        extra = ["-train_ids", "x"]
+        extra = ["-src_dir", "x"]
     elif case == "unsupported_value":
         extra = ["-data_type", "img"]
     elif case == "valid_without_tgt":

@@ -2,9 +2,9 @@ import random
 
 import pytest
 
-from onmt_lite.data.iterator import BatchIterator, cut_batches, padded_size, pooled_batches
+from onmt_lite.data.iterator import BatchIterator, WeightedBatches, cut_batches, padded_size, pooled_batches
 from onmt_lite.data.shards import make_shard
-from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.files import load_tensors, save_tensors
 
 rng = random.Random(0)
 SRC_LENGTHS = [rng.randint(1, 30) for _ in range(500)]
@@ -103,3 +103,82 @@ def test_batch_size_multiple_cuts_as_opennmt_py_1x(batch_type, batch_size, multi
     assert ours == batch_iter_1x(order, src, tgt, batch_size, batch_type, multiple)
     assert [i for b in ours for i in b] == order
     assert sum(len(b) % multiple != 0 for b in ours[:-1]) == 0
+
+
+CORPUS_WORD = {"a": 4, "b": 5}  # every source word of corpus a is id 4, of corpus b id 5: a batch tells its corpus
+
+
+@pytest.fixture
+def two_corpora(tmp_path):
+    """Corpus a: 2 shards of 20 examples (lengths varied); corpus b: 1 shard of 10 examples."""
+    paths = {"a": [], "b": []}
+    for corpus_id, sizes in (("a", (20, 20)), ("b", (10,))):
+        line = 1
+        for number, size in enumerate(sizes, 1):
+            examples = []
+            for _ in range(size):
+                examples.append({"index": line, "src": [CORPUS_WORD[corpus_id]] * (1 + line % 5), "tgt": [6] * 3})
+                line += 1
+            paths[corpus_id].append(str(tmp_path / f"d.train_{corpus_id}.{number}.pt"))
+            save_tensors(make_shard(examples), paths[corpus_id][-1])
+    return paths
+
+
+def weighted(paths, weights=(3, 1), batch_size=4):
+    return WeightedBatches({corpus_id: BatchIterator(paths[corpus_id], batch_size, shuffle=True, seed=5,
+                                                     repeat=True, pool_factor=2) for corpus_id in paths}, weights)
+
+
+def corpus_of(batch):
+    (word,) = set(batch.src[0].tolist())  # the first position is never padding
+    return {v: k for k, v in CORPUS_WORD.items()}[word]
+
+
+def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own_epochs(two_corpora):
+    """Corpus a has 10 batches an epoch, b 3: 60 batches are 45 of a (4.5 epochs) and 15 of b (5 epochs).
+    Brute force: within each corpus, every run of (its size) consecutive examples holds each example once."""
+    stream = iter(weighted(two_corpora))
+    batches = [next(stream) for _ in range(60)]
+    assert [corpus_of(b) for b in batches] == ["a", "a", "a", "b"] * 15
+    for corpus_id, size in (("a", 40), ("b", 10)):
+        seen = [i for b in batches if corpus_of(b) == corpus_id for i in b.indices.tolist()]
+        epochs = [seen[n: n + size] for n in range(0, len(seen), size)]
+        assert len(epochs) >= 4
+        assert all(sorted(epoch) == list(range(1, size + 1)) for epoch in epochs[:-1])
+        assert len(set(epochs[-1])) == len(epochs[-1])
+    a_batches = [b.indices.tolist() for b in batches if corpus_of(b) == "a"]
+    assert a_batches == alone(two_corpora, "a", len(a_batches))  # shuffled and bucketed as on its own
+
+
+@pytest.mark.parametrize("taken", [1, 3, 7, 14, 29])
+def test_a_weighted_stream_resumes_exactly_from_its_saved_position(two_corpora, tmp_path, taken):
+    stream = iter(weighted(two_corpora))
+    expected = [next(stream).indices.tolist() for _ in range(40)]
+    first = weighted(two_corpora)
+    stream = iter(first)
+    head = [next(stream).indices.tolist() for _ in range(taken)]
+    save_tensors(first.state_dict(), str(tmp_path / "position.pt"))  # plain data, as in a checkpoint
+    resumed = weighted(two_corpora)
+    resumed.load_state_dict(load_tensors(str(tmp_path / "position.pt"), "position"))
+    stream = iter(resumed)
+    assert head + [next(stream).indices.tolist() for _ in range(40 - taken)] == expected
+
+
+def alone(paths, corpus_id, n):
+    """The first ``n`` batches (their line numbers) of one corpus read on its own."""
+    stream = iter(BatchIterator(paths[corpus_id], 4, shuffle=True, seed=5, repeat=True, pool_factor=2))
+    return [next(stream).indices.tolist() for _ in range(n)]
+
+
+def test_other_weights_keep_each_corpus_position_and_start_the_turns_again(two_corpora):
+    first = weighted(two_corpora)
+    stream = iter(first)
+    for _ in range(5):  # a a a b a: 4 batches of a, 1 of b
+        next(stream)
+    resumed = weighted(two_corpora, weights=(1, 2))
+    resumed.load_state_dict(first.state_dict())
+    stream = iter(resumed)
+    batches = [next(stream) for _ in range(6)]
+    assert [corpus_of(b) for b in batches] == ["a", "b", "b", "a", "b", "b"]
+    assert [b.indices.tolist() for b in batches if corpus_of(b) == "a"] == alone(two_corpora, "a", 6)[4:]
+    assert [b.indices.tolist() for b in batches if corpus_of(b) == "b"] == alone(two_corpora, "b", 5)[1:]

@@ -23,6 +23,11 @@ CASES = {
     "transformer-copy-relative": [*TRANSFORMER, "-copy_attn", "-max_relative_positions", 2],
     "transformer-encoder-rnn-decoder": [*TRANSFORMER, "-decoder_type", "rnn", "-copy_attn"],
     "rnn-encoder-transformer-decoder": [*TRANSFORMER, "-encoder_type", "brnn", "-copy_attn"],
+    "sparsemax-generator": ["-generator_function", "sparsemax"],
+    "sparsemax-generator-and-attention-coverage-gate-std-decoder": [
+        "-generator_function", "sparsemax", "-global_attention_function", "sparsemax", "-coverage_attn",
+        "-lambda_coverage", 0.5, "-context_gate", "both", "-input_feed", 0],
+    "no-attention-gate": ["-global_attention", "none", "-context_gate", "source"],
 }
 
 

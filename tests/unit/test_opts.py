@@ -91,7 +91,7 @@ def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
 
 def test_values_are_not_read_as_abbreviations():
     opt = parse(parser(), ["-train_src", "-1", "-train_tgt", "b", "-save_data", "out", "-seed", "-3"])
-    assert (opt.train_src, opt.seed) == ("-1", -3)
+    assert (opt.train_src, opt.seed) == (["-1"], -3)
 
 
 def test_config_keys_must_be_full_names(tmp_path, capsys):
@@ -157,9 +157,20 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
         k: v for k, v in vars(original).items() if k != "config"}
 
 
+@pytest.mark.parametrize("corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]])
+def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora):
+    """Several -train_src files and their ids, or no ids (1.x's [None]), survive -save_config and -config."""
+    saved = tmp_path / "saved.yaml"
+    with pytest.raises(SystemExit):
+        parse(parser(), REQUIRED + corpora + ["-save_config", str(saved)])
+    reloaded = parse(parser(), ["-config", str(saved)])
+    expected = (["a", "c"], ["x", "y"]) if corpora else (["a"], [None])
+    assert (reloaded.train_src, reloaded.train_ids) == expected
+
+
 @pytest.mark.parametrize("groups,expected", [
     ("preprocess", {"data_type"}),
-    ("train", {"model_type", "global_attention_function", "generator_function", "queue_size"}),
+    ("train", {"model_type", "queue_size"}),
     ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"})])
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
@@ -181,16 +192,15 @@ def unsupported_sharing_the_reason_of(name):
 
 
 @pytest.mark.parametrize("name,family,words", [
-    ("context_gate", {"context_gate"}, "context gates"),
-    ("data_ids", {"train_ids", "data_ids", "data_weights"}, "weighted corpora"),
+    ("feat_merge", {"features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"},
+     "source word features"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
-    ("subword_prefix", {"subword_prefix", "subword_prefix_is_joiner"}, "source noising"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
-    one; -data_ids names weighted corpora, not source noising."""
+    one; source word features are not image input."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert unsupported_sharing_the_reason_of(name) == family
