@@ -56,7 +56,7 @@ def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(t
     ("id_count", "-train_ids gives 1 id(s) for 2 corpora"),
     ("duplicate", "-train_ids a a: a is given twice"),
     ("bad_id", "-train_ids a.1: an id is made of letters, digits, - and _"),
-    ("align", "option -train_align is not supported"),
+    ("align", "-train_align aligns one training corpus; -train_src gives 2"),
 ])
 def test_bad_corpus_lists_are_refused_and_nothing_is_written(tiny, case, expected):
     files, out = tiny
