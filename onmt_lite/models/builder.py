@@ -15,7 +15,8 @@ from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.models.dropout import Dropout
-from onmt_lite.models.transformer import AlignmentHead, MultiHeadAttention, TransformerDecoder, TransformerEncoder
+from onmt_lite.models.alignment_head import AlignmentHead
+from onmt_lite.models.transformer import MultiHeadAttention, TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")

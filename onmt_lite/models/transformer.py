@@ -11,7 +11,6 @@ H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks ten
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
@@ -289,26 +289,6 @@ class TransformerDecoderLayer(nn.Module):
         return self.feed_forward(x + self.dropout(context)), cache, weights
 
 
-@dataclasses.dataclass(frozen=True)
-class AlignmentHead:
-    """The decoder's alignment head (Garg et al. 2019): the attention over the source of layer ``layer``
-    (negative: from the last), its first ``heads`` heads averaged (0: all). With ``full_context`` that
-    layer runs again on the same input without the future mask (nor padding) in its self-attention, and
-    the alignment is that pass's attention (its output is not used)."""
-    layer: int = -3
-    heads: int = 0
-    full_context: bool = False
-
-    def problem(self, num_layers: int, num_heads: int) -> str | None:
-        """Why this head does not exist in a decoder of ``num_layers`` layers of ``num_heads`` heads, or None."""
-        if not -num_layers <= self.layer < num_layers:
-            return (f"-alignment_layer {self.layer} is not a layer of the {num_layers}-layer decoder "
-                    f"(from {-num_layers} to {num_layers - 1})")
-        if self.heads > num_heads:
-            return f"-alignment_heads {self.heads} is more than the decoder's {num_heads} heads"
-        return None
-
-
 class TransformerDecoder(nn.Module):
     """``num_layers`` Transformer decoder layers (interface of the RNN decoders).
 
@@ -327,7 +307,7 @@ class TransformerDecoder(nn.Module):
     attentional = True  # it always attends to the source (see RNNDecoderBase.attentional)
 
     def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
-                 max_relative_positions=0, copy_attn=False, alignment=AlignmentHead()):
+                 max_relative_positions=0, copy_attn=False, alignment=DEFAULT_ALIGNMENT):
         super().__init__()
         self.embeddings, self.copy_attn, self.alignment = embeddings, copy_attn, alignment
         self.layers = nn.ModuleList(

@@ -10,7 +10,7 @@ import torch
 from onmt_lite import Translator
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.shards import load_shard
-from onmt_lite.models.transformer import AlignmentHead
+from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.utils.errors import UserError
 from tests.helpers import lines, run_cli, step_losses, train_in_process, write_lines
 

@@ -11,7 +11,7 @@ from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, tokenize
 from onmt_lite.data.example import make_example
 from onmt_lite.data.shards import make_shard
 from onmt_lite.loss import build_loss_compute
-from onmt_lite.models.transformer import AlignmentHead
+from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import (SRC_VOCAB, TGT_VOCAB, TRANSFORMER, assert_grads_equal, grads, make_model,
                                  model_options, random_pairs)
