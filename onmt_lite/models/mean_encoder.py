@@ -32,7 +32,7 @@ class MeanEncoder(nn.Module):
         super().__init__()
         self.embeddings, self.num_layers = embeddings, num_layers
         self.n_states = 2 if rnn_type == "LSTM" else 1
-        dim = embeddings.word_vec_size
+        dim = embeddings.embedding_size
         self.bridge = Bridge(self.n_states, num_layers, bridge_layers, dim) if bridge_layers else None
 
     def forward(self, src, lengths):

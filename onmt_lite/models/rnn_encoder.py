@@ -52,7 +52,7 @@ class RNNEncoder(nn.Module):
             raise ValueError("a bidirectional encoder needs an even -rnn_size")
         self.embeddings, self.num_layers, self.bidirectional = embeddings, num_layers, bidirectional
         self.rnn = getattr(nn, rnn_type)(
-            input_size=embeddings.word_vec_size, hidden_size=hidden_size // (2 if bidirectional else 1),
+            input_size=embeddings.embedding_size, hidden_size=hidden_size // (2 if bidirectional else 1),
             num_layers=num_layers, dropout=dropout if num_layers > 1 else 0.0, bidirectional=bidirectional)
         n_states = 2 if rnn_type == "LSTM" else 1
         self.bridge = Bridge(n_states, num_layers, bridge_layers, hidden_size) if bridge_layers else None
