@@ -15,7 +15,7 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
     example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
                "tgt": tgt_vocab.numericalize(tgt_tokens)}
     if feat_vocabs:
-        example["src_feats"] = [vocab.numericalize(column) for vocab, column in zip(feat_vocabs, columns)]
+        example["src_feats"] = feature_ids(columns, feat_vocabs)
     if links is not None:
         example["align"] = list(links)
     if keep_target:
@@ -27,6 +27,11 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
         example["src_map"] = copy_data.copy_ids(src_tokens, ex_words)
         example["alignment"] = copy_data.alignment_ids(tgt_tokens, ex_words)
     return example
+
+
+def feature_ids(columns, feat_vocabs):
+    """Each feature's values (``columns``, from ``FeatureReader.split``) as ids of its vocabulary."""
+    return [vocab.numericalize(column) for vocab, column in zip(feat_vocabs, columns)]
 
 
 def make_aligned_example(lineno, src_tokens, tgt_tokens, links, **options):

@@ -36,6 +36,7 @@ class FeatureReader:
     n_feats: int
     path: str
     tgt_path: str = ""
+    holder: str = "the corpus's tokens"  # what has ``n_feats`` features, for the error
 
     def split(self, lineno, tokens):
         """``(words, columns)``: the words, and for each feature the list of its values, one a token."""
@@ -45,7 +46,7 @@ class FeatureReader:
         for position, token_parts in enumerate(parts, 1):
             if len(token_parts) != self.n_feats + 1:
                 raise UserError(f"{where(self.path, lineno)}: token {position} ({tokens[position - 1]!r}) has "
-                                f"{len(token_parts) - 1} word feature(s) where the corpus's tokens have {self.n_feats} "
+                                f"{len(token_parts) - 1} word feature(s) where {self.holder} have {self.n_feats} "
                                 f"(features are separated by U+FFE8 '{FEAT_SEP}')")
         words = [token_parts[0] for token_parts in parts]
         return words, [[token_parts[i + 1] for token_parts in parts] for i in range(self.n_feats)]
