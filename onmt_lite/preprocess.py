@@ -12,6 +12,7 @@ import random
 from onmt_lite.data import shards
 from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer
 from onmt_lite.data.example import make_aligned_example, make_example
+from onmt_lite.data.features import FEAT_SEP, FeatureReader, corpus_feature_count
 from onmt_lite.data.parallel import corpus_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
@@ -75,33 +76,45 @@ def training_corpora(opt):
     return list(zip(ids, opt.train_src, opt.train_tgt))
 
 
-def count_training_words(corpora, src_tok, tgt_tok, limits, num_threads):
-    """Word counts of the filtered training pairs of all ``corpora`` together: (source Counter, target Counter)."""
+def count_training_words(corpora, tokenizers, limits, num_threads, n_feats):
+    """Counts of the filtered training pairs of all ``corpora`` together: (source word Counter, target
+    Counter, one Counter per source word feature)."""
     src_counter, tgt_counter = count_words(()), count_words(())
+    feat_counters = [count_words(()) for _ in range(n_feats)]
     for _, src_path, tgt_path in corpora:
-        stats = CorpusStats()
-        pairs = corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, num_threads)
-        for _, src_tokens, tgt_tokens in with_progress(pairs, stats, src_path, "vocabulary"):
-            src_counter.update(src_tokens)
+        stats, reader = CorpusStats(), FeatureReader(n_feats, src_path, tgt_path)
+        pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, num_threads)
+        for lineno, src_tokens, tgt_tokens in with_progress(pairs, stats, src_path, "vocabulary"):
+            reader.check_target(lineno, tgt_tokens)
+            words, columns = reader.split(lineno, src_tokens)
+            src_counter.update(words)
             tgt_counter.update(tgt_tokens)
+            for counter, column in zip(feat_counters, columns):
+                counter.update(column)
         if stats.kept == 0:
             raise UserError(f"{src_path}: no training pairs left ({stats.summary()})")
-    return src_counter, tgt_counter
+    return src_counter, tgt_counter, feat_counters
 
 
-def build_vocabs(opt, src_tok, tgt_tok, limits):
-    """The source and target Vocab: from -src_vocab/-tgt_vocab files, else from the training data (all
-    the corpora of ``training_corpora(opt)`` counted together).
+def build_vocabs(opt, tokenizers, limits, n_feats=0):
+    """The source and target Vocab, and one Vocab per source word feature: words from -src_vocab/-tgt_vocab
+    files, else from the training data (all the corpora of ``training_corpora(opt)`` counted together);
+    features always from the training data, each with the source's -src_vocab_size and
+    -src_words_min_frequency (as 1.x).
 
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
     both sides together (at most -src_vocab_size). Each is padded to a multiple of -vocab_size_multiple.
     """
-    src, tgt = _vocabs(opt, src_tok, tgt_tok, limits)
-    padded = src.padded_to_multiple(opt.vocab_size_multiple)
-    return padded, padded if tgt is src else tgt.padded_to_multiple(opt.vocab_size_multiple)
+    counts = functools.cache(lambda: count_training_words(training_corpora(opt), tokenizers, limits,
+                                                          opt.num_threads, n_feats))
+    src, tgt = _vocabs(opt, counts)
+    feats = [Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
+             for counter in (counts()[2] if n_feats else ())]
+    padded = [vocab.padded_to_multiple(opt.vocab_size_multiple) for vocab in [src, tgt] + feats]
+    return padded[0], padded[0] if tgt is src else padded[1], padded[2:]
 
 
-def _vocabs(opt, src_tok, tgt_tok, limits):
+def _vocabs(opt, counts):
     src_file = Vocab.from_file(opt.src_vocab, opt.src_vocab_size) if opt.src_vocab else None
     tgt_file = Vocab.from_file(opt.tgt_vocab, opt.tgt_vocab_size) if opt.tgt_vocab else None
     if opt.share_vocab and (src_file is not None or tgt_file is not None):
@@ -109,7 +122,7 @@ def _vocabs(opt, src_tok, tgt_tok, limits):
         return shared, shared
     if src_file is not None and tgt_file is not None:
         return src_file, tgt_file
-    src_counter, tgt_counter = count_training_words(training_corpora(opt), src_tok, tgt_tok, limits, opt.num_threads)
+    src_counter, tgt_counter, _ = counts()
     if opt.share_vocab:
         min_frequency = max(opt.src_words_min_frequency, opt.tgt_words_min_frequency)
         shared = Vocab.from_counter(src_counter + tgt_counter, opt.src_vocab_size, min_frequency)
@@ -124,10 +137,11 @@ def _vocabs(opt, src_tok, tgt_tok, limits):
 def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged, align_path=""):
     """Write the shards of one corpus (``corpus_type``: ``valid``, ``train`` or a named corpus's
     ``train_ID``; with the alignments of ``align_path``, if given) into ``staged``, each tied to the
-    vocabularies by ``vocab_id``; returns (CorpusStats, number of shards)."""
+    vocabularies (source, target, feature list) by ``vocab_id``; returns (CorpusStats, number of shards)."""
     stats, training = CorpusStats(), corpus_type != "valid"
     finish = functools.partial(make_aligned_example if align_path else make_example, src_vocab=vocabs[0],
-                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=not training)
+                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=not training,
+                               features=FeatureReader(len(vocabs[2]), src_path, tgt_path), feat_vocabs=vocabs[2])
     pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish, align_path)
     examples = with_progress(pairs, stats, src_path, corpus_type, opt.report_every)
     if training and opt.shuffle:
@@ -151,9 +165,9 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vo
     return stats, len(written)
 
 
-def vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts):
+def vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts):
     return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
-            "vocab_id": vocab_id,
+            "src_feats": [vocab.to_plain() for vocab in feat_vocabs], "vocab_id": vocab_id,
             "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
             "train_align": bool(opt.train_align), "lower": bool(opt.lower), "src_spm": opt.src_spm,
             "tgt_spm": opt.tgt_spm, "counts": counts, "train_ids": list(opt.train_ids),
@@ -176,6 +190,17 @@ def check_alignment_options(opt):
                             f"and alignments of those, without -{spm[0]})")
 
 
+def source_feature_count(opt):
+    """The number of word features of the source tokens (those of the first non-empty line of the first
+    training source); refused with sentencepiece, which would cut the features off their words."""
+    n_feats = corpus_feature_count(opt.train_src[0])
+    if n_feats and opt.src_spm:
+        raise UserError(f"-src_spm with word features ({opt.train_src[0]} has tokens word{FEAT_SEP}feature): "
+                        "sentencepiece would split the features off their words; give text already split "
+                        "into pieces, each with its features, without -src_spm")
+    return n_feats
+
+
 def preprocess(opt):
     """Run preprocessing for the parsed options; returns the list of files written."""
     if bool(opt.valid_src) != bool(opt.valid_tgt):
@@ -184,12 +209,15 @@ def preprocess(opt):
     train_corpora = training_corpora(opt)
     existing = check_outputs(opt.save_data, opt.overwrite)
     remove_stale_outputs(opt.save_data)
+    n_feats = source_feature_count(opt)
     tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
     train_limits = LengthLimits(opt.src_seq_length_trunc, opt.tgt_seq_length_trunc,
                                 opt.src_seq_length, opt.tgt_seq_length)
-    src_vocab, tgt_vocab = build_vocabs(opt, *tokenizers, train_limits)
-    logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)")
-    vocab_id, counts = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain()), {}
+    src_vocab, tgt_vocab, feat_vocabs = build_vocabs(opt, tokenizers, train_limits, n_feats)
+    logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)"
+                + "".join(f"; feature {i}: {len(vocab)} values" for i, vocab in enumerate(feat_vocabs)))
+    vocab_id = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain(), [v.to_plain() for v in feat_vocabs])
+    counts = {}
     with StagedOutputs() as staged:
         corpora = [(shards.train_kind(corpus_id), src_path, tgt_path, train_limits, opt.train_align)
                    for corpus_id, src_path, tgt_path in train_corpora]
@@ -199,10 +227,11 @@ def preprocess(opt):
             corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits, opt.valid_align))
         for corpus_type, src_path, tgt_path, limits, align_path in corpora:
             stats, n_shards = write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits,
-                                           (src_vocab, tgt_vocab), vocab_id, opt, staged, align_path)
+                                           (src_vocab, tgt_vocab, feat_vocabs), vocab_id, opt, staged, align_path)
             logger.info(f"{corpus_type}: {stats.summary()}; {n_shards} shard(s)")
             counts[corpus_type] = {"examples": stats.kept, "shards": n_shards}
-        staged.save(vocab_record(src_vocab, tgt_vocab, vocab_id, opt, counts), shards.vocab_path(opt.save_data))
+        staged.save(vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts),
+                    shards.vocab_path(opt.save_data))
         written = staged.final_paths()
         for stale in set(existing) - set(written):
             os.remove(stale)

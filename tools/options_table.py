@@ -53,6 +53,8 @@ COMMANDS = {
 # (for every command that accepts it) or "command:name" (for that command only, tried first).
 CHANGED = {
     "brnn": "sets `-encoder_type brnn` (1.2.0 refused the deprecated flag)",
+    "feat_vec_exponent": "N, a feature's vocabulary size, counts its four specials `<unk> <blank> <s> </s>` "
+                         "(1.x's feature vocabularies had `<unk> <blank>`), as every onmt_lite vocabulary",
     "batch_size_multiple": "default 1 (1.x: 8 with `-model_dtype fp16`); a batch that cannot hold that many "
                            "sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",

@@ -16,6 +16,8 @@ class Batch:
     Attributes:
         src: ``[src_len x batch]`` long, padded with ``<blank>``.
         src_lengths: ``[batch]`` long.
+        src_feats: with source word features, ``[src_len x batch x n_feats]`` long feature ids (padded
+            with ``<blank>``); None without.
         tgt: ``[tgt_len x batch]`` long, ``<s> w1 .. wn </s>`` then padding; None without targets.
         indices: ``[batch]`` long, each example's line number in its corpus.
         src_map: copy only, ``[src_len x batch x n_src_words]`` float one-hot of each source position
@@ -37,6 +39,7 @@ class Batch:
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
         self.tgt_tokens = None  # validation batches: the reference words
+        self.src_feats = None
         self.align = None
         self.src_lengths_cpu, self.indices_cpu = src_lengths, indices
 
@@ -50,7 +53,8 @@ class Batch:
         any use); elsewhere a plain ``.to``."""
         device = torch.device(device)
         pinned = device.type == "cuda" and torch.cuda.is_available()
-        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids", "align"):
+        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids", "align",
+                     "src_feats"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -107,6 +111,9 @@ class ShardView:
         tgt_body = gather_padded(shard["tgt"], self.tgt_offsets, self.tgt_lengths, ids, PAD_ID)
         tgt = add_bos_eos(tgt_body, tgt_lengths, BOS_ID, EOS_ID, PAD_ID)
         batch = Batch(src, src_lengths, tgt, shard["indices"][ids])
+        if "src_feats" in shard:
+            batch.src_feats = torch.stack([gather_padded(flat, self.src_offsets, self.src_lengths, ids, PAD_ID)
+                                           for flat in shard["src_feats"]], -1)
         if self.has_copy:
             ex_vocab = [shard["src_ex_vocab"][i] for i in ids.tolist()]
             map_ids = gather_padded(shard["src_map"], self.src_offsets, self.src_lengths, ids, 0)

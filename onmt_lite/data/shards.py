@@ -10,6 +10,8 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     with ``-train_align``/``-valid_align``: ``align``, every example's alignment links one after another,
     each as its source then its target token index, and ``align_lengths`` ``[n_examples]``, the number
     of links of each example (see data/alignment.py);
+    with source word features: ``src_feats``, ``[n_feats x n_src_tokens]`` long, each feature's ids laid
+    out like ``src``;
     validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training);
     ``vocab_id``: the ``vocab_id`` of the vocabularies whose ids they hold (as the vocab file's).
 """
@@ -74,10 +76,12 @@ def _flat(seqs):
     return torch.tensor(flat, dtype=torch.long), torch.tensor([len(s) for s in seqs], dtype=torch.long)
 
 
-def vocab_id(src_words, tgt_words):
-    """A digest of both word lists: the shards of one preprocessing run carry their vocab file's, so
-    that shards of a run with other vocabularies are refused instead of read as other words."""
-    return hashlib.sha256(json.dumps([list(src_words), list(tgt_words)]).encode("utf-8")).hexdigest()[:16]
+def vocab_id(src_words, tgt_words, feat_words=()):
+    """A digest of both word lists (and of the feature vocabularies' ``feat_words``): the shards of one
+    preprocessing run carry their vocab file's, so that shards of a run with other vocabularies are
+    refused instead of read as other words."""
+    lists = [list(src_words), list(tgt_words)] + ([[list(words) for words in feat_words]] if feat_words else [])
+    return hashlib.sha256(json.dumps(lists).encode("utf-8")).hexdigest()[:16]
 
 
 def make_shard(examples, vocab=None):
@@ -89,6 +93,9 @@ def make_shard(examples, vocab=None):
     shard["src"], shard["src_lengths"] = _flat([ex["src"] for ex in examples])
     shard["tgt"], shard["tgt_lengths"] = _flat([ex["tgt"] for ex in examples])
     shard["indices"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
+    if examples and "src_feats" in examples[0]:
+        n_feats = len(examples[0]["src_feats"])
+        shard["src_feats"] = torch.stack([_flat([ex["src_feats"][i] for ex in examples])[0] for i in range(n_feats)])
     if examples and "src_map" in examples[0]:
         shard["src_map"], _ = _flat([ex["src_map"] for ex in examples])
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])

@@ -98,3 +98,19 @@ def count_words(sentences):
     for tokens in sentences:
         counter.update(tokens)
     return counter
+
+
+def vocabs_to_plain(vocabs):
+    """``{"src": Vocab, "tgt": Vocab, "src_feats": [Vocab, ..]}`` as plain word lists (for checkpoints);
+    ``src_feats`` only when the source has word features, so that a model without them is saved as before."""
+    plain = {"src": vocabs["src"].to_plain(), "tgt": vocabs["tgt"].to_plain()}
+    if vocabs.get("src_feats"):
+        plain["src_feats"] = [vocab.to_plain() for vocab in vocabs["src_feats"]]
+    return plain
+
+
+def vocabs_from_plain(plain):
+    """The vocabularies of ``vocabs_to_plain`` (or of a vocab file's record); ``src_feats`` is ``[]``
+    where the data or checkpoint has no word features (those of earlier versions included)."""
+    return {"src": Vocab.from_plain(plain["src"]), "tgt": Vocab.from_plain(plain["tgt"]),
+            "src_feats": [Vocab.from_plain(words) for words in plain.get("src_feats") or []]}

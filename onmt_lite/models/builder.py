@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator, SparsemaxGenerator
-from onmt_lite.models.embeddings import Embeddings
+from onmt_lite.models.embeddings import Embeddings, FeatureSpec
 from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
@@ -65,10 +65,40 @@ def check_options(opt):
                         "decoder starts from none")
 
 
-def model_dims(opt):
-    """Resolve -word_vec_size, -layers and -rnn_size (when > 0) into per-side sizes; check them."""
+def feature_spec(opt, vocabs):
+    """The source word features' ``FeatureSpec`` (-feat_merge, -feat_vec_size, -feat_vec_exponent and the
+    sizes of the feature vocabularies; none without them). Options of checkpoints from before features
+    lack these: 1.x's defaults."""
+    sizes = tuple(len(vocab) for vocab in vocabs.get("src_feats") or ())
+    return FeatureSpec(sizes, getattr(opt, "feat_merge", "concat"), getattr(opt, "feat_vec_size", -1),
+                       getattr(opt, "feat_vec_exponent", 0.7))
+
+
+def _concat_hint(side, dims):
+    if side == "src" and dims.src_input != dims.src_emb:
+        return (f"; the source size {dims.src_input} includes the word features concatenated to the "
+                f"{dims.src_emb} of the words (-feat_merge sum or mlp keeps the word size)")
+    return ""
+
+
+def _check_source_input(opt, dims):
+    """The mean encoder's memory bank is its input: of -rnn_size; a position encoding needs an even size."""
+    if opt.encoder_type == "mean" and dims.src_input != dims.dec_rnn:
+        raise UserError(f"-encoder_type mean needs -src_word_vec_size ({dims.src_input}) equal to -rnn_size "
+                        f"({dims.dec_rnn}): its memory bank and final state are the source embeddings "
+                        "(set -word_vec_size and -rnn_size to one value)" + _concat_hint("src", dims))
+    if opt.position_encoding and dims.src_input % 2 and dims.src_input != dims.src_emb:
+        raise UserError(f"-position_encoding needs an even source embedding size (got {dims.src_input} with "
+                        f"the word features concatenated; change -feat_vec_size)")
+
+
+def model_dims(opt, vocabs=None):
+    """Resolve -word_vec_size, -layers and -rnn_size (when > 0) into per-side sizes; check them.
+    ``src_input`` is the size of the source embeddings' output: the word size, or with word features of
+    ``vocabs`` and -feat_merge concat, the word and feature sizes together."""
+    src_emb = opt.word_vec_size if opt.word_vec_size > 0 else opt.src_word_vec_size
     dims = types.SimpleNamespace(
-        src_emb=opt.word_vec_size if opt.word_vec_size > 0 else opt.src_word_vec_size,
+        src_emb=src_emb, src_input=feature_spec(opt, vocabs or {}).output_size(src_emb),
         tgt_emb=opt.word_vec_size if opt.word_vec_size > 0 else opt.tgt_word_vec_size,
         enc_layers=opt.layers if opt.layers > 0 else opt.enc_layers,
         dec_layers=opt.layers if opt.layers > 0 else opt.dec_layers,
@@ -83,15 +113,13 @@ def model_dims(opt):
                         "the decoder starts from the encoder's final state (add -bridge)")
     if opt.encoder_type == "brnn" and dims.enc_rnn % 2:
         raise UserError(f"-encoder_type brnn needs an even -rnn_size (got {dims.enc_rnn})")
-    if opt.encoder_type == "mean" and dims.src_emb != dims.dec_rnn:
-        raise UserError(f"-encoder_type mean needs -src_word_vec_size ({dims.src_emb}) equal to -rnn_size "
-                        f"({dims.dec_rnn}): its memory bank and final state are the source embeddings "
-                        "(set -word_vec_size and -rnn_size to one value)")
-    for side, kind, emb, size in (("src", opt.encoder_type, dims.src_emb, dims.enc_rnn),
+    _check_source_input(opt, dims)
+    for side, kind, emb, size in (("src", opt.encoder_type, dims.src_input, dims.enc_rnn),
                                   ("tgt", opt.decoder_type, dims.tgt_emb, dims.dec_rnn)):
         if kind == "transformer" and emb != size:
             raise UserError(f"a Transformer needs -{side}_word_vec_size ({emb}) equal to -rnn_size ({size}): "
-                            "its layers add to the embeddings (set -word_vec_size and -rnn_size to one value)")
+                            "its layers add to the embeddings (set -word_vec_size and -rnn_size to one value)"
+                            + _concat_hint(side, dims))
     if "transformer" in (opt.encoder_type, opt.decoder_type) and dims.dec_rnn % opt.heads:
         raise UserError(f"-rnn_size {dims.dec_rnn} is not a multiple of -heads {opt.heads}")
     if opt.position_encoding and (dims.src_emb % 2 or dims.tgt_emb % 2):
@@ -123,7 +151,8 @@ def build_embeddings(opt, dims, vocabs):
     """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
     encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step and
     knows no positions (1.x gave every step of its translation position 0, unlike its training)."""
-    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout[0], position_encoding=opt.position_encoding)
+    src = Embeddings(len(vocabs["src"]), dims.src_emb, opt.dropout[0], position_encoding=opt.position_encoding,
+                     features=feature_spec(opt, vocabs))
     tgt_positions = opt.position_encoding and opt.decoder_type == "transformer"
     if opt.share_embeddings:
         if opt.position_encoding and not tgt_positions:
@@ -134,6 +163,9 @@ def build_embeddings(opt, dims, vocabs):
                             "(preprocess with -share_vocab)")
         if dims.src_emb != dims.tgt_emb:
             raise UserError("-share_embeddings needs equal source and target word vector sizes")
+        if vocabs.get("src_feats"):
+            raise UserError("-share_embeddings with source word features: the target side has no features "
+                            "(train without -share_embeddings)")
         return src, src
     return src, Embeddings(len(vocabs["tgt"]), dims.tgt_emb, opt.dropout[0], position_encoding=tgt_positions)
 
@@ -172,8 +204,8 @@ def initialise(model, opt, src_emb, tgt_emb):
                 param.uniform_(-opt.param_init, opt.param_init)
             if opt.param_init_glorot and param.dim() > 1:
                 nn.init.xavier_uniform_(param)
-        for emb in (src_emb, tgt_emb):
-            emb.weight[PAD_ID].zero_()
+        for lut in (src_emb.lut, tgt_emb.lut, *src_emb.feat_luts):
+            lut.weight[PAD_ID].zero_()
     for emb, path, fix in ((src_emb, opt.pre_word_vecs_enc, opt.fix_word_vecs_enc),
                            (tgt_emb, opt.pre_word_vecs_dec, opt.fix_word_vecs_dec)):
         if path:
@@ -185,7 +217,7 @@ def initialise(model, opt, src_emb, tgt_emb):
 def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
     check_options(opt)
-    dims = model_dims(opt)
+    dims = model_dims(opt, vocabs)
     check_alignment(opt, dims)
     src_emb, tgt_emb = build_embeddings(opt, dims, vocabs)
     encoder = build_encoder(opt, dims, src_emb)

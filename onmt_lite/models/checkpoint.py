@@ -21,6 +21,7 @@ import re
 import torch
 
 from onmt_lite.data.shards import load_plain
+from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
@@ -98,7 +99,7 @@ def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, tra
     are kept beside them as ``raw_weights``."""
     model_state, generator_state = split_state(model, averaged)
     checkpoint = {"format": CHECKPOINT_FORMAT, "model": model_state, "generator": generator_state,
-                  "vocab": {side: vocab.to_plain() for side, vocab in vocabs.items()}, "opt": dict(opt_dict),
+                  "vocab": vocabs_to_plain(vocabs), "opt": dict(opt_dict),
                   "optim": optim_state, "step": step, "rng": rng_state(), "data": data_state,
                   "trainer": trainer_state,
                   "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS}}
@@ -192,6 +193,10 @@ def load_checkpoint(path):
     if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), list) and
                                             all(isinstance(w, str) for w in vocab[side]) for side in ("src", "tgt"))):
         raise UserError(f"{path}: checkpoint's vocab is not a src and a tgt list of words")
+    feats = vocab.get("src_feats", [])
+    if not (isinstance(feats, list) and all(isinstance(words, list) and all(isinstance(w, str) for w in words)
+                                            for words in feats)):
+        raise UserError(f"{path}: checkpoint's src_feats vocabularies are not lists of words")
     if not isinstance(checkpoint["opt"], dict):
         raise UserError(f"{path}: checkpoint's opt is not a dict of options")
     if isinstance(checkpoint["step"], bool) or not isinstance(checkpoint["step"], int):

@@ -1,4 +1,6 @@
-"""Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors and freezing."""
+"""Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors, freezing and
+source word features (1.x's ``-feat_merge``, ``-feat_vec_size``, ``-feat_vec_exponent``)."""
+import dataclasses
 import math
 
 import torch
@@ -17,34 +19,95 @@ def sinusoids(positions, dim):
     return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
 
 
-class Embeddings(nn.Module):
-    """``[len x batch]`` word ids -> ``[len x batch x dim]`` vectors (dropout applied).
+FEAT_MERGES = ("concat", "sum", "mlp")
 
-    With ``position_encoding`` (the Transformer's), the vectors are scaled by ``sqrt(dim)`` and each
-    position's ``sinusoids`` added before the dropout.
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """The source word features of a model: each feature's vocabulary size and how they are merged."""
+
+    vocab_sizes: tuple = ()
+    merge: str = "concat"
+    vec_size: int = -1
+    exponent: float = 0.7
+
+    def dims(self, word_dim):
+        """Each feature's embedding size (1.x's rule): the word size with ``sum``, else ``vec_size`` when
+        > 0, else ``int(vocab_size ** exponent)``."""
+        if self.merge == "sum":
+            return [word_dim] * len(self.vocab_sizes)
+        if self.vec_size > 0:
+            return [self.vec_size] * len(self.vocab_sizes)
+        return [int(size ** self.exponent) for size in self.vocab_sizes]
+
+    def output_size(self, word_dim):
+        """The merged embedding's size: the word and feature sizes together with ``concat``, the word
+        size with ``sum`` and ``mlp``."""
+        return word_dim + sum(self.dims(word_dim)) if self.merge == "concat" else word_dim
+
+
+class Embeddings(nn.Module):
+    """``[len x batch]`` word ids (and ``[len x batch x n_feats]`` feature ids) -> ``[len x batch x
+    embedding_size]`` vectors (dropout applied).
+
+    With features, each has its own table and ``features.merge`` combines them with the word's vector:
+    ``concat`` ``[word; f1; f2 ..]``, ``sum`` ``word + f1 + f2 ..``, ``mlp`` ``relu(W [word; f1; ..] + b)``
+    (back to the word size). With ``position_encoding`` (the Transformer's), the merged vectors are scaled
+    by ``sqrt(embedding_size)`` and each position's ``sinusoids`` added before the dropout.
     """
 
-    def __init__(self, vocab_size, dim, dropout=0.0, padding_idx=PAD_ID, position_encoding=False):
+    def __init__(self, vocab_size, dim, dropout=0.0, padding_idx=PAD_ID, position_encoding=False,
+                 features=FeatureSpec()):
         super().__init__()
-        if position_encoding and dim % 2:
-            raise ValueError(f"position encoding needs an even word vector size (got {dim})")
+        if features.merge not in FEAT_MERGES:
+            raise ValueError(f"unknown feature merge {features.merge!r}")
         self.word_vec_size, self.position_encoding = dim, position_encoding
+        self.embedding_size = features.output_size(dim)
+        if position_encoding and self.embedding_size % 2:
+            raise ValueError(f"position encoding needs an even embedding size (got {self.embedding_size})")
         self.lut = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
+        self.feat_merge = features.merge
+        self.feat_luts = nn.ModuleList(nn.Embedding(size, feat_dim, padding_idx=padding_idx)
+                                       for size, feat_dim in zip(features.vocab_sizes, features.dims(dim)))
+        self.feat_mlp = None
+        if features.vocab_sizes and features.merge == "mlp":
+            self.feat_mlp = nn.Sequential(nn.Linear(dim + sum(features.dims(dim)), dim), nn.ReLU())
         self.dropout = nn.Dropout(dropout)
+
+    @property
+    def n_feats(self):
+        return len(self.feat_luts)
 
     @property
     def weight(self):
         return self.lut.weight
 
-    def forward(self, ids, offsets=None):
-        """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first id
-        (None: 0), for the position encoding."""
+    def merged(self, ids, feats):
+        """The word vectors of ``ids`` ``[len x batch]`` merged with those of the feature ids ``feats``
+        ``[len x batch x n_feats]``: ``[len x batch x embedding_size]``."""
         emb = self.lut(ids)
+        if not self.n_feats:
+            return emb
+        if feats is None or feats.size(-1) != self.n_feats:
+            got = 0 if feats is None else feats.size(-1)
+            raise ValueError(f"the embeddings take {self.n_feats} word feature(s), got {got}")
+        feat_embs = [lut(feats[..., i]) for i, lut in enumerate(self.feat_luts)]
+        if self.feat_merge == "sum":
+            return emb + sum(feat_embs)
+        emb = torch.cat([emb] + feat_embs, -1)
+        return self.feat_mlp(emb) if self.feat_mlp is not None else emb
+
+    def forward(self, ids, offsets=None, feats=None):
+        """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first id
+        (None: 0), for the position encoding; ``feats`` ``[len x batch x n_feats]``, the feature ids of a
+        model with features."""
+        emb = self.merged(ids, feats)
         if self.position_encoding:
             positions = torch.arange(ids.size(0), device=ids.device).unsqueeze(1)  # [len x 1]
             if offsets is not None:
                 positions = positions + offsets.unsqueeze(0)
-            emb = emb * math.sqrt(self.word_vec_size) + sinusoids(positions, self.word_vec_size).to(emb.dtype)
+            size = self.embedding_size
+            emb = emb * math.sqrt(size) + sinusoids(positions, size).to(emb.dtype)
         return self.dropout(emb)
 
     def load_pretrained(self, path):

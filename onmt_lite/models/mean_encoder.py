@@ -32,18 +32,19 @@ class MeanEncoder(nn.Module):
         super().__init__()
         self.embeddings, self.num_layers = embeddings, num_layers
         self.n_states = 2 if rnn_type == "LSTM" else 1
-        dim = embeddings.word_vec_size
+        dim = embeddings.embedding_size
         self.bridge = Bridge(self.n_states, num_layers, bridge_layers, dim) if bridge_layers else None
 
-    def forward(self, src, lengths):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]``.
+    def forward(self, src, lengths, src_feats=None):
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
+        their ids ``src_feats`` ``[S x B x n_feats]``).
 
         Returns:
             final: tuple of ``[layers x B x dim]`` states (``(mean, mean)`` for LSTM, ``(mean,)`` for GRU),
             memory_bank: ``[S x B x dim]`` (the embeddings, zeros past each length),
             lengths: ``[B]``.
         """
-        emb = self.embeddings(src)
+        emb = self.embeddings(src, feats=src_feats)
         lengths_here = lengths.to(emb.device)
         mask = length_mask(lengths_here, src.size(0)).t().unsqueeze(2).to(emb.dtype)  # [S x B x 1]
         memory_bank = emb * mask

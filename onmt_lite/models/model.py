@@ -19,9 +19,14 @@ class NMTModel(nn.Module):
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
 
-    def encode(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, DecoderState]:
-        """``src`` ``[S x B]`` -> memory_bank ``[S x B x H]``, lengths ``[B]``, the first DecoderState."""
-        final, memory_bank, lengths = self.encoder(src, lengths)
+    def encode(self, src: Tensor, lengths: Tensor,
+               src_feats: Tensor | None = None) -> tuple[Tensor, Tensor, DecoderState]:
+        """``src`` ``[S x B]`` (with word features: their ids ``src_feats`` ``[S x B x n_feats]``) ->
+        memory_bank ``[S x B x H]``, lengths ``[B]``, the first DecoderState."""
+        if src_feats is None:  # an encoder may take no features (a test's stand-in)
+            final, memory_bank, lengths = self.encoder(src, lengths)
+        else:
+            final, memory_bank, lengths = self.encoder(src, lengths, src_feats)
         return memory_bank, lengths, self.decoder.init_state(final, memory_bank)
 
     def decode(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state: DecoderState,
@@ -39,9 +44,10 @@ class NMTModel(nn.Module):
                                 need_alignment=True)
         return self.decoder(tgt, memory_bank, state, lengths, memory_keys, need_attention=need_attention)
 
-    def forward(self, src: Tensor, tgt: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def forward(self, src: Tensor, tgt: Tensor, lengths: Tensor,
+                src_feats: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
         """Teacher-forced pass: ``tgt`` ``[T x B]`` is ``<s> .. </s>``; returns dec_out
         ``[T-1 x B x H]`` (position t predicts ``tgt[t+1]``) and attns (``[T-1 x B x S]`` each)."""
-        memory_bank, lengths, state = self.encode(src, lengths)
+        memory_bank, lengths, state = self.encode(src, lengths, src_feats)
         dec_out, attns, _ = self.decode(tgt[:-1], memory_bank, lengths, state)
         return dec_out, attns

@@ -134,7 +134,7 @@ class RNNDecoderBase(nn.Module):
         if copy_attn and not reuse_copy_attn:
             self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type, output_layer=False,
                                                   attn_func=attn_func)
-        self.rnn_input_size = embeddings.word_vec_size + (hidden_size if self.input_feed else 0)
+        self.rnn_input_size = embeddings.embedding_size + (hidden_size if self.input_feed else 0)
         self.context_gate = None if context_gate is None else ContextGate(
             context_gate, self.rnn_input_size, hidden_size)
 
@@ -252,7 +252,7 @@ class StdRNNDecoder(RNNDecoderBase):
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
         super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
         self.is_lstm = rnn_type == "LSTM"
-        self.rnn = getattr(nn, rnn_type)(embeddings.word_vec_size, hidden_size, num_layers,
+        self.rnn = getattr(nn, rnn_type)(embeddings.embedding_size, hidden_size, num_layers,
                                          dropout=dropout if num_layers > 1 else 0.0)
 
     def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):

@@ -52,20 +52,21 @@ class RNNEncoder(nn.Module):
             raise ValueError("a bidirectional encoder needs an even -rnn_size")
         self.embeddings, self.num_layers, self.bidirectional = embeddings, num_layers, bidirectional
         self.rnn = getattr(nn, rnn_type)(
-            input_size=embeddings.word_vec_size, hidden_size=hidden_size // (2 if bidirectional else 1),
+            input_size=embeddings.embedding_size, hidden_size=hidden_size // (2 if bidirectional else 1),
             num_layers=num_layers, dropout=dropout if num_layers > 1 else 0.0, bidirectional=bidirectional)
         n_states = 2 if rnn_type == "LSTM" else 1
         self.bridge = Bridge(n_states, num_layers, bridge_layers, hidden_size) if bridge_layers else None
 
-    def forward(self, src, lengths):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]``.
+    def forward(self, src, lengths, src_feats=None):
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
+        their ids ``src_feats`` ``[S x B x n_feats]``).
 
         Returns:
             final: tuple of ``[layers x B x hidden]`` states (``(h, c)`` for LSTM, ``(h,)`` for GRU),
             memory_bank: ``[S x B x hidden]`` (zeros past each length),
             lengths: ``[B]``.
         """
-        emb = self.embeddings(src)
+        emb = self.embeddings(src, feats=src_feats)
         packed = pack_padded_sequence(emb, lengths.cpu(), enforce_sorted=False)
         outputs, final = run_rnn(self.rnn, packed)
         memory_bank, _ = pad_packed_sequence(outputs, total_length=src.size(0))

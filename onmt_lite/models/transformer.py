@@ -201,12 +201,13 @@ class TransformerEncoder(nn.Module):
             for _ in range(num_layers))
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
 
-    def forward(self, src: Tensor, lengths: Tensor):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]``.
+    def forward(self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None):
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
+        their ids ``src_feats`` ``[S x B x n_feats]``).
 
         Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length), lengths.
         """
-        x = self.embeddings(src).transpose(0, 1)  # [B x S x H]
+        x = self.embeddings(src, feats=src_feats).transpose(0, 1)  # [B x S x H]
         real = length_mask(lengths.to(x.device), src.size(0))  # [B x S]
         mask = real[:, None, None, :]
         for layer in self.layers:

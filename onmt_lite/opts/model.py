@@ -19,6 +19,14 @@ def _model_embeddings_opts(parser):
     add(group, "pre_word_vecs_dec", default="", help="Pretrained target embeddings, as -pre_word_vecs_enc")
     add(group, "fix_word_vecs_enc", action="store_true", help="Do not update the source embeddings")
     add(group, "fix_word_vecs_dec", action="store_true", help="Do not update the target embeddings")
+    add(group, "feat_merge", default="concat", type=choice("feat_merge", ("concat", "sum", "mlp")),
+        help="How the source word features' embeddings join the word's: concat [word; f1; f2 ..], sum (each "
+             "feature of the word size, added), mlp (concatenated, then Linear + ReLU back to the word size)")
+    add(group, "feat_vec_size", type=int, default=-1,
+        help="Embedding size of every source word feature, if > 0 (concat and mlp; else -feat_vec_exponent)")
+    add(group, "feat_vec_exponent", type=float_in(0, float("inf")), default=0.7,
+        help="Without -feat_vec_size, a feature taking N values (its vocabulary size) gets int(N ** this) "
+             "dimensions (concat and mlp)")
 
 
 def _model_encoder_and_decoder_opts(parser):

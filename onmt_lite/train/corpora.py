@@ -11,7 +11,7 @@ import os
 from onmt_lite.data.iterator import BatchIterator, WeightedBatches
 from onmt_lite.data.noise import SourceNoise
 from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, train_kind, vocab_path
-from onmt_lite.data.vocab import SPECIALS, Vocab
+from onmt_lite.data.vocab import SPECIALS, vocabs_from_plain
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -22,7 +22,7 @@ def load_data(opt):
     if not os.path.exists(vocab_path(opt.data)) and not shard_paths(opt.data, "train"):
         raise UserError(f"-data {opt.data}: no training shards {opt.data}.train.N.pt (run onmt_lite_preprocess)")
     record = load_plain(vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
-    vocabs = {"src": Vocab.from_plain(record["src"]), "tgt": Vocab.from_plain(record["tgt"])}
+    vocabs = vocabs_from_plain(record)
     return record, vocabs, chosen_corpora(opt, record), shard_paths(opt.data, "valid")
 
 
@@ -115,6 +115,9 @@ def source_noise(opt, corpora, record, src_vocab):
     if opt.copy_attn:
         raise UserError("-src_noise changes the sources, which copy attention's per-example source "
                         "vocabularies describe as they were: train without -copy_attn")
+    if record.get("src_feats"):
+        raise UserError(f"-src_noise changes the source words, which would no longer line up with the word "
+                        f"features of -data {opt.data}: train without -src_noise, or on data without features")
     noise = SourceNoise(opt.src_noise, opt.src_noise_prob, src_vocab.itos, record.get("subword_prefix", "\u2581"),
                         record.get("subword_prefix_is_joiner", False))
     if "infilling" in opt.src_noise and not noise.word_start[len(SPECIALS):].any():

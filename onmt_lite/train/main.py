@@ -12,6 +12,7 @@ import random
 import torch
 
 from onmt_lite.data.iterator import BatchIterator
+from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
                                          model_options, restore_model, set_rng_state)
@@ -72,6 +73,8 @@ def check_resume(checkpoint, vocabs, path):
         if checkpoint["vocab"][side] != vocabs[side].to_plain():
             raise UserError(f"{path}: its {side} vocabulary ({len(checkpoint['vocab'][side])} words) differs "
                             f"from the one of -data ({len(vocabs[side])} words)")
+    if checkpoint["vocab"].get("src_feats", []) != vocabs_to_plain(vocabs).get("src_feats", []):
+        raise UserError(f"{path}: its source word feature vocabularies differ from those of -data")
 
 
 def plain_options(opt):

@@ -99,7 +99,7 @@ class Trainer:
         state = None
         for start in range(0, n_positions, window):
             with self.precision.autocast():
-                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths)
+                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths, batch.src_feats)
                 tgt_in = batch.tgt[start: min(start + window, n_positions)]
                 dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
                                                           first_state if state is None else state,
@@ -147,7 +147,7 @@ class Trainer:
         with torch.no_grad(), self.precision.autocast():
             for batch in batches:
                 batch = batch.to(self.device)
-                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths)
+                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths, batch.src_feats)
                 _, batch_stats = self.valid_loss_compute(batch, dec_out, attns)
                 stats.update(batch_stats)
         self.model.train()

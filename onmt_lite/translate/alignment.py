@@ -44,7 +44,7 @@ def alignment_matrices(models, batch, hypotheses, vocab_size):
     inputs = decoder_inputs([tokens for _, tokens in hypotheses], vocab_size).to(batch.src.device)
     total = None
     for model in models:
-        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths, batch.src_feats)
         state = state.map(lambda t, dim: t.index_select(dim, rows))
         _, attns, _ = model.decode(inputs, memory_bank.index_select(1, rows), lengths.index_select(0, rows), state,
                                    need_attention=False, need_alignment=True)

@@ -2,7 +2,8 @@
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.copy import EX_UNK_ID
 from onmt_lite.data.corpus import Tokenizer, read_lines
-from onmt_lite.data.example import make_example
+from onmt_lite.data.example import feature_ids, make_example
+from onmt_lite.data.features import FeatureReader
 from onmt_lite.data.iterator import pooled_batches
 from onmt_lite.data.shards import make_shard
 from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -41,13 +42,21 @@ class TextBatches:
             callers decoded together keep distinct indices).
         prefixes: the targets are prefixes to force (``-tgt_prefix``): ``prefixes`` is then
             ``{index: prefix ids}`` (``prefix_ids``) of the lines decoded, else None.
+        where: ``(name, line number)`` of the first source line, for errors (a line whose tokens carry
+            another number of word features than the model's ``vocabs["src_feats"]``).
+
+    ``src_tokens`` are each line's words, without their features.
     """
 
-    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0, prefixes=False):
+    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0, prefixes=False,
+                 where=("the source", 1)):
         if targets is not None and len(targets) != len(sources):
             raise UserError(f"-src has {len(sources)} lines but -tgt has {len(targets)}")
         self.n_lines = len(sources)
-        self.src_tokens = [tokenizers[0](line) for line in sources]
+        feat_vocabs = vocabs.get("src_feats") or []
+        reader = FeatureReader(len(feat_vocabs), where[0], holder="the model's source tokens")
+        split = [reader.split(where[1] + i, tokenizers[0](line)) for i, line in enumerate(sources)]
+        self.src_tokens = [words for words, _ in split]
         tgt_tokens = [tokenizers[1](line) for line in targets] if targets is not None else None
         self.has_target = targets is not None
         examples, self.lines = [], []
@@ -55,6 +64,8 @@ class TextBatches:
             if tokens:  # an empty source gives an empty output line, without running the model
                 examples.append(make_example(first_index + i, tokens, tgt_tokens[i] if tgt_tokens else [],
                                              vocabs["src"], vocabs["tgt"], copy))
+                if feat_vocabs:
+                    examples[-1]["src_feats"] = feature_ids(split[i][1], feat_vocabs)
                 self.lines.append(i)
         self.prefixes = {example["index"]: prefix_ids(example, len(vocabs["tgt"])) for example in examples} \
             if prefixes else None

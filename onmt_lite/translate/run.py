@@ -80,7 +80,7 @@ def translate(opt):
         with text_writer(output) as write, Progress(total, "lines", "translate") as progress:
             for first, sources, targets in pieces(opt.src, opt.tgt, opt.shard_size):
                 start = time.time()
-                results = translator.translate(sources, targets, progress.update)
+                results = translator.translate(sources, targets, progress.update, where=(opt.src, first + 1))
                 summary.elapsed += time.time() - start
                 write("".join(line + "\n" for r in results for line in output_lines(r, opt.report_align)))
                 if opt.attn_plot:

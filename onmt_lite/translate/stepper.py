@@ -32,7 +32,7 @@ class ModelStepper:
     def __init__(self, model, batch, vocab_size, keep_attention=True):
         self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
         self.keep_attention = keep_attention
-        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths, batch.src_feats)
         # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one contiguous
         # copy per row (not a gather of the rows of a time-major tensor), and the attention reads each
         # row's memory contiguously

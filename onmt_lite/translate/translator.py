@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from onmt_lite.data.batch import Batch
-from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from onmt_lite.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, vocabs_from_plain
 from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion
 from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
 from onmt_lite.translate.alignment import alignment_matrices, check_alignment_models
@@ -69,7 +69,7 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
             first = checkpoint
         elif checkpoint["vocab"] != first["vocab"]:
             raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
-        vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
+        vocabs = vocabs_from_plain(checkpoint["vocab"])
         model = model_from_checkpoint(model_options(checkpoint["opt"], path), vocabs, checkpoint, path)
         models.append(prepare_model(model.to(device).eval(), device, quantize, rows))
     copies = {m.decoder.copy_attn for m in models}
@@ -198,9 +198,10 @@ class Translator:
                    dump_beam=bool(opt.dump_beam))
 
     def translate(self, sources: list[str], targets: list[str] | None = None,
-                  progress: Callable[[int], None] | None = None) -> list[Result]:
+                  progress: Callable[[int], None] | None = None, where: tuple = ("the source", 1)) -> list[Result]:
         """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
-        references (gold scores), or the prefixes of the translations with ``tgt_prefix``.
+        references (gold scores), or the prefixes of the translations with ``tgt_prefix``. ``where``:
+        ``(name, line number)`` of the first source, for errors naming a line (word features).
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
@@ -213,7 +214,8 @@ class Translator:
                 raise TypeError(f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})")
         if self.tgt_prefix and targets is None:
             raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
-        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy, prefixes=self.tgt_prefix)
+        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy, prefixes=self.tgt_prefix,
+                             where=where)
         results = [Result(tokens_src, [], [], [], [], []) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
@@ -322,7 +324,7 @@ class Translator:
         totals = torch.zeros(batch.batch_size)
         target = batch.tgt[1:]
         for model in self.models:
-            dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+            dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths, batch.src_feats)
             rows = dec_out.size(0) * dec_out.size(1)
             if self.copy:
                 log_probs = model.generator(dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map)

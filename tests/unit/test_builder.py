@@ -40,14 +40,16 @@ def forward_backward(model):
 
 def test_per_side_options_set_each_side_when_no_override_is_given():
     dims = model_dims(options(*PER_SIDE, "-enc_layers", 3, "-dec_layers", 3))
-    assert vars(dims) == {"src_emb": 5, "tgt_emb": 7, "enc_layers": 3, "dec_layers": 3, "enc_rnn": 10, "dec_rnn": 10}
+    assert vars(dims) == {"src_emb": 5, "src_input": 5, "tgt_emb": 7, "enc_layers": 3, "dec_layers": 3,
+                          "enc_rnn": 10, "dec_rnn": 10}
 
 
 def test_overrides_replace_both_sides_even_when_the_per_side_options_disagree():
     opt = options("-src_word_vec_size", 5, "-tgt_word_vec_size", 7, "-enc_rnn_size", 10, "-dec_rnn_size", 12,
                   "-enc_layers", 1, "-dec_layers", 4, "-word_vec_size", 6, "-layers", 3, "-rnn_size", 8)
     dims = model_dims(opt)
-    assert vars(dims) == {"src_emb": 6, "tgt_emb": 6, "enc_layers": 3, "dec_layers": 3, "enc_rnn": 8, "dec_rnn": 8}
+    assert vars(dims) == {"src_emb": 6, "src_input": 6, "tgt_emb": 6, "enc_layers": 3, "dec_layers": 3,
+                          "enc_rnn": 8, "dec_rnn": 8}
 
 
 def test_per_side_sizes_give_the_module_shapes():

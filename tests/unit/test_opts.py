@@ -192,15 +192,16 @@ def unsupported_sharing_the_reason_of(name):
 
 
 @pytest.mark.parametrize("name,family,words", [
-    ("feat_merge", {"features_vocabs_prefix", "feat_merge", "feat_vec_size", "feat_vec_exponent"},
-     "source word features"),
+    ("features_vocabs_prefix", {"features_vocabs_prefix"}, "never reads it"),
+    ("window_size", {"src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
+                     "n_stft", "audio_enc_pooling"}, "image and audio"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
     ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
     ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
 ])
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
-    one; source word features are not image input."""
+    one; the CNN's kernel width is not image input."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert unsupported_sharing_the_reason_of(name) == family
