@@ -287,8 +287,8 @@ def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(models,
     assert any(line.startswith("SENT 40: ") for line in runs[7][1])
     seen = []
     translate = Translator.translate
-    monkeypatch.setattr(Translator, "translate", lambda self, sources, *rest: seen.append(len(sources)) or
-                        translate(self, sources, *rest))
+    monkeypatch.setattr(Translator, "translate", lambda self, sources, *rest, **named: seen.append(len(sources)) or
+                        translate(self, sources, *rest, **named))
     opt = parse(build_parser("t", [config_opts, translate_opts]), [
         "-model", m["model"], "-src", m["src"], "-output", str(tmp_path / "in_process.txt"), "-shard_size", "7"])
     run.translate(opt)
