@@ -202,8 +202,7 @@ class TransformerEncoder(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
 
     def forward(self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
-        their ids ``src_feats`` ``[S x B x n_feats]``).
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and word features ``src_feats`` ``[S x B x F]``).
 
         Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length), lengths.
         """

@@ -3,8 +3,7 @@ from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, int_a
                                     log_file_opts, opennmt_py_1x_command)
 
 
-@opennmt_py_1x_command("preprocess")
-def preprocess_opts(parser):
+def _data_opts(parser):
     add(compatibility_group(parser), "data_type", default="text", type=choice(
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
@@ -34,6 +33,8 @@ def preprocess_opts(parser):
     add(group, "shuffle", type=int, choices=[0, 1], default=0,
         help="Shuffle the training examples (with -seed) before writing them")
 
+
+def _vocab_opts(parser):
     group = parser.add_argument_group("Vocab")
     add(group, "src_vocab", default="",
         help="Source vocabulary file, one word a line (a count may follow the word)")
@@ -53,6 +54,8 @@ def preprocess_opts(parser):
     add(group, "dynamic_dict", action="store_true",
         help="Store the per-example source vocabulary and alignment that copy attention needs")
 
+
+def _pruning_and_tokenization_opts(parser):
     group = parser.add_argument_group("Pruning and tokenization")
     add(group, "src_seq_length", type=int_at_least(1), default=50,
         help="Drop training pairs whose source is longer")
@@ -73,8 +76,19 @@ def preprocess_opts(parser):
     add(group, "subword_prefix_is_joiner", action="store_true",
         help="-subword_prefix marks a token that continues the word before it (a joiner) instead")
 
+
+def _logging_and_randomness_opts(parser):
     group = parser.add_argument_group("Logging and randomness")
     add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")
     add(group, "report_every", type=int_at_least(1), default=100000,
         help="Log progress every this many lines read")
     log_file_opts(group)
+
+
+@opennmt_py_1x_command("preprocess")
+def preprocess_opts(parser):
+    """Data, vocab, pruning and tokenization, logging and randomness."""
+    _data_opts(parser)
+    _vocab_opts(parser)
+    _pruning_and_tokenization_opts(parser)
+    _logging_and_randomness_opts(parser)
