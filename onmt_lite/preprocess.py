@@ -99,7 +99,8 @@ def count_training_words(corpora, tokenizers, limits, num_threads, n_feats):
 def build_vocabs(opt, tokenizers, limits, n_feats=0):
     """The source and target Vocab, and one Vocab per source word feature: words from -src_vocab/-tgt_vocab
     files, else from the training data (all the corpora of ``training_corpora(opt)`` counted together);
-    features always from the training data, each with the source's -src_vocab_size and
+    feature i (from 1) from the file PREFIX.source_feature_i.dict of -features_vocabs_prefix (as
+    -src_vocab), else from the training data with the source's -src_vocab_size and
     -src_words_min_frequency (as 1.x).
 
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
@@ -108,10 +109,25 @@ def build_vocabs(opt, tokenizers, limits, n_feats=0):
     counts = functools.cache(lambda: count_training_words(training_corpora(opt), tokenizers, limits,
                                                           opt.num_threads, n_feats))
     src, tgt = _vocabs(opt, counts)
-    feats = [Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
-             for counter in (counts()[2] if n_feats else ())]
+    feats = _feature_vocabs(opt, counts, n_feats)
     padded = [vocab.padded_to_multiple(opt.vocab_size_multiple) for vocab in [src, tgt] + feats]
     return padded[0], padded[0] if tgt is src else padded[1], padded[2:]
+
+
+def feature_vocab_paths(prefix, n_feats):
+    """The files -features_vocabs_prefix names: PREFIX.source_feature_1.dict .. _N.dict (Lua OpenNMT's names)."""
+    return [f"{prefix}.source_feature_{i}.dict" for i in range(1, n_feats + 1)]
+
+
+def _feature_vocabs(opt, counts, n_feats):
+    if opt.features_vocabs_prefix:
+        if not n_feats:
+            raise UserError(f"-features_vocabs_prefix {opt.features_vocabs_prefix}: {opt.train_src[0]} has no "
+                            f"source word features (word\uffe8feat tokens)")
+        return [Vocab.from_file(path, opt.src_vocab_size)
+                for path in feature_vocab_paths(opt.features_vocabs_prefix, n_feats)]
+    return [Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
+            for counter in (counts()[2] if n_feats else ())]
 
 
 def _vocabs(opt, counts):

@@ -55,6 +55,10 @@ CHANGED = {
     "brnn": "sets `-encoder_type brnn` (1.2.0 refused the deprecated flag)",
     "feat_vec_exponent": "N, a feature's vocabulary size, counts its four specials `<unk> <blank> <s> </s>` "
                          "(1.x's feature vocabularies had `<unk> <blank>`), as every onmt_lite vocabulary",
+    "features_vocabs_prefix": "feature i's vocabulary is read from PREFIX.source_feature_i.dict (i from 1; Lua "
+                              "OpenNMT's names), one word a line as -src_vocab (1.x declared it and never read it)",
+    "exp": "names the TensorBoard run: scalars go to -tensorboard_log_dir/EXP (1.x declared it for Crayon and "
+           "never read it)",
     "batch_size_multiple": "default 1 (1.x: 8 with `-model_dtype fp16`); a batch that cannot hold that many "
                            "sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",

@@ -21,11 +21,9 @@ UNSUPPORTED_OPTIONS = {
         ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
          "n_stft", "audio_enc_pooling"],
         "image and audio input are not supported (text only)"),
-    "features_vocabs_prefix": "1.x declares it but never reads it: the source word features' vocabularies "
-                              "are built from the training data",
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
-    **dict.fromkeys(["exp_host", "exp"], "Crayon logging is not supported (use -tensorboard)"),
+    "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); use -tensorboard",
     "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],

@@ -39,6 +39,9 @@ def _vocab_opts(parser):
     add(group, "src_vocab", default="",
         help="Source vocabulary file, one word a line (a count may follow the word)")
     add(group, "tgt_vocab", default="", help="Target vocabulary file, as -src_vocab")
+    add(group, "features_vocabs_prefix", default="",
+        help="Source word feature i's vocabulary from the file PREFIX.source_feature_i.dict (i from 1), "
+             "as -src_vocab; without it, from the training data")
     add(group, "src_vocab_size", type=int_at_least(0), default=50000,
         help="Maximum source vocabulary size, not counting the special tokens")
     add(group, "tgt_vocab_size", type=int_at_least(0), default=50000,

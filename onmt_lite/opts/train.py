@@ -38,6 +38,7 @@ def _general_opts(parser):
     add(group, "report_every", type=int_at_least(1), default=50, help="Log statistics every N steps")
     add(group, "tensorboard", action="store_true", help="Write scalars for TensorBoard (needs tensorboard)")
     add(group, "tensorboard_log_dir", default="runs/onmt", help="TensorBoard log directory")
+    add(group, "exp", default="", help="TensorBoard run name: scalars go to -tensorboard_log_dir/EXP")
 
 
 def _batches_and_steps_opts(parser):

@@ -7,6 +7,7 @@ keeps raw weights beside its averaged ones (``-average_decay``) trains on from t
 """
 import argparse
 import contextlib
+import os
 import random
 
 import torch
@@ -30,6 +31,13 @@ from onmt_lite.utils.logging import logger
 OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
                  "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
                  "decay_steps")
+
+
+def tensorboard_dir(opt):
+    """-tensorboard_log_dir, or its run EXP with -exp."""
+    if opt.exp and not opt.tensorboard:
+        logger.warning(f"-exp {opt.exp} names a TensorBoard run: without -tensorboard nothing is written")
+    return os.path.join(opt.tensorboard_log_dir, opt.exp) if opt.exp else opt.tensorboard_log_dir
 
 
 def choose_device(opt, dist=None):
@@ -195,7 +203,8 @@ def _train(opt, dist, held):
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
-    reporter = Reporter(opt.train_steps, opt.tensorboard_log_dir if opt.tensorboard and is_main else None)
+    board = tensorboard_dir(opt)
+    reporter = Reporter(opt.train_steps, board if opt.tensorboard and is_main else None)
     scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics and is_main else None
     run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
                       valid_batches if valid_paths else None, scorer, average)

@@ -116,6 +116,23 @@ def test_tensorboard_writes_scalars_or_says_plainly_that_it_cannot(data, tmp_pat
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(board))
 
 
+def test_exp_names_the_tensorboard_run_and_is_reported_without_tensorboard(data, tmp_path, monkeypatch):
+    import sys
+    import types
+
+    opened = []  # a stand-in for torch.utils.tensorboard, which needs the tensorboard package
+    writer = types.SimpleNamespace(add_scalar=lambda *args: None, flush=lambda: None, close=lambda: None)
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = lambda log_dir: opened.append(str(log_dir)) or writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    base = [*TINY_MODEL, "-train_steps", 1, "-exp", "run7"]
+    train_in_process(data["plain"], str(tmp_path / "m"), *base, "-tensorboard", "-tensorboard_log_dir", tmp_path / "b")
+    assert opened == [os.path.join(str(tmp_path / "b"), "run7")]
+    _, lines = train_in_process(data["plain"], str(tmp_path / "n"), *base)
+    assert opened == [os.path.join(str(tmp_path / "b"), "run7")]
+    assert any("-exp run7 names a TensorBoard run: without -tensorboard nothing is written" in line for line in lines)
+
+
 @pytest.mark.parametrize("copy", [["-copy_attn"], []])  # a plain model on -dynamic_dict data too
 def test_valid_metrics_log_bleu_and_chrf_and_drive_early_stopping(data, tmp_path, copy):
     _, lines = train_in_process(data["copy"], str(tmp_path / "m"), *TINY_MODEL, *copy, "-train_steps", 4,

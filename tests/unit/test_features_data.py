@@ -91,3 +91,27 @@ def test_features_with_copy_data_copy_the_words(tmp_path):
     assert shard["src_ex_vocab"][0] == ["<unk>", "<blank>", "the", "cat", "sat"]
     assert shard["alignment"][:2].tolist() == [3, 2]  # "cat the": indices of the words in that vocabulary
     assert torch.equal(shard["src_lengths"], torch.tensor([3, 2, 1]))
+
+
+def test_features_vocabs_prefix_reads_each_features_vocabulary_from_its_file(tmp_path):
+    # Lua OpenNMT's dict files: a word and its id a line, the specials among them
+    write_lines(tmp_path / "given.source_feature_1.dict", ["<blank> 1", "<unk> 2", "VERB 3", "ADJ 4", "NOUN 5"])
+    write_lines(tmp_path / "given.source_feature_2.dict", ["c", "a"])
+    prefix = run_preprocess(tmp_path, SRC, TGT, "-features_vocabs_prefix", str(tmp_path / "given"))
+    record = load_plain(prefix + ".vocab.pt", "onmt_lite.vocab.v1", "vocab file")
+    specials = ["<unk>", "<blank>", "<s>", "</s>"]
+    assert record["src_feats"] == [specials + ["VERB", "ADJ", "NOUN"], specials + ["c", "a"]]
+    assert record["src"][4:] == ["cat", "a", "dog", "sat", "the"]  # the words still counted from the data
+    tokens = [token.split(S) for line in SRC for token in line.split()]
+    ids = load_shard(prefix + ".train.1.pt")["src_feats"].tolist()
+    assert ids[0] == [{"VERB": 4, "NOUN": 6}.get(t[1], 0) for t in tokens]  # DET is not in the file: <unk>
+    assert ids[1] == [{"c": 4, "a": 5}.get(t[2], 0) for t in tokens]
+
+
+def test_features_vocabs_prefix_refuses_a_missing_file_and_data_without_features(tmp_path):
+    write_lines(tmp_path / "given.source_feature_1.dict", ["DET"])
+    with pytest.raises(UserError, match=r"given\.source_feature_2\.dict: cannot read vocabulary file"):
+        run_preprocess(tmp_path, SRC, TGT, "-features_vocabs_prefix", str(tmp_path / "given"))
+    assert not os.path.exists(tmp_path / "data.vocab.pt")
+    with pytest.raises(UserError, match=r"-features_vocabs_prefix .*src\.txt has no source word features"):
+        run_preprocess(tmp_path, ["a b"], ["x"], "-features_vocabs_prefix", str(tmp_path / "given"))

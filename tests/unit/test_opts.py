@@ -192,7 +192,7 @@ def unsupported_sharing_the_reason_of(name):
 
 
 @pytest.mark.parametrize("name,family,words", [
-    ("features_vocabs_prefix", {"features_vocabs_prefix"}, "never reads it"),
+    ("exp_host", {"exp_host"}, "Crayon"),
     ("window_size", {"src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
                      "n_stft", "audio_enc_pooling"}, "image and audio"),
     ("aan_useffn", {"aan_useffn"}, "average attention network"),
