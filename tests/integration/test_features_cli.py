@@ -1,12 +1,14 @@
 """Source word features end to end from the command line: a task whose target words are decided by a
 feature is learnt with the features and not without them; translation maps the features with the
 checkpoint's vocabularies and refuses lines with another number of features."""
+import json
 import random
 
 import pytest
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import exact_match, lines, run_cli, write_lines
+from tests.helpers import exact_match, lines, run_cli, step_losses, train_in_process, write_lines
+from tests.server_helpers import Server
 
 S = "\uffe8"
 WORDS = [f"w{i}" for i in range(6)]
@@ -97,3 +99,66 @@ def test_target_features_are_refused_by_preprocess(tmp_path):
     assert result.returncode == 2
     assert "t.txt:1: target token 1" in result.stderr and "only the source side" in result.stderr
     assert not list(tmp_path.glob("d.*"))
+
+
+def test_a_resumed_run_with_features_gives_the_losses_of_the_uninterrupted_run(task, tmp_path):
+    data = str(task["root"] / "feats" / "data")
+    args = ["-rnn_size", 16, "-word_vec_size", 8, "-feat_merge", "mlp", "-batch_size", 8, "-dropout", 0.3,
+            "-optim", "adam", "-learning_rate", 0.01, "-report_every", 1, "-save_checkpoint_steps", 3, "-seed", 3]
+    _, full = train_in_process(data, str(tmp_path / "full"), *args, "-train_steps", 6)
+    _, first = train_in_process(data, str(tmp_path / "part"), *args, "-train_steps", 3)
+    _, second = train_in_process(data, str(tmp_path / "part"), *args, "-train_steps", 6,
+                                 "-train_from", tmp_path / "part_step_3.pt")
+    full_losses = step_losses(full)
+    assert sorted(full_losses) == list(range(1, 7)) and len(set(full_losses.values())) == 6
+    assert {**step_losses(first), **step_losses(second)} == full_losses
+    assert load_checkpoint(str(tmp_path / "part_step_6.pt"))["model"].keys() == \
+        load_checkpoint(str(tmp_path / "full_step_6.pt"))["model"].keys()
+
+
+def test_feature_options_on_data_without_features_are_reported_as_doing_nothing(task, tmp_path):
+    result = run_cli("train", "-data", task["root"] / "plain" / "data", "-save_model", tmp_path / "m", *TRAIN,
+                     "-feat_merge", "sum", "-feat_vec_size", 5, "-train_steps", 1)
+    assert result.returncode == 0, result.stderr
+    assert "-feat_merge sum -feat_vec_size 5: -data" in result.stderr
+    assert "has no source word features" in result.stderr
+
+
+def test_replace_unk_copies_the_bare_source_word_not_its_features(task, tmp_path):
+    """Target vocabulary of 2 words: most outputs are <unk>, each replaced by the attended source word
+    (w0..w5, words no target has), never by the token with its feature."""
+    root = task["root"] / "feats"
+    result = run_cli("preprocess", "-train_src", root / "src.txt", "-train_tgt", root / "tgt.txt", "-valid_src",
+                     root / "vsrc.txt", "-valid_tgt", root / "vtgt.txt", "-save_data", tmp_path / "d",
+                     "-tgt_vocab_size", 2)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("train", "-data", tmp_path / "d", "-save_model", tmp_path / "m", *TRAIN, "-train_steps", 60)
+    assert result.returncode == 0, result.stderr
+    sources = task["valid"][0][:20]
+    result, replaced = translate(tmp_path / "m_step_60.pt", sources, tmp_path, "-replace_unk")
+    assert result.returncode == 0, result.stderr
+    _, plain = translate(tmp_path / "m_step_60.pt", sources, tmp_path)
+    n_unk = 0
+    for source, with_unk, without in zip(sources, plain, replaced):
+        words = strip_features(source).split()
+        assert len(with_unk.split()) == len(without.split())
+        for token, out in zip(with_unk.split(), without.split()):
+            n_unk += token == "<unk>"
+            assert out in words if token == "<unk>" else out == token
+    assert n_unk >= 10
+
+
+def test_the_server_translates_feature_lines_as_the_command_line(task, tmp_path):
+    conf = tmp_path / "conf.json"
+    conf.write_text(json.dumps({"models_root": str(task["with"].parent), "models": [
+        {"id": 1, "model": task["with"].name, "opt": {"beam_size": 3}}]}))
+    sources = task["valid"][0][:6]
+    _, expected = translate(task["with"], sources, tmp_path, "-beam_size", 3)
+    server = Server(str(conf))
+    try:
+        status, answer = server.call("POST", "/translate", [{"src": s, "id": 1} for s in sources])
+        assert status == 200 and [item["tgt"] for item in answer[0]] == expected
+        status, answer = server.call("POST", "/translate", [{"src": f"w1{S}a w2", "id": 1}])
+        assert status == 400 and "token 2 ('w2') has 0 word feature(s)" in json.dumps(answer)
+    finally:
+        assert server.stop() == 0, "".join(server.log)

@@ -115,3 +115,20 @@ def test_features_vocabs_prefix_refuses_a_missing_file_and_data_without_features
     assert not os.path.exists(tmp_path / "data.vocab.pt")
     with pytest.raises(UserError, match=r"-features_vocabs_prefix .*src\.txt has no source word features"):
         run_preprocess(tmp_path, ["a b"], ["x"], "-features_vocabs_prefix", str(tmp_path / "given"))
+
+
+def test_num_threads_writes_the_same_feature_files_as_one_process(tmp_path, monkeypatch):
+    from onmt_lite.data import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_LINES", 4)  # 30 lines: 8 chunks over 3 workers
+    src, tgt = (SRC * 10)[:-1] + [f"dog{S}NOUN{S}b sat{S}VERB{S}c"], (TGT * 10)[:-1] + ["chien"]
+    files = {}
+    for threads in ("1", "3"):
+        (tmp_path / threads).mkdir()
+        prefix = run_preprocess(tmp_path / threads, src, tgt, "-num_threads", threads)
+        files[threads] = [open(prefix + suffix, "rb").read() for suffix in (".vocab.pt", ".train.1.pt")]
+    assert files["3"] == files["1"]
+    n_tokens = sum(len(line.split()) for line in src)
+    assert load_shard(str(tmp_path / "3" / "data.train.1.pt"))["src_feats"].shape == (2, n_tokens)
+    with pytest.raises(UserError, match=r"src\.txt:25: token 1 .* has 1 word feature"):
+        run_preprocess(tmp_path, SRC * 8 + [f"dog{S}NOUN"] + SRC, TGT * 9 + TGT[:1], "-num_threads", "3")
