@@ -4,6 +4,7 @@ The order of the batches depends only on the seed, the epoch and the shard, so a
 (epoch, shard, batch) is enough to resume exactly where a run stopped. ``WeightedBatches`` takes
 turns between the batch streams of several corpora; its position is theirs plus its turn.
 """
+import os
 import random
 
 import torch
@@ -103,8 +104,9 @@ class BatchIterator:
 
     def _noise_rng(self):
         # seeded by the batch's place, not drawn from the run's generator: a resumed run and every
-        # process of a distributed one noise each batch alike
-        place = f"{self.seed}/{self.epoch}/{self.shard_index}/{self.batch_index}/noise"
+        # process of a distributed one noise each batch alike; the shard's name tells corpora apart
+        shard = os.path.basename(self.paths[self.shard_index])
+        place = f"{self.seed}/{self.epoch}/{shard}/{self.batch_index}/noise"
         return torch.Generator().manual_seed(random.Random(place).getrandbits(63))
 
     def __iter__(self):

@@ -355,9 +355,8 @@ def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespa
     if getattr(opt, "loss_class", ""):
         cls = load_loss_class(opt.loss_class)
     else:
-        cls = CopyGeneratorLossCompute if opt.copy_attn else NMTLossCompute
-        if getattr(opt, "generator_function", "softmax") == "sparsemax":
-            cls = SparsemaxLossCompute
+        sparse = getattr(opt, "generator_function", "softmax") == "sparsemax"  # refused with -copy_attn
+        cls = CopyGeneratorLossCompute if opt.copy_attn else SparsemaxLossCompute if sparse else NMTLossCompute
     compute = cls.from_options(model, tgt_vocab, opt, train)
     if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
         raise UserError(f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "

@@ -45,8 +45,11 @@ class Sparsemax(torch.autograd.Function):
 
 
 def sparsemax(scores, dim=-1):
-    """Sparsemax of ``scores`` along ``dim``: non-negative, sums to 1, 0 outside the support."""
-    return Sparsemax.apply(scores, dim)
+    """Sparsemax of ``scores`` along ``dim``: non-negative, sums to 1, 0 outside the support. Computed
+    in float32 at least (in bfloat16 the sorted cumulative sums would miss the support), returned in
+    the dtype of ``scores``."""
+    wide = torch.promote_types(scores.dtype, torch.float32)
+    return Sparsemax.apply(scores.to(wide), dim).to(scores.dtype)
 
 
 def log_sparsemax(scores, dim=-1):

@@ -126,6 +126,9 @@ def source_noise(opt, corpora, record, src_vocab):
     if opt.copy_attn:
         raise UserError("-src_noise changes the sources, which copy attention's per-example source "
                         "vocabularies describe as they were: train without -copy_attn")
+    if opt.lambda_align > 0:
+        raise UserError("-src_noise moves and removes source words, which the -train_align alignments of "
+                        "-lambda_align point at as they were: train without one of them")
     if record.get("src_feats"):
         raise UserError(f"-src_noise changes the source words, which would no longer line up with the word "
                         f"features of -data {opt.data}: train without -src_noise, or on data without features")

@@ -32,6 +32,9 @@ OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_
                  "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
                  "decay_steps")
 
+# model options that a run resumed with -train_from takes from its command line, not the checkpoint
+RESUME_FROM_COMMAND_LINE = ("lambda_align", "attention_dropout")
+
 
 def tensorboard_dir(opt):
     """-tensorboard_log_dir, or its run EXP with -exp."""
@@ -60,13 +63,15 @@ def choose_device(opt, dist=None):
 
 def resolve_options(opt, checkpoint, record):
     """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint, but
-    -lambda_align, a loss weight, from the command line (as 1.x: guided alignment can start at -train_from)."""
+    ``RESUME_FROM_COMMAND_LINE`` from the command line (as 1.x: guided alignment can start at -train_from,
+    and the attention dropout schedule goes with -dropout's)."""
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
         optim_options = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
-        lambda_align = opt.lambda_align
+        given = {name: getattr(opt, name) for name in RESUME_FROM_COMMAND_LINE}
         opt = model_options(checkpoint["opt"], opt.train_from, onto=opt, also=optim_options)
-        opt.seed, opt.lambda_align = checkpoint["opt"]["seed"], lambda_align
+        opt.seed = checkpoint["opt"]["seed"]
+        vars(opt).update(given)
     elif opt.seed <= 0:
         opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
     if opt.copy_attn and not record.get("dynamic_dict"):

@@ -65,18 +65,19 @@ class Trainer:
     Args:
         model: the NMTModel. loss_compute / valid_loss_compute: LossComputeBase objects (training's
         and validation's: no label smoothing). optim: an ``Optimizer``. device: where batches go.
-        accum_count, shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``),
-        norm_method ("sents" or "tokens"): as the options of the same names.
+        shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``), norm_method
+        ("sents" or "tokens"): as the options of the same names (``train_step`` takes a step's batches,
+        as many as -accum_count says).
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
         dist: a ``Distributed`` when training with several processes, else None.
     """
 
     def __init__(self, model: nn.Module, *, loss_compute: LossComputeBase, valid_loss_compute: LossComputeBase = None,
-                 optim: Optimizer = None, device="cpu", accum_count: int = 1, shard_size: int = 0, trunc_size: int = 0,
+                 optim: Optimizer = None, device="cpu", shard_size: int = 0, trunc_size: int = 0,
                  norm_method: str = "sents", precision: Precision = None, dist=None):
         self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
         self.optim, self.device = optim, torch.device(device)
-        self.accum_count, self.shard_size, self.trunc_size = accum_count, shard_size, trunc_size
+        self.shard_size, self.trunc_size = shard_size, trunc_size
         self.norm_method = norm_method
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
@@ -87,7 +88,7 @@ class Trainer:
         accumulation, sharding, truncation, normalisation and precision."""
         return cls(model, loss_compute=build_loss_compute(model, tgt_vocab, opt),
                    valid_loss_compute=build_loss_compute(model, tgt_vocab, opt, train=False), optim=optim,
-                   device=device, accum_count=opt.accum_count[0], shard_size=opt.max_generator_batches,
+                   device=device, shard_size=opt.max_generator_batches,
                    trunc_size=opt.truncated_decoder, norm_method=opt.normalization,
                    precision=Precision(opt.model_dtype, device), dist=dist)
 

@@ -3,7 +3,8 @@
 With ``-shard_size N`` the source (and ``-tgt``) is read, translated and written N lines at a time,
 so a huge file is never held whole; the output is the same (an example's translation does not
 depend on what it is decoded with). A -dump_beam file is written once, when all pieces are done:
-it gathers the beams of every piece (and of every decoding stream: they travel with the results).
+it gathers the beams of every piece (and of every decoding stream: they travel with the results),
+so those are held in memory until the end.
 """
 import gc
 import itertools

@@ -223,7 +223,8 @@ class Translator:
                                                  inputs.count(self.batch_size, self.batch_type), self.fork_streams)
 
         def decode_stream(i):
-            """The ``i``-th stream's share of the batches: ``(line, n-best, copy words)`` per example."""
+            """The ``i``-th stream's share of the batches: ``(line, n-best, copy words, beam steps or
+            None)`` per example."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(batches, self._stepper, self.search_options.beam_width, self.batch_size,
                                self.batch_type, self.device, inputs.prefixes)

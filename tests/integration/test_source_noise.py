@@ -72,6 +72,26 @@ def test_infilled_batches_are_the_plain_ones_with_whole_words_replaced_and_resum
     assert [b.src.tolist() for b in first + rest] == [b.src.tolist() for b in noised]
 
 
+def test_one_text_under_two_corpus_ids_is_noised_two_ways(data, tmp_path):
+    """The same shard under two names (a corpus listed twice, both noised): the same batches, other noise."""
+    import shutil
+
+    record = load_plain(vocab_path(data), VOCAB_FORMAT, "vocab")
+    noise = SourceNoise(["infilling"], [0.4], record["src"], "", False)
+    (path,) = shard_paths(data, "train_a")
+    twin = str(tmp_path / os.path.basename(path).replace("train_a", "train_twin"))
+    shutil.copyfile(path, twin)
+
+    def first_batches(paths, with_noise=True):
+        batches = iter(BatchIterator(paths, 16, shuffle=True, seed=3, repeat=True, noise=noise if with_noise else None))
+        return [next(batches) for _ in range(5)]
+
+    one, other = first_batches([path]), first_batches([twin])
+    assert [b.indices.tolist() for b in one] == [b.indices.tolist() for b in other]
+    assert [b.src.tolist() for b in one] != [b.src.tolist() for b in other]
+    assert [b.src.tolist() for b in one] == [b.src.tolist() for b in first_batches([path])]
+
+
 ARGS = [*TINY_MODEL, "-data_ids", "a", "b", "-data_weights", 3, 1, "-optim", "adam", "-learning_rate", "0.01",
         "-report_every", 1, "-valid_steps", 100, "-save_checkpoint_steps", 3, "-seed", 5]
 NOISE = ["-data_to_noise", "a", "-src_noise", "sen_shuffling", "infilling", "-src_noise_prob", 0.5, 0.3]
@@ -119,3 +139,20 @@ def test_infilling_word_tokens_with_sentencepiece_s_prefix_is_refused_and_mask_i
     assert "starts a word by its -subword_prefix '\u2581', so nothing would be infilled" in result.stderr
     result = run_cli("train", "-data", tmp_path / "d", "-src_noise", "mask")
     assert result.returncode == 2 and "word masking is not implemented" in result.stderr
+
+
+def test_noise_with_guided_alignment_is_refused(tmp_path):
+    """The alignments point at source positions before the noise moved or removed their words."""
+    text = sentences(20, 5)
+    src = write_lines(tmp_path / "s.txt", text)
+    align = write_lines(tmp_path / "a.txt", [" ".join(f"{i}-{i}" for i in range(len(t.split()))) for t in text])
+    result = run_cli("preprocess", "-train_src", src, "-train_tgt", src, "-train_ids", "a", "-train_align", align,
+                     "-subword_prefix", "", "-save_data", tmp_path / "d")
+    assert result.returncode == 0, result.stderr
+    result = run_cli("train", "-data", tmp_path / "d", "-data_ids", "a", *NOISE, "-encoder_type", "transformer",
+                     "-decoder_type", "transformer", "-layers", 1, "-rnn_size", 8, "-word_vec_size", 8, "-heads", 2,
+                     "-transformer_ff", 8, "-lambda_align", 0.05, "-alignment_layer", 0, "-train_steps", 1,
+                     "-save_model", tmp_path / "m")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "-src_noise moves and removes source words, which the -train_align alignments" in result.stderr
+    assert not os.path.exists(tmp_path / "m_step_1.pt")

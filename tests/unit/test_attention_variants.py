@@ -58,6 +58,17 @@ def test_sparsemax_is_the_projection_onto_the_simplex(seed):
     assert (probs == 0).any() and (probs > 0).sum(-1).max() > 1  # sparse, and not one-hot everywhere
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sparsemax_of_half_precision_scores_is_the_float32_projection_rounded(dtype):
+    """bfloat16's 8-bit mantissa would put the threshold off by more than the weights' rounding."""
+    scores, masked = random_scores(4)
+    low = scores.to(dtype)
+    probs = sparsemax(low, dim=-1)
+    assert probs.dtype == dtype
+    assert torch.equal(probs, sparsemax(low.double(), dim=-1).to(dtype))
+    assert torch.all(probs[masked] == 0)
+
+
 def test_sparsemax_along_another_dimension_and_its_jacobian():
     scores = torch.randn(4, 6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     torch.testing.assert_close(sparsemax(scores, dim=1), sparsemax(scores.transpose(1, 2), -1).transpose(1, 2))

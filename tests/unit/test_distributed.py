@@ -50,7 +50,7 @@ def one_step(settings, dist=None):
     if dist is not None:
         dist.broadcast_parameters(model)
     trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), optim=Optimizer(model, opt, 16),
-                      accum_count=settings["accum"], shard_size=settings["shard"], trunc_size=settings.get("trunc", 0),
+                      shard_size=settings["shard"], trunc_size=settings.get("trunc", 0),
                       norm_method=opt.normalization, dist=dist)
     halves = [] if dist is None else list(range(dist.rank * 8, dist.rank * 8 + 8))
     batches = [view.batch([16 * k + i for i in (halves or range(16))]) for k in range(settings["accum"])]

@@ -19,11 +19,11 @@ def optim_options(**overrides):
     return argparse.Namespace(**values)
 
 
-def make_trainer(*model_args, accum=1, shard=0, trunc=0, norm="sents", seed=0, **optim_overrides):
+def make_trainer(*model_args, shard=0, trunc=0, norm="sents", seed=0, **optim_overrides):
     model, opt = make_model(*model_args, seed=seed)
     optim = Optimizer(model, optim_options(**optim_overrides), 8)
     loss = build_loss_compute(model, TGT_VOCAB, opt)
-    return Trainer(model, loss_compute=loss, valid_loss_compute=loss, optim=optim, accum_count=accum, shard_size=shard,
+    return Trainer(model, loss_compute=loss, valid_loss_compute=loss, optim=optim, shard_size=shard,
                    trunc_size=trunc, norm_method=norm), model
 
 
@@ -36,9 +36,9 @@ def params(model):
                                               ([*TRANSFORMER, "-copy_attn"], 2)])
 def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_args, shard):
     first, second = random_pairs(3, seed=11), random_pairs(4, seed=12)
-    accumulated, model_a = make_trainer(*model_args, accum=2, shard=shard, norm=norm)
+    accumulated, model_a = make_trainer(*model_args, shard=shard, norm=norm)
     accumulated.train_step([make_batch(first), make_batch(second)])
-    single, model_b = make_trainer(*model_args, accum=1, shard=shard, norm=norm)
+    single, model_b = make_trainer(*model_args, shard=shard, norm=norm)
     single.train_step([make_batch(first + second)])
     assert_grads_equal(params(model_b), params(model_a), rtol=1e-9)
     initial = params(make_model(*model_args)[0])
@@ -163,7 +163,7 @@ def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatc
 
     monkeypatch.setattr(Batch, "to", to)
     monkeypatch.setattr(trainer_module, "normalization", recording_normalization)
-    trainer, _ = make_trainer(accum=2, norm="tokens")
+    trainer, _ = make_trainer(norm="tokens")
     trainer.train_step([make_batch(random_pairs(2, seed=1)), make_batch(random_pairs(3, seed=2))])
     assert read == [[False, False]]
 
