@@ -223,8 +223,7 @@ class Translator:
                                                  inputs.count(self.batch_size, self.batch_type), self.fork_streams)
 
         def decode_stream(i):
-            """The ``i``-th stream's share of the batches: ``(line, n-best, copy words, beam steps or
-            None)`` per example."""
+            """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)`` each."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(batches, self._stepper, self.search_options.beam_width, self.batch_size,
                                self.batch_type, self.device, inputs.prefixes)
