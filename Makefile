@@ -20,7 +20,7 @@ $(VENV)/.demo: $(VENV)/.installed
 	touch $@
 
 test: $(VENV)/.demo
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -4,6 +4,7 @@
     bench/quality.sh ende     # toy-ende, 1,000 steps each, with and without copy attention
     bench/quality.sh g2p -model transformer    # the small Transformer, the same wall-clock budget each
     bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
+    bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3   # settings for 10,000 pairs
 
 g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
 match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
@@ -64,6 +65,31 @@ def newest_checkpoint(pattern):
     raise SystemExit(f"no usable checkpoint matches {pattern}")
 
 
+def subword_files(data, pieces, work):
+    """Train one sentencepiece BPE model of ``pieces`` pieces on both sides of the training data and
+    write every file of ``data`` cut into pieces under ``work``; returns (the model, the new paths).
+    Both toolkits then train on the same pieces, and their outputs are joined back into words before
+    scoring (``join_pieces``), so that BLEU is computed on the corpus's own tokens."""
+    import sentencepiece as spm
+
+    prefix = os.path.join(work, f"bpe{pieces}")
+    spm.SentencePieceTrainer.train(input=[data["src_train"], data["tgt_train"]], model_prefix=prefix,
+                                   vocab_size=pieces, model_type="bpe", character_coverage=1.0,
+                                   minloglevel=2)
+    model = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    cut = {}
+    for key, path in data.items():
+        cut[key] = os.path.join(work, f"bpe{pieces}_{os.path.basename(path)}")
+        with open(path, encoding="utf-8") as f, open(cut[key], "w", encoding="utf-8") as g:
+            g.writelines(" ".join(model.encode(line.strip(), out_type=str)) + "\n" for line in f)
+    return model, cut
+
+
+def join_pieces(outputs, model):
+    """Each toolkit's output lines with their pieces joined back into words."""
+    return {t: [model.decode(line.split()) for line in lines] for t, lines in outputs.items()}
+
+
 def normalised_copy(path, work):
     """The file with whitespace runs collapsed (OpenNMT-py 3.5.1 crashes on them)."""
     out = os.path.join(work, os.path.basename(path))
@@ -121,13 +147,16 @@ TRANSFORMER = {"encoder_type": "transformer", "decoder_type": "transformer", "la
 TRANSFORMER_TRAINING = {"optim": "adam", "adam_beta2": 0.998, "decay_method": "noam", "warmup_steps": 8000,
                         "learning_rate": 2, "batch_size": 4096, "batch_type": "tokens", "normalization": "tokens",
                         "label_smoothing": 0.1}
+# -subwords: one vocabulary for both sides and one embedding matrix for the encoder, the decoder and the
+# generator (fewer parameters to learn from 10,000 pairs); share_vocab is preprocessing's in onmt_lite
+SHARED_PIECES = {"share_vocab": True, "share_embeddings": True, "share_decoder_embeddings": True}
 # OpenNMT-py 3.x options without a counterpart in onmt_lite: the biases above (onmt_lite's layers always
 # have them), and bucket_size (-peer_bucket_size)
 PEER_ONLY = ("add_qkvbias", "add_ffnbias", "bucket_size")
 PEER_BUCKET_HELP = ("OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
                     "data-loading worker reads the corpus over and over, 26 times for toy-ende, to fill one; "
                     "a smaller one starts sooner, for dry runs)")
-PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size")  # onmt_lite_preprocess's, the peer's build_vocab's
+PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size", "share_vocab")  # onmt_lite_preprocess's, the peer's build_vocab's
 
 
 def peer_config(path, data, model_args, train_args, work):
@@ -160,6 +189,8 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
         pre += ["-src_vocab_size", model_args["src_vocab_size"], "-tgt_vocab_size", model_args["tgt_vocab_size"]]
     if model_args.get("copy_attn"):
         pre += ["-dynamic_dict"]
+    if model_args.get("share_vocab"):
+        pre += ["-share_vocab"]
     run(pre, f"{work}/lite_preprocess.log")
     if reuse and glob.glob(f"{work}/lite_model_step_*.pt") and glob.glob(f"{work}/peer_model_step_*.pt"):
         return {"onmt_lite": (*newest_checkpoint(f"{work}/lite_model_step_*.pt"),
@@ -305,6 +336,11 @@ def main():
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
     parser.add_argument("-only", choices=["copy", "nocopy"], help="ende, rnn: run one of the two settings")
     parser.add_argument("-lines", type=int, help="score the first N lines of the validation set (default: all)")
+    parser.add_argument("-subwords", type=int,
+                        help="-model transformer, ende: train both toolkits on sentencepiece BPE pieces, one "
+                             "model of N pieces for both languages, with shared vocabularies and embeddings "
+                             "(BLEU is scored on the words joined back)")
+    parser.add_argument("-dropout", type=float, help="-model transformer: dropout (default: 0.1, issue 32's)")
     parser.add_argument("-results", help="write the figures to bench/results/RESULTS.json (default: quality_TASK...)")
     parser.add_argument("-reuse", action="store_true",
                         help="Translate and score the checkpoints of an earlier run instead of training again")
@@ -338,6 +374,12 @@ def main():
         vocab = {"src_vocab_size": 20000, "tgt_vocab_size": 20000} if opt.task == "ende" else {}
         settings = [(f"transformer, {'BLEU beam 5' if opt.task == 'ende' else 'beam 5, exact match'}",
                      {**TRANSFORMER, **vocab})]
+        if opt.dropout is not None:
+            settings = [(f"{label}, dropout {opt.dropout}", {**args, "dropout": opt.dropout})
+                        for label, args in settings]
+        if opt.subwords:
+            settings = [(f"{label}, {opt.subwords} BPE pieces shared", {**args, **SHARED_PIECES})
+                        for label, args in settings]
         train_args = {**TRANSFORMER_TRAINING, "warmup_steps": opt.warmup_steps, "train_steps": 1000000,
                       "valid_steps": 1000000, "save_checkpoint_steps": opt.save_every, "keep_checkpoint": 3,
                       "seed": 1}
@@ -347,15 +389,20 @@ def main():
     for label, model_args in settings:
         work = os.path.join(opt.work, opt.task, re.sub(r"\W+", "_", label))
         os.makedirs(work, exist_ok=True)
-        peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
-        models = train_both(opt.task, data, peer_data, model_args, train_args, budget, work, opt.peer, opt.reuse)
+        pieces, task_data = (subword_files(data, opt.subwords, work) if opt.subwords and opt.model == "transformer"
+                             and opt.task == "ende" else (None, data))
+        peer_data = {k: normalised_copy(v, work) for k, v in task_data.items()}
+        models = train_both(opt.task, task_data, peer_data, model_args, train_args, budget, work, opt.peer, opt.reuse)
         check_models(f"{work}/lite_train.log", f"{work}/peer_train.log", model_args)
-        src, refs = (first_lines(path, opt.lines, work) for path in (data["src_valid"], ref))
+        src, refs = (first_lines(path, opt.lines, work) for path in (task_data["src_valid"], ref))
         outputs = translate_both(models, src, work, opt.peer)
+        if pieces is not None:
+            outputs = join_pieces(outputs, pieces)
         results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
         results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
         if opt.model == "transformer":
-            results[-1]["warmup_steps"] = opt.warmup_steps
+            results[-1].update({"warmup_steps": opt.warmup_steps, "minutes": opt.minutes,
+                                "subwords": opt.subwords, "dropout": model_args["dropout"]})
         name = f"quality_{opt.task}" + ("_transformer" if opt.model == "transformer" else "")
         write_results(opt.results or name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""), results)
 
