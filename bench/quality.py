@@ -72,14 +72,16 @@ def subword_files(data, pieces, work):
     scoring (``join_pieces``), so that BLEU is computed on the corpus's own tokens."""
     import sentencepiece as spm
 
-    prefix = os.path.join(work, f"bpe{pieces}")
+    work = os.path.join(work, f"bpe{pieces}")  # not beside normalised_copy's files, which keep the names
+    os.makedirs(work, exist_ok=True)
+    prefix = os.path.join(work, "pieces")
     spm.SentencePieceTrainer.train(input=[data["src_train"], data["tgt_train"]], model_prefix=prefix,
                                    vocab_size=pieces, model_type="bpe", character_coverage=1.0,
                                    minloglevel=2)
     model = spm.SentencePieceProcessor(model_file=prefix + ".model")
     cut = {}
     for key, path in data.items():
-        cut[key] = os.path.join(work, f"bpe{pieces}_{os.path.basename(path)}")
+        cut[key] = os.path.join(work, os.path.basename(path))
         with open(path, encoding="utf-8") as f, open(cut[key], "w", encoding="utf-8") as g:
             g.writelines(" ".join(model.encode(line.strip(), out_type=str)) + "\n" for line in f)
     return model, cut
@@ -156,7 +158,8 @@ PEER_ONLY = ("add_qkvbias", "add_ffnbias", "bucket_size")
 PEER_BUCKET_HELP = ("OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
                     "data-loading worker reads the corpus over and over, 26 times for toy-ende, to fill one; "
                     "a smaller one starts sooner, for dry runs)")
-PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size", "share_vocab")  # onmt_lite_preprocess's, the peer's build_vocab's
+# onmt_lite_preprocess's options (the peer's build_vocab's or its config's)
+PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size", "share_vocab")
 
 
 def peer_config(path, data, model_args, train_args, work):
