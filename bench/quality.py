@@ -20,6 +20,7 @@ bench/results/quality_TASK.json (quality_TASK_transformer.json for the Transform
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import subprocess
@@ -286,6 +287,31 @@ def translate_both(models, src, work, peer):
     return outputs
 
 
+def gold_perplexity(models, src, tgt, work, peer):
+    """Each toolkit's perplexity of the references ``tgt`` (each token and the end of sentence), from its
+    translation command's gold scores: a measure of the model that does not need it to translate well.
+    OpenNMT-py 3.5.1 logs the average score per sentence (its ``GOLD PPL`` is the exponential of that);
+    the per-token one is computed from the token count here."""
+    with open(tgt, encoding="utf-8") as f:
+        tokens = sum(len(line.split()) + 1 for line in f)
+    ppl = {}
+    for toolkit, (checkpoint, _, _) in models.items():
+        log = f"{work}/{toolkit}_gold.log"
+        if toolkit == "onmt_lite":
+            run([f"{LITE_BIN}/onmt_lite_translate", "-model", checkpoint, "-src", src, "-tgt", tgt, "-output",
+                 f"{work}/{toolkit}_gold.pred", "-beam_size", 1, "-batch_size", 32], log)
+            pattern, per_sentence = r"GOLD AVG SCORE: (-?[\d.]+)", False
+        else:
+            run([f"{peer}/bin/onmt_translate", "-model", f"{work}/peer_model_for_translation.pt", "-src", src,
+                 "-tgt", tgt, "-output", f"{work}/{toolkit}_gold.pred", "-beam_size", 1, "-batch_size", 32], log)
+            pattern, per_sentence = r"GOLD SCORE: (-?[\d.]+)", True
+        with open(log, encoding="utf-8", errors="replace") as f:
+            score = float(re.findall(pattern, f.read())[-1])
+        ppl[toolkit] = math.exp(-score * sum(1 for _ in open(tgt, encoding="utf-8")) / tokens if per_sentence
+                                else -score)
+    return ppl
+
+
 def first_lines(path, n, work):
     """``path``, or with ``n`` a copy of its first ``n`` lines in ``work``."""
     if n is None:
@@ -403,6 +429,10 @@ def main():
             outputs = join_pieces(outputs, pieces)
         results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
         results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
+        if opt.model == "transformer" and opt.task == "ende":
+            src, refs = (first_lines(task_data[key], opt.lines, work) for key in ("src_valid", "tgt_valid"))
+            results[-1]["reference_perplexity"] = gold_perplexity(models, src, refs, work, opt.peer)
+            print(f"perplexity of the references: {results[-1]['reference_perplexity']}")
         if opt.model == "transformer":
             results[-1].update({"warmup_steps": opt.warmup_steps, "minutes": opt.minutes,
                                 "subwords": opt.subwords, "dropout": model_args["dropout"]})

@@ -73,6 +73,9 @@ CHANGED = {
                    "one process's (1.x: built that many shards side by side)",
     "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
                          "per-GPU log lines)",
+    "gpuid": "accepted without a value, as 1.x accepted it (1.x refused any value: deprecated, use -gpu_ranks)",
+    "max_shard_size": "accepted as 0, its default, as 1.x accepted it (1.x refused any other value: deprecated, "
+                      "use -shard_size)",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
                   "filled a queue for all)",
     "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than -max_length is output "

@@ -24,7 +24,6 @@ UNSUPPORTED_OPTIONS = {
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); use -tensorboard",
-    "max_shard_size": "deprecated in 1.x; use -shard_size",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
         "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported"),
@@ -32,7 +31,6 @@ UNSUPPORTED_OPTIONS = {
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
         "a GGNN option: the GGNN (graph) encoder is not implemented"),
     "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
-    "gpuid": "deprecated in 1.x; use -gpu_ranks (or -gpu)",
 }
 
 
@@ -63,6 +61,18 @@ def choice(option, allowed, unsupported=None):
                 f"onmt_lite does not support -{option} {value} ({unsupported[value]}); "
                 f"choose from {', '.join(allowed)}")
         raise argparse.ArgumentTypeError(f"invalid value {value!r}; choose from {', '.join(allowed)}")
+
+    parse.__name__ = option
+    return parse
+
+
+def only_value(option, allowed, reason):
+    """A ``type=`` that accepts the one value ``allowed`` (a string) and refuses any other with ``reason``
+    (for 1.x's deprecated options, which 1.x accepted at their default only)."""
+    def parse(value):
+        if value == allowed:
+            return value
+        raise argparse.ArgumentTypeError(f"{value!r} is refused: {reason}")
 
     parse.__name__ = option
     return parse

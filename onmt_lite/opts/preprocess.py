@@ -1,12 +1,15 @@
 """Options of onmt_lite_preprocess."""
 from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, int_at_least,
-                                    log_file_opts, opennmt_py_1x_command)
+                                    log_file_opts, only_value, opennmt_py_1x_command)
 
 
 def _data_opts(parser):
     add(compatibility_group(parser), "data_type", default="text", type=choice(
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
+    add(compatibility_group(parser), "max_shard_size", default="0",
+        type=only_value("max_shard_size", "0", "deprecated in 1.x, which accepted only 0; use -shard_size"),
+        help="Deprecated in 1.x: only 0 (its default) is accepted")
     group = parser.add_argument_group("Data")
     add(group, "train_src", required=True, nargs="+",
         help="Training source text, one sentence a line; several files: several corpora, named by -train_ids")

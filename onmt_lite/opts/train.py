@@ -1,6 +1,6 @@
 """Options of onmt_lite_train (besides the model options)."""
 from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float_in, int_at_least, log_file_opts,
-                                    opennmt_py_1x_command)
+                                    only_value, opennmt_py_1x_command)
 
 
 def _general_opts(parser):
@@ -31,6 +31,9 @@ def _general_opts(parser):
     add(group, "master_port", type=int_at_least(1), default=10000, help="Port where the processes meet")
     add(group, "gpu_verbose_level", type=int_at_least(0), default=0,
         help="With several processes: 1 or more, every process logs (its rank first), not only rank 0")
+    add(compatibility_group(parser), "gpuid", nargs="*", default=[],
+        type=only_value("gpuid", None, "deprecated in 1.x, which refused any value; use -gpu_ranks (or -gpu)"),
+        help="Deprecated in 1.x: accepted without a value only")
     add(compatibility_group(parser), "queue_size", type=int_at_least(1), default=40,
         help="1.x's queue of batches that one producer process filled for the training processes; here "
              "each process reads its own batches")

@@ -52,7 +52,7 @@ def sample_values(action):
     if action.dest in SAMPLES:
         return [SAMPLES[action.dest]]
     if isinstance(default, list):
-        return [str(v) for v in default] or ["x"]
+        return [str(v) for v in default] or ([] if action.nargs == "*" else ["x"])
     return [str(default)] if default not in (None, "") else ["x"]
 
 

@@ -169,8 +169,8 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
 
 
 @pytest.mark.parametrize("groups,expected", [
-    ("preprocess", {"data_type"}),
-    ("train", {"model_type", "queue_size"}),
+    ("preprocess", {"data_type", "max_shard_size"}),
+    ("train", {"model_type", "queue_size", "gpuid"}),
     ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"})])
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
@@ -302,6 +302,22 @@ def test_brnn_is_encoder_type_brnn_and_builds_a_bidirectional_encoder():
     assert model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"  # the last wins
     assert build_model(model_options("-brnn"), VOCABS).encoder.rnn.bidirectional
     assert not build_model(model_options(), VOCABS).encoder.rnn.bidirectional
+
+
+def test_deprecated_1x_options_take_the_one_value_1x_accepted(capsys):
+    """1.x refused -max_shard_size other than 0 and -gpuid with any value; both parse as 1.x parsed them."""
+    from onmt_lite.opts import model_opts, train_opts
+
+    pre = ["-train_src", "a", "-train_tgt", "b", "-save_data", "x"]
+    preprocess, train = [config_opts, preprocess_opts], [config_opts, model_opts, train_opts]
+    assert parse(build_parser("p", preprocess), [*pre, "-max_shard_size", "0"]).max_shard_size == "0"
+    assert parse(build_parser("t", train), ["-data", "d", "-gpuid"]).gpuid == []
+    for groups, args, advice in ((preprocess, [*pre, "-max_shard_size", "5"], "-shard_size"),
+                                 (train, ["-data", "d", "-gpuid", "0"], "-gpu_ranks")):
+        with pytest.raises(SystemExit):
+            parse(build_parser("prog", groups), args)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is refused: deprecated in 1.x" in err and advice in err
 
 
 def test_queue_size_and_gpu_verbose_level_take_1x_values(capsys):
