@@ -67,8 +67,8 @@ def choice(option, allowed, unsupported=None):
 
 
 def only_value(option, allowed, reason):
-    """A ``type=`` that accepts the one value ``allowed`` (a string) and refuses any other with ``reason``
-    (for 1.x's deprecated options, which 1.x accepted at their default only)."""
+    """A ``type=`` that accepts the one value ``allowed`` (a string; None accepts none) and refuses any
+    other with ``reason`` (for 1.x's deprecated options, which 1.x accepted at their default only)."""
     def parse(value):
         if value == allowed:
             return value
