@@ -293,7 +293,7 @@ def gold_perplexity(models, src, tgt, work, peer):
     OpenNMT-py 3.5.1 logs the average score per sentence (its ``GOLD PPL`` is the exponential of that);
     the per-token one is computed from the token count here."""
     with open(tgt, encoding="utf-8") as f:
-        tokens = sum(len(line.split()) + 1 for line in f)
+        lengths = [len(line.split()) + 1 for line in f]
     ppl = {}
     for toolkit, (checkpoint, _, _) in models.items():
         log = f"{work}/{toolkit}_gold.log"
@@ -307,8 +307,7 @@ def gold_perplexity(models, src, tgt, work, peer):
             pattern, per_sentence = r"GOLD SCORE: (-?[\d.]+)", True
         with open(log, encoding="utf-8", errors="replace") as f:
             score = float(re.findall(pattern, f.read())[-1])
-        ppl[toolkit] = math.exp(-score * sum(1 for _ in open(tgt, encoding="utf-8")) / tokens if per_sentence
-                                else -score)
+        ppl[toolkit] = math.exp(-score * len(lengths) / sum(lengths) if per_sentence else -score)
     return ppl
 
 
