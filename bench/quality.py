@@ -82,7 +82,8 @@ def subword_files(data, pieces, work):
     model = spm.SentencePieceProcessor(model_file=prefix + ".model")
     cut = {}
     for key, path in data.items():
-        cut[key] = os.path.join(work, os.path.basename(path))
+        # named apart from the words' files: first_lines's copies of both go to one folder
+        cut[key] = os.path.join(work, "pieces_" + os.path.basename(path))
         with open(path, encoding="utf-8") as f, open(cut[key], "w", encoding="utf-8") as g:
             g.writelines(" ".join(model.encode(line.strip(), out_type=str)) + "\n" for line in f)
     return model, cut
@@ -429,8 +430,8 @@ def main():
         results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
         results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
         if opt.model == "transformer" and opt.task == "ende":
-            src, refs = (first_lines(task_data[key], opt.lines, work) for key in ("src_valid", "tgt_valid"))
-            results[-1]["reference_perplexity"] = gold_perplexity(models, src, refs, work, opt.peer)
+            gold_refs = first_lines(task_data["tgt_valid"], opt.lines, work)  # in pieces with -subwords
+            results[-1]["reference_perplexity"] = gold_perplexity(models, src, gold_refs, work, opt.peer)
             print(f"perplexity of the references: {results[-1]['reference_perplexity']}")
         if opt.model == "transformer":
             results[-1].update({"warmup_steps": opt.warmup_steps, "minutes": opt.minutes,
