@@ -111,6 +111,29 @@ def exact_match(hypotheses, references):
     return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
 
 
+# docs/usage.md, "What a line's output depends on": a score that sums n log-probabilities (the
+# tokens and the end of sentence) is within n * SCORE_ROUNDING of the line's score decoded alone
+SCORE_ROUNDING = 1e-4
+PRINTED = 1e-4  # two scores printed to 4 decimals: each rounded by at most half of this
+
+
+def scores_agree(a, b, n, printed=False):
+    """Whether two scores of one line that sum ``n`` log-probabilities agree as docs/usage.md
+    promises; ``printed``: as the command prints them (to 4 decimals)."""
+    return abs(a - b) <= SCORE_ROUNDING * n + (PRINTED if printed else 0.0)
+
+
+def assert_same_translation(a, b):
+    """Two ``Result``s of one line decoded with different company: the same n-best words, and
+    scores (gold scores too) that agree as docs/usage.md promises."""
+    assert a.hypotheses == b.hypotheses
+    for x, y, words in zip(a.scores, b.scores, a.tokens):
+        assert scores_agree(x, y, len(words) + 1), (x, y, words)
+    if a.gold_score is not None or b.gold_score is not None:
+        assert a.gold_words == b.gold_words and scores_agree(a.gold_score, b.gold_score, a.gold_words), \
+            (a.gold_score, b.gold_score)
+
+
 def step_losses(lines):
     """``{step: "acc ...; ppl ...; xent ..."}`` from logged training lines."""
     out = {}

@@ -5,8 +5,17 @@ command (see onmt_lite.train.distributed).
 """
 import logging
 
+import torch
+
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
-from onmt_lite.train.distributed import check_options, exit_process, from_environment, launched_by_torchrun, spawn
+from onmt_lite.train.distributed import (
+    check_options,
+    check_spawn_devices,
+    exit_process,
+    from_environment,
+    launched_by_torchrun,
+    spawn,
+)
 from onmt_lite.train.main import train
 from onmt_lite.utils.errors import Stopped, UserError, run_command
 from onmt_lite.utils.logging import init_logger
@@ -20,6 +29,7 @@ def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, model_opts, train_opts], __doc__), args)
     check_options(opt)
     if opt.world_size > 1 and not launched_by_torchrun():
+        check_spawn_devices(opt, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         init_logger()
         spawn(opt, spawned_process)
     else:

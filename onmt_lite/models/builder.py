@@ -20,8 +20,9 @@ from onmt_lite.models.transformer import MultiHeadAttention, TransformerDecoder,
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = ("reuse_copy_attn", "copy_attn_force", "copy_loss_by_seqlength", "copy_attn_type")
-# the options that need the decoder's attention, refused with -global_attention none
-ATTENTION_OPTIONS = ("copy_attn", "reuse_copy_attn", "coverage_attn", "lambda_coverage")
+# the options that need the decoder's attention, refused with -global_attention none (-copy_attn
+# alone does not: its attention is a layer of its own, of -copy_attn_type, as in 1.x)
+ATTENTION_OPTIONS = ("reuse_copy_attn", "coverage_attn", "lambda_coverage")
 
 
 def check_attention_variants(opt):
@@ -37,6 +38,9 @@ def check_attention_variants(opt):
     if opt.global_attention == "none":
         for name in (name for name in ATTENTION_OPTIONS if getattr(opt, name)):
             raise UserError(f"-{name} needs attention: not with -global_attention none")
+        if opt.copy_attn and not opt.copy_attn_type:
+            raise UserError("-copy_attn with -global_attention none needs -copy_attn_type dot, general or "
+                            "mlp: the copy attention is then a layer of its own, of that type")
     if opt.generator_function == "sparsemax" and opt.copy_attn:
         raise UserError("-generator_function sparsemax cannot be used with -copy_attn: the copy generator "
                         "mixes softmax probabilities of the vocabulary with the copy attention")

@@ -106,7 +106,7 @@ class RNNDecoderBase(nn.Module):
     Args:
         rnn_type, num_layers, hidden_size, dropout: of the RNN (dropout also on the output).
         attn_type: "dot", "general", "mlp", or "none": no attention, the output is the RNN's (then no
-            ``attns`` at all: coverage and copy attention need attention).
+            ``attns["std"]``: coverage needs attention; copy attention then needs ``copy_attn_type``).
         embeddings: an ``Embeddings`` module.
         coverage_attn: feed coverage into the attention and return ``attns["coverage"]``.
         copy_attn: return ``attns["copy"]`` (``reuse_copy_attn``: the standard attention itself;
@@ -122,8 +122,10 @@ class RNNDecoderBase(nn.Module):
                  coverage_attn=False, copy_attn=False, reuse_copy_attn=False, copy_attn_type=None,
                  attn_func="softmax", context_gate=None):
         super().__init__()
-        if attn_type == "none" and (coverage_attn or copy_attn):
-            raise ValueError("coverage and copy attention need attention (attn_type is none)")
+        if attn_type == "none" and (coverage_attn or reuse_copy_attn):
+            raise ValueError("coverage and a reused copy attention need attention (attn_type is none)")
+        if attn_type == "none" and copy_attn and copy_attn_type is None:
+            raise ValueError("copy attention without attention needs its own type (copy_attn_type)")
         self.embeddings, self.hidden_size = embeddings, hidden_size
         self.dropout = nn.Dropout(dropout)
         self.attn = None if attn_type == "none" else GlobalAttention(
@@ -187,10 +189,9 @@ class RNNDecoderBase(nn.Module):
         return torch.cat(outs, 1), torch.cat(aligns, 1), torch.stack(covs, 1), coverage
 
     def _attns(self, dec_out, align, covs, memory, lengths):
-        """The ``attns`` dict, time-major ``[T x B x S]`` tensors (empty without attention)."""
-        if align is None:
-            return {}
-        attns = {"std": align.transpose(0, 1)}
+        """The ``attns`` dict, time-major ``[T x B x S]`` tensors: without attention only ``"copy"``
+        (a copy attention of its own), or nothing."""
+        attns = {} if align is None else {"std": align.transpose(0, 1)}
         if covs is not None:
             attns["coverage"] = covs.transpose(0, 1)
         if self.copy_attn:

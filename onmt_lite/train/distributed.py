@@ -133,21 +133,37 @@ def launched_by_torchrun():
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
-def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, rank=0):
-    """The device of the torchrun process of ``local_rank`` (of ``local_world_size`` on its machine).
+def cuda_index(gpu_ranks, gpu, local_rank, local_world_size):
+    """The CUDA device index of the process of ``local_rank`` (of ``local_world_size`` on its
+    machine), or None for the CPU.
 
     ``-gpu_ranks`` with one entry per local process gives each its own; with a single entry, or with
     ``-gpu`` 0 or more, each process takes the CUDA device of its local rank (a 1.x habit: every
-    process on one device would fail in nccl, or share it under gloo); neither: the CPU. A CUDA
-    device this machine lacks is a UserError, as in one process, not a silent fall back to the CPU."""
+    process on one device would fail in nccl, or share it under gloo); neither: the CPU."""
     if gpu_ranks and len(gpu_ranks) not in (1, local_world_size):
         raise UserError(f"-gpu_ranks {' '.join(map(str, gpu_ranks))}: torchrun started {local_world_size} "
                         f"processes on this machine; give one device each, or one entry to use the local ranks")
     if len(gpu_ranks) == local_world_size and gpu_ranks:
-        index = gpu_ranks[local_rank]
-    elif gpu_ranks or gpu >= 0:
-        index = local_rank
-    else:
+        return gpu_ranks[local_rank]
+    return local_rank if gpu_ranks or gpu >= 0 else None
+
+
+def check_spawn_devices(opt, cuda_count):
+    """Before ``spawn`` starts anything: every CUDA device its ``-world_size`` processes would take
+    exists on this machine (``cuda_count`` devices), else one UserError for them all."""
+    wanted = [cuda_index(opt.gpu_ranks, opt.gpu, rank, opt.world_size) for rank in range(opt.world_size)]
+    missing = [index for index in wanted if index is not None and index >= cuda_count]
+    if missing:
+        raise UserError(f"-world_size {opt.world_size} asks for CUDA device(s) {' '.join(map(str, missing))} "
+                        f"(-gpu_ranks/-gpu) but this machine has {cuda_count or 'no'} CUDA devices; no "
+                        "process was started (leave out -gpu_ranks and -gpu to train on the CPU)")
+
+
+def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, rank=0):
+    """The device of the torchrun process of ``local_rank`` (``cuda_index``). A CUDA device this
+    machine lacks is a UserError, as in one process, not a silent fall back to the CPU."""
+    index = cuda_index(gpu_ranks, gpu, local_rank, local_world_size)
+    if index is None:
         return torch.device("cpu")
     if index >= cuda_count:
         raise UserError(f"rank {rank}: CUDA device {index} requested (-gpu_ranks/-gpu) but this machine has "

@@ -80,13 +80,15 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
 
 def require_attention(models, wanted, names=None):
     """A UserError when an option of ``wanted`` (option names, without the dash) reads the attention
-    but a model of the ensemble has none (-global_attention none); ``names``: the models' paths."""
-    if not wanted:
-        return
+    but a model of the ensemble has none (-global_attention none); ``names``: the models' paths.
+    -replace_unk reads a copy model's copy attention, which such a model has."""
     for i, model in enumerate(models):
-        if not model.decoder.attentional:
+        if model.decoder.attentional:
+            continue
+        reading = [name for name in wanted if not (name == "replace_unk" and model.decoder.copy_attn)]
+        if reading:
             name = names[i] if names is not None else f"model {i + 1} of the ensemble"
-            raise UserError(f"-{wanted[0]} needs the model's attention, but {name} was trained with "
+            raise UserError(f"-{reading[0]} needs the model's attention, but {name} was trained with "
                             "-global_attention none")
 
 

@@ -14,11 +14,18 @@ from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.utils.errors import UserError
 from tests.helpers import lines, run_cli, step_losses, train_in_process, write_lines
 
+# trains models held to a quality and compares translations: run again under other kernels
+pytestmark = pytest.mark.kernels
+
 MODEL = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-layers", 1, "-rnn_size", 16,
          "-word_vec_size", 16, "-heads", 2, "-transformer_ff", 32, "-position_encoding", "-dropout", 0,
          "-attention_dropout", 0, "-param_init", 0, "-param_init_glorot", "-optim", "adam", "-seed", 1]
-# measured on the held-out lines: 29 of 30 1-best alignments are the identity (21 of 30 without -lambda_align)
 GUIDED = ["-lambda_align", 1.0, "-alignment_layer", -1, "-alignment_heads", 1]
+# at a constant rate the identity alignments swung from 24 to 30 of the 30 held-out lines between
+# checkpoints, by kernel set and thread count (27, the test's minimum, after 200 steps); halving the
+# rate every 50 steps from step 200 settles them: 30 of 30 at steps 300 and 400 on the default, AVX2
+# and AVX-512 kernels, 1 and 2 threads
+SCHEDULE = ["-learning_rate", 0.005, "-start_decay_steps", 200, "-decay_steps", 50, "-learning_rate_decay", 0.5]
 
 
 def identity(n):
@@ -55,9 +62,9 @@ def trained(tmp_path_factory):
     preprocess(preprocess_args(train, prefix, "-train_align", train["align"], "-valid_src", valid["src"],
                                "-valid_tgt", valid["tgt"], "-valid_align", valid["align"]))
     save = os.path.join(directory, "m")
-    train_in_process(prefix, save, *MODEL, *GUIDED, "-batch_size", 16, "-learning_rate", 0.005, "-train_steps", 200,
-                     "-valid_steps", 200)
-    return {"model": f"{save}_step_200.pt", "data": prefix, "valid": valid, "dir": directory}
+    train_in_process(prefix, save, *MODEL, *GUIDED, "-batch_size", 16, *SCHEDULE, "-train_steps", 400,
+                     "-valid_steps", 400)
+    return {"model": f"{save}_step_400.pt", "data": prefix, "valid": valid, "dir": directory}
 
 
 def test_the_trained_model_reports_the_identity_alignment_in_1x_format(trained, tmp_path):

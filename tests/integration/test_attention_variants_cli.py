@@ -5,9 +5,13 @@ import math
 import re
 
 import pytest
+import torch
 
 from onmt_lite import Translator
-from tests.helpers import exact_match, lines, run_cli, trained_reversal_model
+from tests.helpers import exact_match, lines, preprocess_in_process, run_cli, trained_reversal_model
+
+# trains models held to a quality and compares translations: run again under other kernels
+pytestmark = pytest.mark.kernels
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
@@ -18,15 +22,16 @@ VARIANTS = {
     "sparsemax_generator_gate_both_std": ["-generator_function", "sparsemax", "-context_gate", "both",
                                           "-input_feed", 0],
 }
-# exact match on held-out lines, clearly above chance (about 0: 2 to 7 words of 20, reversed); measured
-# after 800 steps, greedy and beam 5: 0.275 0.275, 0.35 0.4 and 0.725 0.775 (without attention, the
-# model learns slower)
-MINIMUM = {"none_gate_source": 0.15, "sparsemax_attention_gate_target": 0.2, "sparsemax_generator_gate_both_std": 0.5}
+# exact match on held-out lines, far above chance (about 0: 2 to 7 words of 20, reversed). On 300
+# training pairs the model without attention memorised them and stayed at 0.15 to 0.30 however long
+# it trained (0.15 on AVX-512 kernels, the old minimum); on 3,000, after 800 steps, measured on the
+# default, AVX2 and AVX-512 kernels: 0.725 to 0.75, 0.9 to 1.0 and 1.0
+MINIMUM = {"none_gate_source": 0.5, "sparsemax_attention_gate_target": 0.75, "sparsemax_generator_gate_both_std": 0.75}
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return {kind: trained_reversal_model(tmp_path_factory, kind, [], [*SMALL, *extra], 800)
+    return {kind: trained_reversal_model(tmp_path_factory, kind, [], [*SMALL, *extra], 800, n_train=3000)
             for kind, extra in VARIANTS.items()}
 
 
@@ -78,3 +83,24 @@ def test_an_ensemble_with_a_model_without_attention_decodes(models, tmp_path):
     (result,) = translator.translate([lines(m["src"])[0]])
     assert result.attention == [None] and math.isfinite(result.scores[0])  # no attention all models have
 
+
+
+def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tmp_path):
+    """1.x's model test line -encoder_type rnn -global_attention none -copy_attn -copy_attn_type general:
+    the copy attention is a layer of its own. With a target vocabulary of 2 words the model can only
+    write the others by copying them (measured: every held-out line exact after 200 steps)."""
+    prefix = preprocess_in_process(str(tmp_path), "-dynamic_dict", "-tgt_vocab_size", 6)
+    result = run_cli("train", "-data", prefix, "-save_model", tmp_path / "m", "-encoder_type", "rnn",
+                     "-global_attention", "none", "-copy_attn", "-copy_attn_type", "general", *SMALL,
+                     "-train_steps", 200, "-valid_steps", 200)
+    assert result.returncode == 0, result.stderr
+    weights = torch.load(tmp_path / "m_step_200.pt", weights_only=True)["model"]
+    assert "decoder.copy_attention.linear_in.weight" in weights and not any(".attn." in name for name in weights)
+    out = tmp_path / "out.txt"
+    result = run_cli("translate", "-model", tmp_path / "m_step_200.pt", "-src", tmp_path / "src-valid.txt",
+                     "-output", out, "-beam_size", 5, "-replace_unk")  # -replace_unk reads the copy attention
+    assert result.returncode == 0, result.stderr
+    references = lines(tmp_path / "tgt-valid.txt")
+    vocab = set(torch.load(prefix + ".vocab.pt", weights_only=True)["tgt"])
+    assert len({word for line in lines(out) for word in line.split()} - vocab) >= 10  # copied (14 of 20)
+    assert exact_match(lines(out), references) >= 0.9

@@ -10,6 +10,9 @@ from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import exact_match, lines, run_cli, step_losses, train_in_process, write_lines
 from tests.server_helpers import Server
 
+# trains models held to a quality and compares translations: run again under other kernels
+pytestmark = pytest.mark.kernels
+
 S = "\uffe8"
 WORDS = [f"w{i}" for i in range(6)]
 TRAIN = ["-rnn_size", 32, "-word_vec_size", 16, "-layers", 1, "-batch_size", 16, "-optim", "adam",

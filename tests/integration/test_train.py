@@ -77,12 +77,15 @@ def test_early_stopping_stops_and_says_so(data, tmp_path):
     assert load_checkpoint(str(tmp_path / "m_best.pt"))["step"] == 2
 
 
+@pytest.mark.kernels  # a quality that depends on the kernels' rounding: run again under others
 def test_training_learns_the_reversal_task(data, tmp_path):
     _, lines = train_in_process(data["plain"], str(tmp_path / "m"), "-rnn_size", 64, "-word_vec_size", 32,
                                 "-layers", 1, "-batch_size", 32, "-optim", "adam", "-learning_rate", 0.01,
-                                "-dropout", 0, "-train_steps", 300, "-valid_steps", 300, "-seed", 1)
-    validation = next(line for line in lines if "Validation at step 300" in line)
-    assert float(validation.split("accuracy ")[1].split(",")[0]) > 95  # 98.6 when measured
+                                "-dropout", 0, "-train_steps", 500, "-valid_steps", 500, "-seed", 1)
+    validation = next(line for line in lines if "Validation at step 500" in line)
+    # at 300 steps 96.65 to 99.52 by kernel set (still learning); at 500 99.52 to 100 on the default,
+    # AVX2 and AVX-512 kernels, 1 and 2 threads
+    assert float(validation.split("accuracy ")[1].split(",")[0]) > 95
 
 
 def test_bad_inputs_are_refused_before_training(data, tmp_path):

@@ -17,11 +17,18 @@ from tests.helpers import (
     trained_reversal_model,
 )
 
+# trains models held to a quality and compares translations: run again under other kernels
+pytestmark = pytest.mark.kernels
+
 TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding",
                "-max_relative_positions", 8, "-layers", 2, "-rnn_size", 64, "-word_vec_size", 64, "-heads", 4,
                "-transformer_ff", 128, "-dropout", 0, "-attention_dropout", 0, "-param_init", 0,
                "-param_init_glorot", "-optim", "adam", "-seed", 1]
-STEPS = {"plain": 1500, "copy": 800, "unk": 800}
+# the copy and <unk> models at 800 steps were still learning, each kernel set (ATEN_CPU_CAPABILITY)
+# rounding its way to another model: the copy one matched 0.77 to 0.98 of the held-out lines; from
+# 1,200 steps on 1.0 on the default, AVX2 and AVX-512 kernels (the <unk> one, with -replace_unk, 0.95
+# to 1.0)
+STEPS = {"plain": 1500, "copy": 1500, "unk": 1500}
 NOAM = ["-batch_size", 64, "-decay_method", "noam", "-warmup_steps", 300, "-learning_rate", 2]
 # 1.x's FAQ recipe (docs/FAQ.md, "How do I use the Transformer model?"), sizes and steps cut down
 FAQ = ["-layers", 2, "-rnn_size", 16, "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2,

@@ -5,7 +5,10 @@ import pytest
 
 from onmt_lite.serve.config import translation_options
 from onmt_lite.utils.errors import UserError
-from tests.helpers import exact_match, lines, run_cli, trained_reversal_model, write_lines
+from tests.helpers import exact_match, lines, run_cli, scores_agree, trained_reversal_model, write_lines
+
+# trains models held to a quality and compares translations: run again under other kernels
+pytestmark = pytest.mark.kernels
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
@@ -89,8 +92,10 @@ def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothin
     for _, other in runs[1:]:
         assert [e["predicted_ids"] for e in other] == [e["predicted_ids"] for e in entries]
         assert [e["beam_parent_ids"] for e in other] == [e["beam_parent_ids"] for e in entries]
-        assert [e["n_best"][0]["score"] for e in other if e["n_best"]] == pytest.approx(
-            [e["n_best"][0]["score"] for e in entries if e["n_best"]], abs=1e-4)
+        for entry, other_entry, output in zip(entries, other, runs[0][0]):
+            if entry["n_best"]:
+                assert scores_agree(entry["n_best"][0]["score"], other_entry["n_best"][0]["score"],
+                                    len(output.split()) + 1)
 
 
 def test_the_server_refuses_both_options_by_name(model):

@@ -185,10 +185,41 @@ def test_without_attention_the_decoder_output_is_the_rnns(input_feed):
     torch.testing.assert_close(dec_out.detach(), expected, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("input_feed", [1, 0])
+def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(input_feed):
+    """1.x's -global_attention none -copy_attn -copy_attn_type general: the output is the RNN's (no
+    attention feeds it), and the copy attention, a layer of its own, weighs the source (masked); the
+    copy loss trains it."""
+    model, opt = make_model("-global_attention", "none", "-copy_attn", "-copy_attn_type", "general",
+                            "-input_feed", input_feed)
+    decoder = model.decoder
+    assert decoder.attn is None and decoder.copy_attention.attn_type == "general"
+    batch = make_batch(random_pairs(3, seed=9))
+    dec_out, attns, memory_bank, lengths, state = decoded(model, batch, 4)
+    assert set(attns) == {"copy"}
+    copy_attention = attns["copy"]  # [T x B x S]
+    with torch.no_grad():
+        if input_feed:
+            expected_out = input_feed_by_hand(decoder, batch.tgt[:4], memory_bank, lengths, state, None)
+        else:
+            expected_out, _ = decoder.rnn(decoder.embeddings(batch.tgt[:4]), state.hidden)
+        _, expected = decoder.copy_attention(expected_out.transpose(0, 1), memory_bank.transpose(0, 1), lengths)
+    torch.testing.assert_close(dec_out.detach(), expected_out, atol=1e-12, rtol=0)
+    torch.testing.assert_close(copy_attention.detach(), expected.transpose(0, 1), atol=1e-12, rtol=0)
+    padded = torch.arange(copy_attention.size(2)).unsqueeze(0) >= batch.src_lengths.unsqueeze(1)  # [B x S]
+    assert torch.all(copy_attention[:, padded] == 0)
+    torch.testing.assert_close(copy_attention.sum(2), torch.ones(4, 3, dtype=torch.float64))
+    full_dec_out, full_attns = model(batch.src, batch.tgt, batch.src_lengths)
+    loss, _ = build_loss_compute(model, TGT_VOCAB, opt)(batch, full_dec_out, full_attns)
+    loss.backward()
+    assert decoder.copy_attention.linear_in.weight.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("args,words", [
-    (["-global_attention", "none", "-copy_attn"], ["-copy_attn", "-global_attention none"]),
+    (["-global_attention", "none", "-copy_attn"], ["-copy_attn", "-global_attention none", "-copy_attn_type"]),
     (["-global_attention", "none", "-coverage_attn"], ["-coverage_attn", "-global_attention none"]),
-    (["-global_attention", "none", "-copy_attn", "-reuse_copy_attn"], ["-copy_attn", "-global_attention none"]),
+    (["-global_attention", "none", "-copy_attn", "-reuse_copy_attn", "-copy_attn_type", "general"],
+     ["-reuse_copy_attn", "-global_attention none"]),
     (["-global_attention", "none", "-lambda_coverage", 1], ["-lambda_coverage", "-global_attention none"]),
     (["-generator_function", "sparsemax", "-copy_attn"], ["-generator_function sparsemax", "-copy_attn"]),
     (["-decoder_type", "transformer", "-context_gate", "both"], ["-context_gate", "-decoder_type rnn"]),

@@ -146,3 +146,21 @@ def test_torchrun_refuses_devices_it_cannot_give(gpu_ranks, gpu, cuda_count, mat
 
     with pytest.raises(UserError, match=match):
         torchrun_device(gpu_ranks, gpu, 2 if len(gpu_ranks) != 4 else 3, 4, cuda_count)
+
+
+@pytest.mark.parametrize("args,cuda_count,missing", [
+    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 0, "CUDA device(s) 0 1 2 3 (-gpu_ranks/-gpu) but this machine "
+                                                      "has no CUDA devices"),
+    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 2, "CUDA device(s) 2 3 (-gpu_ranks/-gpu) but this machine has 2"),
+    (["-world_size", 2, "-gpu", 0], 1, "CUDA device(s) 1 "),  # -gpu: each process its local rank
+    (["-world_size", 3, "-gpu_ranks", 0], 0, "CUDA device(s) 0 1 2 "),
+    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 4, None), (["-world_size", 4], 0, None)])
+def test_spawned_processes_devices_are_checked_before_any_starts(args, cuda_count, missing):
+    from onmt_lite.train.distributed import check_spawn_devices
+
+    opt = parse(build_parser("test", [model_opts, train_opts]), ["-data", "x", *map(str, args)])
+    if missing is None:
+        check_spawn_devices(opt, cuda_count)
+        return
+    with pytest.raises(UserError, match=re.escape(missing)):
+        check_spawn_devices(opt, cuda_count)
