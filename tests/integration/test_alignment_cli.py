@@ -14,8 +14,8 @@ from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.utils.errors import UserError
 from tests.helpers import lines, run_cli, step_losses, train_in_process, write_lines
 
-# trains models held to a quality and compares translations: run again under other kernels
-pytestmark = pytest.mark.kernels
+# the tests marked kernels hold a trained model to a quality or compare translations: make
+# test-kernels runs them again under other kernels
 
 MODEL = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-layers", 1, "-rnn_size", 16,
          "-word_vec_size", 16, "-heads", 2, "-transformer_ff", 32, "-position_encoding", "-dropout", 0,
@@ -67,6 +67,7 @@ def trained(tmp_path_factory):
     return {"model": f"{save}_step_400.pt", "data": prefix, "valid": valid, "dir": directory}
 
 
+@pytest.mark.kernels
 def test_the_trained_model_reports_the_identity_alignment_in_1x_format(trained, tmp_path):
     sources = lines(trained["valid"]["src"])
     src = write_lines(tmp_path / "src.txt", sources + [""])

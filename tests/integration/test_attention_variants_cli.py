@@ -10,8 +10,8 @@ import torch
 from onmt_lite import Translator
 from tests.helpers import exact_match, lines, preprocess_in_process, run_cli, trained_reversal_model
 
-# trains models held to a quality and compares translations: run again under other kernels
-pytestmark = pytest.mark.kernels
+# the tests marked kernels hold a trained model to a quality or compare translations: make
+# test-kernels runs them again under other kernels
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
@@ -43,6 +43,7 @@ def first_best_scores(log):
     return scores
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind", VARIANTS)
 @pytest.mark.parametrize("beam", [1, 5])
 def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_path, kind, beam):
@@ -85,6 +86,7 @@ def test_an_ensemble_with_a_model_without_attention_decodes(models, tmp_path):
 
 
 
+@pytest.mark.kernels
 def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tmp_path):
     """1.x's model test line -encoder_type rnn -global_attention none -copy_attn -copy_attn_type general:
     the copy attention is a layer of its own. With a target vocabulary of 2 words the model can only

@@ -10,8 +10,8 @@ from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import exact_match, lines, run_cli, step_losses, train_in_process, write_lines
 from tests.server_helpers import Server
 
-# trains models held to a quality and compares translations: run again under other kernels
-pytestmark = pytest.mark.kernels
+# the tests marked kernels hold a trained model to a quality or compare translations: make
+# test-kernels runs them again under other kernels
 
 S = "\uffe8"
 WORDS = [f"w{i}" for i in range(6)]
@@ -66,6 +66,7 @@ def translate(model, sources, directory, *extra):
     return result, (lines(directory / "out.txt") if result.returncode == 0 else None)
 
 
+@pytest.mark.kernels
 def test_a_model_with_the_features_learns_what_only_the_features_tell(task, tmp_path):
     sources, targets = task["valid"]
     result, with_features = translate(task["with"], sources, tmp_path)

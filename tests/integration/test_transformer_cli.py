@@ -90,9 +90,8 @@ def test_a_copy_transformer_writes_words_outside_its_vocabulary(models, tmp_path
     assert exact_match(out, lines(m["tgt"])) >= 0.9
 
 
-@pytest.mark.kernels
 @pytest.mark.parametrize("kind", ["plain", "copy"])
-@pytest.mark.parametrize("beam", [1, 5])
+@pytest.mark.parametrize("beam", [1, pytest.param(5, marks=pytest.mark.kernels)])  # greedy: test_translate's
 def test_batch_size_and_joining_a_running_search_change_no_output_line(models, tmp_path, kind, beam):
     m = models[kind]
     runs = [translate(m["model"], m["src"], tmp_path / f"out{i}.txt", "-beam_size", beam, *args)
@@ -123,7 +122,6 @@ def test_gold_scores_are_the_negative_loss_of_the_references(models):
     assert worse.gold_score < result.gold_score
 
 
-@pytest.mark.kernels
 def test_an_ensemble_of_a_transformer_and_an_rnn_translates(models, tmp_path):
     m = models["plain"]
     rnn = str(tmp_path / "rnn")

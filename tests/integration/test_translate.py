@@ -29,8 +29,8 @@ from tests.helpers import (
     write_lines,
 )
 
-# trains models held to a quality and compares translations: run again under other kernels
-pytestmark = pytest.mark.kernels
+# the tests marked kernels hold a trained model to a quality or compare translations: make
+# test-kernels runs them again under other kernels
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
@@ -51,6 +51,7 @@ def models(tmp_path_factory):
 
 
 # measured on the default, AVX2 and AVX-512 kernels, 1 and 2 threads: 0.975 to 1.0, and 1.0
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind,minimum", [("plain", 0.85), ("copy", 0.95)])
 def test_the_trained_models_translate_held_out_lines(models, tmp_path, kind, minimum):
     m = models[kind]
@@ -76,6 +77,7 @@ def test_int8_quantised_translation_stays_close_to_float(models, tmp_path, kind)
     assert "quantized.dynamic" in type(quantized[0].decoder.rnn.cells[0].gates).__module__  # a fused cell
 
 
+@pytest.mark.kernels
 def test_copy_model_writes_words_outside_its_vocabulary(models):
     translator = Translator.load([models["copy"]["model"]])
     out_of_vocabulary = [w for w in lines(models["copy"]["src"])[0].split() if w not in translator.vocabs["tgt"]]
@@ -84,6 +86,7 @@ def test_copy_model_writes_words_outside_its_vocabulary(models):
     assert set(out_of_vocabulary) <= set(translator.translate([first_line])[0].hypotheses[0].split())
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind", ["plain", "copy"])
 def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
     m = models[kind]
@@ -98,6 +101,7 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
 
 @pytest.mark.parametrize("processes", [pytest.param(True, marks=pytest.mark.skipif(
     not streams.can_fork(), reason="streams run in forked processes on Linux only")), False])
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind,beam", [("plain", 1), ("plain", 3), ("copy", 1), ("copy", 3)])
 def test_two_decoding_streams_give_the_outputs_of_one(models, kind, beam, processes, monkeypatch, two_threads,
                                                      request, tmp_path):
@@ -137,6 +141,7 @@ def test_int8_output_does_not_depend_on_the_streams_timing(models, two_threads):
 
 @pytest.mark.parametrize("kind,batch_type,batch_size,beam", [("plain", "sents", 4, 1), ("copy", "sents", 3, 1),
                                                               ("plain", "tokens", 12, 1), ("copy", "sents", 3, 3)])
+@pytest.mark.kernels
 def test_examples_joining_a_running_search_translate_as_on_their_own(models, kind, batch_type, batch_size, beam,
                                                                      monkeypatch, one_stream):
     """Continuous batching (greedy search): rows of finished examples are refilled with waiting ones;
@@ -232,6 +237,7 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
         assert result.hypotheses[0].split() == ["MAPPED" if w == oov else w for w in without_table.split()]
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind", ["plain", "copy"])
 def test_gold_and_predicted_scores_do_not_depend_on_the_batch(models, kind):
     """Batch 1, 7 and 64, beam 3 and 2-best: the same words, and every score, gold ones too, within
@@ -246,6 +252,7 @@ def test_gold_and_predicted_scores_do_not_depend_on_the_batch(models, kind):
             assert_same_translation(alone, other)
 
 
+@pytest.mark.kernels
 def test_gold_scores_equal_the_validation_loss_of_training(models):
     for kind in ("plain", "copy"):
         m = models[kind]
@@ -314,6 +321,7 @@ def assert_same_printed_scores(logged, other):
             n = len(value.split()) + 1  # a PRED or GOLD line's words and the end of sentence
 
 
+@pytest.mark.kernels
 def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(models, tmp_path, monkeypatch):
     """-shard_size 7 on 40 lines: the translator sees pieces of at most 7 lines, and the output file,
     the scores, BLEU and the numbering of -verbose's lines are those of the whole file at once."""

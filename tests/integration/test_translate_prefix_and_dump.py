@@ -7,8 +7,8 @@ from onmt_lite.serve.config import translation_options
 from onmt_lite.utils.errors import UserError
 from tests.helpers import exact_match, lines, run_cli, scores_agree, trained_reversal_model, write_lines
 
-# trains models held to a quality and compares translations: run again under other kernels
-pytestmark = pytest.mark.kernels
+# the tests marked kernels hold a trained model to a quality or compare translations: make
+# test-kernels runs them again under other kernels
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
@@ -26,6 +26,7 @@ def translate(model, tmp_path, *args, name="out.txt"):
     return lines(out), result.stderr
 
 
+@pytest.mark.kernels
 def test_the_reference_as_prefix_is_reproduced_and_ends_there(model, tmp_path):
     references = lines(model["tgt"])
     outputs, log = translate(model, tmp_path, "-src", model["src"], "-tgt", model["tgt"], "-tgt_prefix")
@@ -34,6 +35,7 @@ def test_the_reference_as_prefix_is_reproduced_and_ends_there(model, tmp_path):
     assert "GOLD AVG SCORE" in log and "BLEU" not in log  # a prefix is no reference
 
 
+@pytest.mark.kernels
 def test_half_a_reference_as_prefix_starts_every_output(model, tmp_path):
     halves = [" ".join(ref.split()[: len(ref.split()) // 2]) for ref in lines(model["tgt"])]
     prefixes = write_lines(tmp_path / "prefixes.txt", halves)
@@ -68,6 +70,7 @@ def backtrack_words(entry, step, place):
     return words[::-1]
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("beam", [1, 4])
 def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothing(model, tmp_path, beam):
     sources = lines(model["src"])[:12]
