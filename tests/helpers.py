@@ -130,8 +130,8 @@ def assert_same_translation(a, b):
     for x, y, words in zip(a.scores, b.scores, a.tokens):
         assert scores_agree(x, y, len(words) + 1), (x, y, words)
     if a.gold_score is not None or b.gold_score is not None:
-        assert a.gold_words == b.gold_words and scores_agree(a.gold_score, b.gold_score, a.gold_words), \
-            (a.gold_score, b.gold_score)
+        assert a.gold_words == b.gold_words
+        assert scores_agree(a.gold_score, b.gold_score, a.gold_words), (a.gold_score, b.gold_score)
 
 
 def step_losses(lines):

@@ -39,8 +39,9 @@ def check_attention_variants(opt):
         for name in (name for name in ATTENTION_OPTIONS if getattr(opt, name)):
             raise UserError(f"-{name} needs attention: not with -global_attention none")
         if opt.copy_attn and not opt.copy_attn_type:
-            raise UserError("-copy_attn with -global_attention none needs -copy_attn_type dot, general or "
-                            "mlp: the copy attention is then a layer of its own, of that type")
+            raise UserError("-copy_attn with -global_attention none needs -copy_attn_type dot, "
+                            "general or mlp: the copy attention is then a layer of its own, of "
+                            "that type")
     if opt.generator_function == "sparsemax" and opt.copy_attn:
         raise UserError("-generator_function sparsemax cannot be used with -copy_attn: the copy generator "
                         "mixes softmax probabilities of the vocabulary with the copy attention")

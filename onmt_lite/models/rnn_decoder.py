@@ -105,8 +105,9 @@ class RNNDecoderBase(nn.Module):
 
     Args:
         rnn_type, num_layers, hidden_size, dropout: of the RNN (dropout also on the output).
-        attn_type: "dot", "general", "mlp", or "none": no attention, the output is the RNN's (then no
-            ``attns["std"]``: coverage needs attention; copy attention then needs ``copy_attn_type``).
+        attn_type: "dot", "general", "mlp", or "none": no attention, the output is the RNN's (then
+            no ``attns["std"]``: coverage needs attention; copy attention then needs
+            ``copy_attn_type``).
         embeddings: an ``Embeddings`` module.
         coverage_attn: feed coverage into the attention and return ``attns["coverage"]``.
         copy_attn: return ``attns["copy"]`` (``reuse_copy_attn``: the standard attention itself;
@@ -123,7 +124,8 @@ class RNNDecoderBase(nn.Module):
                  attn_func="softmax", context_gate=None):
         super().__init__()
         if attn_type == "none" and (coverage_attn or reuse_copy_attn):
-            raise ValueError("coverage and a reused copy attention need attention (attn_type is none)")
+            raise ValueError("coverage and a reused copy attention need attention "
+                             "(attn_type is none)")
         if attn_type == "none" and copy_attn and copy_attn_type is None:
             raise ValueError("copy attention without attention needs its own type (copy_attn_type)")
         self.embeddings, self.hidden_size = embeddings, hidden_size

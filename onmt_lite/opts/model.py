@@ -97,8 +97,8 @@ def _model_attention_and_generator_opts(parser):
     add(group, "copy_attn", action="store_true",
         help="Copy attention (pointer-generator); needs -dynamic_dict data")
     add(group, "copy_attn_type", default=None, type=choice("copy_attn_type", ["dot", "general", "mlp"]),
-        help="Copy attention type (default: as -global_attention; with -global_attention none the copy "
-             "attention is a layer of its own, and this is needed)")
+        help="Copy attention type (default: as -global_attention; with -global_attention none "
+             "the copy attention is a layer of its own, and this is needed)")
     add(group, "reuse_copy_attn", action="store_true", help="Use the standard attention as copy attention")
     add(group, "copy_attn_force", action="store_true",
         help="A target word found in the source is always scored through copying")

@@ -151,12 +151,14 @@ def cuda_index(gpu_ranks, gpu, local_rank, local_world_size):
 def check_spawn_devices(opt, cuda_count):
     """Before ``spawn`` starts anything: every CUDA device its ``-world_size`` processes would take
     exists on this machine (``cuda_count`` devices), else one UserError for them all."""
-    wanted = [cuda_index(opt.gpu_ranks, opt.gpu, rank, opt.world_size) for rank in range(opt.world_size)]
-    missing = [index for index in wanted if index is not None and index >= cuda_count]
+    ranks = range(opt.world_size)
+    wanted = [cuda_index(opt.gpu_ranks, opt.gpu, rank, opt.world_size) for rank in ranks]
+    missing = " ".join(str(index) for index in wanted if index is not None and index >= cuda_count)
     if missing:
-        raise UserError(f"-world_size {opt.world_size} asks for CUDA device(s) {' '.join(map(str, missing))} "
-                        f"(-gpu_ranks/-gpu) but this machine has {cuda_count or 'no'} CUDA devices; no "
-                        "process was started (leave out -gpu_ranks and -gpu to train on the CPU)")
+        raise UserError(f"-world_size {opt.world_size} asks for CUDA device(s) {missing} "
+                        f"(-gpu_ranks/-gpu) but this machine has {cuda_count or 'no'} CUDA "
+                        "devices; no process was started (leave out -gpu_ranks and -gpu to train "
+                        "on the CPU)")
 
 
 def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, rank=0):

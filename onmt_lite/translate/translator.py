@@ -85,11 +85,12 @@ def require_attention(models, wanted, names=None):
     for i, model in enumerate(models):
         if model.decoder.attentional:
             continue
-        reading = [name for name in wanted if not (name == "replace_unk" and model.decoder.copy_attn)]
+        copy_attention = model.decoder.copy_attn  # -replace_unk reads it
+        reading = [name for name in wanted if not (name == "replace_unk" and copy_attention)]
         if reading:
             name = names[i] if names is not None else f"model {i + 1} of the ensemble"
-            raise UserError(f"-{reading[0]} needs the model's attention, but {name} was trained with "
-                            "-global_attention none")
+            raise UserError(f"-{reading[0]} needs the model's attention, but {name} was trained "
+                            "with -global_attention none")
 
 
 def attention_options(opt):

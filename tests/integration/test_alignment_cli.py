@@ -25,7 +25,8 @@ GUIDED = ["-lambda_align", 1.0, "-alignment_layer", -1, "-alignment_heads", 1]
 # checkpoints, by kernel set and thread count (27, the test's minimum, after 200 steps); halving the
 # rate every 50 steps from step 200 settles them: 30 of 30 at steps 300 and 400 on the default, AVX2
 # and AVX-512 kernels, 1 and 2 threads
-SCHEDULE = ["-learning_rate", 0.005, "-start_decay_steps", 200, "-decay_steps", 50, "-learning_rate_decay", 0.5]
+SCHEDULE = ["-learning_rate", 0.005, "-start_decay_steps", 200, "-decay_steps", 50,
+            "-learning_rate_decay", 0.5]
 
 
 def identity(n):
@@ -62,8 +63,8 @@ def trained(tmp_path_factory):
     preprocess(preprocess_args(train, prefix, "-train_align", train["align"], "-valid_src", valid["src"],
                                "-valid_tgt", valid["tgt"], "-valid_align", valid["align"]))
     save = os.path.join(directory, "m")
-    train_in_process(prefix, save, *MODEL, *GUIDED, "-batch_size", 16, *SCHEDULE, "-train_steps", 400,
-                     "-valid_steps", 400)
+    train_in_process(prefix, save, *MODEL, *GUIDED, "-batch_size", 16, *SCHEDULE,
+                     "-train_steps", 400, "-valid_steps", 400)
     return {"model": f"{save}_step_400.pt", "data": prefix, "valid": valid, "dir": directory}
 
 

@@ -146,17 +146,19 @@ def test_world_size_that_disagrees_with_gpu_ranks_is_refused(data, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="this machine has the 4 CUDA devices asked for")
-def test_the_faqs_four_gpu_line_without_those_gpus_is_one_error_before_any_process_starts(data, tmp_path):
-    """1.x's FAQ Transformer line ends in -world_size 4 -gpu_ranks 0 1 2 3: without 4 CUDA devices one
-    line says so, exit 2, and no process starts (none logs a rank, none is terminated)."""
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", "-layers", 6, "-rnn_size", 16,
-                     "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2, "-encoder_type", "transformer",
-                     "-decoder_type", "transformer", "-position_encoding", "-train_steps", 10,
-                     "-world_size", 4, "-gpu_ranks", 0, 1, 2, 3, "-log_file", tmp_path / "m.log")
+@pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="this machine has the 4 CUDA devices")
+def test_the_faqs_four_gpu_line_without_those_gpus_is_one_error_before_any_start(data, tmp_path):
+    """1.x's FAQ Transformer line ends in -world_size 4 -gpu_ranks 0 1 2 3: without 4 CUDA devices
+    one line says so, exit 2, and no process starts (none logs a rank, none is terminated)."""
+    faq = ["-layers", 6, "-rnn_size", 16, "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2,
+           "-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding",
+           "-train_steps", 10, "-world_size", 4, "-gpu_ranks", 0, 1, 2, 3]
+    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *faq,
+                     "-log_file", tmp_path / "m.log")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [result.stderr.strip()]  # one line
-    assert "-world_size 4 asks for CUDA device(s)" in result.stderr and "no process was started" in result.stderr
+    assert "-world_size 4 asks for CUDA device(s)" in result.stderr
+    assert "no process was started" in result.stderr
     assert not list(tmp_path.iterdir())
 
 

@@ -83,8 +83,8 @@ def test_training_learns_the_reversal_task(data, tmp_path):
                                 "-layers", 1, "-batch_size", 32, "-optim", "adam", "-learning_rate", 0.01,
                                 "-dropout", 0, "-train_steps", 500, "-valid_steps", 500, "-seed", 1)
     validation = next(line for line in lines if "Validation at step 500" in line)
-    # at 300 steps 96.65 to 99.52 by kernel set (still learning); at 500 99.52 to 100 on the default,
-    # AVX2 and AVX-512 kernels, 1 and 2 threads
+    # at 300 steps 96.65 to 99.52 by kernel set (still learning); at 500 99.52 to 100 on the
+    # default, AVX2 and AVX-512 kernels, 1 and 2 threads
     assert float(validation.split("accuracy ")[1].split(",")[0]) > 95
 
 

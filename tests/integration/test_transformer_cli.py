@@ -24,10 +24,10 @@ TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "
                "-max_relative_positions", 8, "-layers", 2, "-rnn_size", 64, "-word_vec_size", 64, "-heads", 4,
                "-transformer_ff", 128, "-dropout", 0, "-attention_dropout", 0, "-param_init", 0,
                "-param_init_glorot", "-optim", "adam", "-seed", 1]
-# the copy and <unk> models at 800 steps were still learning, each kernel set (ATEN_CPU_CAPABILITY)
-# rounding its way to another model: the copy one matched 0.77 to 0.98 of the held-out lines; from
-# 1,200 steps on 1.0 on the default, AVX2 and AVX-512 kernels (the <unk> one, with -replace_unk, 0.95
-# to 1.0 from 1,000 steps on)
+# the copy and <unk> models at 800 steps were still learning, each kernel set
+# (ATEN_CPU_CAPABILITY) rounding its way to another model: the copy one matched 0.77 to 0.98 of the
+# held-out lines; from 1,200 steps on 1.0 on the default, AVX2 and AVX-512 kernels (the <unk> one,
+# with -replace_unk, 0.95 to 1.0 from 1,000 steps on)
 STEPS = {"plain": 1500, "copy": 1200, "unk": 1000}
 NOAM = ["-batch_size", 64, "-decay_method", "noam", "-warmup_steps", 300, "-learning_rate", 2]
 # 1.x's FAQ recipe (docs/FAQ.md, "How do I use the Transformer model?"), sizes and steps cut down
@@ -91,7 +91,8 @@ def test_a_copy_transformer_writes_words_outside_its_vocabulary(models, tmp_path
 
 
 @pytest.mark.parametrize("kind", ["plain", "copy"])
-@pytest.mark.parametrize("beam", [1, pytest.param(5, marks=pytest.mark.kernels)])  # greedy: test_translate's
+# make test-kernels runs beam 5 (greedy batches are test_translate's)
+@pytest.mark.parametrize("beam", [1, pytest.param(5, marks=pytest.mark.kernels)])
 def test_batch_size_and_joining_a_running_search_change_no_output_line(models, tmp_path, kind, beam):
     m = models[kind]
     runs = [translate(m["model"], m["src"], tmp_path / f"out{i}.txt", "-beam_size", beam, *args)

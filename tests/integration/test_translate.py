@@ -34,9 +34,9 @@ from tests.helpers import (
 
 SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
          "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
-# at 300 steps the models were still learning, and each kernel set (ATEN_CPU_CAPABILITY) and thread
-# count rounds its way into a different model: the copy model matched 0.80 to 1.0 of the held-out lines;
-# from 400 steps on every one of them matches 0.975 or more
+# at 300 steps the models were still learning, and each kernel set (ATEN_CPU_CAPABILITY) and
+# thread count rounds its way into a different model: the copy model matched 0.80 to 1.0 of the
+# held-out lines; from 400 steps on every one of them matches 0.975 or more
 STEPS = 500
 
 
@@ -244,8 +244,8 @@ def test_gold_and_predicted_scores_do_not_depend_on_the_batch(models, kind):
     the bound of docs/usage.md (the products round by their row count)."""
     m = models[kind]
     sources, targets = lines(m["src"]), lines(m["tgt"])
-    runs = [Translator.load([m["model"]], batch_size=size, beam_size=3, n_best=2).translate(sources, targets)
-            for size in (1, 7, 64)]
+    runs = [Translator.load([m["model"]], batch_size=size, beam_size=3, n_best=2)
+            .translate(sources, targets) for size in (1, 7, 64)]
     for alone, *together in zip(*runs):
         assert alone.gold_score is not None and len(alone.hypotheses) == 2
         for other in together:
@@ -309,13 +309,15 @@ def assert_same_printed_scores(logged, other):
         name, _, value = line.partition(": ")
         other_name, _, other_value = other_line.partition(": ")
         assert name == other_name
+        pair = (line, other_line)
         if name in ("PRED SCORE", "GOLD SCORE"):
-            assert scores_agree(float(value), float(other_value), n, printed=True), (line, other_line)
+            assert scores_agree(float(value), float(other_value), n, printed=True), pair
         elif name in ("PRED AVG SCORE", "GOLD AVG SCORE"):  # "-0.1234, PRED PPL: 1.1313"
+            numbers = r"-?\d+\.\d+"
             (average, ppl), (other_average, other_ppl) = (
-                [float(x) for x in re.findall(r"-?\d+\.\d+", text)] for text in (value, other_value))
-            assert scores_agree(average, other_average, 1, printed=True), (line, other_line)
-            assert abs(ppl - other_ppl) <= ppl * math.expm1(SCORE_ROUNDING) + PRINTED, (line, other_line)
+                [float(x) for x in re.findall(numbers, text)] for text in (value, other_value))
+            assert scores_agree(average, other_average, 1, printed=True), pair
+            assert abs(ppl - other_ppl) <= ppl * math.expm1(SCORE_ROUNDING) + PRINTED, pair
         else:
             assert line == other_line
             n = len(value.split()) + 1  # a PRED or GOLD line's words and the end of sentence

@@ -5,7 +5,14 @@ import pytest
 
 from onmt_lite.serve.config import translation_options
 from onmt_lite.utils.errors import UserError
-from tests.helpers import exact_match, lines, run_cli, scores_agree, trained_reversal_model, write_lines
+from tests.helpers import (
+    exact_match,
+    lines,
+    run_cli,
+    scores_agree,
+    trained_reversal_model,
+    write_lines,
+)
 
 # the tests marked kernels hold a trained model to a quality or compare translations: make
 # test-kernels runs them again under other kernels

@@ -198,15 +198,19 @@ def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(inpu
     dec_out, attns, memory_bank, lengths, state = decoded(model, batch, 4)
     assert set(attns) == {"copy"}
     copy_attention = attns["copy"]  # [T x B x S]
+    tgt = batch.tgt[:4]
     with torch.no_grad():
         if input_feed:
-            expected_out = input_feed_by_hand(decoder, batch.tgt[:4], memory_bank, lengths, state, None)
+            expected_out = input_feed_by_hand(decoder, tgt, memory_bank, lengths, state, None)
         else:
-            expected_out, _ = decoder.rnn(decoder.embeddings(batch.tgt[:4]), state.hidden)
-        _, expected = decoder.copy_attention(expected_out.transpose(0, 1), memory_bank.transpose(0, 1), lengths)
+            expected_out, _ = decoder.rnn(decoder.embeddings(tgt), state.hidden)
+        _, expected = decoder.copy_attention(expected_out.transpose(0, 1),
+                                             memory_bank.transpose(0, 1), lengths)
     torch.testing.assert_close(dec_out.detach(), expected_out, atol=1e-12, rtol=0)
-    torch.testing.assert_close(copy_attention.detach(), expected.transpose(0, 1), atol=1e-12, rtol=0)
-    padded = torch.arange(copy_attention.size(2)).unsqueeze(0) >= batch.src_lengths.unsqueeze(1)  # [B x S]
+    torch.testing.assert_close(copy_attention.detach(), expected.transpose(0, 1), atol=1e-12,
+                               rtol=0)
+    positions = torch.arange(copy_attention.size(2)).unsqueeze(0)  # [1 x S]
+    padded = positions >= batch.src_lengths.unsqueeze(1)  # [B x S]
     assert torch.all(copy_attention[:, padded] == 0)
     torch.testing.assert_close(copy_attention.sum(2), torch.ones(4, 3, dtype=torch.float64))
     full_dec_out, full_attns = model(batch.src, batch.tgt, batch.src_lengths)
@@ -216,7 +220,8 @@ def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(inpu
 
 
 @pytest.mark.parametrize("args,words", [
-    (["-global_attention", "none", "-copy_attn"], ["-copy_attn", "-global_attention none", "-copy_attn_type"]),
+    (["-global_attention", "none", "-copy_attn"],
+     ["-copy_attn", "-global_attention none", "-copy_attn_type"]),
     (["-global_attention", "none", "-coverage_attn"], ["-coverage_attn", "-global_attention none"]),
     (["-global_attention", "none", "-copy_attn", "-reuse_copy_attn", "-copy_attn_type", "general"],
      ["-reuse_copy_attn", "-global_attention none"]),

@@ -149,9 +149,10 @@ def test_torchrun_refuses_devices_it_cannot_give(gpu_ranks, gpu, cuda_count, mat
 
 
 @pytest.mark.parametrize("args,cuda_count,missing", [
-    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 0, "CUDA device(s) 0 1 2 3 (-gpu_ranks/-gpu) but this machine "
-                                                      "has no CUDA devices"),
-    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 2, "CUDA device(s) 2 3 (-gpu_ranks/-gpu) but this machine has 2"),
+    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 0,
+     "CUDA device(s) 0 1 2 3 (-gpu_ranks/-gpu) but this machine has no CUDA devices"),
+    (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 2,
+     "CUDA device(s) 2 3 (-gpu_ranks/-gpu) but this machine has 2"),
     (["-world_size", 2, "-gpu", 0], 1, "CUDA device(s) 1 "),  # -gpu: each process its local rank
     (["-world_size", 3, "-gpu_ranks", 0], 0, "CUDA device(s) 0 1 2 "),
     (["-world_size", 4, "-gpu_ranks", 0, 1, 2, 3], 4, None), (["-world_size", 4], 0, None)])
