@@ -41,7 +41,7 @@ demo: $(VENV)/.demo
 	$(BIN)/onmt_lite_train -data $(DEMO)/demo -save_model $(DEMO)/model -log_file $(DEMO)/train.log \
 		-encoder_type brnn -layers 2 -rnn_size 256 -word_vec_size 64 -global_attention general \
 		-optim adam -learning_rate 0.002 -dropout 0.2 -batch_size 64 -seed 1 \
-		-train_steps $(DEMO_STEPS) -valid_steps 500 -save_checkpoint_steps 500 -keep_checkpoint 1 -report_every 100
+		-train_steps $(DEMO_STEPS) -valid_steps 500 -save_checkpoint_steps 500 -keep_checkpoint 1 -report_every 100 -overwrite
 	$(BIN)/onmt_lite_translate -model $(DEMO)/model_step_$(DEMO_STEPS).pt -src $(DEMO)/src-test.txt \
 		-tgt $(DEMO)/tgt-test.txt -output $(DEMO)/pred-test.txt -beam_size 5 -batch_size 64 -report_time
 	$(BIN)/python tools/g2p_scores.py -src $(DEMO)/src-test.txt -hyp $(DEMO)/pred-test.txt -ref $(DEMO)/tgt-test.txt

@@ -16,7 +16,8 @@ from onmt_lite.data.features import FEAT_SEP, FeatureReader, corpus_feature_coun
 from onmt_lite.data.parallel import corpus_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, remove_stale_temporaries, require_directory
+from onmt_lite.utils.files import StagedOutputs, require_directory
+from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.progress import Progress, count_lines
 
@@ -166,7 +167,8 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vo
     written, chunk = [], []
 
     def write_shard():
-        written.append(shards.shard_path(opt.save_data, corpus_type, len(written) + 1))
+        # numbered from 0, as OpenNMT-py 1.x numbers PREFIX.train.0.pt, PREFIX.valid.0.pt, ...
+        written.append(shards.shard_path(opt.save_data, corpus_type, len(written)))
         staged.save(shards.make_shard(chunk, vocab_id), written[-1])
         chunk.clear()
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
@@ -90,6 +91,31 @@ def train_in_process(data, save_model, *args):
     with open(log, encoding="utf-8") as f:
         lines = f.read().splitlines()
     return opt, lines
+
+
+def translate_in_process(*args) -> str:
+    """Run ``onmt_lite_translate args`` in this process, as the command does (options, log, output
+    files); returns what it logged (its standard error). For tests that read its outputs: a command
+    line's exit status and one-line errors are ``run_cli``'s (a new process costs seconds of imports)."""
+    import io
+    import logging
+
+    from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
+    from onmt_lite.translate.run import translate
+    from onmt_lite.utils.logging import init_logger
+
+    opt = parse(build_parser("onmt_lite_translate", [config_opts, translate_opts]), list(map(str, args)))
+    log = init_logger(opt.log_file, file_level=opt.log_file_level)
+    captured = logging.StreamHandler(io.StringIO())
+    captured.setFormatter(log.handlers[0].formatter)
+    log.addHandler(captured)
+    threads = torch.get_num_threads()
+    try:
+        translate(opt)
+    finally:
+        torch.set_num_threads(threads)  # -threads: the command's own, not the tests'
+        log.removeHandler(captured)
+    return captured.stream.getvalue()
 
 
 def trained_reversal_model(tmp_path_factory, name, preprocess_args, train_args, steps, **corpus_args):

@@ -11,18 +11,25 @@ file for each (as in OpenNMT-py 1.x, give one or the other way). An embedding fi
 one ``word v1 v2 ...`` a line (any run of whitespace separates fields), after the first
 ``-skip_lines`` lines. With ``-type word2vec`` the first line read must be word2vec's ``COUNT DIM``
 header; with ``-type GloVe`` (the default) a first line ``N DIM`` is taken as such a header and
-skipped. Every line must have as many values as the first (and the header's DIM). ``PREFIX.enc.pt``
-and ``PREFIX.dec.pt`` are float32 tensors ``[len(vocab) x dim]`` in the order of the source and target
-vocabularies of ``-dict_file`` (the ``.vocab.pt`` file of onmt_lite_preprocess): the file's vector for
-each word found and zeros for the others; they are written together, or neither. ``-verbose`` lists
-the vocabulary words that were not found.
+skipped. Every line must have as many values as the first (and the header's DIM); the values of a
+vocabulary word's vector must be finite as float32 (nan, inf and 1e40, which overflows float32 to
+inf, are refused, naming the file, line and word, rather than training to a nan loss).
+``PREFIX.enc.pt`` and ``PREFIX.dec.pt`` are float32 tensors ``[len(vocab) x dim]`` in the order of
+the source and target vocabularies of ``-dict_file`` (the ``.vocab.pt`` file of
+onmt_lite_preprocess): the file's vector for each word found and zeros for the others; they are
+written together, or neither. ``-verbose`` lists the vocabulary words that were not found.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command, where
 from onmt_lite.utils.files import StagedOutputs, require_file_path
+
+if TYPE_CHECKING:  # torch is imported where needed, so that -h and bad options do not load it
+    import torch
 
 PROG = "embeddings_to_torch.py"
 TYPES = ("GloVe", "word2vec")
@@ -63,11 +70,32 @@ def is_header(fields):
     return len(fields) == 2 and all(f.isascii() and f.isdigit() for f in fields)
 
 
+def parse_vector(path: str, lineno: int, fields: list[str]) -> torch.Tensor:
+    """The float32 vector of the line ``fields`` (``word v1 v2 ...``); a UserError naming the file,
+    line and word for a value that is not a number, or not finite (nan, inf) once stored as float32
+    (1e40 overflows to inf): training on it would only stop later, at a nan loss."""
+    import torch
+
+    try:
+        values = [float(v) for v in fields[1:]]
+    except ValueError as err:
+        raise UserError(f"{where(path, lineno)}: {err}") from None
+    vector = torch.tensor(values, dtype=torch.float32)
+    finite = torch.isfinite(vector)
+    if not finite.all():
+        position = int((~finite).nonzero()[0])
+        raise UserError(f"{where(path, lineno)}: the vector of {fields[0]!r} has value "
+                        f"{position + 1} {fields[position + 1]!r}, which is not a finite float32 "
+                        f"number (nan, inf, or beyond +-3.4e38); embeddings must be finite")
+    return vector
+
+
 def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
-    """``({word: [floats]} for the words in ``wanted``, dim)``; the first vector of a word wins.
+    """``({word: float32 vector} for the words in ``wanted``, dim)``; a word's first vector wins.
 
     The first ``skip_lines`` lines are skipped; with ``word2vec`` the next line must be a ``COUNT DIM``
-    header, otherwise such a line (the first read) is taken as a header."""
+    header, otherwise such a line (the first read) is taken as a header. The values of the vectors
+    of ``wanted`` words must be finite as float32 (``parse_vector``); other lines are not parsed."""
     vectors, dim, header_dim, first = {}, None, None, True
     for lineno, text in read_lines(path):
         if lineno <= skip_lines:
@@ -90,10 +118,7 @@ def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
         if len(fields) - 1 != dim:
             raise UserError(f"{where(path, lineno)}: {len(fields) - 1} values, the first vector has {dim}")
         if fields[0] in wanted and fields[0] not in vectors:
-            try:
-                vectors[fields[0]] = [float(v) for v in fields[1:]]
-            except ValueError as err:
-                raise UserError(f"{where(path, lineno)}: {err}") from None
+            vectors[fields[0]] = parse_vector(path, lineno, fields)
     if dim is None:
         raise UserError(f"{path}: no embeddings in the file" + (f" after the first {skip_lines} lines"
                                                                 if skip_lines else ""))
@@ -107,7 +132,7 @@ def embedding_tensor(words, vectors, dim):
     tensor = torch.zeros(len(words), dim)
     for i, word in enumerate(words):
         if word in vectors:
-            tensor[i] = torch.tensor(vectors[word])
+            tensor[i] = vectors[word]
     return tensor
 
 

@@ -12,8 +12,8 @@ import argparse
 import signal
 import socket
 
-from onmt_lite.opts.parser import OptionParser, add, float_in, int_at_least
-from onmt_lite.serve.config import read_config
+from onmt_lite.opts.parser import MAX_PORT, OptionParser, add, float_in, int_in
+from onmt_lite.serve.config import MAX_TIMEOUT, read_config
 from onmt_lite.serve.models import ModelRegistry
 from onmt_lite.utils.errors import UserError, run_command, set_debug
 from onmt_lite.utils.logging import init_logger, logger
@@ -25,18 +25,18 @@ PROG = "onmt_lite_server"
 def server_opts(parser):
     group = parser.add_argument_group("Server (OpenNMT-py 1.x's options)")
     add(group, "ip", default="127.0.0.1", help="Address to listen on (0.0.0.0: every interface)")
-    add(group, "port", type=int_at_least(0), default=5000, help="TCP port (0: any free port, logged)")
+    add(group, "port", type=int_in(0, MAX_PORT), default=5000, help="TCP port (0: any free port, logged)")
     add(group, "url_root", default="/translator", help="The endpoints' path prefix")
     add(group, "config", "-c", default="./available_models/conf.json",
         help="The models' configuration (OpenNMT-py 1.x's conf.json format)")
     group = parser.add_argument_group("Limits")
-    add(group, "max_request_bytes", type=int_at_least(1), default=1_000_000,
+    add(group, "max_request_bytes", type=int_in(1, 2 ** 40), default=1_000_000,
         help="A request body longer than this is refused (413)")
-    add(group, "max_sentence_tokens", type=int_at_least(1), default=1000,
+    add(group, "max_sentence_tokens", type=int_in(1, 10 ** 6), default=1000,
         help="A request with a sentence of more source tokens than this is refused (400)")
-    add(group, "request_timeout", type=float_in(0, float("inf")), default=300.0,
+    add(group, "request_timeout", type=float_in(0, MAX_TIMEOUT), default=300.0,
         help="Seconds a translation may take before its request is answered 503")
-    add(group, "shutdown_timeout", type=float_in(0, float("inf")), default=30.0,
+    add(group, "shutdown_timeout", type=float_in(0, MAX_TIMEOUT), default=30.0,
         help="On SIGTERM, seconds to let the requests in flight finish")
 
 

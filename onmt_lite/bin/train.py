@@ -7,6 +7,7 @@ import logging
 
 import torch
 
+from onmt_lite.models.checkpoint import refuse_an_earlier_run
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
 from onmt_lite.train.distributed import (
     check_options,
@@ -30,6 +31,8 @@ def main(args=None):
     check_options(opt)
     if opt.world_size > 1 and not launched_by_torchrun():
         check_spawn_devices(opt, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        if not opt.overwrite:  # one line before any process starts (each rank's would be many)
+            refuse_an_earlier_run(opt.save_model, opt.train_from)
         init_logger()
         spawn(opt, spawned_process)
     else:

@@ -1,7 +1,8 @@
 """Source word features (OpenNMT-py 1.x): tokens ``word￨feat1￨feat2`` (U+FFE8 between the parts).
 
 Every token of a source line carries the same number of features, and every line of a corpus the
-number of its first non-empty line; the target side takes none. A model with features has one
+number of its first non-empty line; the word and each feature value of a token are non-empty
+(``￨A`` and ``b￨`` are refused); the target side takes none. A model with features has one
 vocabulary per feature and reads, beside the word ids, ``[len x batch x n_feats]`` feature ids.
 """
 import dataclasses
@@ -48,8 +49,17 @@ class FeatureReader:
                 raise UserError(f"{where(self.path, lineno)}: token {position} ({tokens[position - 1]!r}) has "
                                 f"{len(token_parts) - 1} word feature(s) where {self.holder} have {self.n_feats} "
                                 f"(features are separated by U+FFE8 '{FEAT_SEP}')")
+            if "" in token_parts:  # ￨A or b￨: the empty string would become a vocabulary entry
+                self._refuse_empty_part(lineno, position, tokens[position - 1], token_parts)
         words = [token_parts[0] for token_parts in parts]
         return words, [[token_parts[i + 1] for token_parts in parts] for i in range(self.n_feats)]
+
+    def _refuse_empty_part(self, lineno: int, position: int, token: str, parts: list[str]) -> None:
+        """Refuse the token ``token``, split into ``parts``, for its first empty part."""
+        empty = parts.index("")
+        what = "an empty word" if empty == 0 else f"an empty value of feature {empty}"
+        raise UserError(f"{where(self.path, lineno)}: token {position} ({token!r}) has {what} "
+                        f"(a token is word{FEAT_SEP}feature..., each part non-empty)")
 
     def check_target(self, lineno, tokens):
         """Refuse target tokens holding the feature separator."""

@@ -2,7 +2,8 @@
 
 The order of the batches depends only on the seed, the epoch and the shard, so a position
 (epoch, shard, batch) is enough to resume exactly where a run stopped. ``WeightedBatches`` takes
-turns between the batch streams of several corpora; its position is theirs plus its turn.
+turns between the batch streams of several corpora; its position is theirs plus its round (each
+corpus's weight) and the place in it.
 """
 import os
 import random
@@ -117,7 +118,10 @@ class BatchIterator:
                 while self.batch_index < len(batches):
                     ids = batches[self.batch_index]
                     self.batch_index += 1
-                    yield view.batch(ids) if self.noise is None else self.noise.batch(view.batch(ids), self._noise_rng())
+                    batch = view.batch(ids)
+                    if self.noise is not None:
+                        batch = self.noise.batch(batch, self._noise_rng())
+                    yield batch
                 self.shard_index, self.batch_index = self.shard_index + 1, 0
             if not self.repeat or (self.epochs and self.epoch + 1 >= self.epochs):
                 self.shard_index = 0
@@ -125,39 +129,88 @@ class BatchIterator:
             self.epoch, self.shard_index = self.epoch + 1, 0
 
 
+def saved_round(state: dict) -> list:
+    """The round of a ``WeightedBatches`` position ``state``: ``[[corpus id, weight], ...]``. A
+    position saved before rounds were kept holds ``turns`` instead, the round expanded to one corpus
+    id per batch (``a a a b``): it is read back into the pairs."""
+    if "turns" not in state:
+        return [list(pair) for pair in state["round"]]
+    pairs = []
+    for corpus_id in state["turns"]:
+        if pairs and pairs[-1][0] == corpus_id:
+            pairs[-1][1] += 1
+        else:
+            pairs.append([corpus_id, 1])
+    return pairs
+
+
+def saved_place(state: dict) -> tuple:
+    """``(corpus, count)`` of a ``WeightedBatches`` position ``state``: the index in its round of
+    the corpus of the next batch and the batches that corpus gave in its turn so far (an old
+    position's index ``turn`` into ``turns`` is read as the same place)."""
+    if "turns" not in state:
+        return state["corpus"], state["count"]
+    corpus = 0
+    count = state["turn"]
+    for _, weight in saved_round(state):
+        if count < weight:
+            break
+        corpus += 1
+        count -= weight
+    return corpus, count
+
+
+def describe_round(pairs: list) -> str:
+    """``a x3 b x1``: a round for the log."""
+    return " ".join(f"{corpus_id} x{weight}" for corpus_id, weight in pairs)
+
+
 class WeightedBatches:
     """The batches of several corpora in a weighted round robin: ``weights[0]`` batches of the first
     corpus, then ``weights[1]`` of the second, ..., then the first's again. Each corpus is a
-    ``BatchIterator`` of its own that repeats (``repeat=True``, ``epochs=0``): it shuffles and buckets
-    its batches as it would alone and starts its next epoch when it ends, whatever the others do.
+    ``BatchIterator`` of its own that repeats (``repeat=True``, ``epochs=0``): it shuffles and
+    buckets its batches as it would alone and starts its next epoch when it ends, whatever the
+    others do.
+
+    The round is kept as ``[corpus id, weight]`` pairs and the place in it as ``(corpus, count)``:
+    the index of the corpus whose turn it is and the batches it gave in this turn; never as a list
+    of one entry per batch, as a weight may be as large as -data_weights allows.
 
     Args:
         corpora: ``{corpus id: BatchIterator}``, in the order of the turns.
         weights: whole numbers >= 1, one per corpus.
     """
 
-    def __init__(self, corpora, weights):
+    def __init__(self, corpora: dict, weights: list):
         self.corpora = dict(corpora)
-        self.turns = [corpus_id for corpus_id, weight in zip(self.corpora, weights) for _ in range(weight)]
-        self.turn = 0  # the index in ``turns`` of the corpus of the next batch
+        self.round = [[corpus_id, int(weight)] for corpus_id, weight in zip(self.corpora, weights)]
+        self.corpus = 0  # the index in ``round`` of the corpus of the next batch
+        self.count = 0  # the batches that corpus gave in its current turn
 
-    def state_dict(self):
-        """The position of the next batch, as plain data: every corpus's, the turns and the turn."""
-        return {"corpora": {corpus_id: batches.state_dict() for corpus_id, batches in self.corpora.items()},
-                "turns": list(self.turns), "turn": self.turn}
+    def state_dict(self) -> dict:
+        """The position of the next batch, as plain data: every corpus's, the round and the place
+        in it."""
+        corpora = {corpus_id: batches.state_dict() for corpus_id, batches in self.corpora.items()}
+        return {"corpora": corpora, "round": [list(pair) for pair in self.round],
+                "corpus": self.corpus, "count": self.count}
 
-    def load_state_dict(self, state):
-        """Restore each corpus's position saved under its id (a corpus the state lacks starts at its
-        beginning) and, if the turns are the same (same ids and weights), the turn; else the turns
-        start again from the first corpus."""
+    def load_state_dict(self, state: dict) -> None:
+        """Restore each corpus's position saved under its id (a corpus the state lacks starts at
+        its beginning) and, if the round is the same (same ids and weights), the place in it; else
+        the turns start again from the first corpus. A position saved with ``turns`` is read too
+        (``saved_round``)."""
         for corpus_id, batches in self.corpora.items():
             if corpus_id in state["corpora"]:
                 batches.load_state_dict(state["corpora"][corpus_id])
-        self.turn = state["turn"] if state["turns"] == self.turns else 0
+        same = saved_round(state) == self.round
+        self.corpus, self.count = saved_place(state) if same else (0, 0)
 
     def __iter__(self):
-        streams = {corpus_id: iter(batches) for corpus_id, batches in self.corpora.items()}
+        streams = [iter(batches) for batches in self.corpora.values()]
         while True:
-            batch = next(streams[self.turns[self.turn]])
-            self.turn = (self.turn + 1) % len(self.turns)
+            batch = next(streams[self.corpus])
+            self.count += 1
+            if self.count >= self.round[self.corpus][1]:  # that corpus's turn is over
+                self.corpus = (self.corpus + 1) % len(streams)
+                self.count = 0
             yield batch

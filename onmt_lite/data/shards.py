@@ -36,7 +36,9 @@ def vocab_path(prefix):
     return f"{prefix}.vocab.pt"
 
 
-def shard_path(prefix, corpus_type, number):
+def shard_path(prefix: str, corpus_type: str, number: int | str) -> str:
+    """``PREFIX.{corpus_type}.N.pt``: preprocessing numbers a corpus's shards from 0, as OpenNMT-py
+    1.x does (``PREFIX.train.0.pt``, ``PREFIX.valid.0.pt``)."""
     return f"{prefix}.{corpus_type}.{number}.pt"
 
 
@@ -50,7 +52,8 @@ CORPUS_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*$")  # names a file part: no d
 
 
 def shard_paths(prefix, corpus_type):
-    """The shard files ``PREFIX.{corpus_type}.N.pt`` in the order of N."""
+    """The shard files ``PREFIX.{corpus_type}.N.pt`` in the order of N, whatever N starts from: data
+    that an earlier onmt_lite numbered from 1 still trains."""
     pattern = re.compile(re.escape(os.path.basename(prefix)) + rf"\.{re.escape(corpus_type)}\.(\d+)\.pt$")
     found = []
     for path in glob.glob(glob.escape(prefix) + f".{glob.escape(corpus_type)}.*.pt"):

@@ -25,8 +25,8 @@ from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import (lock_holder, release_lock, remove_stale_temporaries, require_directory,
-                                  save_tensors, try_lock)
+from onmt_lite.utils.files import require_directory, save_tensors
+from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
 from onmt_lite.utils.logging import logger
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
@@ -114,10 +114,13 @@ class CheckpointWriter:
 
     It holds ``PREFIX.lock`` (an exclusive ``flock``) from its creation to ``close()`` or the end of
     the process, so that a second run on the same prefix is refused instead of overwriting this one's
-    checkpoints and removing its temporaries. Usable as a context manager (``close()`` at the end).
+    checkpoints and removing its temporaries. A run started after another one ended is refused too
+    while that run's checkpoints are there (``PREFIX_step_N.pt``, ``PREFIX_best.pt``), unless it
+    resumes one of them (``train_from``) or ``overwrite`` lets it write over them. Usable as a
+    context manager (``close()`` at the end).
     """
 
-    def __init__(self, prefix, keep=-1):
+    def __init__(self, prefix: str, keep: int = -1, overwrite: bool = False, train_from: str = ""):
         self.prefix, self.keep, self.written = prefix, keep, []
         require_directory(prefix, "-save_model")
         self._lock = try_lock(lock_path(prefix))
@@ -126,6 +129,12 @@ class CheckpointWriter:
             raise UserError(f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
                             f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
                             f"-save_model")
+        if not overwrite:
+            try:
+                refuse_an_earlier_run(prefix, train_from)
+            except UserError:
+                self.close()  # no lock file left behind by a refused run
+                raise
         # only now, under the lock: a temporary here is not another live run's
         for stale in remove_stale_temporaries(checkpoint_path(prefix, "*")) + remove_stale_temporaries(
                 best_path(prefix)):
@@ -176,6 +185,37 @@ class CheckpointWriter:
         path = best_path(self.prefix)
         save_tensors(checkpoint, path)
         return path
+
+
+def earlier_checkpoints(prefix: str) -> list[str]:
+    """The checkpoints of ``prefix`` on disk: ``PREFIX_step_N.pt`` by step, then ``PREFIX_best.pt``."""
+    paths = [checkpoint_path(prefix, step) for step in sorted(saved_checkpoints(prefix))]
+    best = best_path(prefix)
+    return paths + [best] if os.path.exists(best) else paths
+
+
+def refuse_an_earlier_run(prefix: str, train_from: str) -> None:
+    """A UserError naming the checkpoints an earlier run left on ``prefix`` (-save_model), unless
+    there are none or ``train_from`` is one of them (that run goes on, and writes on). Checked by
+    ``CheckpointWriter`` under its lock, and by the command before it starts -world_size processes
+    (one line, nothing started)."""
+    earlier = earlier_checkpoints(prefix)
+    if not earlier or any(_same_file(train_from, path) for path in earlier):
+        return
+    more = f" and {len(earlier) - 3} more" if len(earlier) > 3 else ""
+    shown = ", ".join(earlier[:3]) + more
+    newest = [path for path in earlier if path != best_path(prefix)] or earlier
+    raise UserError(f"-save_model {prefix}: an earlier run's checkpoints are there ({shown}); "
+                    f"continue that run with -train_from {newest[-1]}, replace them with "
+                    f"-overwrite, or choose another -save_model")
+
+
+def _same_file(path: str, other: str) -> bool:
+    """Whether ``path`` (possibly empty) and ``other`` name one file (through links too)."""
+    try:
+        return bool(path) and os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
 def load_checkpoint(path):

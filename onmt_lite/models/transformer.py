@@ -47,7 +47,8 @@ class MultiHeadAttention(nn.Module):
 
     With ``max_relative_positions`` k > 0 (Shaw et al. 2018), a table of 2k + 1 vectors ``[d]`` per
     clipped relative position enters both the scores (``q · r``) and the output (``Σ w r``), one
-    table for both as in 1.x.
+    table for both as in 1.x. Both go through the 2k + 1 buckets (``q`` times the table, gathered
+    per key; the weights summed per bucket, times the table): memory grows as T x K, not T x K x d.
     """
 
     def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
@@ -82,22 +83,33 @@ class MultiHeadAttention(nn.Module):
         merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         return self.out(merged), weights
 
-    def _attend(self, query, keys, values, mask, p):
-        """The same attention written out, for the weights and for relative positions."""
-        scores = torch.matmul(query, keys.transpose(2, 3))
-        relative = None
+    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
+                p: float) -> tuple[Tensor, Tensor]:
+        """The same attention written out, for the weights and for relative positions: ``query``
+        ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]`` -> context ``[B x h x T x d]``,
+        weights ``[B x h x T x K]`` (before dropout)."""
+        scores = torch.matmul(query, keys.transpose(2, 3))  # [B x h x T x K]
+        ids = None
         if self.relative is not None:
-            ids = relative_positions(query.size(2), keys.size(2), self.max_relative_positions, query.device)
-            relative = self.relative(ids)  # [T x K x d]
-            # q · r for each query and key: [B x T x h x d] by [T x d x K], batched over T
-            scores = scores + torch.matmul(query.transpose(1, 2), relative.transpose(1, 2)).transpose(1, 2)
+            table = self.relative.weight  # [2k+1 x d]
+            # the clipped distance of each key from each query; with a cache (T new positions after
+            # P cached ones) the queries are the last T of the K columns, so steps see the same ids
+            rows = relative_positions(query.size(2), keys.size(2), self.max_relative_positions,
+                                      query.device)  # [T x K]
+            ids = rows.expand(scores.shape)  # [B x h x T x K], a view: nothing copied
+            # q · r: each query against the 2k+1 table rows, then each key picks its row, so no
+            # [T x K x d] tensor of gathered vectors is ever made
+            by_bucket = torch.matmul(query, table.t())  # [B x h x T x 2k+1]
+            scores = scores + by_bucket.gather(-1, ids)  # [B x h x T x K]
         scores = scores / self.head_dim ** 0.5
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         dropped = dropout(weights, p)
-        context = torch.matmul(dropped, values)
-        if relative is not None:
-            # Σ_k w r for each query: [B x h x T x K] by [T x K x d], batched over T
-            context = context + torch.matmul(dropped.transpose(1, 2), relative).transpose(1, 2)
+        context = torch.matmul(dropped, values)  # [B x h x T x d]
+        if ids is not None:
+            # Σ_j w_j r_j = Σ_b (Σ_{j in bucket b} w_j) r_b: the dropped weights summed per bucket
+            buckets = dropped.new_zeros(*dropped.shape[:-1], table.size(0))  # [B x h x T x 2k+1]
+            buckets = buckets.scatter_add(-1, ids, dropped)
+            context = context + torch.matmul(buckets, table)  # [B x h x T x d]
         return context, weights
 
 

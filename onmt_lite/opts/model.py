@@ -1,5 +1,6 @@
 """Options of the model (onmt_lite_train; a checkpoint carries them)."""
-from onmt_lite.opts.parser import add, choice, compatibility_group, float_in, int_at_least, opennmt_py_1x_command
+from onmt_lite.opts.parser import (FLOAT32_MAX, MAX_LAYERS, MAX_LENGTH, MAX_SIZE, add, choice,
+                                   compatibility_group, float_in, int_in, opennmt_py_1x_command)
 
 
 def _model_embeddings_opts(parser):
@@ -7,9 +8,12 @@ def _model_embeddings_opts(parser):
         "model_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     group = parser.add_argument_group("Model: embeddings")
-    add(group, "word_vec_size", type=int, default=-1, help="Word embedding size for both sides, if > 0")
-    add(group, "src_word_vec_size", type=int_at_least(1), default=500, help="Source word embedding size")
-    add(group, "tgt_word_vec_size", type=int_at_least(1), default=500, help="Target word embedding size")
+    add(group, "word_vec_size", type=int_in(-1, MAX_SIZE), default=-1,
+        help="Word embedding size for both sides, if > 0")
+    add(group, "src_word_vec_size", type=int_in(1, MAX_SIZE), default=500,
+        help="Source word embedding size")
+    add(group, "tgt_word_vec_size", type=int_in(1, MAX_SIZE), default=500,
+        help="Target word embedding size")
     add(group, "share_embeddings", action="store_true",
         help="One embedding table for source and target (needs -share_vocab data)")
     add(group, "share_decoder_embeddings", action="store_true",
@@ -22,11 +26,12 @@ def _model_embeddings_opts(parser):
     add(group, "feat_merge", default="concat", type=choice("feat_merge", ("concat", "sum", "mlp")),
         help="How the source word features' embeddings join the word's: concat [word; f1; f2 ..], sum (each "
              "feature of the word size, added), mlp (concatenated, then Linear + ReLU back to the word size)")
-    add(group, "feat_vec_size", type=int, default=-1,
+    add(group, "feat_vec_size", type=int_in(-1, MAX_SIZE), default=-1,
         help="Embedding size of every source word feature, if > 0 (concat and mlp; else -feat_vec_exponent)")
-    add(group, "feat_vec_exponent", type=float_in(0, float("inf")), default=0.7,
+    # at most 1: N ** e stays finite and no larger than N, one dimension per value
+    add(group, "feat_vec_exponent", type=float_in(0, 1), default=0.7,
         help="Without -feat_vec_size, a feature taking N values (its vocabulary size) gets int(N ** this) "
-             "dimensions (concat and mlp)")
+             "dimensions (concat and mlp; 0 to 1: at most one dimension per value)")
 
 
 def _model_encoder_and_decoder_opts(parser):
@@ -45,12 +50,16 @@ def _model_encoder_and_decoder_opts(parser):
     add(group, "decoder_type", default="rnn", type=choice(
         "decoder_type", ["rnn", "transformer"], {"cnn": "convolutional (CNN) decoders are not implemented"}),
         help="rnn (with -global_attention, -input_feed, -rnn_type) or transformer")
-    add(group, "layers", type=int, default=-1, help="Layers of encoder and decoder, if > 0")
-    add(group, "enc_layers", type=int_at_least(1), default=2, help="Encoder layers")
-    add(group, "dec_layers", type=int_at_least(1), default=2, help="Decoder layers")
-    add(group, "rnn_size", type=int, default=-1, help="Hidden size of encoder and decoder, if > 0")
-    add(group, "enc_rnn_size", type=int_at_least(1), default=500, help="Encoder hidden size")
-    add(group, "dec_rnn_size", type=int_at_least(1), default=500, help="Decoder hidden size")
+    add(group, "layers", type=int_in(-1, MAX_LAYERS), default=-1,
+        help=f"Layers of encoder and decoder, if > 0 (at most {MAX_LAYERS})")
+    add(group, "enc_layers", type=int_in(1, MAX_LAYERS), default=2,
+        help=f"Encoder layers (at most {MAX_LAYERS})")
+    add(group, "dec_layers", type=int_in(1, MAX_LAYERS), default=2,
+        help=f"Decoder layers (at most {MAX_LAYERS})")
+    add(group, "rnn_size", type=int_in(-1, MAX_SIZE), default=-1,
+        help="Hidden size of encoder and decoder, if > 0")
+    add(group, "enc_rnn_size", type=int_in(1, MAX_SIZE), default=500, help="Encoder hidden size")
+    add(group, "dec_rnn_size", type=int_in(1, MAX_SIZE), default=500, help="Decoder hidden size")
     add(group, "rnn_type", default="LSTM", type=choice(
         "rnn_type", ["LSTM", "GRU"], {"SRU": "SRU cells are not supported"}), help="LSTM or GRU")
     add(group, "input_feed", type=int, choices=[0, 1], default=1,
@@ -61,14 +70,19 @@ def _model_encoder_and_decoder_opts(parser):
 
 def _model_transformer_opts(parser):
     group = parser.add_argument_group("Model: Transformer")
-    add(group, "heads", type=int_at_least(1), default=8, help="Attention heads (they divide -rnn_size)")
-    add(group, "transformer_ff", type=int_at_least(1), default=2048, help="Size of the feed-forward layers")
+    add(group, "heads", type=int_in(1, MAX_SIZE), default=8,
+        help="Attention heads (they divide -rnn_size)")
+    add(group, "transformer_ff", type=int_in(1, MAX_SIZE), default=2048,
+        help="Size of the feed-forward layers")
     add(group, "position_encoding", action="store_true",
         help="Add sinusoidal position encodings to the source embeddings and a Transformer decoder's "
              "(scaled by the square root of their size); a Transformer without them or "
              "-max_relative_positions sees no word order")
-    add(group, "max_relative_positions", type=int_at_least(0), default=0,
-        help="Relative positions in self-attention (Shaw et al. 2018), clipped to this distance (0: none)")
+    # a distance in a sequence is less than its length: a larger clip would clip nothing
+    add(group, "max_relative_positions", type=int_in(0, MAX_LENGTH), default=0,
+        help="Relative positions in self-attention (Shaw et al. 2018), clipped to this distance "
+             f"(0: none; at most {MAX_LENGTH}, the longest sequence; the table of 2k + 1 vectors "
+             "and each attention step's memory grow with it)")
     add(group, "self_attn_type", default="scaled-dot", type=choice(
         "self_attn_type", ["scaled-dot"],
         {"average": "the average attention network (Zhang et al. 2018) is not implemented"}),
@@ -104,21 +118,22 @@ def _model_attention_and_generator_opts(parser):
         help="A target word found in the source is always scored through copying")
     add(group, "copy_loss_by_seqlength", action="store_true", help="Divide the copy loss by sentence length")
     add(group, "coverage_attn", action="store_true", help="Coverage attention (See et al. 2017)")
-    add(group, "lambda_coverage", type=float_in(0, float("inf")), default=0.0,
+    add(group, "lambda_coverage", type=float_in(0, FLOAT32_MAX), default=0.0,
         help="Weight of the coverage loss (needs -coverage_attn)")
-    add(group, "param_init", type=float_in(0, float("inf")), default=0.1,
+    # uniform_(-x, x) needs the width 2x within float32
+    add(group, "param_init", type=float_in(0, FLOAT32_MAX / 2), default=0.1,
         help="Initialise parameters uniformly in [-x, x] (0: keep PyTorch's initialisation)")
     add(group, "param_init_glorot", action="store_true", help="Glorot (Xavier) initialisation of matrices")
 
 
 def _model_alignment_opts(parser):
     group = parser.add_argument_group("Model: guided alignment")
-    add(group, "lambda_align", type=float_in(0, float("inf")), default=0.0,
+    add(group, "lambda_align", type=float_in(0, FLOAT32_MAX), default=0.0,
         help="Weight of the alignment loss of Garg et al. (2019): the cross-entropy between the alignment "
              "head's attention and the -train_align alignments (0: off; needs a Transformer decoder)")
-    add(group, "alignment_layer", type=int, default=-3,
+    add(group, "alignment_layer", type=int_in(-MAX_LAYERS, MAX_LAYERS - 1), default=-3,
         help="The decoder layer whose attention over the source is the alignment (negative: from the last)")
-    add(group, "alignment_heads", type=int_at_least(0), default=0,
+    add(group, "alignment_heads", type=int_in(0, MAX_SIZE), default=0,
         help="Average the first N heads of that attention into the alignment (0: all heads)")
     add(group, "full_context_alignment", action="store_true",
         help="Take the alignment from a second pass of that layer without the future mask (the whole "

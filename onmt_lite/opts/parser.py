@@ -101,10 +101,39 @@ def int_in(low, high):
         return number
 
     parse.__name__ = f"int in [{low}, {high}]"
+    parse.bounds = (low, high)  # for the tests that walk the options
     return parse
 
 
 SEED = int_in(-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes
+
+# The upper bounds of the numeric options: values the code can represent and run with, checked
+# when the option is read (a one-line error naming the option and the bound, exit 2). Each says why.
+# Step numbers and counts that grow with a run or its data (steps, lines, word counts): Python ints
+# that reach int64 (torch, TensorBoard's step) with room left for step + N.
+MAX_STEPS = 2 ** 62
+# A size or count of things held at once (a layer's width, a vocabulary, a batch, a shard): a matrix
+# dimension, which BLAS (MKL's LP64, cuBLAS) takes as a 32-bit int.
+MAX_SIZE = 2 ** 31 - 1
+# Tokens of a sequence (lengths, positions, n-grams): positions are float32 in the position
+# encodings and the length penalties, which hold every whole number up to 2 ** 24 only.
+MAX_LENGTH = 2 ** 24
+# Layers of an encoder or decoder: deeper than any published model (DeepNet, 1,000 layers).
+MAX_LAYERS = 1024
+# Beam size (and -n_best, at most the beam): each search step scores beam x vocabulary candidates of
+# each sentence, 200 MB a sentence at 1,000 x 50,000; wider beams cannot run at any batch size.
+MAX_BEAM = 1000
+# -vocab_size_multiple: matrix shapes want multiples of 8 to 128; a larger multiple only adds up
+# to that many unused words to the vocabulary.
+MAX_VOCAB_MULTIPLE = 2 ** 16
+# Processes started on one machine: Linux's PID_MAX_LIMIT, the most processes a 64-bit kernel runs.
+MAX_PROCESSES = 2 ** 22
+# A CUDA device index: torch keeps it in an int8 (torch.device("cuda", 128) is cuda:-128).
+MAX_CUDA_DEVICE = 127
+# A TCP port is 16 bits.
+MAX_PORT = 2 ** 16 - 1
+# Weights, losses, gradients and scores are float32: a larger factor would be infinite there.
+FLOAT32_MAX = 3.4028234663852886e38
 LOG_LEVELS = {"CRITICAL": 50, "ERROR": 40, "WARNING": 30, "INFO": 20, "DEBUG": 10, "NOTSET": 0}
 
 
@@ -134,13 +163,14 @@ def float_in(low, high, infinite=False):
             number = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if math.isinf(number) and not infinite:  # before the range: the clearer reason
+            raise argparse.ArgumentTypeError(f"{number} is not a finite number")
         if not low <= number <= high:
             raise argparse.ArgumentTypeError(f"{number} is outside [{low}, {high}]")
-        if math.isinf(number) and not infinite:
-            raise argparse.ArgumentTypeError(f"{number} is not a finite number")
         return number
 
     parse.__name__ = f"float in [{low}, {high}]"
+    parse.bounds = (low, high)  # for the tests that walk the options
     return parse
 
 

@@ -1,6 +1,7 @@
 """Options of onmt_lite_preprocess."""
-from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, int_at_least,
-                                    log_file_opts, only_value, opennmt_py_1x_command)
+from onmt_lite.opts.parser import (MAX_LENGTH, MAX_PROCESSES, MAX_SIZE, MAX_STEPS,
+                                    MAX_VOCAB_MULTIPLE, SEED, add, choice, compatibility_group,
+                                    int_in, log_file_opts, only_value, opennmt_py_1x_command)
 
 
 def _data_opts(parser):
@@ -27,10 +28,10 @@ def _data_opts(parser):
     add(group, "save_data", required=True,
         help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt (PREFIX.train_ID.N.pt with "
              "-train_ids), PREFIX.valid.N.pt")
-    add(group, "shard_size", type=int_at_least(0), default=1000000,
+    add(group, "shard_size", type=int_in(0, MAX_SIZE), default=1000000,
         help="Examples per shard file (0: all in one shard)")
     add(group, "overwrite", action="store_true", help="Replace existing files of -save_data")
-    add(group, "num_threads", type=int_at_least(1), default=1,
+    add(group, "num_threads", type=int_in(1, MAX_PROCESSES), default=1,
         help="Processes that tokenize and numericalise the text, a chunk of lines each at a time; the "
              "output is the same as with one")
     add(group, "shuffle", type=int, choices=[0, 1], default=0,
@@ -45,31 +46,32 @@ def _vocab_opts(parser):
     add(group, "features_vocabs_prefix", default="",
         help="Source word feature i's vocabulary from the file PREFIX.source_feature_i.dict (i from 1), "
              "as -src_vocab; without it, from the training data")
-    add(group, "src_vocab_size", type=int_at_least(0), default=50000,
+    add(group, "src_vocab_size", type=int_in(0, MAX_SIZE), default=50000,
         help="Maximum source vocabulary size, not counting the special tokens")
-    add(group, "tgt_vocab_size", type=int_at_least(0), default=50000,
+    add(group, "tgt_vocab_size", type=int_in(0, MAX_SIZE), default=50000,
         help="Maximum target vocabulary size, not counting the special tokens")
-    add(group, "src_words_min_frequency", type=int_at_least(0), default=0,
+    add(group, "src_words_min_frequency", type=int_in(0, MAX_STEPS), default=0,
         help="Keep source words seen at least this often")
-    add(group, "tgt_words_min_frequency", type=int_at_least(0), default=0,
+    add(group, "tgt_words_min_frequency", type=int_in(0, MAX_STEPS), default=0,
         help="Keep target words seen at least this often")
     add(group, "share_vocab", action="store_true", help="One vocabulary for source and target")
-    add(group, "vocab_size_multiple", type=int_at_least(1), default=1,
+    add(group, "vocab_size_multiple", type=int_in(1, MAX_VOCAB_MULTIPLE), default=1,
         help="Pad each vocabulary with unused words (averyunlikelytokenN, as 1.x) to a multiple of this "
-             "size, specials included (matrix products of such sizes can be faster on some hardware)")
+             "size, specials included (matrix products of such sizes can be faster on some "
+             f"hardware; at most {MAX_VOCAB_MULTIPLE})")
     add(group, "dynamic_dict", action="store_true",
         help="Store the per-example source vocabulary and alignment that copy attention needs")
 
 
 def _pruning_and_tokenization_opts(parser):
     group = parser.add_argument_group("Pruning and tokenization")
-    add(group, "src_seq_length", type=int_at_least(1), default=50,
+    add(group, "src_seq_length", type=int_in(1, MAX_LENGTH), default=50,
         help="Drop training pairs whose source is longer")
-    add(group, "tgt_seq_length", type=int_at_least(1), default=50,
+    add(group, "tgt_seq_length", type=int_in(1, MAX_LENGTH), default=50,
         help="Drop training pairs whose target is longer")
-    add(group, "src_seq_length_trunc", type=int_at_least(0), default=0,
+    add(group, "src_seq_length_trunc", type=int_in(0, MAX_LENGTH), default=0,
         help="Truncate sources to this many tokens (0: no truncation)")
-    add(group, "tgt_seq_length_trunc", type=int_at_least(0), default=0,
+    add(group, "tgt_seq_length_trunc", type=int_in(0, MAX_LENGTH), default=0,
         help="Truncate targets to this many tokens (0: no truncation)")
     add(group, "filter_valid", action="store_true",
         help="Apply the length filter to the validation data too")
@@ -86,7 +88,7 @@ def _pruning_and_tokenization_opts(parser):
 def _logging_and_randomness_opts(parser):
     group = parser.add_argument_group("Logging and randomness")
     add(group, "seed", type=SEED, default=3435, help="Random seed (for -shuffle)")
-    add(group, "report_every", type=int_at_least(1), default=100000,
+    add(group, "report_every", type=int_in(1, MAX_STEPS), default=100000,
         help="Log progress every this many lines read")
     log_file_opts(group)
 

@@ -1,8 +1,7 @@
 """Options of onmt_lite_translate."""
-import math
-
-from onmt_lite.opts.parser import (SEED, add, choice, compatibility_group, float_in, int_at_least,
-                                    log_file_opts, opennmt_py_1x_command)
+from onmt_lite.opts.parser import (FLOAT32_MAX, MAX_BEAM, MAX_CUDA_DEVICE, MAX_LENGTH,
+                                    MAX_PROCESSES, MAX_SIZE, SEED, add, choice, compatibility_group,
+                                    float_in, int_in, log_file_opts, opennmt_py_1x_command)
 
 
 def _model_and_data_opts(parser):
@@ -33,45 +32,56 @@ def _model_and_data_opts(parser):
 
 def _search_opts(parser):
     group = parser.add_argument_group("Search")
-    add(group, "beam_size", type=int_at_least(1), default=5, help="Beam size")
-    add(group, "n_best", type=int_at_least(1), default=1, help="Output the N best translations of each line")
-    add(group, "min_length", type=int_at_least(0), default=0, help="Minimum output length (tokens)")
-    add(group, "max_length", type=int_at_least(1), default=100, help="Maximum output length (tokens)")
-    group.add_argument("-max_sent_length", "--max_sent_length", dest="max_length", type=int_at_least(1), default=100,
+    add(group, "beam_size", type=int_in(1, MAX_BEAM), default=5,
+        help=f"Beam size (at most {MAX_BEAM}: each step scores beam x vocabulary candidates a "
+             "sentence)")
+    add(group, "n_best", type=int_in(1, MAX_BEAM), default=1,
+        help="Output the N best translations of each line (at most -beam_size)")
+    add(group, "min_length", type=int_in(0, MAX_LENGTH), default=0,
+        help="Minimum output length (tokens)")
+    add(group, "max_length", type=int_in(1, MAX_LENGTH), default=100,
+        help=f"Maximum output length (tokens; at most {MAX_LENGTH})")
+    group.add_argument("-max_sent_length", "--max_sent_length", dest="max_length",
+                       type=int_in(1, MAX_LENGTH), default=100,
                        help="The same as -max_length (deprecated in OpenNMT-py 1.x)")
+    # infinity has a meaning: no cut before -max_length (any ratio beyond float32's is the same)
     add(group, "ratio", type=float_in(0, float("inf"), infinite=True), default=0.0,
         help="Also end hypotheses at RATIO times the source length (0: off)")
     add(group, "length_penalty", default="none", type=choice("length_penalty", ["none", "wu", "avg"]),
         help="Length penalty of finished hypotheses")
-    add(group, "alpha", type=float_in(-math.inf, math.inf), default=0.0, help="Length penalty parameter (wu)")
+    add(group, "alpha", type=float_in(-FLOAT32_MAX, FLOAT32_MAX), default=0.0,
+        help="Length penalty parameter (wu)")
     add(group, "coverage_penalty", default="none", type=choice("coverage_penalty", ["none", "wu", "summary"]),
         help="Coverage penalty of finished hypotheses")
-    add(group, "beta", type=float_in(-math.inf, math.inf), default=0.0, help="Coverage penalty weight")
+    add(group, "beta", type=float_in(-FLOAT32_MAX, FLOAT32_MAX), default=0.0,
+        help="Coverage penalty weight")
     add(group, "stepwise_penalty", action="store_true",
         help="Apply the coverage penalty at every step, not only to finished hypotheses")
-    add(group, "block_ngram_repeat", type=int_at_least(0), default=0, help="Forbid repeating n-grams of this size")
+    add(group, "block_ngram_repeat", type=int_in(0, MAX_LENGTH), default=0,
+        help="Forbid repeating n-grams of this size")
     add(group, "ignore_when_blocking", nargs="+", default=[],
         help="Tokens that do not count when blocking repeated n-grams")
     add(group, "replace_unk", action="store_true",
         help="Replace <unk> with the source word of highest attention (copy attention for copy models)")
     add(group, "phrase_table", default="",
         help="With -replace_unk: a file of 'source|||target' lines to translate replaced words")
-    add(group, "random_sampling_topk", type=int, default=1,
+    add(group, "random_sampling_topk", type=int_in(-1, MAX_SIZE), default=1,
         help="Sample from the K most likely tokens (-1: all; 1: greedy search); needs -beam_size 1")
-    add(group, "random_sampling_temp", type=float_in(0, float("inf")), default=1.0,
+    add(group, "random_sampling_temp", type=float_in(0, FLOAT32_MAX), default=1.0,
         help="Temperature of random sampling")
     add(group, "seed", type=SEED, default=829, help="Random seed (sampling)")
 
 
 def _efficiency_and_logging_opts(parser):
     group = parser.add_argument_group("Efficiency and logging")
-    add(group, "batch_size", type=int_at_least(1), default=30, help="Sentences or tokens a batch")
-    add(group, "shard_size", type=int_at_least(0), default=0,
+    add(group, "batch_size", type=int_in(1, MAX_SIZE), default=30,
+        help="Sentences or tokens a batch")
+    add(group, "shard_size", type=int_in(0, MAX_SIZE), default=0,
         help="Read, translate and write -src in pieces of N lines, never holding the whole file (0: all "
              "at once); the output is the same")
     add(group, "batch_type", default="sents", type=choice("batch_type", ["sents", "tokens"]), help="sents or tokens")
-    add(group, "gpu", type=int, default=-1, help="CUDA device (-1: CPU)")
-    add(group, "threads", type=int_at_least(0), default=0,
+    add(group, "gpu", type=int_in(-1, MAX_CUDA_DEVICE), default=-1, help="CUDA device (-1: CPU)")
+    add(group, "threads", type=int_in(0, MAX_PROCESSES), default=0,
         help="CPU threads for the tensor operations (0: PyTorch's default, one per core); with 2 or "
              "more, searches decode side by side: one per thread, each in a process of its own, on "
              "Linux; elsewhere two threads, each with half of them")

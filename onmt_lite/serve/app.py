@@ -13,7 +13,6 @@ Unlike 1.x, a bad request is answered with a 4xx status (1.x: 200), its JSON bod
 ``{"status": "error", "error": MESSAGE}``. Every request is logged as one JSON line.
 """
 import asyncio
-import json
 import logging
 import re
 import time
@@ -23,11 +22,13 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from onmt_lite.serve.json_text import AnswerJSON, loads_strict
 from onmt_lite.serve.models import UnknownModel
 from onmt_lite.utils.errors import UserError
 
 logger = logging.getLogger("onmt_lite.server")
 REQUEST_KEYS = {"src", "id"}
+DISCARD_FACTOR = 20  # how much of an oversized body is read to answer 413 (see read_json)
 
 
 class HTTPError(Exception):
@@ -37,21 +38,34 @@ class HTTPError(Exception):
 
 
 async def read_json(request, limit):
-    """The request's JSON body; 413 past ``limit`` bytes (read no further), 400 if not JSON."""
+    """The request's JSON body; 413 past ``limit`` bytes, 400 if not JSON (see ``loads_strict``).
+
+    The rest of a body over the limit is read and dropped (up to ``DISCARD_FACTOR`` times the
+    limit) before the answer: a client that sends its whole body before it reads (urllib,
+    requests) then reads the 413, where a connection closed under its upload is a reset to it. A
+    client that asked ``Expect: 100-continue`` (curl) has sent nothing yet and is not asked to."""
     length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise HTTPError(413, f"the body has {int(length)} bytes, more than this server's limit of {limit} "
+    declared = int(length) if length.isdigit() else 0
+    too_long = f"has {declared} bytes, more than" if declared > limit else ""
+    if too_long and "100-continue" in request.headers.get("expect", "").lower():
+        raise HTTPError(413, f"the body {too_long} this server's limit of {limit} bytes "
                              f"(--max_request_bytes)")
     body = bytearray()
+    read = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPError(413, f"the body is longer than this server's limit of {limit} bytes (--max_request_bytes)")
+        read += len(chunk)
+        if read > DISCARD_FACTOR * limit:
+            break
+        if read <= limit and not too_long:
+            body += chunk
+    if too_long or read > limit:
+        raise HTTPError(413, f"the body {too_long or 'is longer than'} this server's limit of "
+                             f"{limit} bytes (--max_request_bytes)")
     if not body:
         raise HTTPError(400, "the body is empty; expected JSON")
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
+        return loads_strict(body)
+    except ValueError as err:
         raise HTTPError(400, f"the body is not valid JSON ({err})") from None
 
 
@@ -90,7 +104,7 @@ def endpoint(handler):
     async def wrapped(request):
         start, status, fields, response = time.perf_counter(), 200, {}, None
         try:
-            response = JSONResponse(await handler(request, fields))
+            response = AnswerJSON(await handler(request, fields))
         except HTTPError as err:
             status, fields["error"] = err.status, str(err)
         except UnknownModel as err:
@@ -138,19 +152,23 @@ class Endpoints:
         model_id, sources = translation_inputs(inputs)
         fields.update(model_id=model_id, sentences=len(sources))
         model = self.registry.get(model_id)
+        future = model.service.translate(sources)
         try:
-            results = await asyncio.wait_for(asyncio.wrap_future(model.service.translate(sources)),
-                                             self.request_timeout)
+            results = await asyncio.wait_for(asyncio.wrap_future(future), self.request_timeout)
         except asyncio.TimeoutError:
+            model.service.cancel(future)  # its sentences leave the search: the model serves on
             raise HTTPError(503, f"the translation took longer than {self.request_timeout:g} s "
                                  f"(--request_timeout)") from None
+        except asyncio.CancelledError:  # the server is stopping and no longer waits for it
+            model.service.cancel(future)
+            raise
         out = answer(sources, results, model.spec.opt.n_best)
         if self.debug:
             logger.info("translate response", extra={"fields": {"body": out}})
         return out
 
     async def models(self, request, fields):
-        return [model.to_dict() for model in self.registry.models.values()]
+        return [model.to_dict() for model in list(self.registry.models.values())]  # clones come
 
     async def health(self, request, fields):
         return {"status": "ok"}
@@ -169,7 +187,11 @@ class Endpoints:
             raise HTTPError(400, "expected {\"opt\": {translation options}, \"timeout\": seconds}, both optional")
         clone = await asyncio.to_thread(self.registry.clone, request.path_params["model_id"], data.get("opt"),
                                         data.get("timeout", -1))
-        await asyncio.wrap_future(clone.service.control("load"))
+        try:
+            await asyncio.wrap_future(clone.service.control("load"))
+        except BaseException:  # a clone that did not load leaves nothing behind
+            await asyncio.to_thread(self.registry.remove, clone.spec.model_id)
+            raise
         fields["model_id"] = clone.spec.model_id
         return {"status": "ok", "model_id": clone.spec.model_id, "load_time": clone.load_time}
 

@@ -12,11 +12,13 @@ which is relative to the current directory as in 1.x. Everything is checked when
 before it listens: a bad file is one line naming the file, the model and the problem.
 """
 import dataclasses
-import json
+import math
 import os
+import re
 
 from onmt_lite.opts import translate_opts
 from onmt_lite.opts.parser import OptionParser
+from onmt_lite.serve.json_text import loads_strict
 from onmt_lite.utils.errors import UserError
 
 MODEL_KEYS = {"id", "model", "models", "model_root", "timeout", "on_timeout", "load", "opt", "tokenizer"}
@@ -47,6 +49,10 @@ SERVER_REFUSES = {
     "config": "put the options in \"opt\" itself", "save_config": "put the options in \"opt\" itself",
 }
 PATH_OPTIONS = ("src_spm", "tgt_spm", "phrase_table")  # read from the model's root, as its checkpoints
+OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
+NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?$|-?\.\d+([eE][-+]?\d+)?$")
+MAX_TIMEOUT = 1e9  # seconds (31 years); Python's waits take at most threading.TIMEOUT_MAX
+MAX_MODEL_ID = 2 ** 31 - 1
 
 
 class _RaisingParser(OptionParser):
@@ -80,33 +86,70 @@ class ModelSpec:
         return out
 
 
+def seconds(value, name: str, where: str) -> float:
+    """A config's or a clone's ``timeout``: -1 (never) or a finite number of seconds up to
+    ``MAX_TIMEOUT``; a UserError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not (value == -1 or 0 <= value <= MAX_TIMEOUT):
+        raise UserError(f"{where}: \"{name}\" must be -1 (never) or a number of seconds from 0 to "
+                        f"{MAX_TIMEOUT:g} (got {value!r})")
+    return value
+
+
+def _option_arguments(key, value, action, where):
+    """The command-line arguments of one ``opt`` entry, checked against its option's ``action``:
+    a value that the parser could read as another option never reaches it."""
+    if value is True or value is False:
+        if action.nargs != 0:
+            raise UserError(f"{where}: option {key!r} takes a value, not true/false")
+        return [f"-{key}"] if value else []
+    values = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and action.nargs not in ("+", "*"):
+        raise UserError(f"{where}: option {key!r} takes one value, not a list")
+    if action.nargs == 0 or not values and action.nargs == "+":
+        raise UserError(f"{where}: option {key!r} " + ("is a switch: true or false" if action.nargs == 0
+                                                      else "needs at least one value"))
+    texts = [str(v) for v in values]
+    for text in texts:
+        if text.startswith("-") and not NUMBER.match(text):
+            raise UserError(f"{where}: option {key!r}: a value may not start with '-' ({text!r})")
+    if isinstance(value, list):
+        return [f"-{key}", *texts]
+    return [f"-{key}={texts[0]}"]  # one argument: the parser reads it as this option's value
+
+
 def translation_options(user_opt, paths, root, where):
     """The parsed translation options of a model's ``opt`` dict (1.x: each key ``k`` is ``-k v``,
     ``true`` a switch, ``false`` left out); a UserError naming ``where`` for anything the command
-    line would refuse and for the options that have no meaning in a server."""
+    line would refuse and for the options that have no meaning in a server. Each key must be a
+    translation option's full name and each value of that option's kind, checked before the
+    parser reads them: the checkpoints are ``paths`` and nothing in ``user_opt`` changes that."""
     if not isinstance(user_opt, dict):
         raise UserError(f"{where}: \"opt\" must be an object of translation options")
+    parser = _RaisingParser("onmt_lite_server")  # full option names only, as in a -config file
+    translate_opts(parser)
     args = ["-model", *paths, "-src", "(requests)"]
     for key, value in user_opt.items():
         if key in SERVER_REFUSES:
             raise UserError(f"{where}: option {key!r} is not for the server: {SERVER_REFUSES[key]}")
+        action = parser._option_string_actions.get(f"-{key}") if OPTION_NAME.fullmatch(key) else None
+        if action is None or action.dest in ("help", "debug"):
+            raise UserError(f"{where}: unknown translation option {key!r}")
         if not isinstance(value, (str, int, float, bool, list)) or isinstance(value, list) and not all(
                 isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-            raise UserError(f"{where}: option {key!r} must be a string, a number, true/false or a list of them")
+            raise UserError(f"{where}: option {key!r} must be a string, a number, true/false or a "
+                            f"list of them")
         if key in PATH_OPTIONS and isinstance(value, str) and value:
             value = os.path.join(root, value)
-        if value is True:
-            args.append(f"-{key}")
-        elif value is not False:
-            args += [f"-{key}", *map(str, value if isinstance(value, list) else [value])]
-    parser = _RaisingParser("onmt_lite_server")  # full option names only, as in a -config file
-    translate_opts(parser)
+        args += _option_arguments(key, value, action, where)
     try:
         opt, unknown = parser.parse_known_args(args)
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
     if unknown:
-        raise UserError(f"{where}: unknown translation option(s) {' '.join(a for a in unknown if a.startswith('-'))}")
+        raise UserError(f"{where}: unknown translation option(s) {' '.join(unknown)}")
+    if opt.model != list(paths) or opt.src != "(requests)":  # the checks above make it so
+        raise UserError(f"{where}: the options named files: only the configuration does")
     if opt.n_best > opt.beam_size:
         raise UserError(f"{where}: n_best {opt.n_best} is larger than beam_size {opt.beam_size}")
     return opt
@@ -153,9 +196,7 @@ def model_spec(conf, model_id, models_root, where):
     for path in paths:
         if not os.path.isfile(path):
             raise UserError(f"{where}: model file {path} does not exist")
-    timeout = conf.get("timeout", -1)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise UserError(f"{where}: \"timeout\" must be a number of seconds (-1: never)")
+    timeout = seconds(conf.get("timeout", -1), "timeout", where)
     on_timeout = conf.get("on_timeout", "to_cpu")
     if on_timeout not in ("to_cpu", "unload"):
         raise UserError(f"{where}: \"on_timeout\" must be \"to_cpu\" or \"unload\" (got {on_timeout!r})")
@@ -172,11 +213,11 @@ def model_spec(conf, model_id, models_root, where):
 def read_config(path):
     """The ModelSpecs of a server configuration file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            conf = json.load(f)
+        with open(path, "rb") as f:
+            conf = loads_strict(f.read())
     except OSError as err:
         raise UserError(f"{path}: cannot read the configuration ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except ValueError as err:
         raise UserError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(conf, dict) or not isinstance(conf.get("models"), list) or not conf["models"]:
         raise UserError(f"{path}: expected an object with a non-empty list \"models\"")
@@ -194,8 +235,9 @@ def read_config(path):
             while next_id in specs:
                 next_id += 1
             model_id = next_id
-        elif isinstance(model_id, bool) or not isinstance(model_id, int):
-            raise UserError(f"{where}: \"id\" must be a whole number")
+        elif isinstance(model_id, bool) or not isinstance(model_id, int) \
+                or not 0 <= model_id <= MAX_MODEL_ID:
+            raise UserError(f"{where}: \"id\" must be a whole number from 0 to {MAX_MODEL_ID}")
         if model_id in specs:
             raise UserError(f"{where}: id {model_id} is already taken")
         specs[model_id] = model_spec(entry, model_id, models_root, where)

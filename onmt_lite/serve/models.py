@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from onmt_lite.serve.config import PATH_OPTIONS, ModelSpec, translation_options
+from onmt_lite.serve.config import PATH_OPTIONS, ModelSpec, seconds, translation_options
 from onmt_lite.translate.service import TranslationService
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
@@ -65,8 +65,7 @@ class ModelRegistry:
                 raise UserError(f"a clone's options may not name files ({', '.join(named)}): only the "
                                 f"configuration does")
         user_opt = dict(source.user_opt if user_opt is None else user_opt)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise UserError("\"timeout\" must be a number of seconds (-1: never)")
+        timeout = seconds(timeout, "timeout", f"clone of model {model_id}")
         with self._lock:
             new_id = max(self.models) + 1
             opt = translation_options(user_opt, [os.path.join(source.root, p) for p in source.paths], source.root,
@@ -77,6 +76,13 @@ class ModelRegistry:
                              source.on_timeout)
             self.models[new_id] = ServedModel(spec, self.max_tokens)
         return self.models[new_id]
+
+    def remove(self, model_id: int) -> None:
+        """Take a model out (a clone that failed to load): it is no longer listed nor served."""
+        with self._lock:
+            model = self.models.pop(model_id, None)
+        if model is not None:
+            model.service.close()
 
     def close(self, timeout=None):
         for model in self.models.values():

@@ -8,7 +8,7 @@ plus the round robin's turn.
 """
 import os
 
-from onmt_lite.data.iterator import BatchIterator, WeightedBatches
+from onmt_lite.data.iterator import BatchIterator, WeightedBatches, describe_round, saved_round
 from onmt_lite.data.noise import SourceNoise
 from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, train_kind, vocab_path
 from onmt_lite.data.vocab import SPECIALS, vocabs_from_plain
@@ -148,7 +148,8 @@ def restore_position(batches, saved):
         logger.info("the checkpoint's data position is of " + ("one corpus" if "corpora" not in saved else
                     "several corpora") + ": the training data starts from its beginning")
         return
-    if "corpora" in saved and saved["turns"] != batches.turns:
-        logger.info(f"the checkpoint took turns {' '.join(saved['turns'])}, this run "
-                    f"{' '.join(batches.turns)}: each corpus continues, the turns start again")
+    if "corpora" in saved and saved_round(saved) != batches.round:
+        logger.info(f"the checkpoint took turns {describe_round(saved_round(saved))}, this run "
+                    f"{describe_round(batches.round)}: each corpus continues, the turns start "
+                    "again")
     batches.load_state_dict(saved)

@@ -174,7 +174,10 @@ def _train(opt, dist, held):
     if device.type == "cuda":
         logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
-    writer = held.enter_context(CheckpointWriter(opt.save_model, opt.keep_checkpoint)) if is_main else None
+    writer = None
+    if is_main:  # before any training: a refused -save_model costs no step
+        writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint, opt.overwrite, opt.train_from)
+        held.enter_context(writer)
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""

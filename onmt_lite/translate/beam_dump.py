@@ -55,7 +55,13 @@ def empty_entry():
     return {**{key: [] for key in KEYS}, "n_best": []}
 
 
-def write_dump(path, entries):
-    """Write the dump file: a JSON list of the lines' entries, each with its line number (from 1) first."""
+def dump_text(entries: list[dict]) -> str:
+    """The dump file's text: a JSON list of the lines' entries, each with its line number (from 1)
+    first."""
     lines = [{"line": number, **entry} for number, entry in enumerate(entries, 1)]
-    write_text(path, json.dumps(lines, ensure_ascii=False, allow_nan=False) + "\n")
+    return json.dumps(lines, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_dump(path: str, entries: list[dict]) -> None:
+    """Write the dump file (``dump_text``) to ``path`` on its own."""
+    write_text(path, dump_text(entries))

@@ -79,6 +79,10 @@ class RowFeeder:
             return None
         return torch.tensor(ids, device=self.device), torch.cat(lengths), self._prefix(ids)
 
+    def dropped(self, example: torch.Tensor):
+        """See ``Search.stream``: no example here ends unfinished."""
+        return None
+
     def _prefix(self, ids):
         """``(tokens [n x P], lengths [n])`` of the target prefixes of the examples ``ids``, padded
         with 0; None without prefixes."""

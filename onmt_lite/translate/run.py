@@ -5,21 +5,32 @@ so a huge file is never held whole; the output is the same (an example's transla
 depend on what it is decoded with). A -dump_beam file is written once, when all pieces are done:
 it gathers the beams of every piece (and of every decoding stream: they travel with the results),
 so those are held in memory until the end.
+
+The files a run writes (-output, -dump_beam, the -attn_plot PNGs) are checked before any work
+(each path, and no two of them one file) and staged in one ``StagedOutputs``: they appear together
+when the run succeeds, or none does. Standard output, devices and FIFOs are written into as the
+translations come (nothing there can be taken back). A killed run's temporaries are removed by the
+next run on the same files; a live run's are locked, and kept.
 """
 import gc
+import glob
 import itertools
 import math
+import os
+import re
 import time
+from collections.abc import Callable
 
 import torch
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
-from onmt_lite.translate.beam_dump import write_dump
+from onmt_lite.translate.beam_dump import dump_text
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import require_file_path, text_writer
+from onmt_lite.utils.files import StagedOutputs, require_distinct_outputs, require_file_path
+from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.metrics import corpus_scores
 from onmt_lite.utils.progress import Progress
@@ -58,42 +69,91 @@ def output_lines(result, report_align=False):
     return [f"{hyp} ||| {pharaoh(align)}" for hyp, align in zip(result.hypotheses, result.alignment)]
 
 
+PLOT_NAME = re.compile(r"\d{5,}\.png")  # attn_plot.plot_path's names: DIR/00001.png for line 1
+
+
+def check_outputs(opt, output: str) -> list[tuple[str, str]]:
+    """The ``(option, path)`` of each file the run writes, checked before any work: each path can
+    be written, no two (nor the log file) are one file, none is -attn_plot's directory or one of
+    its plots; then -attn_plot's directory is made. A UserError otherwise."""
+    if opt.tgt_prefix and not opt.tgt:
+        raise UserError("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
+    outputs = [("-output", output)] + ([("-dump_beam", opt.dump_beam)] if opt.dump_beam else [])
+    for option, path in outputs:
+        require_file_path(path, option)  # not a directory, in one that exists and is writable
+    require_distinct_outputs(outputs, [("-log_file", opt.log_file)] if opt.log_file else [])
+    if opt.attn_plot:
+        plots = os.path.realpath(opt.attn_plot)
+        for option, path in outputs:
+            target = os.path.realpath(path)
+            if target == plots or (os.path.dirname(target) == plots
+                                   and PLOT_NAME.fullmatch(os.path.basename(target))):
+                raise UserError(f"{option} {path}: -attn_plot {opt.attn_plot} writes there; give "
+                                f"each output a file of its own")
+        prepare_directory(opt.attn_plot)  # last: it makes the directory
+    return outputs
+
+
+def remove_stale_outputs(outputs: list[tuple[str, str]], plots: str) -> None:
+    """Remove the temporaries a killed translation left beside ``outputs`` (and in the directory
+    ``plots``, if given), saying so; a running translation's are locked and kept."""
+    patterns = []
+    for _, path in outputs:
+        target = os.path.realpath(path)
+        if os.path.isfile(target) or not os.path.exists(target):  # written through a temporary
+            name = glob.escape(os.path.basename(target))
+            patterns.append(os.path.join(os.path.dirname(target), name))
+    if plots:
+        patterns.append(os.path.join(os.path.realpath(plots), StagedOutputs.STAGING))
+    for pattern in patterns:
+        for stale in remove_stale_temporaries(pattern):
+            logger.info(f"removed {stale}, left by an interrupted translation")
+
+
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
     output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
-    require_file_path(output, "-output")  # before any work: not a directory, in one that exists
-    if opt.tgt_prefix and not opt.tgt:
-        raise UserError("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
-    if opt.dump_beam:
-        require_file_path(opt.dump_beam, "-dump_beam")
-    if opt.attn_plot:
-        prepare_directory(opt.attn_plot)
+    outputs = check_outputs(opt, output)
+    remove_stale_outputs(outputs, opt.attn_plot)
     torch.manual_seed(opt.seed)
     if opt.threads:
         torch.set_num_threads(opt.threads)
     total = sum(1 for _ in read_lines(opt.src))
     translator = Translator.from_opt(opt)
-    summary, beams = Summary(opt), []
+    summary = Summary(opt)
+    with StagedOutputs() as staged:  # every output appears at the end, or none does
+        write = staged.open_text(output)
+        plots = staged.stage_directory(opt.attn_plot) if opt.attn_plot else None
+        beams = translate_pieces(opt, translator, summary, write, plots, total)
+        if opt.dump_beam:
+            staged.open_text(opt.dump_beam)(dump_text(beams))
+        staged.commit()
+    summary.log()
+    return summary
+
+
+def translate_pieces(opt, translator: Translator, summary: "Summary", write: Callable[[str], None],
+                     plots: str | None, total: int) -> list:
+    """Translate -src piece by piece (-shard_size), writing the output lines with ``write`` and the
+    attention plots into ``plots``; returns the beam dumps of all lines (with -dump_beam)."""
+    beams = []
     # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
     # frozen, Python's cycle collector does not walk it again and again meanwhile
     gc.freeze()
     try:
-        with text_writer(output) as write, Progress(total, "lines", "translate") as progress:
+        with Progress(total, "lines", "translate") as progress:
             for first, sources, targets in pieces(opt.src, opt.tgt, opt.shard_size):
                 start = time.time()
                 results = translator.translate(sources, targets, progress.update, where=(opt.src, first + 1))
                 summary.elapsed += time.time() - start
                 write("".join(line + "\n" for r in results for line in output_lines(r, opt.report_align)))
-                if opt.attn_plot:
-                    write_attention_plots(results, opt.attn_plot, first + 1)
+                if plots is not None:
+                    write_attention_plots(results, plots, first + 1)
                 summary.add(results, targets, first)
                 beams += [r.beam for r in results] if opt.dump_beam else []
     finally:
         gc.unfreeze()
-    if opt.dump_beam:
-        write_dump(opt.dump_beam, beams)
-    summary.log()
-    return summary
+    return beams
 
 
 class Summary:

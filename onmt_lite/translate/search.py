@@ -268,6 +268,8 @@ class Search:
         examples still searching ``[B]``: it appends the rows of the examples joining now (if any; one
         row each) to ``feeder.stepper`` and returns their ids, source lengths and target prefixes
         (``(tokens [n x P], lengths [n])``, or None without prefixes), or None.
+        ``feeder.dropped(example)``, after each step, names the examples to end now, unfinished
+        (their callers gave up): a mask ``[B]`` of ``state.example``, or None. They are yielded too.
         """
         o = self.opts
         state = BeamState(o.beam_width, self.bos, feeder.device, o.attention, o.coverage_penalty != "none")
@@ -303,6 +305,9 @@ class Search:
             ended = self._finish(state, tokens, finished)
             state.scores = state.scores.masked_fill(ended, NEG_INF)
             done = self._done(state)
+            dropped = feeder.dropped(state.example)
+            if dropped is not None:
+                done = done | dropped
             leaving = bool(done.any())
             if leaving:
                 for original in state.example[done].tolist():
@@ -325,3 +330,6 @@ class OneBatch:
     def admit(self, src_lengths):
         joining, self.waiting = self.waiting, None
         return joining
+
+    def dropped(self, example):
+        return None

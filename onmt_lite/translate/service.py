@@ -48,7 +48,8 @@ _STOP = object()
 
 class _ArrivalFeeder(RowFeeder):
     """A RowFeeder whose next batch is the next one of sentences that have arrived, taken without
-    waiting: the search goes on with what it has when nothing new is there."""
+    waiting: the search goes on with what it has when nothing new is there. The sentences of
+    callers who gave up (``TranslationService.cancel``) leave the search at its next step."""
 
     def __init__(self, service, translator):
         super().__init__([], translator._stepper, translator.search_options.beam_width, translator.batch_size,
@@ -58,6 +59,20 @@ class _ArrivalFeeder(RowFeeder):
     def _next_batch(self):
         batch = self.service._take_batch()
         return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
+
+    def dropped(self, example: torch.Tensor):
+        """See ``Search.stream``: ``[B]`` True for the examples whose callers gave up (all of them
+        when the service is abandoned); None when none did, without touching a tensor."""
+        if self.service._abandoned:
+            self.waiting = None
+            return torch.ones_like(example, dtype=torch.bool)
+        lines = self.service._drop_given_up()
+        if not lines:
+            return None
+        if self.waiting is not None and int(self.waiting[1].indices_cpu[0]) in lines:
+            self.waiting = None  # the rest of a batch of a job given up does not join
+        ids = [i for i, (line, _) in self.examples.items() if line in lines]
+        return torch.isin(example, torch.tensor(ids, dtype=example.dtype, device=example.device))
 
 
 class TranslationService:
@@ -86,7 +101,9 @@ class TranslationService:
         self._lines = {}  # example index -> (job, line)
         self._next_index = 0
         self._held = None  # a control (or stop) that came during a search: done after it
+        self._given_up = queue.SimpleQueue()  # futures of jobs whose callers gave up (cancel)
         self._closed = False
+        self._abandoned = False  # close() ran out of time: searches end now, jobs fail
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -104,6 +121,12 @@ class TranslationService:
             raise ValueError(f"unknown action {action!r}")
         return self._put(_Control(action, concurrent.futures.Future()))
 
+    def cancel(self, future: concurrent.futures.Future) -> None:
+        """Give up a ``translate`` Future: its sentences leave the search at its next step (or
+        are never decoded), and the Future fails with ``concurrent.futures.CancelledError``."""
+        if not future.cancel():  # already running: the decoding thread drops it
+            self._given_up.put(future)
+
     def _put(self, item):
         if self._closed:
             raise RuntimeError("the service has stopped")
@@ -115,15 +138,23 @@ class TranslationService:
         return self.translator is not None
 
     def close(self, timeout=None):
-        """Finish the work already queued, then stop the decoding thread."""
+        """Finish the work already queued, then stop the decoding thread; after ``timeout``
+        seconds, the searches still running end at their next step and their requests fail."""
         self._closed = True
         self._inbox.put(_STOP)
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._abandoned = True
+            self._thread.join()  # a step and an encoding at most: no thread outlives the service
 
     # ---- the decoding thread ----------------------------------------------------------------
 
     def _run(self):
         while True:
+            if self._abandoned:
+                self._fail_all(RuntimeError("the service has stopped"))
+                self._stop()
+                return
             item = self._held
             self._held = None
             if item is None:
@@ -163,6 +194,26 @@ class TranslationService:
                 return
             if item is not _STOP and item.future.set_running_or_notify_cancel():
                 item.future.set_exception(RuntimeError("the service has stopped"))
+
+    def _drop_given_up(self) -> set:
+        """The line indices of the jobs whose callers gave up since the last call, taken out of
+        the service (their batches not yet in the search too); their Futures fail."""
+        futures = set()
+        while not self._given_up.empty():
+            futures.add(self._given_up.get())
+        if not futures:
+            return set()
+        dropped = {index for index, (job, _) in self._lines.items() if job.future in futures}
+        for index in dropped:
+            del self._lines[index]
+        kept = [batch for batch in self._ready if int(batch.indices_cpu[0]) not in dropped]
+        self._ready = collections.deque(kept)
+        for future in futures:
+            if not future.done():
+                future.set_exception(concurrent.futures.CancelledError())
+        if dropped:
+            logger.info(f"{len(dropped)} sentence(s) of a request given up left the search")
+        return dropped
 
     @staticmethod
     def _settle(future, function, *args):
@@ -225,6 +276,8 @@ class TranslationService:
 
     def _take_batch(self):
         """The next batch of arrived sentences (the inbox read without waiting), or None."""
+        if self._abandoned:
+            return None
         while self._held is None and not self._ready:
             try:
                 item = self._inbox.get_nowait()
@@ -243,6 +296,8 @@ class TranslationService:
         with torch.no_grad():
             for example, nbest in Search(translator.search_options, BOS_ID, EOS_ID).stream(feeder):
                 index, ex_words = feeder.examples.pop(example)
+                if index not in self._lines or self._abandoned:
+                    continue  # dropped: its caller gave up, or the service stops
                 job, line = self._lines.pop(index)
                 translator._record(job.results[line], nbest, ex_words)
                 job.remaining -= 1

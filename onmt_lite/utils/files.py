@@ -2,9 +2,13 @@
 
 Every file is written under a temporary name beside its target (``.NAME.XXXX.tmp``), flushed to
 disk, and renamed into place only when the whole write succeeded. ``StagedOutputs`` does the same for
-a group of files that must appear together (preprocess shards): all are renamed at the end, or all
-are removed if anything fails. A failed write (full disk, file size limit, read-only directory) is a
-UserError naming the file and the reason.
+a group of files that must appear together (preprocess shards, a translation's outputs): all are
+renamed at the end, or all are removed if anything fails. A failed write (full disk, file size
+limit, read-only directory) is a UserError naming the file and the reason.
+
+A killed writer leaves its ``.NAME.XXXX.tmp`` behind; ``locks.remove_stale_temporaries`` removes
+them at the next run. Where runs on the same names may overlap (translation), the writer holds a
+``flock`` on each temporary while it lives, and the cleaner removes only temporaries it can lock.
 
 What a path points at decides how it is written (``_destination``): a symbolic link is followed, and
 the temporary is made beside its final target (the link stays a link); an existing file that is not
@@ -13,19 +17,18 @@ descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written st
 no temporary and no rename, as a shell's ``>`` would.
 """
 import contextlib
-import glob
 import io
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.locks import _UMASK, TEMP_SUFFIX, locked_temporary
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-TEMP_SUFFIX = ".tmp"
 
 
 _DESCRIPTOR_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
@@ -89,69 +92,34 @@ def _temp_name(path):
     return tmp
 
 
-def remove_stale_temporaries(path_pattern):
-    """Remove temporary files left by a killed writer of files matching ``path_pattern`` (a glob);
-    returns their paths."""
-    directory, base = os.path.split(os.path.abspath(path_pattern))
-    stale = glob.glob(os.path.join(glob.escape(directory), f".{base}.*{TEMP_SUFFIX}"))
-    for path in stale:
-        os.remove(path)
-    return stale
-
-
-def try_lock(path):
-    """Open ``path`` (created if missing) and take an exclusive ``flock`` on it without waiting.
-
-    Returns the open file, which holds the lock until ``release_lock`` or the end of the process,
-    however it ends (a lock file left by a killed process does not block: only a live holder does);
-    its content is the holder's process id. Returns None if another process holds the lock."""
-    import fcntl
-
-    while True:
-        try:
-            f = open(path, "a+", encoding="utf-8")
-        except OSError as err:
-            raise UserError(f"{path}: cannot open the lock file ({err.strerror})") from None
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # BlockingIOError: held by another process (or another open of it here)
-            f.close()
-            return None
-        if _names(f, path):
-            break
-        f.close()  # its holder removed it meanwhile (release_lock): lock the file now at ``path``
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def _names(f, path):
-    """Whether ``path`` is still the file open as ``f``."""
+def _identities(kind: str, where) -> set:
+    """What names the file of a destination (``_destination``): its real path, and its device and
+    inode where it exists (an open descriptor: the file open there)."""
+    names = set() if kind == "descriptor" else {where}
     try:
-        return os.path.samestat(os.fstat(f.fileno()), os.stat(path))
+        found = os.fstat(where) if kind == "descriptor" else os.stat(where)
     except OSError:
-        return False
+        return names
+    return names | {(found.st_dev, found.st_ino)}
 
 
-def release_lock(f):
-    """Remove the lock file ``try_lock`` returned, then release the lock: a process that opened the
-    removed file meanwhile sees, once it has locked it, that it is gone, and locks a new one
-    (``try_lock``'s loop)."""
-    if _names(f, f.name):
-        with contextlib.suppress(OSError):
-            os.remove(f.name)
-    f.close()
-
-
-def lock_holder(path):
-    """The process id written in a lock file, as text ("" if unknown)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
+def require_distinct_outputs(outputs: Sequence[tuple[str, str]],
+                             appended: Sequence[tuple[str, str]] = ()) -> None:
+    """A UserError naming both options when two of ``outputs`` (``(option, path)`` pairs, the files
+    one command writes) are one file (links followed) and one of them is replaced by a rename (a
+    regular file or a new path): the content written first would be lost. Two names of one device,
+    FIFO or open descriptor (``-output -`` and ``/dev/stdout``) are allowed: both are written into,
+    in turn. ``appended`` (the command's log file) must not be replaced by any of ``outputs``."""
+    seen = []
+    for option, path, appends in [(*o, False) for o in outputs] + [(*a, True) for a in appended]:
+        kind, where = _destination(path)
+        replaced = kind == "atomic" and not appends
+        names = _identities(kind, where)
+        for other_option, other_path, other_replaced, other_names in seen:
+            if (replaced or other_replaced) and names & other_names:
+                raise UserError(f"{option} {path}: the same file as {other_option} {other_path}; "
+                                f"give each output a file of its own")
+        seen.append((option, path, replaced, names))
 
 
 def require_directory(path, option):
@@ -278,39 +246,17 @@ def write_text(path, text):
     write_bytes(text.encode("utf-8"), path)
 
 
-@contextlib.contextmanager
-def text_writer(path):
-    """Yield ``write(text)``, which writes UTF-8 text to ``path`` piece by piece, as ``write_bytes``
-    writes it whole: into a temporary file renamed onto ``path`` (or its link's target) when the
-    block ends without an error, or straight into a device, a FIFO or an open file descriptor."""
-    kind, where = _destination(path)
-
-    def writer(f):
-        def write(text):
-            data = memoryview(text.encode("utf-8"))
-            try:
-                while data:  # an unbuffered write may write part (a file size limit): the next one fails
-                    data = data[f.write(data):]
-            except OSError as err:
-                raise UserError(f"{path}: cannot write ({err.strerror})") from None
-        return write
-
-    if kind == "atomic":
-        with atomic_path(where) as tmp:
-            try:
-                f = open(tmp, "wb", buffering=0)  # unbuffered: a failed write fails there, not again at close
-            except OSError as err:
-                raise UserError(f"{path}: cannot write ({err.strerror})") from None
-            with f:
-                yield writer(f)
-                _flush_to_disk(f, path)
-        return
-    try:
-        f = _open_stream(kind, where, buffering=0)
-    except OSError as err:
-        raise UserError(f"{path}: cannot write ({err.strerror})") from None
-    with f:
-        yield writer(f)
+def _text_writer(f, final: str) -> Callable[[str], None]:
+    """``write(text)``: UTF-8 text into the unbuffered binary file ``f``; a UserError naming
+    ``final`` on failure."""
+    def write(text: str) -> None:
+        data = memoryview(text.encode("utf-8"))
+        try:
+            while data:  # an unbuffered write may write part (a file size limit): the next fails
+                data = data[f.write(data):]
+        except OSError as err:
+            raise UserError(f"{final}: cannot write ({err.strerror})") from None
+    return write
 
 
 def _flush_to_disk(f, final):
@@ -327,18 +273,53 @@ class StagedOutputs:
 
     Used as a context manager: leaving the block with an exception removes every staged file. A
     symbolic link's target is replaced (the link stays); a file that is written straight into (a
-    device, a FIFO: see ``_destination``) is held in memory and written by ``commit()``.
+    device, a FIFO: see ``_destination``) is held in memory and written by ``commit()``, or, opened
+    with ``open_text``, written into as the text comes (nothing there can be taken back).
+
+    The temporaries of ``open_text`` and ``stage_directory`` are held with a ``flock`` until
+    ``commit()`` or ``discard()``: ``remove_stale_temporaries`` removes those of a killed process
+    only, never those of a live one.
     """
+
+    STAGING = "staging"  # stage_directory(DIR) stages into DIR/.staging.XXXX.tmp
 
     def __init__(self):
         self._staged = []  # (tmp, final, target)
         self._streamed = []  # (kind, where, data, final)
+        self._open = []  # (file, final, staged): written piece by piece, open until commit()
+        self._directories = []  # (tmp, target, descriptor holding its lock)
 
     def path_for(self, final):
         """A temporary path to write ``final``'s content into (for a regular file or a new path)."""
         target = os.path.realpath(final)
         tmp = _temp_name(target)
         self._staged.append((tmp, final, target))
+        return tmp
+
+    def open_text(self, final: str) -> Callable[[str], None]:
+        """``write(text)``, which appends UTF-8 text to ``final`` piece by piece: into a locked
+        temporary that ``commit()`` renames, or straight into a device, a FIFO or an open file
+        descriptor (opened now, as a shell's ``>`` would)."""
+        kind, where = _destination(final)
+        if kind != "atomic":
+            try:
+                f = _open_stream(kind, where, buffering=0)
+            except OSError as err:
+                raise UserError(f"{final}: cannot write ({err.strerror})") from None
+            self._open.append((f, final, False))
+            return _text_writer(f, final)
+        tmp, fd = locked_temporary(where, final)
+        self._staged.append((tmp, final, where))
+        f = os.fdopen(fd, "wb", buffering=0)  # unbuffered: a failed write fails there, not at close
+        self._open.append((f, final, True))
+        return _text_writer(f, final)
+
+    def stage_directory(self, final: str) -> str:
+        """A new, locked directory inside the existing directory ``final`` to write files into;
+        ``commit()`` moves them into ``final`` (replacing files of the same names)."""
+        target = os.path.realpath(final)
+        tmp, fd = locked_temporary(os.path.join(target, self.STAGING), final, directory=True)
+        self._directories.append((tmp, target, fd))
         return tmp
 
     def _stage(self, data, final):
@@ -364,17 +345,36 @@ class StagedOutputs:
         return [final for _, final, _ in self._staged] + [s[3] for s in self._streamed]
 
     def commit(self):
+        for f, final, staged in self._open:
+            if staged:
+                _flush_to_disk(f, final)
         for tmp, _, target in self._staged:
             os.replace(tmp, target)
+        for tmp, target, _ in self._directories:
+            for name in sorted(os.listdir(tmp)):
+                os.replace(os.path.join(tmp, name), os.path.join(target, name))
+            os.rmdir(tmp)
         for kind, where, data, final in self._streamed:
             _write_stream(kind, where, data, final)
+        self._close()
         self._staged, self._streamed = [], []
 
     def discard(self):
         for tmp, _, _ in self._staged:
             if os.path.exists(tmp):
                 os.remove(tmp)
+        for tmp, _, _ in self._directories:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._close()  # after the removals: the locks kept other processes off them meanwhile
         self._staged, self._streamed = [], []
+
+    def _close(self):
+        """Close the files written piece by piece and release the locks of the temporaries."""
+        for f, _, _ in self._open:
+            f.close()
+        for _, _, fd in self._directories:
+            os.close(fd)
+        self._open, self._directories = [], []
 
     def __enter__(self):
         return self

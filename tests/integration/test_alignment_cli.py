@@ -117,7 +117,7 @@ def test_the_shards_keep_each_pairs_links_through_filtering_and_truncation(tmp_p
     prefix = str(tmp_path / "d")
     preprocess(preprocess_args(train, prefix, "-train_align", align, "-src_seq_length", 3,
                                "-tgt_seq_length_trunc", 2))
-    shard = load_shard(f"{prefix}.train.1.pt")
+    shard = load_shard(f"{prefix}.train.0.pt")
     assert shard["indices"].tolist() == [1, 3]  # line 2's source is too long
     links = ShardView(shard).batch([0, 1]).align.tolist()
     # line 3's target is cut to 2 tokens: its link to target token 2 goes

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from onmt_lite import Translator
-from tests.helpers import exact_match, lines, preprocess_in_process, run_cli, trained_reversal_model
+from tests.helpers import (
+    exact_match,
+    lines,
+    preprocess_in_process,
+    run_cli,
+    trained_reversal_model,
+    translate_in_process,
+)
 
 # the tests marked kernels hold a trained model to a quality or compare translations: make
 # test-kernels runs them again under other kernels
@@ -51,15 +58,14 @@ def first_best_scores(log):
 def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_path, kind, beam):
     m = models[kind]
     out = tmp_path / "out.txt"
-    result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", out, "-beam_size", beam,
-                     "-n_best", beam, "-verbose")
-    assert result.returncode == 0, result.stderr
+    log = translate_in_process("-model", m["model"], "-src", m["src"], "-output", out, "-beam_size",
+                               beam, "-n_best", beam, "-verbose")
     hypotheses, references = lines(out), lines(m["tgt"])
     assert len(hypotheses) == beam * len(references)
     assert exact_match(hypotheses[::beam], references) >= MINIMUM[kind]
-    scores = first_best_scores(result.stderr)
+    scores = first_best_scores(log)
     assert len(scores) == len(references) and all(math.isfinite(s) for s in scores)
-    assert "nan" not in result.stderr.lower()
+    assert "nan" not in log.lower()
 
 
 @pytest.mark.parametrize("option", [["-replace_unk"], ["-attn_debug"], ["-attn_plot", "plots"],

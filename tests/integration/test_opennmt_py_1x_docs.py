@@ -33,7 +33,8 @@ def test_faq_weighting_corpora(tmp_path):
                      "-layers", 1, "-rnn_size", 16, "-word_vec_size", 8, "-batch_size", 16, "-train_steps", 16)
     assert result.returncode == 0, result.stderr
     position = load_checkpoint(str(tmp_path / "mymodel_step_16.pt"))["data"]
-    assert position["turns"] == ["A"] + ["B"] * 7 and position["turn"] == 0
+    assert position["round"] == [["A", 1], ["B", 7]]
+    assert (position["corpus"], position["count"]) == (0, 0)
     # 16 batches: two rounds of 1 from A and 7 from B
     assert position["corpora"]["A"]["batch"] == 2 and position["corpora"]["B"]["batch"] == 14
 
@@ -173,7 +174,8 @@ def test_the_rest(tmp_path):
     losses = {}
     for noise in ([], ["-data_to_noise", "news", "-src_noise", "sen_shuffling", "infilling", "-src_noise_prob",
                        0.5, 0.3]):
-        result = run_cli("train", "-data", data, "-save_model", tmp_path / "n", *SMALL_RNN, "-data_ids", "news",
+        result = run_cli("train", "-data", data, "-save_model", tmp_path / f"n{len(losses)}", *SMALL_RNN,
+                         "-data_ids", "news",
                          "-train_steps", 2, "-report_every", 1, "-seed", 5, *noise)
         assert result.returncode == 0, result.stderr
         losses[bool(noise)] = step_losses(result.stderr.splitlines())

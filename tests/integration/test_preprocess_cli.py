@@ -27,11 +27,11 @@ def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
                      "-save_data", out / "d", "-dynamic_dict", "-shard_size", 2)
     assert result.returncode == 0, result.stderr
     assert "4 pairs read, 3 kept, 1 with an empty side skipped" in result.stderr
-    assert sorted(os.listdir(out)) == ["d.train.1.pt", "d.train.2.pt", "d.valid.1.pt", "d.valid.2.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.valid.0.pt", "d.valid.1.pt", "d.vocab.pt"]
     vocab = load(out / "d.vocab.pt")
     assert vocab["src"][4:] == ["cat", "the", "Zed", "a", "dog", "ran", "sat"]  # by count, then alphabet
     assert "" not in vocab["src"] and "" not in vocab["tgt"]
-    shard = load(out / "d.train.2.pt")
+    shard = load(out / "d.train.1.pt")
     assert shard["indices"].tolist() == [4]
     assert shard["src_ex_vocab"] == [["<unk>", "<blank>", "the", "Zed", "cat"]]
     assert shard["alignment"].tolist() == [0, 3]  # "der" is not in the source, "Zed" is
@@ -102,7 +102,7 @@ def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(cor
     result = run_cli("preprocess", *base, "-shard_size", 2, "-overwrite")
     assert result.returncode == 0, result.stderr
     # the third shard of the first run would be read as training data: it must be gone
-    assert sorted(os.listdir(out)) == ["d.train.1.pt", "d.train.2.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.vocab.pt"]
 
 
 def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
@@ -114,7 +114,7 @@ def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
     assert run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "l", "-lower",
                    "-dynamic_dict", "-src_vocab_size", 3).returncode == 0
     assert load(out / "c.vocab.pt") == load(out / "l.vocab.pt")
-    from_config, from_line = load(out / "c.train.1.pt"), load(out / "l.train.1.pt")
+    from_config, from_line = load(out / "c.train.0.pt"), load(out / "l.train.0.pt")
     assert from_config.keys() == from_line.keys()
     for key, value in from_config.items():
         assert torch.equal(value, from_line[key]) if torch.is_tensor(value) else value == from_line[key]
@@ -148,6 +148,29 @@ def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):
     assert "8500 pairs read, 8500 kept" in result.stderr
 
 
+def test_shards_are_numbered_from_0_as_opennmt_py_1x_names_them(tmp_path):
+    """1.x's preprocess writes {save_data}.{corpus_type}.{shard_index}.pt with the index from 0: a
+    1.x user's scripts name PREFIX.train.0.pt and PREFIX.valid.0.pt."""
+    prefix = preprocess_in_process(str(tmp_path), "-shard_size", 100, n_train=300, n_valid=40)
+    names = sorted(name for name in os.listdir(tmp_path) if name.startswith("data."))
+    assert names == ["data.train.0.pt", "data.train.1.pt", "data.train.2.pt", "data.valid.0.pt",
+                     "data.vocab.pt"]
+    assert shard_paths(prefix, "train") == [f"{prefix}.train.{n}.pt" for n in range(3)]
+
+
+def test_data_an_earlier_version_numbered_from_1_still_trains(tmp_path):
+    prefix = preprocess_in_process(str(tmp_path), "-shard_size", 150, n_train=300)
+    for corpus_type, count in (("train", 2), ("valid", 1)):
+        for n in reversed(range(count)):  # the names an earlier onmt_lite wrote: from 1
+            os.replace(f"{prefix}.{corpus_type}.{n}.pt", f"{prefix}.{corpus_type}.{n + 1}.pt")
+    assert shard_paths(prefix, "train") == [f"{prefix}.train.1.pt", f"{prefix}.train.2.pt"]
+    result = run_cli("train", "-data", prefix, "-save_model", tmp_path / "m", "-rnn_size", 8,
+                     "-word_vec_size", 4, "-layers", 1, "-batch_size", 8, "-train_steps", 2,
+                     "-valid_steps", 2)
+    assert result.returncode == 0, result.stderr
+    assert "training corpus: 2 shard(s), 300 examples; 1 valid shard(s)" in result.stderr
+
+
 def test_shard_size_0_writes_one_shard_as_in_1x(tmp_path):
     from onmt_lite.data.shards import shard_paths
 
@@ -165,7 +188,7 @@ def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_not
     assert result.returncode == 0, result.stderr
     for path in stale:
         assert not path.exists() and f"removed {path}, left by an interrupted preprocess" in result.stderr
-    assert sorted(os.listdir(out)) == sorted([p.name for p in kept] + ["d.train.1.pt", "d.vocab.pt"])
+    assert sorted(os.listdir(out)) == sorted([p.name for p in kept] + ["d.train.0.pt", "d.vocab.pt"])
 
 
 @pytest.mark.parametrize("level,file_has_info", [("WARNING", False), ("INFO", True), ("20", True), ("ERROR", False)])
@@ -212,5 +235,5 @@ def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
         read = [int(line.split("train: ")[1].split()[0]) for line in result.stderr.splitlines()
                 if "train: " in line and "lines read" in line]
         assert [n // 2500 for n in read] == [1, 2, 3, 4]  # each multiple of -report_every logged once
-    assert list(outputs[3])[:2] == ["d.train.1.pt", "d.train.2.pt"] and list(outputs[3])[-1] == "d.vocab.pt"
+    assert list(outputs[3])[:2] == ["d.train.0.pt", "d.train.1.pt"] and list(outputs[3])[-1] == "d.vocab.pt"
     assert outputs[3] == outputs[1]

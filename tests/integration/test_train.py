@@ -156,10 +156,11 @@ def test_training_continues_from_a_checkpoint_without_training_state(data, tmp_p
     for key in ("optim", "rng", "data", "trainer"):
         del checkpoint[key]
     torch.save(checkpoint, tmp_path / "released.pt")
-    _, lines = train_in_process(data["plain"], str(tmp_path / "m"), *TINY_MODEL, "-train_steps", 3,
+    # another prefix: m holds the checkpoints of the first run, which this one does not continue
+    _, lines = train_in_process(data["plain"], str(tmp_path / "r"), *TINY_MODEL, "-train_steps", 3,
                                 "-train_from", tmp_path / "released.pt")
     assert any("holds weights only" in line for line in lines)
-    assert torch.load(tmp_path / "m_step_3.pt", weights_only=True)["step"] == 3
+    assert torch.load(tmp_path / "r_step_3.pt", weights_only=True)["step"] == 3
 
 
 @pytest.mark.parametrize("corpus_type", ["train", "valid"])
@@ -171,12 +172,12 @@ def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpu
     small = preprocess_in_process(str(tmp_path / "small"), "-src_vocab_size", 5, "-tgt_vocab_size", 5)
     full = preprocess_in_process(str(tmp_path / "full"))
     same = preprocess_in_process(str(tmp_path / "same"))  # the same vocabularies: its shards are welcome
-    os.replace(f"{same}.{corpus_type}.1.pt", f"{full}.{corpus_type}.1.pt")
+    os.replace(f"{same}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
     args = [*TINY_MODEL, "-train_steps", 2, "-valid_steps", 1]
     assert run_cli("train", "-data", full, "-save_model", tmp_path / "ok", *args).returncode == 0
-    os.replace(f"{small}.{corpus_type}.1.pt", f"{full}.{corpus_type}.1.pt")
+    os.replace(f"{small}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
     message = error_of(run_cli("train", "-data", full, "-save_model", tmp_path / "m", *args))
-    assert f"{full}.{corpus_type}.1.pt: its ids index other vocabularies than the vocab file's" in message
+    assert f"{full}.{corpus_type}.0.pt: its ids index other vocabularies than the vocab file's" in message
 
 
 def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_behind_does_not_block(data, tmp_path):
@@ -197,6 +198,29 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
     assert result.returncode == 0, result.stderr
     assert os.path.exists(f"{prefix}_step_2.pt") and not theirs.exists()  # stale now: removed
     assert not os.path.exists(f"{prefix}.lock")  # removed and released when the run ended
+
+
+def test_a_run_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_overwrite(data, tmp_path):
+    prefix = str(tmp_path / "m")
+    args = ["-data", data["plain"], *TINY_MODEL, "-valid_steps", 2, "-save_model", prefix]
+    assert run_cli("train", *args, "-train_steps", 2).returncode == 0
+    earlier = [f"{prefix}_step_2.pt", f"{prefix}_best.pt"]
+
+    def state():
+        return {path: (os.stat(path).st_mtime_ns, open(path, "rb").read()) for path in earlier}
+
+    before = state()
+    line = error_of(run_cli("train", *args, "-train_steps", 2, "-seed", 2))
+    assert line == (f"onmt_lite_train: error: -save_model {prefix}: an earlier run's checkpoints are "
+                    f"there ({', '.join(earlier)}); continue that run with -train_from {earlier[0]}, "
+                    f"replace them with -overwrite, or choose another -save_model")
+    assert state() == before and not os.path.exists(f"{prefix}.lock")
+    resumed = run_cli("train", *args, "-train_steps", 3, "-train_from", earlier[0])
+    assert resumed.returncode == 0, resumed.stderr
+    assert state() == before and load_checkpoint(f"{prefix}_step_3.pt")["step"] == 3  # it wrote on
+    replaced = run_cli("train", *args, "-train_steps", 2, "-seed", 2, "-overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert all(os.stat(path).st_mtime_ns != before[path][0] for path in earlier)
 
 
 def test_keep_checkpoint_counts_the_checkpoints_of_earlier_runs_after_a_resume(data, tmp_path):

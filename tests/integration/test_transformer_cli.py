@@ -15,6 +15,7 @@ from tests.helpers import (
     step_losses,
     train_in_process,
     trained_reversal_model,
+    translate_in_process,
 )
 
 # the tests marked kernels hold the models to a quality or compare translations: make test-kernels
@@ -52,9 +53,9 @@ def models(tmp_path_factory):
 
 
 def translate(model, src, out, *args):
-    result = run_cli("translate", "-model", *([model] if isinstance(model, str) else model), "-src", src,
-                     "-output", out, *args)
-    assert result.returncode == 0, result.stderr
+    """The output lines of onmt_lite_translate, run in this process."""
+    translate_in_process("-model", *([model] if isinstance(model, str) else model), "-src", src,
+                         "-output", out, *args)
     return lines(out)
 
 

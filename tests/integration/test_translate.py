@@ -26,6 +26,7 @@ from tests.helpers import (
     run_cli,
     scores_agree,
     trained_reversal_model,
+    translate_in_process,
     write_lines,
 )
 
@@ -55,8 +56,7 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("kind,minimum", [("plain", 0.85), ("copy", 0.95)])
 def test_the_trained_models_translate_held_out_lines(models, tmp_path, kind, minimum):
     m = models[kind]
-    result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", tmp_path / "out.txt")
-    assert result.returncode == 0, result.stderr
+    translate_in_process("-model", m["model"], "-src", m["src"], "-output", tmp_path / "out.txt")
     assert exact_match(lines(tmp_path / "out.txt"), lines(m["tgt"])) >= minimum
 
 
@@ -66,9 +66,8 @@ def test_int8_quantised_translation_stays_close_to_float(models, tmp_path, kind)
     outputs = {}
     for quantize in ("none", "int8"):
         path = tmp_path / f"{quantize}.txt"
-        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", path, "-quantize", quantize,
-                         "-threads", 1)
-        assert result.returncode == 0, result.stderr
+        translate_in_process("-model", m["model"], "-src", m["src"], "-output", path, "-quantize",
+                             quantize, "-threads", 1)
         outputs[quantize] = exact_match(lines(path), lines(m["tgt"]))
     assert abs(outputs["int8"] - outputs["none"]) <= 0.05, outputs
     quantized, _, _ = load_models([m["model"]], torch.device("cpu"), "int8")
@@ -93,8 +92,8 @@ def test_batch_size_does_not_change_any_output_line(models, tmp_path, kind):
     outputs = []
     for size in (1, 64):
         path = tmp_path / f"b{size}.txt"
-        assert run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", path, "-batch_size", size,
-                       "-n_best", 2).returncode == 0
+        translate_in_process("-model", m["model"], "-src", m["src"], "-output", path, "-batch_size",
+                             size, "-n_best", 2)
         outputs.append(lines(path))
     assert outputs[0] == outputs[1] and len(outputs[0]) == 2 * len(lines(m["src"]))
 
@@ -370,7 +369,6 @@ def test_fp32_is_accepted_and_changes_nothing(models, tmp_path):
     outputs = []
     for extra in ([], ["-fp32"]):
         out = tmp_path / f"out{len(extra)}.txt"
-        result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", out, *extra)
-        assert result.returncode == 0, result.stderr
+        translate_in_process("-model", m["model"], "-src", m["src"], "-output", out, *extra)
         outputs.append(out.read_text(encoding="utf-8"))
     assert outputs[0] == outputs[1] and outputs[0].count("\n") == 40

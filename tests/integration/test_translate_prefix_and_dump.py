@@ -1,5 +1,12 @@
 """onmt_lite_translate -tgt_prefix and -dump_beam end to end, on a model trained here on the reversal task."""
+import fcntl
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -11,6 +18,7 @@ from tests.helpers import (
     run_cli,
     scores_agree,
     trained_reversal_model,
+    translate_in_process,
     write_lines,
 )
 
@@ -28,9 +36,8 @@ def model(tmp_path_factory):
 
 def translate(model, tmp_path, *args, name="out.txt"):
     out = tmp_path / name
-    result = run_cli("translate", "-model", model["model"], "-output", out, *map(str, args))
-    assert result.returncode == 0, result.stderr
-    return lines(out), result.stderr
+    log = translate_in_process("-model", model["model"], "-output", out, *args)
+    return lines(out), log
 
 
 @pytest.mark.kernels
@@ -112,3 +119,111 @@ def test_the_server_refuses_both_options_by_name(model):
     for key in ("tgt_prefix", "dump_beam"):
         with pytest.raises(UserError, match=f"option '{key}' is not for the server"):
             translation_options({key: True if key == "tgt_prefix" else "beam.json"}, [model["model"]], "/", "model 0")
+
+
+def run_translate(model, *args, file_size_limit=None):
+    """onmt_lite_translate in a process of its own (files limited to ``file_size_limit`` bytes)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, resource.RLIM_INFINITY))
+
+    command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True,
+                          preexec_fn=limit if file_size_limit else None)
+
+
+def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path):
+    same = tmp_path / "same.txt"
+    same.write_text("an earlier file\n")
+    (tmp_path / "link.txt").symlink_to(same)
+    (tmp_path / "plots").mkdir()
+    before = os.stat(same).st_mtime_ns
+    link = tmp_path / "link.txt"
+    plots = tmp_path / "plots"
+    cases = [(["-output", same, "-dump_beam", same],
+              f"-dump_beam {same}: the same file as -output {same}"),
+             (["-output", same, "-dump_beam", link],
+              f"-dump_beam {link}: the same file as -output {same}"),
+             (["-output", same, "-log_file", same],
+              f"-log_file {same}: the same file as -output {same}"),
+             (["-output", plots / "00001.png", "-attn_plot", plots],
+              f"-output {plots / '00001.png'}: -attn_plot {plots} writes there")]
+    for args, message in cases:
+        result = run_translate(model, "-src", model["src"], *args)
+        assert result.returncode == 2, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"onmt_lite_translate: error: {message}"), last
+        assert "Traceback" not in result.stderr and "PRED AVG SCORE" not in result.stderr
+        assert same.read_text() == "an earlier file\n" and os.stat(same).st_mtime_ns == before
+        assert sorted(os.listdir(tmp_path)) == ["link.txt", "plots", "same.txt"]
+        assert os.listdir(tmp_path / "plots") == []
+    # two names of standard output are written into in turn: nothing is replaced, nothing lost
+    result = run_translate(model, "-src", model["src"], "-output", "-", "-dump_beam", "/dev/stdout")
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.splitlines()
+    assert len(printed) == len(lines(model["src"])) + 1  # the translations, then the dump's line
+    assert len(json.loads(printed[-1])) == len(lines(model["src"]))
+
+
+def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path):
+    existing = tmp_path / "existing.txt"
+    existing.write_text("an earlier translation\n")
+    for output in (tmp_path / "new.txt", existing):
+        result = run_translate(model, "-src", model["src"], "-output", output, "-dump_beam",
+                               tmp_path / "missing" / "beam.json")
+        assert result.returncode == 2
+        assert f"-dump_beam {tmp_path / 'missing' / 'beam.json'}: directory" in result.stderr
+        # refused at the end (its file outgrows the limit; the translations do not): none is written
+        result = run_translate(model, "-src", model["src"], "-output", output, "-dump_beam",
+                               tmp_path / "beam.json", file_size_limit=4096)
+        assert result.returncode == 2, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        beam = tmp_path / "beam.json"
+        assert last == f"onmt_lite_translate: error: {beam}: cannot write (File too large)"
+        assert sorted(os.listdir(tmp_path)) == ["existing.txt"]
+        assert existing.read_text() == "an earlier translation\n"
+    result = run_translate(model, "-src", model["src"], "-output", tmp_path / "new.txt",
+                           "-dump_beam", tmp_path / "beam.json")
+    assert result.returncode == 0, result.stderr  # the same run without the limit writes both
+    assert len(lines(tmp_path / "new.txt")) == len(json.loads((tmp_path / "beam.json").read_text()))
+
+
+def temporaries(directory, name):
+    names = os.listdir(directory)
+    return sorted(p for p in names if p.startswith(f".{name}.") and p.endswith(".tmp"))
+
+
+def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept(model, tmp_path):
+    src = write_lines(tmp_path / "src.txt", lines(model["src"]) * 100)
+    out = tmp_path / "out.txt"
+    stale = tmp_path / ".out.txt.k1ll3d00.tmp"  # as a killed run leaves it
+    stale.write_text("half a transl")
+    live = tmp_path / ".out.txt.l1ve0000.tmp"  # a running translation's: locked while it lives
+    live.write_text("half")
+    with open(live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        result = run_translate(model, "-src", model["src"], "-output", out)
+        assert result.returncode == 0, result.stderr
+        assert f"removed {stale}, left by an interrupted translation" in result.stderr
+        assert temporaries(tmp_path, "out.txt") == [live.name]
+    assert len(lines(out)) == len(lines(model["src"]))
+    live.unlink()
+    # a real one: stopped while it writes (alive, its temporary kept), then killed (removed)
+    command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
+    proc = subprocess.Popen([*command, "-src", src, "-output", out], stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline and not temporaries(tmp_path, "out.txt"):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        written = temporaries(tmp_path, "out.txt")
+        assert proc.poll() is None and len(written) == 1, "it ended before it was caught"
+        result = run_translate(model, "-src", model["src"], "-output", out)
+        assert result.returncode == 0 and "removed" not in result.stderr, result.stderr
+        assert written[0] in temporaries(tmp_path, "out.txt")
+    finally:
+        proc.kill()
+        proc.wait()
+    result = run_translate(model, "-src", model["src"], "-output", out)
+    assert result.returncode == 0, result.stderr
+    assert f"removed {tmp_path / written[0]}, left by an interrupted translation" in result.stderr
+    assert temporaries(tmp_path, "out.txt") == [] and len(lines(out)) == len(lines(model["src"]))

@@ -37,17 +37,17 @@ def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(t
                      files["tgt_b"], "-train_ids", "a", "b", "-valid_src", files["src_b"], "-valid_tgt",
                      files["tgt_b"], "-save_data", out / "d", "-shard_size", 1, "-src_seq_length", 3)
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(out)) == ["d.train_a.1.pt", "d.train_a.2.pt", "d.train_b.1.pt", "d.train_b.2.pt",
-                                       "d.valid.1.pt", "d.valid.2.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == ["d.train_a.0.pt", "d.train_a.1.pt", "d.train_b.0.pt", "d.train_b.1.pt",
+                                       "d.valid.0.pt", "d.valid.1.pt", "d.vocab.pt"]
     vocab = load(out / "d.vocab.pt")
     # by hand over the kept pairs of both corpora (q q q q / o filtered): w 4, y 3, z 2, x 1; k 3, n 2, m 1
     assert vocab["src"][4:] == ["w", "y", "z", "x"] and vocab["tgt"][4:] == ["k", "n", "m"]
     assert vocab["train_ids"] == ["a", "b"]
     assert vocab["counts"]["train_a"]["examples"] == vocab["counts"]["train_b"]["examples"] == 2
-    second_b = load(out / "d.train_b.2.pt")
+    second_b = load(out / "d.train_b.1.pt")
     assert second_b["indices"].tolist() == [2]  # line numbers within its own corpus
     assert [vocab["src"][i] for i in second_b["src"].tolist()] == ["w", "w", "w"]
-    assert [load(out / f"d.train_a.{n}.pt")["indices"].tolist() for n in (1, 2)] == [[1], [2]]
+    assert [load(out / f"d.train_a.{n}.pt")["indices"].tolist() for n in (0, 1)] == [[1], [2]]
 
 
 @pytest.mark.parametrize("case,expected", [
@@ -85,10 +85,10 @@ def test_overwrite_removes_the_shards_of_corpora_the_new_run_lacks(tiny):
     assert run_cli("preprocess", *named).returncode == 0
     os.remove(out / "d.vocab.pt")
     unnamed = ["-train_src", files["src_a"], "-train_tgt", files["tgt_a"], "-save_data", out / "d"]
-    assert "d.train_a.1.pt already exists" in error_of(run_cli("preprocess", *unnamed))
+    assert "d.train_a.0.pt already exists" in error_of(run_cli("preprocess", *unnamed))
     result = run_cli("preprocess", *unnamed, "-overwrite")
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(out)) == ["d.train.1.pt", "d.vocab.pt"]  # train_a and train_b would be read as data
+    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.vocab.pt"]  # train_a and train_b would be read as data
     assert load(out / "d.vocab.pt")["train_ids"] == [None]
 
 
@@ -126,7 +126,7 @@ def test_a_resumed_run_with_weights_3_1_gives_the_losses_of_the_uninterrupted_ru
     assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
     assert resumed == full_losses
     assert load_checkpoint(str(tmp_path / "part_step_3.pt"))["data"] == {
-        "turns": ["a", "a", "a", "b"], "turn": 2,
+        "round": [["a", 3], ["b", 1]], "corpus": 0, "count": 2,
         "corpora": {"a": {"epoch": 0, "shard": 0, "batch": 5}, "b": {"epoch": 0, "shard": 0, "batch": 1}}}
 
 
@@ -138,7 +138,7 @@ def test_the_command_line_trains_on_weighted_corpora_and_logs_them(data, tmp_pat
         in result.stderr
     # 5 batches drawn: a a a b a (b's 12 examples need more than one batch of 40 padded tokens)
     assert load_checkpoint(str(tmp_path / "m_step_5.pt"))["data"] == {
-        "turns": ["a", "a", "a", "b"], "turn": 1,
+        "round": [["a", 3], ["b", 1]], "corpus": 0, "count": 1,
         "corpora": {"a": {"epoch": 0, "shard": 0, "batch": 4}, "b": {"epoch": 0, "shard": 0, "batch": 1}}}
 
 
@@ -170,5 +170,5 @@ def test_two_processes_draw_both_shares_of_each_step_from_the_round_robin(data, 
                      "-train_steps", 3, "-save_model", tmp_path / "m")
     assert result.returncode == 0, result.stderr
     assert load_checkpoint(str(tmp_path / "m_step_3.pt"))["data"] == {
-        "turns": ["a", "a", "a", "b"], "turn": 2,
+        "round": [["a", 3], ["b", 1]], "corpus": 0, "count": 2,
         "corpora": {"a": {"epoch": 0, "shard": 0, "batch": 5}, "b": {"epoch": 0, "shard": 0, "batch": 1}}}

@@ -87,15 +87,37 @@ def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_o
     def steps():
         return sorted(saved_checkpoints(prefix))
 
-    with CheckpointWriter(prefix, keep=2) as writer:  # a resumed run: its steps are the newest
+    resumed = checkpoint_path(prefix, 30)
+    with CheckpointWriter(prefix, keep=2, train_from=resumed) as writer:  # its steps are the newest
         writer.save({"step": 40})
         assert steps() == [30, 40]
-    with CheckpointWriter(prefix, keep=2) as writer:  # a new run from step 0: what it writes is newer
+    # a new run (-overwrite): what it writes is newer
+    with CheckpointWriter(prefix, keep=2, overwrite=True) as writer:
         writer.save({"step": 1})
         assert steps() == [1, 40]
         writer.save({"step": 2})
         assert steps() == [1, 2] and writer.last_path() == checkpoint_path(prefix, 2)
     assert os.path.exists(best_path(prefix)) and all(path.exists() for path in others)
+
+
+def test_a_writer_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_overwrite(tmp_path):
+    prefix = str(tmp_path / "m")
+    with CheckpointWriter(prefix) as writer:
+        writer.save({"step": 2})
+        writer.save_best({"step": 2})
+    named = f"{prefix}_step_2.pt, {prefix}_best.pt"
+    for train_from in ("", str(tmp_path / "other.pt")):
+        expected = (f"an earlier run's checkpoints are there \\({named}\\); continue that run "
+                    f"with -train_from {prefix}_step_2.pt")
+        with pytest.raises(UserError, match=expected):
+            CheckpointWriter(prefix, train_from=train_from)
+        assert not os.path.exists(f"{prefix}.lock")  # a refused writer leaves no lock file
+    os.symlink(best_path(prefix), tmp_path / "link.pt")
+    # -train_from names one of them: that run goes on
+    for train_from in (checkpoint_path(prefix, 2), str(tmp_path / "link.pt")):
+        CheckpointWriter(prefix, train_from=train_from).close()
+    CheckpointWriter(prefix, overwrite=True).close()
+    CheckpointWriter(str(tmp_path / "n")).close()  # nothing there: nothing to refuse
 
 
 class FakeCuda:

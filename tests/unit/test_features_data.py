@@ -43,7 +43,7 @@ def test_feature_vocabularies_are_counted_per_feature_and_words_lose_their_featu
 
 def test_shards_hold_each_tokens_feature_ids_by_a_hand_mapping(tmp_path):
     prefix = run_preprocess(tmp_path)
-    shard = load_shard(prefix + ".train.1.pt")
+    shard = load_shard(prefix + ".train.0.pt")
     pos = {v: i for i, v in enumerate(hand_vocab(["DET", "NOUN", "VERB", "DET", "NOUN", "NOUN"]))}
     letter = {v: i for i, v in enumerate(hand_vocab(["a", "b", "a", "b", "b", "c"]))}
     tokens = [token.split(S) for line in SRC for token in line.split()]
@@ -57,7 +57,7 @@ def test_shards_hold_each_tokens_feature_ids_by_a_hand_mapping(tmp_path):
 def test_a_corpus_without_features_has_no_feature_data(tmp_path):
     prefix = run_preprocess(tmp_path, ["a b", "c"], ["x y", "z"])
     assert load_plain(prefix + ".vocab.pt", "onmt_lite.vocab.v1", "vocab file")["src_feats"] == []
-    shard = load_shard(prefix + ".train.1.pt")
+    shard = load_shard(prefix + ".train.0.pt")
     assert "src_feats" not in shard and ShardView(shard).batch([0]).src_feats is None
 
 
@@ -87,7 +87,7 @@ def test_sentencepiece_with_features_is_refused(tmp_path):
 
 
 def test_features_with_copy_data_copy_the_words(tmp_path):
-    shard = load_shard(run_preprocess(tmp_path, SRC, ["cat the", "dog", "cat"], "-dynamic_dict") + ".train.1.pt")
+    shard = load_shard(run_preprocess(tmp_path, SRC, ["cat the", "dog", "cat"], "-dynamic_dict") + ".train.0.pt")
     assert shard["src_ex_vocab"][0] == ["<unk>", "<blank>", "the", "cat", "sat"]
     assert shard["alignment"][:2].tolist() == [3, 2]  # "cat the": indices of the words in that vocabulary
     assert torch.equal(shard["src_lengths"], torch.tensor([3, 2, 1]))
@@ -103,7 +103,7 @@ def test_features_vocabs_prefix_reads_each_features_vocabulary_from_its_file(tmp
     assert record["src_feats"] == [specials + ["VERB", "ADJ", "NOUN"], specials + ["c", "a"]]
     assert record["src"][4:] == ["cat", "a", "dog", "sat", "the"]  # the words still counted from the data
     tokens = [token.split(S) for line in SRC for token in line.split()]
-    ids = load_shard(prefix + ".train.1.pt")["src_feats"].tolist()
+    ids = load_shard(prefix + ".train.0.pt")["src_feats"].tolist()
     assert ids[0] == [{"VERB": 4, "NOUN": 6}.get(t[1], 0) for t in tokens]  # DET is not in the file: <unk>
     assert ids[1] == [{"c": 4, "a": 5}.get(t[2], 0) for t in tokens]
 
@@ -126,9 +126,36 @@ def test_num_threads_writes_the_same_feature_files_as_one_process(tmp_path, monk
     for threads in ("1", "3"):
         (tmp_path / threads).mkdir()
         prefix = run_preprocess(tmp_path / threads, src, tgt, "-num_threads", threads)
-        files[threads] = [open(prefix + suffix, "rb").read() for suffix in (".vocab.pt", ".train.1.pt")]
+        files[threads] = [open(prefix + suffix, "rb").read() for suffix in (".vocab.pt", ".train.0.pt")]
     assert files["3"] == files["1"]
     n_tokens = sum(len(line.split()) for line in src)
-    assert load_shard(str(tmp_path / "3" / "data.train.1.pt"))["src_feats"].shape == (2, n_tokens)
+    assert load_shard(str(tmp_path / "3" / "data.train.0.pt"))["src_feats"].shape == (2, n_tokens)
     with pytest.raises(UserError, match=r"src\.txt:25: token 1 .* has 1 word feature"):
         run_preprocess(tmp_path, SRC * 8 + [f"dog{S}NOUN"] + SRC, TGT * 9 + TGT[:1], "-num_threads", "3")
+
+
+@pytest.mark.parametrize("bad_line, message", [
+    (f"{S}A b{S}B", r"token 1 \('\uffe8A'\) has an empty word"),
+    (f"a{S}A b{S}", r"token 2 \('b\uffe8'\) has an empty value of feature 1"),
+])
+def test_a_token_with_an_empty_word_or_feature_is_refused(tmp_path, bad_line, message):
+    # "￨A" splits into ("", "A"): the empty string would become a vocabulary word
+    with pytest.raises(UserError, match=r"src\.txt:2: " + message):
+        run_preprocess(tmp_path, [f"a{S}A b{S}B", bad_line], ["x", "y"])
+    assert not os.path.exists(tmp_path / "data.vocab.pt")
+
+
+def test_a_first_token_with_an_empty_word_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"src\.txt:1: token 1 .* has an empty word"):
+        run_preprocess(tmp_path, [f"{S}A b{S}B"], ["x"])
+
+
+@pytest.mark.parametrize("line", [f"{S}A b{S}B", f"a{S}A b{S}"])
+def test_translation_input_with_an_empty_word_or_feature_is_refused(line):
+    from onmt_lite.data.vocab import Vocab
+    from onmt_lite.translate.inputs import TextBatches
+
+    vocabs = {"src": Vocab(["a", "b"]), "tgt": Vocab(["x"]), "src_feats": [Vocab(["A", "B"])]}
+    with pytest.raises(UserError, match=r"in\.txt:3: token \d .* has an empty"):
+        TextBatches([f"a{S}A", line], None, vocabs, (str.split, str.split), False,
+                    where=("in.txt", 2))

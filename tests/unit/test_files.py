@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, lock_holder, release_lock,
-                                  remove_stale_temporaries, require_directory, save_tensors, try_lock, write_text)
+from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, require_directory,
+                                  save_tensors, write_text)
+from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
 
 
 def test_atomic_path_leaves_nothing_when_the_write_fails(tmp_path):
@@ -228,3 +229,62 @@ def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_locked(tmp_p
     assert second is not None and opened[0].closed and os.path.exists(path)
     assert os.path.samestat(os.fstat(second.fileno()), os.stat(path))
     release_lock(second)
+
+
+def test_staged_text_written_piece_by_piece_and_a_directory_appear_together_or_not(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "00001.png").write_bytes(b"earlier")
+    with pytest.raises(UserError):
+        with StagedOutputs() as staged:
+            write = staged.open_text(str(tmp_path / "out.txt"))
+            write("a\n")
+            write_text(os.path.join(staged.stage_directory(str(plots)), "00001.png"), "new")
+            raise UserError("a later output failed")
+    assert sorted(os.listdir(tmp_path)) == ["plots"] and os.listdir(plots) == ["00001.png"]
+    assert (plots / "00001.png").read_bytes() == b"earlier"
+    with StagedOutputs() as staged:
+        write = staged.open_text(str(tmp_path / "out.txt"))
+        write("a\n")
+        write("b\n")
+        write_text(os.path.join(staged.stage_directory(str(plots)), "00001.png"), "new")
+        assert not (tmp_path / "out.txt").exists()
+        staged.commit()
+    assert (tmp_path / "out.txt").read_text() == "a\nb\n"
+    assert (plots / "00001.png").read_text() == "new"
+    assert os.listdir(plots) == ["00001.png"]
+
+
+def test_a_temporary_locked_by_a_live_writer_is_kept_and_an_unlocked_one_removed(tmp_path):
+    with StagedOutputs() as staged:  # a live writer's: a file and a directory, each locked
+        staged.open_text(str(tmp_path / "out.txt"))("half")
+        staged.stage_directory(str(tmp_path))
+        live = sorted(p for p in os.listdir(tmp_path) if p.endswith(".tmp"))
+        assert len(live) == 2
+        stale = [tmp_path / ".out.txt.k1ll3d.tmp", tmp_path / ".staging.k1ll3d.tmp"]
+        stale[0].write_text("half")
+        stale[1].mkdir()
+        (stale[1] / "00001.png").write_bytes(b"x")
+        removed = remove_stale_temporaries(str(tmp_path / "out.txt"))
+        removed += remove_stale_temporaries(str(tmp_path / StagedOutputs.STAGING))
+        assert sorted(removed) == sorted(map(str, stale))
+        assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".tmp")) == live
+    assert os.listdir(tmp_path) == []  # discarded: the live writer's are gone with it
+
+
+def test_two_outputs_naming_one_file_are_refused_unless_both_are_written_into(tmp_path):
+    from onmt_lite.utils.files import require_distinct_outputs
+
+    (tmp_path / "a.txt").write_text("a")
+    os.symlink(tmp_path / "a.txt", tmp_path / "link.txt")
+    a, link, b = (str(tmp_path / name) for name in ("a.txt", "link.txt", "b.txt"))
+    for outputs in ([("-output", a), ("-dump_beam", a)], [("-output", a), ("-dump_beam", link)],
+                    [("-output", b), ("-dump_beam", str(tmp_path / "." / "b.txt"))]):
+        with pytest.raises(UserError, match=r"^-dump_beam .*: the same file as -output "):
+            require_distinct_outputs(outputs)
+    with pytest.raises(UserError, match=r"^-log_file .*: the same file as -output "):
+        require_distinct_outputs([("-output", a)], [("-log_file", link)])
+    log = str(tmp_path / "log")
+    require_distinct_outputs([("-output", a), ("-dump_beam", b)], [("-log_file", log)])
+    require_distinct_outputs([("-output", "/dev/stdout"), ("-dump_beam", "/dev/stdout")])
+    require_distinct_outputs([("-output", "/dev/null"), ("-dump_beam", "/dev/null")])

@@ -37,7 +37,7 @@ def shard_files(tmp_path):
     for n in range(2):
         examples = [{"index": i, "src": [4] * SRC_LENGTHS[i], "tgt": [5] * TGT_LENGTHS[i]}
                     for i in range(n * 250, (n + 1) * 250)]
-        paths.append(str(tmp_path / f"d.train.{n + 1}.pt"))
+        paths.append(str(tmp_path / f"d.train.{n}.pt"))
         save_tensors(make_shard(examples), paths[-1])
     return paths
 

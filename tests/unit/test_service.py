@@ -1,6 +1,7 @@
 """TranslationService on a random model: controls wait for the running search, failures stay with
 their callers, idle models are let go. (Callers sharing a search get what they get alone:
 tests/integration/test_server.py, with trained models.)"""
+import concurrent.futures
 import random
 import threading
 
@@ -8,10 +9,12 @@ import pytest
 import torch
 
 from onmt_lite.models.builder import build_model
+from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.translate.service import TranslationService
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
+from tests.helpers import assert_same_translation
 from tests.model_helpers import TRANSFORMER, VOCABS, model_options
 
 WORDS = [f"s{i}" for i in range(12)] + ["oov1", "oov2"]
@@ -127,3 +130,54 @@ def test_the_idle_action_runs_once_after_each_piece_of_work(load, monkeypatch):
     threading.Event().wait(0.3)
     assert actions.count("to_cpu") == 2 and service.loaded
     service.close()
+
+
+@pytest.fixture
+def long_search():
+    """``(service, sentences)``: a random RNN model that writes up to 60 tokens a sentence, two
+    sentences at a time, and 300 sentences: minutes of search unless something ends it."""
+    torch.manual_seed(0)
+    model = build_model(model_options(), VOCABS).eval()
+    search = SearchOptions(beam_size=3, max_length=60, min_length=60)
+    service = TranslationService(lambda device: Translator([model], VOCABS, search=search,
+                                                           batch_size=2))
+    service.control("load").result(timeout=60)
+    yield service, sentences(300, seed=5)
+    service.close()
+
+
+def test_a_request_given_up_leaves_the_search_and_the_model_serves_on(long_search, monkeypatch):
+    """What a server's --request_timeout does: the sentences of the request leave the running
+    search (the rest never join it), its Future fails, the next request is answered as alone."""
+    service, many = long_search
+    joined = []
+    admit = RowFeeder.admit
+
+    def counting_admit(self, src_lengths):
+        joining = admit(self, src_lengths)
+        if joining is not None:
+            joined.append(joining[0].numel())
+        return joining
+
+    monkeypatch.setattr(RowFeeder, "admit", counting_admit)
+    given_up = service.translate(many)
+    while not joined:
+        threading.Event().wait(0.01)
+    service.cancel(given_up)
+    with pytest.raises(concurrent.futures.CancelledError):
+        given_up.result(timeout=60)
+    after = service.translate(["s1 s2 s3"]).result(timeout=60)
+    assert sum(joined) < len(many) // 2, sum(joined)  # the search ended long before its end
+    alone = service.translator.translate(["s1 s2 s3"])[0]
+    assert_same_translation(after[0], alone)
+
+
+def test_a_close_out_of_time_ends_the_running_search_and_its_thread(long_search):
+    service, many = long_search
+    running = service.translate(many)
+    while not running.running():
+        threading.Event().wait(0.01)
+    service.close(timeout=0.2)
+    assert not service._thread.is_alive()  # no decoding thread outlives it (SIGTERM's exit)
+    with pytest.raises(RuntimeError, match="the service has stopped"):
+        running.result(timeout=1)

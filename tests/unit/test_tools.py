@@ -181,6 +181,25 @@ def test_release_fp16_halves_weights_and_still_translates(trained, tmp_path):
     assert isinstance(hyp, str) and len(hyp.split()) >= 2
 
 
+def test_release_fp16_refuses_a_weight_that_overflows_float16(trained, tmp_path, capsys):
+    _, ckpt = trained
+    checkpoint = load_checkpoint(ckpt)
+    name = "decoder.embeddings.lut.weight"
+    checkpoint["model"][name][3, 1] = -1e5  # float16's largest is 65504: this would become -inf
+    big = str(tmp_path / "big.pt")
+    save_tensors(checkpoint, big)
+    err = fails(capsys, "release_model", "-model", big, "-output", tmp_path / "h.pt", "-fp16")
+    assert f"big.pt: -fp16: parameter model.{name} has a weight of magnitude 100000" in err
+    assert "release without -fp16" in err
+    assert sorted(os.listdir(tmp_path)) == ["big.pt"]  # no output, no temporary
+    run("release_model", "-model", big, "-output", tmp_path / "f.pt")  # float32 keeps it
+    assert torch.load(tmp_path / "f.pt", weights_only=True)["model"][name][3, 1] == -1e5
+    checkpoint["model"][name][3, 1] = -65519.0  # rounds to float16's largest, -65504: kept
+    save_tensors(checkpoint, big)
+    run("release_model", "-model", big, "-output", tmp_path / "h.pt", "-fp16")
+    assert torch.load(tmp_path / "h.pt", weights_only=True)["model"][name][3, 1] == -65504.0
+
+
 def test_average_of_a_checkpoint_with_itself_translates_the_same(trained, tmp_path):
     _, ckpt = trained
     run("average_models", "-models", ckpt, ckpt, "-output", tmp_path / "a.pt")
@@ -270,6 +289,24 @@ def test_embeddings_to_torch_refuses_ragged_lines(tmp_path, capsys):
                 "-output_file", tmp_path / "o")
     assert "bad.txt:2: 2 values, the first vector has 3" in err
     assert not os.path.exists(tmp_path / "o.enc.pt")
+
+
+@pytest.mark.parametrize("value", ["nan", "-inf", "1e40"])  # 1e40 is finite, inf as float32
+def test_embeddings_to_torch_refuses_a_vector_not_finite_as_float32(tmp_path, capsys, value):
+    dict_file = str(tmp_path / "d.vocab.pt")
+    words = {"src": list(SPECIALS) + ["a", "b"], "tgt": list(SPECIALS)}
+    save_tensors({"format": VOCAB_FORMAT, **words}, dict_file)
+    bad = write_lines(tmp_path / "bad.txt", ["a 1 2 3", f"b 4 {value} 6"])
+    err = fails(capsys, "embeddings_to_torch", "-emb_file_both", bad, "-dict_file", dict_file,
+                "-output_file", tmp_path / "o")
+    assert f"bad.txt:2: the vector of 'b' has value 2 '{value}', which is not a finite" in err
+    assert sorted(os.listdir(tmp_path)) == ["bad.txt", "d.vocab.pt"]  # neither output, no temporary
+    # the largest float32 values and an underflow to 0 are fine
+    good = write_lines(tmp_path / "good.txt", ["a 1 2 3", "b -3.4e38 3.4028235e38 1e-50"])
+    run("embeddings_to_torch", "-emb_file_both", good, "-dict_file", dict_file,
+        "-output_file", tmp_path / "o")
+    enc = torch.load(tmp_path / "o.enc.pt", weights_only=True)
+    assert enc.isfinite().all() and enc[5, 0] == -3.4e38 and enc[5, 2] == 0.0
 
 
 def small_dict_file(tmp_path):
