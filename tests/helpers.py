@@ -95,8 +95,9 @@ def train_in_process(data, save_model, *args):
 
 def translate_in_process(*args) -> str:
     """Run ``onmt_lite_translate args`` in this process, as the command does (options, log, output
-    files); returns what it logged (its standard error). For tests that read its outputs: a command
-    line's exit status and one-line errors are ``run_cli``'s (a new process costs seconds of imports)."""
+    files); returns what it logged (its standard error). For tests that read its outputs: a
+    command line's exit status and one-line errors are ``run_cli``'s (a new process costs seconds
+    of imports)."""
     import io
     import logging
 
@@ -104,7 +105,8 @@ def translate_in_process(*args) -> str:
     from onmt_lite.translate.run import translate
     from onmt_lite.utils.logging import init_logger
 
-    opt = parse(build_parser("onmt_lite_translate", [config_opts, translate_opts]), list(map(str, args)))
+    parser = build_parser("onmt_lite_translate", [config_opts, translate_opts])
+    opt = parse(parser, list(map(str, args)))
     log = init_logger(opt.log_file, file_level=opt.log_file_level)
     captured = logging.StreamHandler(io.StringIO())
     captured.setFormatter(log.handlers[0].formatter)

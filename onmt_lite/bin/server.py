@@ -25,7 +25,8 @@ PROG = "onmt_lite_server"
 def server_opts(parser):
     group = parser.add_argument_group("Server (OpenNMT-py 1.x's options)")
     add(group, "ip", default="127.0.0.1", help="Address to listen on (0.0.0.0: every interface)")
-    add(group, "port", type=int_in(0, MAX_PORT), default=5000, help="TCP port (0: any free port, logged)")
+    add(group, "port", type=int_in(0, MAX_PORT), default=5000,
+        help="TCP port (0: any free port, logged)")
     add(group, "url_root", default="/translator", help="The endpoints' path prefix")
     add(group, "config", "-c", default="./available_models/conf.json",
         help="The models' configuration (OpenNMT-py 1.x's conf.json format)")

@@ -188,7 +188,8 @@ class CheckpointWriter:
 
 
 def earlier_checkpoints(prefix: str) -> list[str]:
-    """The checkpoints of ``prefix`` on disk: ``PREFIX_step_N.pt`` by step, then ``PREFIX_best.pt``."""
+    """The checkpoints of ``prefix`` on disk: ``PREFIX_step_N.pt`` by step, then
+    ``PREFIX_best.pt``."""
     paths = [checkpoint_path(prefix, step) for step in sorted(saved_checkpoints(prefix))]
     best = best_path(prefix)
     return paths + [best] if os.path.exists(best) else paths

@@ -106,9 +106,10 @@ def _option_arguments(key, value, action, where):
     values = value if isinstance(value, list) else [value]
     if isinstance(value, list) and action.nargs not in ("+", "*"):
         raise UserError(f"{where}: option {key!r} takes one value, not a list")
-    if action.nargs == 0 or not values and action.nargs == "+":
-        raise UserError(f"{where}: option {key!r} " + ("is a switch: true or false" if action.nargs == 0
-                                                      else "needs at least one value"))
+    if action.nargs == 0:
+        raise UserError(f"{where}: option {key!r} is a switch: true or false")
+    if not values and action.nargs == "+":
+        raise UserError(f"{where}: option {key!r} needs at least one value")
     texts = [str(v) for v in values]
     for text in texts:
         if text.startswith("-") and not NUMBER.match(text):
@@ -132,7 +133,8 @@ def translation_options(user_opt, paths, root, where):
     for key, value in user_opt.items():
         if key in SERVER_REFUSES:
             raise UserError(f"{where}: option {key!r} is not for the server: {SERVER_REFUSES[key]}")
-        action = parser._option_string_actions.get(f"-{key}") if OPTION_NAME.fullmatch(key) else None
+        known = OPTION_NAME.fullmatch(key)
+        action = parser._option_string_actions.get(f"-{key}") if known else None
         if action is None or action.dest in ("help", "debug"):
             raise UserError(f"{where}: unknown translation option {key!r}")
         if not isinstance(value, (str, int, float, bool, list)) or isinstance(value, list) and not all(

@@ -34,7 +34,8 @@ def loads_strict(text):
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as err:
         bad = ord(err.object[err.start])
-        raise ValueError(f"a string holds a lone UTF-16 surrogate (\\u{bad:04x}), not text") from None
+        message = f"a string holds a lone UTF-16 surrogate (\\u{bad:04x}), not text"
+        raise ValueError(message) from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
     return value
@@ -44,4 +45,5 @@ class AnswerJSON(JSONResponse):
     """Starlette's JSON answer, with 1.x's non-finite numbers (see the module)."""
 
     def render(self, content) -> bytes:
-        return json.dumps(content, ensure_ascii=False, allow_nan=True, separators=(",", ":")).encode()
+        text = json.dumps(content, ensure_ascii=False, allow_nan=True, separators=(",", ":"))
+        return text.encode()

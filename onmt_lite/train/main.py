@@ -176,7 +176,8 @@ def _train(opt, dist, held):
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
     writer = None
     if is_main:  # before any training: a refused -save_model costs no step
-        writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint, opt.overwrite, opt.train_from)
+        writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint, opt.overwrite,
+                                  opt.train_from)
         held.enter_context(writer)
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)

@@ -189,8 +189,8 @@ def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path):
     command = [sys.executable, "-m", "onmt_lite.bin.train", "-data", data, "-save_model", str(tmp_path / "m"),
                *map(str, MODEL), "-world_size", "2", "-master_port", str(free_port()), "-train_steps", "2"]
     quiet = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    verbose = subprocess.run([*command, "-gpu_verbose_level", "1", "-overwrite"], capture_output=True,
-                             text=True, timeout=300)
+    verbose = subprocess.run([*command, "-gpu_verbose_level", "1", "-overwrite"],
+                             capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and verbose.returncode == 0, verbose.stderr
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)  # no -overwrite
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr

@@ -174,8 +174,8 @@ def test_the_rest(tmp_path):
     losses = {}
     for noise in ([], ["-data_to_noise", "news", "-src_noise", "sen_shuffling", "infilling", "-src_noise_prob",
                        0.5, 0.3]):
-        result = run_cli("train", "-data", data, "-save_model", tmp_path / f"n{len(losses)}", *SMALL_RNN,
-                         "-data_ids", "news",
+        result = run_cli("train", "-data", data, "-save_model", tmp_path / f"n{len(losses)}",
+                         *SMALL_RNN, "-data_ids", "news",
                          "-train_steps", 2, "-report_every", 1, "-seed", 5, *noise)
         assert result.returncode == 0, result.stderr
         losses[bool(noise)] = step_losses(result.stderr.splitlines())

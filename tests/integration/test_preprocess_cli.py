@@ -27,7 +27,8 @@ def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
                      "-save_data", out / "d", "-dynamic_dict", "-shard_size", 2)
     assert result.returncode == 0, result.stderr
     assert "4 pairs read, 3 kept, 1 with an empty side skipped" in result.stderr
-    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.valid.0.pt", "d.valid.1.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.valid.0.pt",
+                                       "d.valid.1.pt", "d.vocab.pt"]
     vocab = load(out / "d.vocab.pt")
     assert vocab["src"][4:] == ["cat", "the", "Zed", "a", "dog", "ran", "sat"]  # by count, then alphabet
     assert "" not in vocab["src"] and "" not in vocab["tgt"]
@@ -188,7 +189,8 @@ def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_not
     assert result.returncode == 0, result.stderr
     for path in stale:
         assert not path.exists() and f"removed {path}, left by an interrupted preprocess" in result.stderr
-    assert sorted(os.listdir(out)) == sorted([p.name for p in kept] + ["d.train.0.pt", "d.vocab.pt"])
+    expected = [p.name for p in kept] + ["d.train.0.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == sorted(expected)
 
 
 @pytest.mark.parametrize("level,file_has_info", [("WARNING", False), ("INFO", True), ("20", True), ("ERROR", False)])
@@ -235,5 +237,6 @@ def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
         read = [int(line.split("train: ")[1].split()[0]) for line in result.stderr.splitlines()
                 if "train: " in line and "lines read" in line]
         assert [n // 2500 for n in read] == [1, 2, 3, 4]  # each multiple of -report_every logged once
-    assert list(outputs[3])[:2] == ["d.train.0.pt", "d.train.1.pt"] and list(outputs[3])[-1] == "d.vocab.pt"
+    assert list(outputs[3])[:2] == ["d.train.0.pt", "d.train.1.pt"]
+    assert list(outputs[3])[-1] == "d.vocab.pt"
     assert outputs[3] == outputs[1]

@@ -177,7 +177,8 @@ def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpu
     assert run_cli("train", "-data", full, "-save_model", tmp_path / "ok", *args).returncode == 0
     os.replace(f"{small}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
     message = error_of(run_cli("train", "-data", full, "-save_model", tmp_path / "m", *args))
-    assert f"{full}.{corpus_type}.0.pt: its ids index other vocabularies than the vocab file's" in message
+    refusal = f"{full}.{corpus_type}.0.pt: its ids index other vocabularies than the vocab file's"
+    assert refusal in message
 
 
 def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_behind_does_not_block(data, tmp_path):
@@ -200,7 +201,8 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
     assert not os.path.exists(f"{prefix}.lock")  # removed and released when the run ended
 
 
-def test_a_run_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_overwrite(data, tmp_path):
+def test_a_run_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_overwrite(data,
+                                                                                       tmp_path):
     prefix = str(tmp_path / "m")
     args = ["-data", data["plain"], *TINY_MODEL, "-valid_steps", 2, "-save_model", prefix]
     assert run_cli("train", *args, "-train_steps", 2).returncode == 0
@@ -211,9 +213,9 @@ def test_a_run_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_ove
 
     before = state()
     line = error_of(run_cli("train", *args, "-train_steps", 2, "-seed", 2))
-    assert line == (f"onmt_lite_train: error: -save_model {prefix}: an earlier run's checkpoints are "
-                    f"there ({', '.join(earlier)}); continue that run with -train_from {earlier[0]}, "
-                    f"replace them with -overwrite, or choose another -save_model")
+    assert line == (f"onmt_lite_train: error: -save_model {prefix}: an earlier run's checkpoints "
+                    f"are there ({', '.join(earlier)}); continue that run with -train_from "
+                    f"{earlier[0]}, replace them with -overwrite, or choose another -save_model")
     assert state() == before and not os.path.exists(f"{prefix}.lock")
     resumed = run_cli("train", *args, "-train_steps", 3, "-train_from", earlier[0])
     assert resumed.returncode == 0, resumed.stderr

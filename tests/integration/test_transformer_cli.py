@@ -25,11 +25,12 @@ TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "
                "-max_relative_positions", 8, "-layers", 2, "-rnn_size", 64, "-word_vec_size", 64, "-heads", 4,
                "-transformer_ff", 128, "-dropout", 0, "-attention_dropout", 0, "-param_init", 0,
                "-param_init_glorot", "-optim", "adam", "-seed", 1]
-# the copy and <unk> models at 800 steps were still learning, each kernel set
-# (ATEN_CPU_CAPABILITY) rounding its way to another model: the copy one matched 0.77 to 0.98 of the
-# held-out lines; from 1,200 steps on 1.0 on the default, AVX2 and AVX-512 kernels (the <unk> one,
-# with -replace_unk, 0.95 to 1.0 from 1,000 steps on)
-STEPS = {"plain": 1500, "copy": 1200, "unk": 1000}
+# exact match of the checkpoints every 200 steps on the held-out lines, measured on the default,
+# AVX2 and AVX-512 kernels: the plain model 1.0 from 1,000 steps on (AVX2: 0.98 at 800); the copy
+# one 1.0 from 1,400 on, after swings before (default kernels: 1.0 at 1,000, 0.79 at 1,200); the
+# <unk> one, with -replace_unk, 0.75 to 1.0 (see its test). Each trains 200 steps past the point
+# from which every kernel set holds its figure.
+STEPS = {"plain": 1200, "copy": 1600, "unk": 1000}
 NOAM = ["-batch_size", 64, "-decay_method", "noam", "-warmup_steps", 300, "-learning_rate", 2]
 # 1.x's FAQ recipe (docs/FAQ.md, "How do I use the Transformer model?"), sizes and steps cut down
 FAQ = ["-layers", 2, "-rnn_size", 16, "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2,
@@ -135,12 +136,27 @@ def test_an_ensemble_of_a_transformer_and_an_rnn_translates(models, tmp_path):
 
 @pytest.mark.kernels
 def test_replace_unk_writes_the_source_word_the_top_layer_attends_to(models, tmp_path):
+    """Each <unk> of the output becomes the source word of its largest attention weight, and no
+    other word changes: checked word by word. How many lines that makes right depends on where the
+    attention, which nothing trains to point at the copied word, happens to point: 0.75 to 0.98 of
+    the held-out lines across kernel sets and checkpoints (0.98 from 800 steps on with the default
+    kernels; AVX-512: 0.89 at 800, 0.80 at 1,000, 0.75 from 1,400 on), so the quality asked is
+    0.6."""
     m = models["unk"]
-    plain = translate(m["model"], m["src"], tmp_path / "plain.txt")
-    replaced = translate(m["model"], m["src"], tmp_path / "replaced.txt", "-replace_unk")
-    assert sum(line.count("<unk>") for line in plain) > 50
-    assert not any("<unk>" in line for line in replaced)
-    assert exact_match(replaced, lines(m["tgt"])) >= 0.8
+    sources = lines(m["src"])
+    plain = Translator.load(m["model"]).translate(sources)
+    replacing = Translator.load(m["model"], replace_unk=True)
+    replaced = [r.hypotheses[0] for r in replacing.translate(sources)]
+    unknown = 0
+    for result, line in zip(plain, replaced):
+        words, attention = result.hypotheses[0].split(), result.attention[0]  # [out_len x src_len]
+        expected = [result.source[int(attention[i].argmax())] if word == "<unk>" else word
+                    for i, word in enumerate(words)]
+        assert line.split() == expected
+        unknown += words.count("<unk>")
+    assert unknown > 50
+    assert exact_match(replaced, lines(m["tgt"])) >= 0.6
+    assert translate(m["model"], m["src"], tmp_path / "replaced.txt", "-replace_unk") == replaced
     result = run_cli("translate", "-model", m["model"], "-src", m["src"], "-output", tmp_path / "debug.txt",
                      "-attn_debug")
     assert result.returncode == 0, result.stderr

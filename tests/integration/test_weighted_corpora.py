@@ -37,8 +37,9 @@ def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(t
                      files["tgt_b"], "-train_ids", "a", "b", "-valid_src", files["src_b"], "-valid_tgt",
                      files["tgt_b"], "-save_data", out / "d", "-shard_size", 1, "-src_seq_length", 3)
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(out)) == ["d.train_a.0.pt", "d.train_a.1.pt", "d.train_b.0.pt", "d.train_b.1.pt",
-                                       "d.valid.0.pt", "d.valid.1.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == ["d.train_a.0.pt", "d.train_a.1.pt", "d.train_b.0.pt",
+                                       "d.train_b.1.pt", "d.valid.0.pt", "d.valid.1.pt",
+                                       "d.vocab.pt"]
     vocab = load(out / "d.vocab.pt")
     # by hand over the kept pairs of both corpora (q q q q / o filtered): w 4, y 3, z 2, x 1; k 3, n 2, m 1
     assert vocab["src"][4:] == ["w", "y", "z", "x"] and vocab["tgt"][4:] == ["k", "n", "m"]
@@ -88,7 +89,8 @@ def test_overwrite_removes_the_shards_of_corpora_the_new_run_lacks(tiny):
     assert "d.train_a.0.pt already exists" in error_of(run_cli("preprocess", *unnamed))
     result = run_cli("preprocess", *unnamed, "-overwrite")
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.vocab.pt"]  # train_a and train_b would be read as data
+    # train_a and train_b would be read as data
+    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.vocab.pt"]
     assert load(out / "d.vocab.pt")["train_ids"] == [None]
 
 

@@ -87,7 +87,8 @@ def test_sentencepiece_with_features_is_refused(tmp_path):
 
 
 def test_features_with_copy_data_copy_the_words(tmp_path):
-    shard = load_shard(run_preprocess(tmp_path, SRC, ["cat the", "dog", "cat"], "-dynamic_dict") + ".train.0.pt")
+    prefix = run_preprocess(tmp_path, SRC, ["cat the", "dog", "cat"], "-dynamic_dict")
+    shard = load_shard(prefix + ".train.0.pt")
     assert shard["src_ex_vocab"][0] == ["<unk>", "<blank>", "the", "cat", "sat"]
     assert shard["alignment"][:2].tolist() == [3, 2]  # "cat the": indices of the words in that vocabulary
     assert torch.equal(shard["src_lengths"], torch.tensor([3, 2, 1]))
@@ -126,7 +127,8 @@ def test_num_threads_writes_the_same_feature_files_as_one_process(tmp_path, monk
     for threads in ("1", "3"):
         (tmp_path / threads).mkdir()
         prefix = run_preprocess(tmp_path / threads, src, tgt, "-num_threads", threads)
-        files[threads] = [open(prefix + suffix, "rb").read() for suffix in (".vocab.pt", ".train.0.pt")]
+        suffixes = (".vocab.pt", ".train.0.pt")
+        files[threads] = [open(prefix + suffix, "rb").read() for suffix in suffixes]
     assert files["3"] == files["1"]
     n_tokens = sum(len(line.split()) for line in src)
     assert load_shard(str(tmp_path / "3" / "data.train.0.pt"))["src_feats"].shape == (2, n_tokens)
