@@ -112,7 +112,7 @@ def remove_stale_outputs(outputs: list[tuple[str, str]], plots: str) -> None:
 
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
-    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to file descriptor 1
+    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to descriptor 1
     outputs = check_outputs(opt, output)
     remove_stale_outputs(outputs, opt.attn_plot)
     torch.manual_seed(opt.seed)
