@@ -183,7 +183,7 @@ def opennmt_py_1x_command(command):
     return mark
 
 
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a value, not an option
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a value, not an option
 
 
 class OptionParser(configargparse.ArgumentParser):
@@ -228,7 +228,7 @@ class OptionParser(configargparse.ArgumentParser):
         names = OPENNMT_PY_1X_OPTIONS.get(self.opennmt_py_1x_command, ())
         option = token.split("=", 1)[0]
         if (not names or not option.startswith("-") or option in ("-", "--") or " " in token
-                or option in self._option_string_actions or _NEGATIVE_NUMBER.match(token)):
+                or option in self._option_string_actions or NEGATIVE_NUMBER.match(token)):
             return None
         bare = option[2:] if option.startswith("--") else option[1:]
         if bare in names:

@@ -17,7 +17,7 @@ import os
 import re
 
 from onmt_lite.opts import translate_opts
-from onmt_lite.opts.parser import OptionParser
+from onmt_lite.opts.parser import NEGATIVE_NUMBER, OptionParser
 from onmt_lite.serve.json_text import loads_strict
 from onmt_lite.utils.errors import UserError
 
@@ -50,7 +50,6 @@ SERVER_REFUSES = {
 }
 PATH_OPTIONS = ("src_spm", "tgt_spm", "phrase_table")  # read from the model's root, as its checkpoints
 OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
-NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?$|-?\.\d+([eE][-+]?\d+)?$")
 MAX_TIMEOUT = 1e9  # seconds (31 years); Python's waits take at most threading.TIMEOUT_MAX
 MAX_MODEL_ID = 2 ** 31 - 1
 
@@ -110,10 +109,10 @@ def _option_arguments(key, value, action, where):
         raise UserError(f"{where}: option {key!r} is a switch: true or false")
     if not values and action.nargs == "+":
         raise UserError(f"{where}: option {key!r} needs at least one value")
-    texts = [str(v) for v in values]
-    for text in texts:
-        if text.startswith("-") and not NUMBER.match(text):
+    for text in values:  # a JSON number is a value; a string argparse might read as an option
+        if isinstance(text, str) and text.startswith("-") and not NEGATIVE_NUMBER.match(text):
             raise UserError(f"{where}: option {key!r}: a value may not start with '-' ({text!r})")
+    texts = [str(v) for v in values]
     if isinstance(value, list):
         return [f"-{key}", *texts]
     return [f"-{key}={texts[0]}"]  # one argument: the parser reads it as this option's value

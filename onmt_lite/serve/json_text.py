@@ -8,8 +8,12 @@ as OpenNMT-py 1.x's server writes it: a non-finite number (a sparsemax model's `
 """
 import json
 import math
+import re
 
 from starlette.responses import JSONResponse
+
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \ud800 to \udfff in a JSON string
 
 
 def _refuse_constant(name: str):
@@ -23,13 +27,15 @@ def _finite_float(text: str) -> float:
     return number
 
 
-def loads_strict(text):
-    """The JSON value of ``text`` (str or UTF-8 bytes); a ValueError (UnicodeDecodeError is one)
-    for anything that is not standard JSON of Unicode text."""
+def loads_strict(text: bytes):
+    """The JSON value of ``text`` (UTF-8 bytes); a ValueError (UnicodeDecodeError is one) for
+    anything that is not standard JSON of Unicode text."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    if not SURROGATE_ESCAPE.search(text):  # UTF-8 holds no surrogate: only an escape makes one
+        return value
     try:  # a lone surrogate is not text: it cannot be written as UTF-8, nor answered
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as err:
