@@ -1,6 +1,6 @@
 """The CUDA checks of issue 31 (part 2) in one run: a table with PASS, FAIL or SKIP per check.
 
-    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdef] [-work DIR]
+    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefgh] [-work DIR]
                               [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
@@ -14,6 +14,8 @@
     (CUDA hidden) as on the device.
 (e) On the device, beam search gives the same 200 translations at -batch_size 1 and 64.
 (f) ``-world_size 1 -gpu_ranks 0`` and torchrun with one process train on the device.
+(g) Exact resume with dropout (RNN, copy, coverage, truncated, Transformer) and (h) ``-copy_attn
+    -model_dtype fp16``: ``gpu_check_training.py`` says what each asserts.
 
 (a) and (b) run in this process through the library, the rest through the commands
 (``python -m onmt_lite.bin.*``). (d) and (e) pass at ``AGREEMENT`` identical lines, not only at all:
@@ -38,6 +40,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path[:0] = [REPO, BENCH, os.path.join(REPO, "tools")]
 import torch  # noqa: E402
+from gpu_check_training import copy_in_fp16, exact_resume  # noqa: E402
 from plot_training import read_log  # noqa: E402
 from quality import lite_args  # noqa: E402
 from train_speed import BASE, PREPROCESS  # noqa: E402
@@ -317,12 +320,20 @@ def launchers(checks, setup):
                    f"exit {status}; log says '{expected}': {expected in text}")
 
 
+def train_run(setup):
+    """``run(args, log)``: ``onmt_lite_train args`` on the device, its output in ``log``, returned."""
+    def run(args, log):
+        required(command("train", [*args, *device_args(setup["device"], "train")], log), "training", log)
+        return log
+    return run
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("-steps", type=int, default=1000, help="training steps of (c)")
     parser.add_argument("-quick", action="store_true", help="(c) for 40 steps on the small corpus")
-    parser.add_argument("-checks", default="abcdef", help="the checks to run, e.g. 'abf'")
+    parser.add_argument("-checks", default="abcdefgh", help="the checks to run, e.g. 'abf'")
     parser.add_argument("-work", default=None, help="working directory (default: a new temporary one)")
     parser.add_argument("-toy_ende", default=os.path.join(os.path.dirname(REPO), "shared", "data", "toy-ende"))
     opt = parser.parse_args()
@@ -347,7 +358,7 @@ def main():
     data, lines = toy_ende(opt.toy_ende, work) if ende else (small, small_lines)
     with open(lines, encoding="utf-8") as f:
         first_lines = f.read().splitlines()[:LINES]
-    setup = {"work": work, "device": opt.device, "small": small, "data": data,
+    setup = {"work": work, "device": opt.device, "small": small, "data": data, "small_model": SMALL_MODEL,
              "lines": write_lines(f"{work}/lines.txt", first_lines),
              "steps": 40 if opt.quick else opt.steps, "corpus": "toy-ende" if ende else "the small corpus",
              "model": lite_args(BASE, {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}) if ende
@@ -364,6 +375,10 @@ def main():
                 checks.guarded(name, check, checks, setup, checkpoint)
     if "f" in opt.checks:
         checks.guarded("(f) launchers", launchers, checks, setup)
+    if "g" in opt.checks:
+        checks.guarded("(g) exact resume", exact_resume, checks, setup, train_run(setup), SMALL_MODEL, CONFIGS)
+    if "h" in opt.checks:
+        checks.guarded("(h) copy in fp16", copy_in_fp16, checks, setup, train_run(setup))
     checks.print()
     print(f"\n{opt.device}, torch {torch.__version__}, {time.time() - start:.0f} s; files in {work}")
     return 1 if checks.failed else 0

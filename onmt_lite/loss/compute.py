@@ -204,7 +204,11 @@ class LossComputeBase(nn.Module):
     def _stats(self, nll_sum: Tensor, pred: Tensor, target: Tensor) -> Statistics:
         """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
         non_pad = target != self.padding_idx
-        return Statistics(nll_sum.item(), non_pad.sum().item(), ((pred == target) & non_pad).sum().item())
+        correct = (pred == target) & non_pad
+        # one read of the three numbers: each read is a host sync on a GPU
+        loss, n_words, n_correct = torch.stack([nll_sum.detach().double(), non_pad.sum().double(),
+                                                correct.sum().double()]).tolist()
+        return Statistics(loss, int(n_words), int(n_correct))
 
 
 def _coverage_state(attns, lambda_coverage):

@@ -16,6 +16,13 @@ from onmt_lite.utils.topk import row_argmax
 TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
 
 
+def at_least_float32(tensor):
+    """``tensor`` in float32 if it is float16 or bfloat16 (autocast's output), else unchanged."""
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return tensor.float()
+    return tensor
+
+
 def log_softmax_(logits):
     """``log_softmax(logits, -1)`` written over ``logits`` (contiguous, no autograd) and returned: the
     same kernel and values without a fresh ``[N x V]`` buffer to fill, which would be out of cache."""
@@ -81,14 +88,21 @@ class CopyGenerator(nn.Module):
         rows alone (``[M x V + n]``): the vocabulary projection, the costly part, then skips the rest
         (the loss leaves out padding positions so)."""
         src_len, batch, n_words = src_map.shape
-        per_example = attn.view(-1, batch, src_len).transpose(0, 1)  # [B x T x S]
-        copy_prob = torch.bmm(per_example, src_map.transpose(0, 1)).transpose(0, 1).reshape(-1, n_words)
+        # The copy branch in float32 under autocast: in float16, TINY and a rare word's copy
+        # probability are 0, and log(0)'s infinite gradient times 0 is NaN in every backward.
+        with torch.autocast(hidden.device.type, enabled=False):
+            per_example = at_least_float32(attn).view(-1, batch, src_len)  # [T x B x S]
+            per_example = per_example.transpose(0, 1)  # [B x T x S]
+            words = src_map.to(per_example.dtype).transpose(0, 1)  # [B x S x n]
+            copy_prob = torch.bmm(per_example, words)  # [B x T x n]
+            copy_prob = copy_prob.transpose(0, 1).reshape(-1, n_words)  # [N x n], row t * B + b
         if rows is not None:
-            hidden, copy_prob = hidden[rows], copy_prob[rows]
-        logits = project(self.linear, hidden)
+            hidden = hidden[rows]
+            copy_prob = copy_prob[rows]
+        logits = at_least_float32(project(self.linear, hidden))  # [M x V]
         logits[:, self.pad_idx] = float("-inf")
-        gate = self.linear_copy(hidden)
-        log_copy = torch.log(copy_prob.clamp_min(TINY))
+        gate = at_least_float32(self.linear_copy(hidden))  # [M x 1]
+        log_copy = torch.log(copy_prob.clamp_min(TINY))  # [M x n]
         if torch.is_grad_enabled():  # training: a differentiable concatenation
             log_vocab = F.log_softmax(logits, dim=-1)
             return torch.cat([log_vocab + F.logsigmoid(-gate), log_copy + F.logsigmoid(gate)], dim=1)

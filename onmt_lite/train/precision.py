@@ -3,8 +3,10 @@
 The weights, their gradients and the optimizer stay float32; the forward pass and the loss run under
 ``torch.autocast`` in bfloat16 or float16 (matrix products and recurrent layers in the low precision,
 softmaxes and losses in float32, as autocast decides). Backward passes run with autocast off. One
-exception: with bf16 on CUDA, whole-sequence ``nn.LSTM``/``nn.GRU`` layers run in float32
-(``models/recurrent.py``), since cuDNN's autocast would run them in float16 without a loss scale.
+exception: with bf16, whole-sequence ``nn.LSTM``/``nn.GRU`` layers run in bfloat16 only where the
+device has bfloat16 recurrent kernels, in float32 elsewhere (``models/recurrent.py``): cuDNN's
+autocast would run them in float16 without a loss scale. The copy generator's copy branch runs in
+float32 (``models/copy_generator.py``): float16 rounds its small probabilities to 0.
 
 float16 gradients can overflow or vanish, so fp16 scales the loss by ``scale`` (dynamic loss scaling):
 the trainer divides its normalisation by the scale, which multiplies every shard's loss by it, so the

@@ -143,3 +143,32 @@ def test_an_unknown_target_word_found_in_the_source_gets_a_finite_loss_and_gradi
     loss.backward()
     assert math.isfinite(loss.item()) and stats.n_words == 6
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("shard", [0, 2])
+def test_a_copy_model_under_float16_autocast_has_finite_gradients_near_float32s(shard):
+    """fp16 training (CUDA's ``-model_dtype fp16``; CPU autocast has the same float16 arithmetic):
+    copy entries of probability 0 (words of other examples, padding) had ``log(0)``, whose infinite
+    gradient times 0 made every gradient NaN, so every step overflowed. The copy branch now runs in
+    float32: the loss is float32 and the gradients are float32's to float16's precision."""
+    model, opt = make_model("-copy_attn")
+    model = model.float()
+    batch = make_batch(random_pairs(16, seed=5))
+    batch.src_map = batch.src_map.float()
+    loss_compute = build_loss_compute(model, TGT_VOCAB, opt)
+    results = []
+    for dtype in (torch.float32, torch.float16):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype == torch.float16):
+            dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
+            loss, stats = loss_compute(batch, dec_out, attns, normalization=16.0, shard_size=shard)
+        if loss is not None:
+            assert loss.dtype == torch.float32
+            loss.backward()
+        results.append((stats.loss, {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (loss32, grads32), (loss16, grads16) = results
+    assert all(torch.isfinite(g).all() for g in grads16.values())
+    assert loss16 == pytest.approx(loss32, rel=2e-2)
+    for name, grad in grads16.items():
+        scale = max(float(grads32[name].abs().max()), 1e-3)
+        assert float((grad - grads32[name]).abs().max()) <= 0.05 * scale, name

@@ -1,4 +1,5 @@
-"""run_rnn: recurrent layers leave CUDA bf16 autocast (cuDNN would cast them to float16), nothing else changes.
+"""run_rnn: recurrent layers leave CUDA bf16 autocast (cuDNN would cast them to float16), and draw
+their dropout between layers from PyTorch's generator, not from a kernel's state; nothing else changes.
 
 This machine's torch has no CUDA, so ``torch.autocast("cuda")`` cannot be entered: the tests switch on
 the CUDA autocast state that ``run_rnn`` reads, and check what the recurrent layer is called under.
@@ -10,7 +11,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from onmt_lite.models.recurrent import run_rnn
+from onmt_lite.models import recurrent
+from onmt_lite.models.recurrent import run_rnn, stepped_layers
 from tests.model_helpers import make_batch, make_model, random_pairs
 
 
@@ -29,6 +31,8 @@ def cuda_autocast_state(dtype):
 
 class Recorder(nn.Module):
     """Stands for an nn.LSTM: records the autocast state and the dtypes it is called with."""
+
+    dropout, num_layers = 0.0, 1
 
     def forward(self, inputs, hx=None):
         data = inputs.data if isinstance(inputs, PackedSequence) else inputs
@@ -56,13 +60,22 @@ def test_fp16_autocast_or_none_leaves_the_call_as_it_is(state):
     assert rnn.seen == {"cuda_autocast": state == "fp16", "input": torch.float16, "hx": None}
 
 
-def test_cpu_bf16_autocast_still_runs_the_lstm_in_bfloat16_unchanged():
+@pytest.mark.parametrize("bf16_kernels", [True, False])
+def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_float32(monkeypatch, bf16_kernels):
+    """A CPU with oneDNN's bfloat16 LSTM (AVX-512 BF16, AMX) runs it under autocast unchanged; one
+    without (AVX2, where autocast's call stops with an error) runs it in float32, autocast off.
+    The first case is checked where this CPU has the kernels, the second on every CPU."""
+    if bf16_kernels and not recurrent.cpu_bf16_rnn():
+        pytest.skip("this CPU has no oneDNN bfloat16 LSTM (no AVX-512 BF16 or AMX)")
+    monkeypatch.setattr(recurrent, "cpu_bf16_rnn", lambda: bf16_kernels)
     torch.manual_seed(0)
     lstm, inputs = nn.LSTM(4, 6), torch.randn(5, 2, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected, _ = lstm(inputs)
+        expected = lstm(inputs)[0] if bf16_kernels else None
         out, _ = run_rnn(lstm, inputs)
-    assert out.dtype == torch.bfloat16
+    if not bf16_kernels:
+        expected = lstm(inputs)[0]
+    assert out.dtype == (torch.bfloat16 if bf16_kernels else torch.float32)
     assert torch.equal(out, expected)
 
 
@@ -80,3 +93,126 @@ def test_the_encoder_and_the_standard_decoder_call_their_rnn_through_run_rnn(mod
         dec_out, _ = model(batch.src, batch.tgt, batch.src_lengths)
     assert seen == [False, False]
     assert torch.equal(dec_out, expected)  # CPU tensors: the CUDA autocast state changes nothing else
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Every call of the recurrent kernels (``torch._VF.lstm``/``gru``, what ``nn.LSTM``/``nn.GRU``
+    call): ``(kind, dropout, weight dtypes)``. On CUDA the kernel's dropout comes from cuDNN's own
+    state, which no checkpoint holds, so a training run must never hand it a dropout."""
+    calls = []
+
+    def recording(kind, kernel):
+        def call(*args):
+            packed = isinstance(args[1], torch.Tensor) and args[1].dim() == 1  # data, batch_sizes, ...
+            weights, dropout = (args[3], args[6]) if packed else (args[2], args[5])
+            calls.append((kind, dropout, {w.dtype for w in weights}))
+            return kernel(*args)
+        return call
+
+    for kind in ("lstm", "gru"):
+        monkeypatch.setattr(torch._VF, kind, recording(kind, getattr(torch._C._VariableFunctions, kind)))
+    return calls
+
+
+RNNS = [(nn.LSTM, False, False), (nn.LSTM, True, True), (nn.GRU, True, False), (nn.GRU, False, True)]
+
+
+def rnn_case(rnn_class, bidirectional, packed, with_state):
+    """A 3-layer ``rnn_class`` with dropout 0.3 in training mode, its inputs and initial state."""
+    torch.manual_seed(0)
+    rnn = rnn_class(5, 7, num_layers=3, dropout=0.3, bidirectional=bidirectional)
+    inputs = torch.randn(6, 4, 5, requires_grad=True)
+    rows = 3 * (2 if bidirectional else 1)
+    hx = None
+    if with_state:
+        hx = torch.randn(rows, 4, 7)
+        hx = (hx, torch.randn(rows, 4, 7)) if rnn_class is nn.LSTM else hx
+    if packed:
+        return rnn, inputs, pack_padded_sequence(inputs, torch.tensor([6, 3, 5, 2]), enforce_sorted=False), hx
+    return rnn, inputs, inputs, hx
+
+
+def outputs_and_grads(rnn, inputs, fed, hx, call):
+    """``call(rnn, fed, hx)`` from seed 5: its output and final state, and the gradients of a
+    weighted sum of them with respect to the inputs and every parameter."""
+    rnn.zero_grad()
+    inputs.grad = None
+    if isinstance(fed, PackedSequence):
+        fed = pack_padded_sequence(inputs, torch.tensor([6, 3, 5, 2]), enforce_sorted=False)
+    torch.manual_seed(5)
+    out, final = call(rnn, fed, hx)
+    out = out.data if isinstance(out, PackedSequence) else out
+    finals = final if isinstance(final, tuple) else (final,)
+    torch.manual_seed(9)
+    loss = (out * torch.randn_like(out)).sum() + sum((f * torch.randn_like(f)).sum() for f in finals)
+    loss.backward()
+    return [out.detach(), *[f.detach() for f in finals], inputs.grad.clone(),
+            *[p.grad.clone() for p in rnn.parameters()]]
+
+
+@pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
+@pytest.mark.parametrize("with_state", [False, True])
+def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_class, bidirectional, packed,
+                                                              with_state):
+    """The dropout between layers is ``F.dropout``'s, one layer per kernel call, each with dropout 0,
+    and the masks are really drawn: the same seed repeats them, another seed does not."""
+    rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
+    torch.manual_seed(1)
+    first = run_rnn(rnn, fed, hx)[0]
+    assert [(kind, dropout) for kind, dropout, _ in kernel_calls] == [(rnn_class.__name__.lower(), 0.0)] * 3
+    torch.manual_seed(1)
+    again = run_rnn(rnn, fed, hx)[0]
+    torch.manual_seed(2)
+    other = run_rnn(rnn, fed, hx)[0]
+    data = [x.data if isinstance(x, PackedSequence) else x for x in (first, again, other)]
+    assert torch.equal(data[0], data[1])
+    assert not torch.equal(data[0], data[2])
+
+
+@pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
+@pytest.mark.parametrize("with_state", [False, True])
+def test_stepped_layers_are_the_modules_own_computation_on_the_cpu(rnn_class, bidirectional, packed, with_state):
+    """On the CPU the module's kernel drops out between its layers with the same generator and the same
+    function: outputs, final states and every gradient are bit for bit the module's."""
+    rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
+    expected = outputs_and_grads(rnn, inputs, fed, hx, lambda module, x, h: module(x, h))
+    actual = outputs_and_grads(rnn, inputs, fed, hx, run_rnn)
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected):
+        assert torch.equal(a, b)
+
+
+def test_evaluation_and_one_layer_keep_the_modules_call(kernel_calls):
+    """No dropout to draw (evaluation, or a single layer): the module is called whole, as before."""
+    rnn = nn.LSTM(5, 7, num_layers=2, dropout=0.3).eval()
+    run_rnn(rnn, torch.randn(3, 2, 5))
+    run_rnn(nn.GRU(5, 7, num_layers=1), torch.randn(3, 2, 5))
+    assert [(kind, dropout) for kind, dropout, _ in kernel_calls] == [("lstm", 0.3), ("gru", 0.0)]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_under_cuda_bf16_autocast_a_device_with_bf16_kernels_runs_the_layers_in_bfloat16(
+        kernel_calls, monkeypatch, packed):
+    """Where cuDNN has bfloat16 recurrent layers (``native_bf16``), weights, inputs and outputs are
+    bfloat16 and CUDA autocast is off; the result is the float32 one to bfloat16's precision."""
+    monkeypatch.setattr(recurrent, "native_bf16", lambda: True)
+    rnn, inputs, fed, hx = rnn_case(nn.LSTM, True, packed, True)
+    rnn.eval()
+    with torch.no_grad():
+        expected = rnn(fed, hx)[0]
+        with cuda_autocast_state(torch.bfloat16):
+            out = run_rnn(rnn, fed, hx)[0]
+    data, expected = (out.data, expected.data) if packed else (out, expected)
+    assert data.dtype == torch.bfloat16
+    assert [dtypes for _, _, dtypes in kernel_calls[1:]] == [{torch.bfloat16}] * 3
+    torch.testing.assert_close(data.float(), expected, atol=0.03, rtol=0.03)
+
+
+def test_stepped_layers_casts_the_weights_and_keeps_them_float32():
+    """``dtype`` casts copies for the kernel: the module's parameters and their gradients stay float32."""
+    rnn, inputs, fed, hx = rnn_case(nn.GRU, False, False, False)
+    out, _ = stepped_layers(rnn, fed.bfloat16(), None, torch.bfloat16)
+    out.float().sum().backward()
+    assert {p.dtype for p in rnn.parameters()} == {torch.float32}
+    assert {p.grad.dtype for p in rnn.parameters()} == {torch.float32}

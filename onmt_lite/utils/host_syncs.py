@@ -1,0 +1,142 @@
+"""Counting, on the CPU, what would stall a GPU: the host reading a tensor's values.
+
+On CUDA every ``.item()``, ``int()``/``float()``/``bool()`` of a tensor, ``.tolist()`` and
+``nonzero`` waits for the device to finish all the work queued before it, so one in a per-step loop
+sets the pace of the whole loop. They are the same calls on the CPU, where they cost nothing, so a
+count taken there (tests, ``bench/``) tells how many a step would make on a device:
+
+- ``aten::_local_scalar_dense``: ``.item()``, ``int()``, ``float()``, ``bool()``, ``if tensor:``;
+- ``aten::is_nonzero`` (``torch.is_nonzero``; it reads through ``_local_scalar_dense``, which is
+  what this PyTorch's dispatcher shows);
+- ``aten::nonzero`` (and ``nonzero_static``'s absence): an output whose size depends on the values;
+- ``Tensor.tolist``, ``.numpy()`` and copies to the host (``.cpu()``, ``.to("cpu")`` in words),
+  which on the CPU return without reaching the dispatcher (counted by a ``TorchFunctionMode``).
+
+Tensors whose values live on the host on a GPU too are not device tensors, and reading them is no
+sync: the counter is given them (``host=``, e.g. a batch's ``src_lengths_cpu``), and follows them
+through every operation whose tensor inputs are all host tensors; a packed sequence's
+``batch_sizes`` is one by PyTorch's contract. Reads of host tensors are counted apart
+(``host_reads``).
+"""
+from __future__ import annotations
+
+import collections
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "nonzero")
+
+
+HOST_MARK = "_onmt_lite_host_data"  # the attribute that marks a tensor whose values are on the host
+
+
+def is_host(tensor) -> bool:
+    return isinstance(tensor, torch.Tensor) and getattr(tensor, HOST_MARK, False)
+
+
+def mark_host(tensor) -> None:
+    if isinstance(tensor, torch.Tensor):
+        setattr(tensor, HOST_MARK, True)
+
+
+def _tensors(values):
+    return [v for v in torch.utils._pytree.tree_leaves(values) if isinstance(v, torch.Tensor)]
+
+
+class _Dispatched(TorchDispatchMode):
+    """Counts every ATen operation by name (``aten::add`` -> ``add``), the syncs of device tensors
+    apart from reads of host tensors, and marks the outputs of host-only operations as host."""
+
+    def __init__(self, counts: collections.Counter):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        inputs = _tensors((args, kwargs))
+        on_host = bool(inputs) and all(is_host(t) for t in inputs)
+        self.counts["host_read" if on_host and name in SYNC_OPS else name] += 1
+        out = func(*args, **(kwargs or {}))
+        if on_host:
+            for tensor in _tensors(out):
+                mark_host(tensor)
+        elif name == "_pack_padded_sequence":
+            mark_host(out[1])  # batch_sizes: on the CPU wherever the data is
+        return out
+
+
+TO_HOST = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu}
+
+
+class _HostCopies(TorchFunctionMode):
+    """Counts the reads that return before the dispatcher on the CPU: ``tolist``, ``numpy``,
+    ``cpu()`` and ``to("cpu")`` of a tensor that is not a host tensor."""
+
+    def __init__(self, counts: collections.Counter):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        to_cpu = func is torch.Tensor.to and _to_cpu(args, kwargs)
+        if tensor is not None and (func in TO_HOST or to_cpu):
+            self.counts["host_read" if is_host(tensor) else "to_host"] += 1
+        return func(*args, **kwargs)
+
+
+def _to_cpu(args, kwargs) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names the CPU in words (``"cpu"``): on the CPU a
+    ``to(x.device)`` also names it, though on a GPU it stays on the device, so only words count."""
+    device = kwargs.get("device", args[1] if len(args) > 1 else None)
+    return isinstance(device, str) and device.startswith("cpu")
+
+
+class HostSyncCounter:
+    """A context that counts the ATen operations and host syncs run inside it (this thread).
+
+    >>> with HostSyncCounter() as counter:
+    ...     float(torch.ones(3).sum())
+    3.0
+    >>> counter.syncs
+    1
+    """
+
+    def __init__(self, host=()):
+        self.counts: collections.Counter = collections.Counter()
+        self._modes = (_HostCopies(self.counts), _Dispatched(self.counts))
+        for tensor in _tensors(list(host)):
+            mark_host(tensor)
+
+    def __enter__(self) -> HostSyncCounter:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
+        return False
+
+    @property
+    def syncs(self) -> int:
+        """Host syncs counted: the sync operations and copies to the host of device tensors."""
+        return sum(self.sync_kinds.values())
+
+    @property
+    def sync_kinds(self) -> dict[str, int]:
+        """The syncs by kind (only those that occurred)."""
+        return {name: self.counts[name] for name in (*SYNC_OPS, "to_host") if self.counts[name]}
+
+    @property
+    def host_reads(self) -> int:
+        """Reads of host tensors: no sync on a device."""
+        return self.counts["host_read"]
+
+    @property
+    def operations(self) -> int:
+        """ATen operations counted (a stand-in for kernel launches), the syncs among them."""
+        outside = ("to_host", "host_read")  # counted by the function mode, or renamed
+        return sum(count for name, count in self.counts.items() if name not in outside)
