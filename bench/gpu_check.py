@@ -1,7 +1,7 @@
 """The CUDA checks of issue 31 (part 2) in one run: a table with PASS, FAIL or SKIP per check.
 
-    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefgh] [-work DIR]
-                              [-toy_ende DIR]
+    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefgh]
+                              [-work DIR] [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
     the same parameters after 3 SGD steps (1e-4): standard, copy, coverage and truncated configurations.
@@ -321,9 +321,11 @@ def launchers(checks, setup):
 
 
 def train_run(setup):
-    """``run(args, log)``: ``onmt_lite_train args`` on the device, its output in ``log``, returned."""
+    """``run(args, log)``: ``onmt_lite_train args`` on the device, its output in ``log``, which
+    it returns."""
     def run(args, log):
-        required(command("train", [*args, *device_args(setup["device"], "train")], log), "training", log)
+        status = command("train", [*args, *device_args(setup["device"], "train")], log)
+        required(status, "training", log)
         return log
     return run
 
@@ -358,7 +360,8 @@ def main():
     data, lines = toy_ende(opt.toy_ende, work) if ende else (small, small_lines)
     with open(lines, encoding="utf-8") as f:
         first_lines = f.read().splitlines()[:LINES]
-    setup = {"work": work, "device": opt.device, "small": small, "data": data, "small_model": SMALL_MODEL,
+    setup = {"work": work, "device": opt.device, "small": small, "data": data,
+             "small_model": SMALL_MODEL,
              "lines": write_lines(f"{work}/lines.txt", first_lines),
              "steps": 40 if opt.quick else opt.steps, "corpus": "toy-ende" if ende else "the small corpus",
              "model": lite_args(BASE, {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}) if ende
@@ -376,7 +379,8 @@ def main():
     if "f" in opt.checks:
         checks.guarded("(f) launchers", launchers, checks, setup)
     if "g" in opt.checks:
-        checks.guarded("(g) exact resume", exact_resume, checks, setup, train_run(setup), SMALL_MODEL, CONFIGS)
+        checks.guarded("(g) exact resume", exact_resume, checks, setup, train_run(setup),
+                       SMALL_MODEL, CONFIGS)
     if "h" in opt.checks:
         checks.guarded("(h) copy in fp16", copy_in_fp16, checks, setup, train_run(setup))
     checks.print()

@@ -52,6 +52,13 @@ def native_bf16() -> bool:
         return False
 
 
+def map_state(state, fn):
+    """``fn`` applied to a recurrent state: each of an LSTM's ``(h, c)``, or a GRU's tensor."""
+    if isinstance(state, tuple):
+        return tuple(fn(h) for h in state)
+    return fn(state)
+
+
 def layer_weights(rnn: nn.RNNBase, layer: int) -> list[torch.Tensor]:
     """The parameters of ``layer`` (each direction's ``weight_ih``, ``weight_hh``, then the biases),
     in the order PyTorch's recurrent kernels take them."""
@@ -60,16 +67,15 @@ def layer_weights(rnn: nn.RNNBase, layer: int) -> list[torch.Tensor]:
     return [getattr(rnn, f"{name}_l{layer}{suffix}") for suffix in directions for name in names]
 
 
-def layer_state(rnn: nn.RNNBase, hx, batch: int, layer: int, like: torch.Tensor | None = None):
-    """``hx``'s rows of ``layer`` (``[directions x B x H]`` each; zeros for None), as the kernel
-    takes them: a tuple ``(h, c)`` for an LSTM, a tensor for a GRU."""
+def layer_state(rnn: nn.RNNBase, hx, batch: int, layer: int, like: torch.Tensor):
+    """``hx``'s rows of ``layer`` (``[directions x B x H]`` each; zeros like ``like`` for None), as
+    the kernel takes them: a tuple ``(h, c)`` for an LSTM, a tensor for a GRU."""
     directions = 2 if rnn.bidirectional else 1
     if hx is None:
-        like = next(rnn.parameters()) if like is None else like
         zeros = like.new_zeros(directions, batch, rnn.hidden_size)
         return (zeros, zeros) if isinstance(rnn, nn.LSTM) else zeros
     rows = slice(layer * directions, (layer + 1) * directions)
-    return tuple(h[rows] for h in hx) if isinstance(hx, tuple) else hx[rows]
+    return map_state(hx, lambda h: h[rows])
 
 
 def layer_call(rnn, data, state, layer, dtype=None, batch_sizes=None):
@@ -97,8 +103,7 @@ def stepped_layers(rnn: nn.RNNBase, inputs, hx=None, dtype=None):
     batch_sizes = inputs.batch_sizes if packed else None
     batch = int(batch_sizes[0]) if packed else data.size(0 if rnn.batch_first else 1)
     if packed and inputs.sorted_indices is not None and hx is not None:
-        hx = tuple(h.index_select(1, inputs.sorted_indices) for h in hx) if isinstance(hx, tuple) \
-            else hx.index_select(1, inputs.sorted_indices)  # rows in the packed order
+        hx = map_state(hx, lambda h: h.index_select(1, inputs.sorted_indices))  # the packed order
     finals = []
     for layer in range(rnn.num_layers):
         if layer > 0:
@@ -113,15 +118,16 @@ def stepped_layers(rnn: nn.RNNBase, inputs, hx=None, dtype=None):
     if not packed:
         return data, final
     if inputs.unsorted_indices is not None:
-        unsort = inputs.unsorted_indices
-        final = tuple(h.index_select(1, unsort) for h in final) if isinstance(final, tuple) \
-            else final.index_select(1, unsort)
-    return PackedSequence(data, batch_sizes, inputs.sorted_indices, inputs.unsorted_indices), final
+        final = map_state(final, lambda h: h.index_select(1, inputs.unsorted_indices))
+    packed_out = PackedSequence(data, batch_sizes, inputs.sorted_indices, inputs.unsorted_indices)
+    return packed_out, final
 
 
 def cpu_bf16_rnn() -> bool:
     """Whether oneDNN runs bfloat16 recurrent layers on this CPU (AVX-512 BF16 or AMX)."""
-    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def low_precision_dtype() -> tuple[str, torch.dtype] | None:
@@ -155,7 +161,7 @@ def run_rnn(rnn: nn.RNNBase, inputs, hx=None):
     device_type, dtype = precision
     inputs = inputs.to(dtype)  # a tensor or a PackedSequence
     if hx is not None:
-        hx = tuple(h.to(dtype) for h in hx) if isinstance(hx, tuple) else hx.to(dtype)
+        hx = map_state(hx, lambda h: h.to(dtype))
     with torch.autocast(device_type, enabled=False):
         if dtype == torch.float32 and not drops_between_layers(rnn):
             return rnn(inputs, hx)

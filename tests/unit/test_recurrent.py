@@ -1,5 +1,6 @@
 """run_rnn: recurrent layers leave CUDA bf16 autocast (cuDNN would cast them to float16), and draw
-their dropout between layers from PyTorch's generator, not from a kernel's state; nothing else changes.
+their dropout between layers from PyTorch's generator, not from a kernel's state; nothing else
+changes.
 
 This machine's torch has no CUDA, so ``torch.autocast("cuda")`` cannot be entered: the tests switch on
 the CUDA autocast state that ``run_rnn`` reads, and check what the recurrent layer is called under.
@@ -61,7 +62,8 @@ def test_fp16_autocast_or_none_leaves_the_call_as_it_is(state):
 
 
 @pytest.mark.parametrize("bf16_kernels", [True, False])
-def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_float32(monkeypatch, bf16_kernels):
+def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_float32(
+        monkeypatch, bf16_kernels):
     """A CPU with oneDNN's bfloat16 LSTM (AVX-512 BF16, AMX) runs it under autocast unchanged; one
     without (AVX2, where autocast's call stops with an error) runs it in float32, autocast off.
     The first case is checked where this CPU has the kernels, the second on every CPU."""
@@ -104,18 +106,23 @@ def kernel_calls(monkeypatch):
 
     def recording(kind, kernel):
         def call(*args):
-            packed = isinstance(args[1], torch.Tensor) and args[1].dim() == 1  # data, batch_sizes, ...
+            # a packed call's arguments: data, batch_sizes (1-D), hx, weights, ...
+            packed = isinstance(args[1], torch.Tensor) and args[1].dim() == 1
             weights, dropout = (args[3], args[6]) if packed else (args[2], args[5])
             calls.append((kind, dropout, {w.dtype for w in weights}))
             return kernel(*args)
         return call
 
     for kind in ("lstm", "gru"):
-        monkeypatch.setattr(torch._VF, kind, recording(kind, getattr(torch._C._VariableFunctions, kind)))
+        kernel = getattr(torch._C._VariableFunctions, kind)
+        monkeypatch.setattr(torch._VF, kind, recording(kind, kernel))
     return calls
 
 
-RNNS = [(nn.LSTM, False, False), (nn.LSTM, True, True), (nn.GRU, True, False), (nn.GRU, False, True)]
+# (class, bidirectional, packed)
+RNNS = [(nn.LSTM, False, False), (nn.LSTM, True, True), (nn.GRU, True, False),
+        (nn.GRU, False, True)]
+LENGTHS = [6, 3, 5, 2]
 
 
 def rnn_case(rnn_class, bidirectional, packed, with_state):
@@ -129,7 +136,8 @@ def rnn_case(rnn_class, bidirectional, packed, with_state):
         hx = torch.randn(rows, 4, 7)
         hx = (hx, torch.randn(rows, 4, 7)) if rnn_class is nn.LSTM else hx
     if packed:
-        return rnn, inputs, pack_padded_sequence(inputs, torch.tensor([6, 3, 5, 2]), enforce_sorted=False), hx
+        fed = pack_padded_sequence(inputs, torch.tensor(LENGTHS), enforce_sorted=False)
+        return rnn, inputs, fed, hx
     return rnn, inputs, inputs, hx
 
 
@@ -139,13 +147,14 @@ def outputs_and_grads(rnn, inputs, fed, hx, call):
     rnn.zero_grad()
     inputs.grad = None
     if isinstance(fed, PackedSequence):
-        fed = pack_padded_sequence(inputs, torch.tensor([6, 3, 5, 2]), enforce_sorted=False)
+        fed = pack_padded_sequence(inputs, torch.tensor(LENGTHS), enforce_sorted=False)
     torch.manual_seed(5)
     out, final = call(rnn, fed, hx)
     out = out.data if isinstance(out, PackedSequence) else out
     finals = final if isinstance(final, tuple) else (final,)
     torch.manual_seed(9)
-    loss = (out * torch.randn_like(out)).sum() + sum((f * torch.randn_like(f)).sum() for f in finals)
+    loss = (out * torch.randn_like(out)).sum()
+    loss = loss + sum((f * torch.randn_like(f)).sum() for f in finals)
     loss.backward()
     return [out.detach(), *[f.detach() for f in finals], inputs.grad.clone(),
             *[p.grad.clone() for p in rnn.parameters()]]
@@ -153,14 +162,15 @@ def outputs_and_grads(rnn, inputs, fed, hx, call):
 
 @pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
 @pytest.mark.parametrize("with_state", [False, True])
-def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_class, bidirectional, packed,
-                                                              with_state):
-    """The dropout between layers is ``F.dropout``'s, one layer per kernel call, each with dropout 0,
-    and the masks are really drawn: the same seed repeats them, another seed does not."""
+def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_class,
+                                                              bidirectional, packed, with_state):
+    """The dropout between layers is ``F.dropout``'s, one layer per kernel call, each with dropout
+    0, and the masks are really drawn: the same seed repeats them, another seed does not."""
     rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
     torch.manual_seed(1)
     first = run_rnn(rnn, fed, hx)[0]
-    assert [(kind, dropout) for kind, dropout, _ in kernel_calls] == [(rnn_class.__name__.lower(), 0.0)] * 3
+    kind = rnn_class.__name__.lower()
+    assert [(name, dropout) for name, dropout, _ in kernel_calls] == [(kind, 0.0)] * 3
     torch.manual_seed(1)
     again = run_rnn(rnn, fed, hx)[0]
     torch.manual_seed(2)
@@ -172,9 +182,10 @@ def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_
 
 @pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
 @pytest.mark.parametrize("with_state", [False, True])
-def test_stepped_layers_are_the_modules_own_computation_on_the_cpu(rnn_class, bidirectional, packed, with_state):
-    """On the CPU the module's kernel drops out between its layers with the same generator and the same
-    function: outputs, final states and every gradient are bit for bit the module's."""
+def test_stepped_layers_are_the_modules_own_computation_on_the_cpu(rnn_class, bidirectional, packed,
+                                                                  with_state):
+    """On the CPU the module's kernel drops out between its layers with the same generator and the
+    same function: outputs, final states and every gradient are bit for bit the module's."""
     rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
     expected = outputs_and_grads(rnn, inputs, fed, hx, lambda module, x, h: module(x, h))
     actual = outputs_and_grads(rnn, inputs, fed, hx, run_rnn)
@@ -210,7 +221,8 @@ def test_under_cuda_bf16_autocast_a_device_with_bf16_kernels_runs_the_layers_in_
 
 
 def test_stepped_layers_casts_the_weights_and_keeps_them_float32():
-    """``dtype`` casts copies for the kernel: the module's parameters and their gradients stay float32."""
+    """``dtype`` casts copies for the kernel: the module's parameters and their gradients stay
+    float32."""
     rnn, inputs, fed, hx = rnn_case(nn.GRU, False, False, False)
     out, _ = stepped_layers(rnn, fed.bfloat16(), None, torch.bfloat16)
     out.float().sum().backward()
