@@ -21,6 +21,7 @@ from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCr
 from onmt_lite.loss.statistics import Statistics
 from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.tensors import to_device
 from onmt_lite.utils.topk import row_argmax
 
 
@@ -197,18 +198,26 @@ class LossComputeBase(nn.Module):
         """The target words predicted at positions ``range_``: ``[end - start x B]``."""
         return batch.tgt[range_[0] + 1: range_[1] + 1]
 
-    def _target_rows(self, target):
-        """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened time-major."""
-        return (target.reshape(-1) != self.padding_idx).nonzero().squeeze(1)
+    def _host_target(self, batch: Batch, range_: tuple[int, int]) -> Tensor | None:
+        """``_target`` from the batch's host copy of its targets (``batch.tgt_cpu``), or None for a
+        batch without one: where the real words are is then known without reading the device."""
+        host = getattr(batch, "tgt_cpu", None)
+        return None if host is None else host[range_[0] + 1: range_[1] + 1]
+
+    def _target_rows(self, target: Tensor, target_host: Tensor | None = None) -> Tensor:
+        """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened time-major,
+        on its device. Found from ``target_host``, the same words on the host, when given: a
+        ``nonzero`` of a device tensor is a host sync (it must read how many there are)."""
+        if target_host is None:
+            return (target.reshape(-1) != self.padding_idx).nonzero().squeeze(1)
+        rows = (target_host.reshape(-1) != self.padding_idx).nonzero().squeeze(1)  # on the host
+        return to_device(rows, target.device)
 
     def _stats(self, nll_sum: Tensor, pred: Tensor, target: Tensor) -> Statistics:
         """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
         non_pad = target != self.padding_idx
         correct = (pred == target) & non_pad
-        # one read of the three numbers: each read is a host sync on a GPU
-        loss, n_words, n_correct = torch.stack([nll_sum.detach().double(), non_pad.sum().double(),
-                                                correct.sum().double()]).tolist()
-        return Statistics(loss, int(n_words), int(n_correct))
+        return Statistics.on_device(nll_sum, non_pad.sum(), correct.sum())  # read once a step
 
 
 def _coverage_state(attns, lambda_coverage):
@@ -236,11 +245,12 @@ class NMTLossCompute(LossComputeBase):
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         return {"output": output, "target": self._target(batch, range_),
+                "target_host": self._host_target(batch, range_),
                 **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, std_attn=None, coverage_attn=None, align_head=None,
-                      align_ref=None):
-        rows = self._target_rows(target)  # the generator runs on real target words only
+    def _compute_loss(self, batch, output, target, target_host=None, std_attn=None, coverage_attn=None,
+                      align_head=None, align_ref=None):
+        rows = self._target_rows(target, target_host)  # the generator runs on real target words only
         gold = target.reshape(-1)[rows]
         loss, nll, best = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
@@ -299,13 +309,14 @@ class CopyGeneratorLossCompute(LossComputeBase):
         if batch.alignment is None:
             raise ValueError("copy attention needs batches with alignment (preprocess with -dynamic_dict)")
         return {"output": output, "target": self._target(batch, range_), "copy_attn": attns["copy"],
+                "target_host": self._host_target(batch, range_),
                 "align": batch.alignment[range_[0] + 1: range_[1] + 1],
                 **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, copy_attn, align, std_attn=None, coverage_attn=None,
-                      align_head=None, align_ref=None):
+    def _compute_loss(self, batch, output, target, copy_attn, align, target_host=None, std_attn=None,
+                      coverage_attn=None, align_head=None, align_ref=None):
         n_pos, n_batch = target.shape
-        rows = self._target_rows(target)  # the generator runs on real target words only
+        rows = self._target_rows(target, target_host)  # the generator runs on real target words only
         example = rows % n_batch  # rows are time-major: row t * B + b is example b
         log_probs = self.generator(output.reshape(n_pos * n_batch, -1),
                                    copy_attn.reshape(n_pos * n_batch, -1), batch.src_map, rows)

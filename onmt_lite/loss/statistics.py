@@ -1,6 +1,17 @@
-"""Statistics: loss, word and accuracy counts, accumulated over shards, batches and reports."""
+"""Statistics: loss, word and accuracy counts, accumulated over shards, batches and reports.
+
+A shard's numbers are sums on the device. Reading each one to the host would stall a GPU once per
+shard, so ``Statistics.on_device`` keeps them there: adding statistics up adds the tensors, and the
+first read of ``loss``, ``n_words`` or ``n_correct`` (or ``settle``, which the trainer calls once a
+step, reading the gradient norm in the same go) brings them to the host in one read.
+"""
+from __future__ import annotations
+
 import math
 import time
+
+import torch
+from torch import Tensor
 
 
 class Statistics:
@@ -13,14 +24,75 @@ class Statistics:
     """
 
     def __init__(self, loss=0.0, n_words=0, n_correct=0, n_src_words=0):
-        self.loss, self.n_words, self.n_correct = float(loss), int(n_words), int(n_correct)
+        self._loss = float(loss)
+        self._n_words = int(n_words)
+        self._n_correct = int(n_correct)
+        self._on_device: Tensor | None = None  # [3] float64: loss, n_words, n_correct not yet read
         self.n_src_words = int(n_src_words)
         self.start_time = time.time()
 
+    @classmethod
+    def on_device(cls, loss: Tensor, n_words: Tensor, n_correct: Tensor) -> Statistics:
+        """Statistics of three 0-dim tensors (``loss`` may be a number), left where they are until
+        read (no host sync)."""
+        stats = cls()
+        loss = torch.as_tensor(loss, dtype=torch.float64, device=n_words.device).detach()
+        stats._on_device = torch.stack([loss, n_words.double(), n_correct.double()])
+        return stats
+
+    def settle(self, *extra: Tensor) -> list[float]:
+        """Bring the numbers still on the device to the host, with the 0-dim tensors ``extra`` in the
+        same read (one host sync); returns the values of ``extra``."""
+        parts = [] if self._on_device is None else [self._on_device]
+        parts += [value.detach().double().reshape(1) for value in extra]
+        if not parts:
+            return []
+        values = torch.cat([part.to(parts[0].device) for part in parts]).tolist()
+        if self._on_device is not None:
+            self._loss += values[0]
+            self._n_words += int(values[1])
+            self._n_correct += int(values[2])
+            self._on_device = None
+            values = values[3:]
+        return values
+
+    @property
+    def loss(self) -> float:
+        self.settle()
+        return self._loss
+
+    @loss.setter
+    def loss(self, value):
+        self.settle()
+        self._loss = float(value)
+
+    @property
+    def n_words(self) -> int:
+        self.settle()
+        return self._n_words
+
+    @n_words.setter
+    def n_words(self, value):
+        self.settle()
+        self._n_words = int(value)
+
+    @property
+    def n_correct(self) -> int:
+        self.settle()
+        return self._n_correct
+
+    @n_correct.setter
+    def n_correct(self, value):
+        self.settle()
+        self._n_correct = int(value)
+
     def update(self, other):
-        self.loss += other.loss
-        self.n_words += other.n_words
-        self.n_correct += other.n_correct
+        self._loss += other._loss
+        self._n_words += other._n_words
+        self._n_correct += other._n_correct
+        if other._on_device is not None:  # added on the device: no read
+            mine = self._on_device
+            self._on_device = other._on_device if mine is None else mine + other._on_device
         self.n_src_words += other.n_src_words
         return self
 

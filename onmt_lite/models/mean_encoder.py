@@ -4,6 +4,7 @@ import torch.nn as nn
 
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.rnn_encoder import Bridge
+from onmt_lite.utils.tensors import to_device
 
 
 def mean_final_state(memory_bank, lengths, num_layers, n_states):
@@ -45,10 +46,10 @@ class MeanEncoder(nn.Module):
             lengths: ``[B]``.
         """
         emb = self.embeddings(src, feats=src_feats)
-        lengths_here = lengths.to(emb.device)
-        mask = length_mask(lengths_here, src.size(0)).t().unsqueeze(2).to(emb.dtype)  # [S x B x 1]
+        lengths = to_device(lengths, emb.device)  # given on the host or the device
+        mask = length_mask(lengths, src.size(0)).t().unsqueeze(2).to(emb.dtype)  # [S x B x 1]
         memory_bank = emb * mask
-        final = mean_final_state(memory_bank, lengths_here, self.num_layers, self.n_states)
+        final = mean_final_state(memory_bank, lengths, self.num_layers, self.n_states)
         if self.bridge is not None:
             final = self.bridge(final)
         return final, memory_bank, lengths

@@ -22,7 +22,9 @@ class NMTModel(nn.Module):
     def encode(self, src: Tensor, lengths: Tensor,
                src_feats: Tensor | None = None) -> tuple[Tensor, Tensor, DecoderState]:
         """``src`` ``[S x B]`` (with word features: their ids ``src_feats`` ``[S x B x n_feats]``) ->
-        memory_bank ``[S x B x H]``, lengths ``[B]``, the first DecoderState."""
+        memory_bank ``[S x B x H]``, lengths ``[B]`` (on ``src``'s device), the first DecoderState.
+        ``lengths`` may be on the host (a batch's ``src_lengths_cpu``): an RNN encoder packs with
+        them there, where device lengths cost a host sync."""
         if src_feats is None:  # an encoder may take no features (a test's stand-in)
             final, memory_bank, lengths = self.encoder(src, lengths)
         else:

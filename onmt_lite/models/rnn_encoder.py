@@ -1,9 +1,10 @@
 """The RNN encoder: LSTM or GRU, stacked, optionally bidirectional, on packed sequences."""
 import torch
 import torch.nn as nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from onmt_lite.models.recurrent import run_rnn
+from onmt_lite.utils.tensors import to_device
 
 
 def concat_directions(state, num_layers):
@@ -59,20 +60,25 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src, lengths, src_feats=None):
         """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
-        their ids ``src_feats`` ``[S x B x n_feats]``).
+        their ids ``src_feats`` ``[S x B x n_feats]``). ``lengths`` may be on the host (a batch's
+        ``src_lengths_cpu``): packing reads them there, where device lengths cost a host sync.
 
         Returns:
             final: tuple of ``[layers x B x hidden]`` states (``(h, c)`` for LSTM, ``(h,)`` for GRU),
             memory_bank: ``[S x B x hidden]`` (zeros past each length),
-            lengths: ``[B]``.
+            lengths: ``[B]`` on ``src``'s device.
         """
         emb = self.embeddings(src, feats=src_feats)
         packed = pack_padded_sequence(emb, lengths.cpu(), enforce_sorted=False)
-        outputs, final = run_rnn(self.rnn, packed)
-        memory_bank, _ = pad_packed_sequence(outputs, total_length=src.size(0))
+        outputs, final = run_rnn(self.rnn, packed)  # final: in the batch's order
+        # padded in the packed (longest first) order, then put back in the batch's order on the
+        # device: pad_packed_sequence would read its unsorted_indices to the host for its lengths
+        longest_first = PackedSequence(outputs.data, outputs.batch_sizes)
+        memory_bank, _ = pad_packed_sequence(longest_first, total_length=src.size(0))
+        memory_bank = memory_bank.index_select(1, outputs.unsorted_indices)  # [S x B x hidden]
         final = final if isinstance(final, tuple) else (final,)
         if self.bidirectional:
             final = tuple(concat_directions(s, self.num_layers) for s in final)
         if self.bridge is not None:
             final = self.bridge(final)
-        return final, memory_bank, lengths
+        return final, memory_bank, to_device(lengths, memory_bank.device)

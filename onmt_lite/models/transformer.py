@@ -23,7 +23,7 @@ from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
-from onmt_lite.utils.tensors import pad_to
+from onmt_lite.utils.tensors import pad_to, to_device
 
 LAYER_NORM_EPS = 1e-6
 
@@ -219,7 +219,8 @@ class TransformerEncoder(nn.Module):
         Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length), lengths.
         """
         x = self.embeddings(src, feats=src_feats).transpose(0, 1)  # [B x S x H]
-        real = length_mask(lengths.to(x.device), src.size(0))  # [B x S]
+        lengths = to_device(lengths, x.device)  # given on the host or the device
+        real = length_mask(lengths, src.size(0))  # [B x S]
         mask = real[:, None, None, :]
         for layer in self.layers:
             x = layer(x, mask)

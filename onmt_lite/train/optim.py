@@ -133,13 +133,23 @@ class Optimizer:
     def zero_grad(self):
         self.optimizer.zero_grad(set_to_none=True)
 
-    def step(self, grad_scale=1.0):
+    def gradient_norm(self) -> torch.Tensor:
+        """The norm of all the gradients, a 0-dim tensor (on the device: not read here)."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+    def step(self, grad_scale=1.0, total_norm=None, norm=None):
         """Check, unscale (by ``grad_scale``, the fp16 loss scale) and clip the gradients, set the
         scheduled learning rates, update; returns the gradient norm before clipping. A NaN or infinite
-        gradient raises NonFiniteError before any parameter or schedule changes."""
+        gradient raises NonFiniteError before any parameter or schedule changes. ``total_norm`` and
+        ``norm``: ``gradient_norm()`` and its value, when the caller has read them already (the
+        trainer reads the norm with the step's statistics: one host sync for both)."""
         grads = [p.grad for p in self.params if p.grad is not None]
-        total_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
-        norm = float(total_norm) / grad_scale
+        if total_norm is None:
+            total_norm = self.gradient_norm()
+        if norm is None:
+            norm = float(total_norm)
+        norm = norm / grad_scale
         if not math.isfinite(norm):
             raise NonFiniteError(f"the gradient norm is {norm}")
         if grad_scale != 1.0:

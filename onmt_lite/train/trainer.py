@@ -100,7 +100,9 @@ class Trainer:
         state = None
         for start in range(0, n_positions, window):
             with self.precision.autocast():
-                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths, batch.src_feats)
+                # the host's lengths: an RNN encoder packs with them without reading the device
+                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths_cpu,
+                                                                      batch.src_feats)
                 tgt_in = batch.tgt[start: min(start + window, n_positions)]
                 dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
                                                           first_state if state is None else state,
@@ -128,10 +130,12 @@ class Trainer:
         if self.dist is not None:
             self.dist.sum_gradients(self.optim.params)
             self.dist.sum_statistics(stats)
+        total_norm = self.optim.gradient_norm()
+        (norm,) = stats.settle(total_norm)  # the step's one host read: statistics and gradient norm
         try:  # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
             if not math.isfinite(stats.loss):
                 raise NonFiniteError(f"the loss is {stats.loss}")
-            self.optim.step(self.precision.scale)
+            self.optim.step(self.precision.scale, total_norm, norm)
         except NonFiniteError:
             if not self.precision.can_skip_overflow:
                 raise
@@ -148,7 +152,7 @@ class Trainer:
         with torch.no_grad(), self.precision.autocast():
             for batch in batches:
                 batch = batch.to(self.device)
-                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths, batch.src_feats)
+                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths_cpu, batch.src_feats)
                 _, batch_stats = self.valid_loss_compute(batch, dec_out, attns)
                 stats.update(batch_stats)
         self.model.train()

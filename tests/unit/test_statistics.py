@@ -49,3 +49,37 @@ def test_tensor_counts_are_stored_as_plain_numbers():
     stats = Statistics(torch.tensor(2.5, dtype=torch.float64), torch.tensor(5), torch.tensor(2))
     assert type(stats.loss) is float and type(stats.n_words) is int and type(stats.n_correct) is int
     assert stats.xent() == pytest.approx(0.5)
+
+
+def test_statistics_on_the_device_are_added_there_and_read_once_with_the_extra_values():
+    """Shards' statistics stay tensors while they are summed (no read); the first read brings all
+    three, and ``settle`` reads extra values (the gradient norm) in the same read."""
+    from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    total = Statistics(1.5, 2, 1, n_src_words=3)
+    with HostSyncCounter() as counter:
+        for loss, words, correct in ((2.25, 5, 4), (0.5, 3, 0)):
+            shard = Statistics.on_device(torch.tensor(loss), torch.tensor(words), torch.tensor(correct))
+            total.update(shard)
+    assert counter.syncs == 0
+    with HostSyncCounter() as counter:
+        (norm,) = total.settle(torch.tensor(7.0))
+    assert counter.syncs == 1
+    assert norm == 7.0
+    assert (total.loss, total.n_words, total.n_correct, total.n_src_words) == (4.25, 10, 5, 3)
+    assert isinstance(total.n_words, int) and isinstance(total.loss, float)
+    assert total.settle() == []  # nothing left on the device
+
+
+def test_reading_or_setting_a_count_settles_the_device_part_first():
+    stats = Statistics.on_device(torch.tensor(3.0), torch.tensor(4), torch.tensor(2))
+    assert stats == Statistics(3.0, 4, 2)
+    pending = Statistics.on_device(torch.tensor(1.0), torch.tensor(1), torch.tensor(1))
+    pending.n_words = 10  # the distributed sum sets the summed counts
+    assert (pending.loss, pending.n_words, pending.n_correct) == (1.0, 10, 1)
+
+
+def test_a_loss_given_as_a_number_is_taken_too():
+    """A researcher's ``_compute_loss`` may pass ``_stats`` a Python number as the summed NLL."""
+    stats = Statistics.on_device(2.5, torch.tensor(3), torch.tensor(1))
+    assert (stats.loss, stats.n_words, stats.n_correct) == (2.5, 3, 1)
