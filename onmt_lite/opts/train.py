@@ -139,6 +139,12 @@ def _optimization_opts(parser):
     add(group, "model_dtype", default="fp32", type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
         help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; fp16 "
              "with dynamic loss scaling)")
+    add(group, "use_ckpting", nargs="*", default=[],
+        type=choice("use_ckpting", ["ffn", "mha"], {"lora": "it has no LoRA layers"}),
+        help="Activation checkpointing (OpenNMT-py 3.x's option): recompute these parts of the "
+             "Transformer layers in the backward pass instead of keeping their activations: ffn "
+             "(feed-forward blocks), mha (self- and context attention); the same gradients for "
+             "less memory")
     add(group, "loss_class", default="",
         help="Train and validate with this LossComputeBase subclass: MODULE:CLASS or FILE.py:CLASS "
              "(see docs/research.md)")

@@ -15,6 +15,7 @@ import torch
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model, model_dims
+from onmt_lite.models.checkpointing import use_checkpointing
 from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
                                          model_options, restore_model, set_rng_state)
 from onmt_lite.train.averaging import MovingAverage
@@ -117,6 +118,10 @@ def prepare_model(opt, vocabs, checkpoint, device, is_main):
     model = build_model(opt, vocabs) if checkpoint is None else model_from_checkpoint(opt, vocabs, checkpoint,
                                                                                        opt.train_from)
     model.to(device)
+    if opt.use_ckpting:
+        count = use_checkpointing(model, opt.use_ckpting)
+        logger.info(f"-use_ckpting {' '.join(opt.use_ckpting)}: {count} modules recompute their "
+                    "activations in the backward pass")
     average = MovingAverage(model, opt.average_decay, opt.average_every) if opt.average_decay > 0 and is_main \
         else None
     if checkpoint is not None:
@@ -217,4 +222,8 @@ def _train(opt, dist, held):
     scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics and is_main else None
     run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
                       valid_batches if valid_paths else None, scorer, average)
-    return run.run(train_iter, step)
+    last = run.run(train_iter, step)
+    if device.type == "cuda":  # bench/gpu_speed.py reads it
+        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        logger.info(f"peak GPU memory allocated: {peak:.0f} MiB (torch.cuda.max_memory_allocated)")
+    return last
