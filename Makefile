@@ -8,7 +8,7 @@ DEMO_STEPS ?= 5000
 
 KERNELS ?= default
 
-.PHONY: install test test-kernels lint demo bench gpu-check clean
+.PHONY: install test test-kernels lint demo bench gpu-check gpu-bench clean
 
 install: $(VENV)/.installed
 
@@ -70,6 +70,12 @@ bench: $(VENV)/.demo
 # GPU_CHECK="-device cpu -quick" dry-runs them on a CPU; "-steps 300" or "-checks abf" cut them.
 gpu-check: $(VENV)/.installed
 	$(BIN)/python bench/gpu_check.py $(GPU_CHECK)
+
+# Training speed and memory against OpenNMT-py 3.5.1 on one CUDA device (bench/gpu_speed.py; the
+# peer is installed into /tmp/peer-opennmt on first use). GPU_BENCH="-dry_run -only rnn64" dry-runs
+# onmt_lite's commands on a CPU; without CUDA and without -dry_run it exits 2.
+gpu-bench: $(VENV)/.demo
+	$(BIN)/python bench/gpu_speed.py $(GPU_BENCH)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

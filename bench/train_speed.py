@@ -70,10 +70,9 @@ PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_leng
 RATE = re.compile(r"Step +(\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
 
 
-def tree_rss_mib(root):
-    """Resident memory of process ``root`` and all its descendants (OpenNMT-py trains with data-loading
-    worker processes), in MiB, from /proc."""
-    parents, rss = {}, {}
+def processes():
+    """``{pid: (parent pid, resident bytes)}`` of every process, from /proc."""
+    table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -82,13 +81,26 @@ def tree_rss_mib(root):
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        parents[int(entry)], rss[int(entry)] = int(fields[1]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        table[int(entry)] = (int(fields[1]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE"))
+    return table
+
+
+def process_tree(root, table=None):
+    """Process ``root`` and all its descendants (OpenNMT-py trains with data-loading worker
+    processes): a set of pids."""
+    table = processes() if table is None else table
     tree, frontier = {root}, [root]
     while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        children = [pid for pid, (parent, _) in table.items() if parent in frontier and pid not in tree]
         tree.update(children)
         frontier = children
-    return sum(rss.get(pid, 0) for pid in tree) / 2 ** 20
+    return tree
+
+
+def tree_rss_mib(root):
+    """Resident memory of process ``root`` and all its descendants, in MiB."""
+    table = processes()
+    return sum(table[pid][1] for pid in process_tree(root, table) if pid in table) / 2 ** 20
 
 
 def run_measured(command, log, env=None):
@@ -129,16 +141,19 @@ def earlier_rows(only):
 
 
 def prepare(config, model_args, training, work, peer, data, report_every=10, peer_bucket_size=None):
-    """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration); returns the
-    training settings of both toolkits."""
+    """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration; no peer:
+    ``peer`` None); returns the training settings of both toolkits."""
+    copy = ["-dynamic_dict"] if model_args.get("copy_attn") else []
     pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
-           "-save_data", f"{work}/lite", "-overwrite", *PREPROCESS] + (["-dynamic_dict"] if config == "copy" else [])
+           "-save_data", f"{work}/lite", "-overwrite", *PREPROCESS, *copy]
     run_measured(pre, f"{work}/lite_preprocess.log")
-    peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
     train_args = {**training, "valid_steps": 1000000, "save_checkpoint_steps": 1000000, "report_every": report_every,
                   "seed": 1, "src_vocab_size": 20000, "tgt_vocab_size": 20000}
     if peer_bucket_size:
         train_args["bucket_size"] = peer_bucket_size
+    if peer is None:
+        return train_args
+    peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
     peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
     run_measured([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
                  f"{work}/peer_vocab.log", PEER_ENV)

@@ -1,0 +1,242 @@
+"""GPU training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1 on one device, in one run.
+
+    python bench/gpu_speed.py [-steps 100] [-warmup 20] [-only rnn64 transformer ...]
+                              [-precisions fp32 mixed] [-dry_run]
+
+The configurations (toy-ende, vocabularies of 20,000):
+- ``rnn64``, ``rnn256``: the standard RNN (brnn encoder, 2+2 layers of 256, general attention,
+  input feed, dropout 0.3, Adam 0.001) at batches of 64 and 256 sentences;
+- ``rnn_copy``: the same with ``-copy_attn``, batch 64;
+- ``transformer``: the small Transformer (2+2 layers of 256, 4 heads, feed-forward 1,024,
+  4,096-token batches, noam schedule, label smoothing 0.1);
+- ``faq_transformer``: OpenNMT-py 1.x's FAQ Transformer (6+6 layers of 512, 8 heads,
+  feed-forward 2,048, 8,192-token batches), trained as the small one;
+- ``faq_transformer_ckpt``: the same with activation checkpointing (``-use_ckpting ffn mha``, in
+  both toolkits: OpenNMT-py 3.x has the option), for its memory against ``faq_transformer``'s.
+
+Each in float32 (``fp32``, both toolkits) and in mixed precision (``mixed``: onmt_lite's bf16 and
+fp16 against the peer's fp16; OpenNMT-py 3.5.1 has no bf16). The speed of a run is the mean of its
+own target tokens/s reports after ``-warmup`` steps. Its peak memory is the largest device memory
+``nvidia-smi`` showed for the run's processes (sampled every 0.2 s, the same for both toolkits),
+and for onmt_lite also ``torch.cuda.max_memory_allocated``, which its log ends with. Both
+toolkits' logs are checked to hold models of the same parameter count.
+
+Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands
+on the CPU instead (float32 and bf16, 3 steps of small batches, no peer): a check of the script,
+not a figure.
+The table goes to standard output, the figures (not a dry run's) to bench/results/gpu_speed.json.
+The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quality import (  # noqa: E402
+    LITE_BIN,
+    PEER_ENV,
+    SHARED,
+    TRANSFORMER,
+    TRANSFORMER_TRAINING,
+    check_models,
+    lite_args,
+    write_results,
+)
+from train_speed import (  # noqa: E402
+    BASE,
+    RNN_TRAINING,
+    prepare,
+    process_tree,
+    target_rate,
+    toy_ende,
+)
+
+FAQ_TRANSFORMER = {**TRANSFORMER, "layers": 6, "hidden_size": 512, "word_vec_size": 512,
+                   "transformer_ff": 2048, "heads": 8}
+FAQ_TRAINING = {**TRANSFORMER_TRAINING, "batch_size": 8192}
+# name: (model settings of both toolkits, their training settings)
+CONFIGS = {
+    "rnn64": (BASE, RNN_TRAINING),
+    "rnn256": (BASE, {**RNN_TRAINING, "batch_size": 256}),
+    "rnn_copy": ({**BASE, "copy_attn": True}, RNN_TRAINING),
+    "transformer": (TRANSFORMER, TRANSFORMER_TRAINING),
+    "faq_transformer": (FAQ_TRANSFORMER, FAQ_TRAINING),
+    "faq_transformer_ckpt": (FAQ_TRANSFORMER, FAQ_TRAINING),
+}
+# the configurations that recompute activations: onmt_lite's options and the peer's config line
+CHECKPOINTING = {
+    "faq_transformer_ckpt": (["-use_ckpting", "ffn", "mha"], "use_ckpting: [ffn, mha]"),
+}
+# precision: [(toolkit, its -model_dtype)]
+RUNS = {"fp32": [("onmt_lite", "fp32"), ("OpenNMT-py", "fp32")],
+        "mixed": [("onmt_lite", "bf16"), ("onmt_lite", "fp16"), ("OpenNMT-py", "fp16")]}
+ALLOCATED = re.compile(r"peak GPU memory allocated: (\d+) MiB")
+
+
+class DeviceMemory:
+    """The largest device memory (MiB) that ``nvidia-smi`` shows for the processes of a tree,
+    sampled every 0.2 s in a thread while the tree runs."""
+
+    def __init__(self, root: int):
+        self.root, self.peak, self._done = root, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        while not self._done.wait(0.2):
+            used = compute_apps()
+            tree = process_tree(self.root)
+            self.peak = max(self.peak, sum(mib for pid, mib in used.items() if pid in tree))
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+def compute_apps() -> dict[int, float]:
+    """``{pid: MiB}`` of the processes using a GPU, from nvidia-smi (empty where it cannot say)."""
+    query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+    try:
+        text = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in text.splitlines():
+        pid, _, mib = line.partition(",")
+        if pid.strip().isdigit() and mib.strip().replace(".", "", 1).isdigit():
+            used[int(pid)] = float(mib)
+    return used
+
+
+def run_on_device(command, log, env=None) -> float:
+    """Run ``command`` with its output in ``log``; returns its peak device memory in MiB."""
+    with open(log, "w") as out:
+        args = [str(c) for c in command]
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        memory = DeviceMemory(proc.pid)
+        proc.wait()
+        peak = memory.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"{command[0]} failed: see {log}")
+    return peak
+
+
+def allocated_mib(log) -> float | None:
+    """onmt_lite's ``torch.cuda.max_memory_allocated`` as its log reports it, or None."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        found = [float(m.group(1)) for m in map(ALLOCATED.search, f) if m]
+    return found[-1] if found else None
+
+
+def peer_gpu_config(path, dtype, config):
+    """The peer's config of ``prepare`` (``peer.yaml``) on GPU 0 in ``dtype``, written to
+    ``path``."""
+    with open(os.path.join(os.path.dirname(path), "peer.yaml"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    lines += ["world_size: 1", "gpu_ranks: [0]", f"model_dtype: {dtype}"]
+    if config in CHECKPOINTING:
+        lines.append(CHECKPOINTING[config][1])
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def one_run(toolkit, dtype, config, train_args, work, opt, steps):
+    """One training run; returns ``{"tgt_tok_s", "peak_mib", "allocated_mib", "log"}``."""
+    model_args = CONFIGS[config][0]
+    log = f"{work}/{toolkit}_{dtype}.log"
+    if toolkit == "onmt_lite":
+        device = [] if opt.dry_run else ["-gpu_ranks", 0]
+        extra = CHECKPOINTING.get(config, ([], None))[0]
+        command = [f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model",
+                   f"{work}/lite_{dtype}", "-overwrite", *lite_args(model_args, train_args),
+                   "-model_dtype", dtype, "-train_steps", steps, *device, *extra]
+        peak = run_on_device(command, log)
+    else:
+        config_path = peer_gpu_config(f"{work}/peer_{dtype}.yaml", dtype, config)
+        command = [f"{opt.peer}/bin/onmt_train", "-config", config_path, "-train_steps", steps]
+        peak = run_on_device(command, log, PEER_ENV)
+    return {"tgt_tok_s": target_rate(log, opt.warmup), "peak_mib": peak,
+            "allocated_mib": allocated_mib(log), "log": log}
+
+
+def print_row(config, precision, results):
+    base = results.get(("OpenNMT-py", "fp16" if precision == "mixed" else "fp32"))
+    for (toolkit, dtype), run in results.items():
+        ratio = f"{run['tgt_tok_s'] / base['tgt_tok_s']:.2f}x" if base else "-"
+        memory = f"{run['peak_mib']:.0f}"
+        if run["allocated_mib"] is not None:
+            memory += f" ({run['allocated_mib']:.0f})"
+        speed = f"{run['tgt_tok_s']:>10.0f}"
+        print(f"{config:<20} {toolkit:<11} {dtype:<5} {speed} {ratio:>7} {memory:>14}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-steps", type=int, default=100, help="measured steps")
+    parser.add_argument("-warmup", type=int, default=20, help="steps before them, not measured")
+    parser.add_argument("-only", nargs="+", choices=list(CONFIGS),
+                        help="configurations (default: all)")
+    parser.add_argument("-precisions", nargs="+", choices=list(RUNS), default=list(RUNS))
+    parser.add_argument("-dry_run", action="store_true",
+                        help="onmt_lite's commands on the CPU, 3 steps each, no peer "
+                             "(no CUDA needed)")
+    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument("-work", default="/tmp/onmt_lite_gpu_speed")
+    opt = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # a row as each configuration ends
+    if not opt.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_speed: this machine has no CUDA device "
+                  "(-dry_run runs the commands on the CPU)")
+            return 2
+    if opt.dry_run:
+        opt.steps, opt.warmup = 2, 1
+    elif not os.path.exists(f"{opt.peer}/bin/onmt_train"):
+        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer],
+                       check=True)
+    data = toy_ende()
+    rows = []
+    print(f"{'configuration':<20} {'toolkit':<11} {'dtype':<5} {'tgt tok/s':>10} {'ratio':>7} "
+          f"{'peak MiB (alloc.)':>14}")
+    for config in opt.only or list(CONFIGS):
+        work = os.path.join(opt.work, config)
+        os.makedirs(work, exist_ok=True)
+        model_args, training = CONFIGS[config]
+        peer = None if opt.dry_run else opt.peer
+        report_every = 1 if opt.dry_run else 10
+        if opt.dry_run:  # a check of the commands: small batches
+            small = 512 if training.get("batch_type") == "tokens" else 16
+            training = {**training, "batch_size": small}
+        train_args = prepare(config, model_args, training, work, peer, data, report_every)
+        for precision in opt.precisions:
+            results = {}
+            for toolkit, dtype in RUNS[precision]:
+                if opt.dry_run and (toolkit != "onmt_lite" or dtype == "fp16"):
+                    continue  # the peer and fp16 need CUDA
+                steps = opt.warmup + opt.steps
+                run = one_run(toolkit, dtype, config, train_args, work, opt, steps)
+                results[(toolkit, dtype)] = run
+            lite_dtype = "fp32" if precision == "fp32" else "bf16"
+            lite_log = results[("onmt_lite", lite_dtype)]["log"]
+            peer_dtype = "fp16" if precision == "mixed" else "fp32"
+            peer_run = results.get(("OpenNMT-py", peer_dtype))
+            params = check_models(lite_log, peer_run["log"], model_args) if peer_run else None
+            print_row(config, precision, results)
+            rows.append({"config": config, "precision": precision, "parameters": params,
+                         "runs": {f"{t} {d}": r for (t, d), r in results.items()}})
+    print(f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against OpenNMT-py at the same "
+          "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak)")
+    if not opt.dry_run:  # a dry run's figures are no measurement
+        write_results("gpu_speed", {"steps": opt.steps, "warmup": opt.warmup, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
