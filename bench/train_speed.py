@@ -91,7 +91,8 @@ def process_tree(root, table=None):
     table = processes() if table is None else table
     tree, frontier = {root}, [root]
     while frontier:
-        children = [pid for pid, (parent, _) in table.items() if parent in frontier and pid not in tree]
+        children = [pid for pid, (parent, _) in table.items()
+                    if parent in frontier and pid not in tree]
         tree.update(children)
         frontier = children
     return tree

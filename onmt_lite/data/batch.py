@@ -29,8 +29,9 @@ class Batch:
             word of each example's source vocabulary (0 = not in the target vocabulary, or padding).
         align: with alignment data (``-train_align``), ``[n_links x 3]`` long rows ``(example, target
             token, source token)``, token indices from 0 in the sentence (see data/alignment.py).
-        src_lengths_cpu, indices_cpu, tgt_cpu: ``src_lengths``, ``indices`` and ``tgt`` as built, on
-            the CPU wherever the batch moves: what the host reads of them needs no wait for a device.
+        src_lengths_cpu, indices_cpu, tgt_cpu: ``src_lengths``, ``indices`` and ``tgt`` as built,
+            on the CPU wherever the batch moves: what the host reads of them needs no wait for a
+            device.
     """
 
     def __init__(self, src, src_lengths, tgt=None, indices=None, src_map=None, alignment=None,

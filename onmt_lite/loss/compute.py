@@ -205,9 +205,10 @@ class LossComputeBase(nn.Module):
         return None if host is None else host[range_[0] + 1: range_[1] + 1]
 
     def _target_rows(self, target: Tensor, target_host: Tensor | None = None) -> Tensor:
-        """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened time-major,
-        on its device. Found from ``target_host``, the same words on the host, when given: a
-        ``nonzero`` of a device tensor is a host sync (it must read how many there are)."""
+        """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened
+        time-major, on its device. Found from ``target_host``, the same words on the host, when
+        given: a ``nonzero`` of a device tensor is a host sync (it must read how many there
+        are)."""
         if target_host is None:
             return (target.reshape(-1) != self.padding_idx).nonzero().squeeze(1)
         rows = (target_host.reshape(-1) != self.padding_idx).nonzero().squeeze(1)  # on the host
@@ -248,9 +249,10 @@ class NMTLossCompute(LossComputeBase):
                 "target_host": self._host_target(batch, range_),
                 **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, target_host=None, std_attn=None, coverage_attn=None,
-                      align_head=None, align_ref=None):
-        rows = self._target_rows(target, target_host)  # the generator runs on real target words only
+    def _compute_loss(self, batch, output, target, target_host=None, std_attn=None,
+                      coverage_attn=None, align_head=None, align_ref=None):
+        # the generator runs on real target words only
+        rows = self._target_rows(target, target_host)
         gold = target.reshape(-1)[rows]
         loss, nll, best = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
@@ -313,10 +315,11 @@ class CopyGeneratorLossCompute(LossComputeBase):
                 "align": batch.alignment[range_[0] + 1: range_[1] + 1],
                 **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
 
-    def _compute_loss(self, batch, output, target, copy_attn, align, target_host=None, std_attn=None,
-                      coverage_attn=None, align_head=None, align_ref=None):
+    def _compute_loss(self, batch, output, target, copy_attn, align, target_host=None,
+                      std_attn=None, coverage_attn=None, align_head=None, align_ref=None):
         n_pos, n_batch = target.shape
-        rows = self._target_rows(target, target_host)  # the generator runs on real target words only
+        # the generator runs on real target words only
+        rows = self._target_rows(target, target_host)
         example = rows % n_batch  # rows are time-major: row t * B + b is example b
         log_probs = self.generator(output.reshape(n_pos * n_batch, -1),
                                    copy_attn.reshape(n_pos * n_batch, -1), batch.src_map, rows)

@@ -14,6 +14,27 @@ import torch
 from torch import Tensor
 
 
+class _Settled:
+    """A count of ``Statistics`` (its value in ``_NAME``), read or set after the part still on the
+    device has been brought to the host (``Statistics.settle``)."""
+
+    def __init__(self, cast):
+        self.cast = cast
+
+    def __set_name__(self, owner, name):
+        self.field = f"_{name}"
+
+    def __get__(self, stats, owner=None):
+        if stats is None:
+            return self
+        stats.settle()
+        return getattr(stats, self.field)
+
+    def __set__(self, stats, value):
+        stats.settle()
+        setattr(stats, self.field, self.cast(value))
+
+
 class Statistics:
     """Sums over target words (padding excluded).
 
@@ -22,6 +43,10 @@ class Statistics:
         n_words: target words counted. n_correct: of them, those the model's argmax predicts.
         n_src_words: source words of the batches (for throughput; set by the trainer).
     """
+
+    loss = _Settled(float)
+    n_words = _Settled(int)
+    n_correct = _Settled(int)
 
     def __init__(self, loss=0.0, n_words=0, n_correct=0, n_src_words=0):
         self._loss = float(loss)
@@ -41,8 +66,8 @@ class Statistics:
         return stats
 
     def settle(self, *extra: Tensor) -> list[float]:
-        """Bring the numbers still on the device to the host, with the 0-dim tensors ``extra`` in the
-        same read (one host sync); returns the values of ``extra``."""
+        """Bring the numbers still on the device to the host, with the 0-dim tensors ``extra`` in
+        the same read (one host sync); returns the values of ``extra``."""
         parts = [] if self._on_device is None else [self._on_device]
         parts += [value.detach().double().reshape(1) for value in extra]
         if not parts:
@@ -55,36 +80,6 @@ class Statistics:
             self._on_device = None
             values = values[3:]
         return values
-
-    @property
-    def loss(self) -> float:
-        self.settle()
-        return self._loss
-
-    @loss.setter
-    def loss(self, value):
-        self.settle()
-        self._loss = float(value)
-
-    @property
-    def n_words(self) -> int:
-        self.settle()
-        return self._n_words
-
-    @n_words.setter
-    def n_words(self, value):
-        self.settle()
-        self._n_words = int(value)
-
-    @property
-    def n_correct(self) -> int:
-        self.settle()
-        return self._n_correct
-
-    @n_correct.setter
-    def n_correct(self, value):
-        self.settle()
-        self._n_correct = int(value)
 
     def update(self, other):
         self._loss += other._loss

@@ -44,7 +44,8 @@ def use_checkpointing(model: nn.Module, parts: list[str]) -> int:
     modules = [m for m in model.modules() if isinstance(m, kinds)]
     if parts and not modules:
         raise UserError(f"-use_ckpting {' '.join(parts)}: the model has no Transformer layers "
-                        "(activation checkpointing applies to -encoder_type/-decoder_type transformer)")
+                        "(activation checkpointing applies to -encoder_type/-decoder_type "
+                        "transformer)")
     for module in modules:
         module.forward = recomputed(module.forward)
     return len(modules)

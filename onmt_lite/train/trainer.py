@@ -101,8 +101,8 @@ class Trainer:
         for start in range(0, n_positions, window):
             with self.precision.autocast():
                 # the host's lengths: an RNN encoder packs with them without reading the device
-                memory_bank, lengths, first_state = self.model.encode(batch.src, batch.src_lengths_cpu,
-                                                                      batch.src_feats)
+                memory_bank, lengths, first_state = self.model.encode(
+                    batch.src, batch.src_lengths_cpu, batch.src_feats)
                 tgt_in = batch.tgt[start: min(start + window, n_positions)]
                 dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
                                                           first_state if state is None else state,
@@ -152,7 +152,8 @@ class Trainer:
         with torch.no_grad(), self.precision.autocast():
             for batch in batches:
                 batch = batch.to(self.device)
-                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths_cpu, batch.src_feats)
+                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths_cpu,
+                                            batch.src_feats)
                 _, batch_stats = self.valid_loss_compute(batch, dec_out, attns)
                 stats.update(batch_stats)
         self.model.train()

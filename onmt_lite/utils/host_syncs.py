@@ -36,9 +36,11 @@ def is_host(tensor) -> bool:
     return isinstance(tensor, torch.Tensor) and getattr(tensor, HOST_MARK, False)
 
 
-def mark_host(tensor) -> None:
-    if isinstance(tensor, torch.Tensor):
+def mark_host(tensor, marked: list) -> None:
+    """Mark ``tensor`` as a host tensor and remember it in ``marked`` (unmarked on exit)."""
+    if isinstance(tensor, torch.Tensor) and not is_host(tensor):
         setattr(tensor, HOST_MARK, True)
+        marked.append(tensor)
 
 
 def _tensors(values):
@@ -49,9 +51,10 @@ class _Dispatched(TorchDispatchMode):
     """Counts every ATen operation by name (``aten::add`` -> ``add``), the syncs of device tensors
     apart from reads of host tensors, and marks the outputs of host-only operations as host."""
 
-    def __init__(self, counts: collections.Counter):
+    def __init__(self, counts: collections.Counter, marked: list):
         super().__init__()
         self.counts = counts
+        self.marked = marked
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -61,9 +64,9 @@ class _Dispatched(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if on_host:
             for tensor in _tensors(out):
-                mark_host(tensor)
+                mark_host(tensor, self.marked)
         elif name == "_pack_padded_sequence":
-            mark_host(out[1])  # batch_sizes: on the CPU wherever the data is
+            mark_host(out[1], self.marked)  # batch_sizes: on the CPU wherever the data is
         return out
 
 
@@ -106,11 +109,13 @@ class HostSyncCounter:
 
     def __init__(self, host=()):
         self.counts: collections.Counter = collections.Counter()
-        self._modes = (_HostCopies(self.counts), _Dispatched(self.counts))
-        for tensor in _tensors(list(host)):
-            mark_host(tensor)
+        self._marked: list = []  # the tensors marked as host tensors, unmarked on exit
+        self._modes = (_HostCopies(self.counts), _Dispatched(self.counts, self._marked))
+        self._host = _tensors(list(host))
 
     def __enter__(self) -> HostSyncCounter:
+        for tensor in self._host:
+            mark_host(tensor, self._marked)
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -118,6 +123,9 @@ class HostSyncCounter:
     def __exit__(self, *exc):
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
+        for tensor in self._marked:  # no mark outlives the count
+            delattr(tensor, HOST_MARK)
+        self._marked.clear()
         return False
 
     @property

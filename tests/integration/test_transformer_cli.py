@@ -172,10 +172,12 @@ def test_int8_translation_stays_close_to_float(models, tmp_path):
 
 
 # a small Transformer with dropout everywhere, reporting every step
-SMALL_WITH_DROPOUT = [*TRANSFORMER[:-2], "-layers", 1, "-rnn_size", 16, "-word_vec_size", 16, "-heads", 2,
-                      "-transformer_ff", 32, "-dropout", 0.3, "-attention_dropout", 0.2, "-batch_size", 8,
-                      "-accum_count", 2, "-report_every", 1, "-valid_steps", 3, "-save_checkpoint_steps", 4,
-                      "-seed", 7, "-decay_method", "noam", "-warmup_steps", 3, "-learning_rate", 2]
+SMALL_WITH_DROPOUT = [*TRANSFORMER[:-2], "-layers", 1, "-rnn_size", 16, "-word_vec_size", 16,
+                      "-heads", 2, "-transformer_ff", 32, "-dropout", 0.3,
+                      "-attention_dropout", 0.2, "-batch_size", 8, "-accum_count", 2,
+                      "-report_every", 1, "-valid_steps", 3,
+                      "-save_checkpoint_steps", 4, "-seed", 7, "-decay_method", "noam",
+                      "-warmup_steps", 3, "-learning_rate", 2]
 
 
 def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one(models, tmp_path):
@@ -193,14 +195,16 @@ def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one
 def test_use_ckpting_trains_with_the_losses_of_a_run_without_it(models, tmp_path):
     """Activation checkpointing recomputes with the same dropout masks: the same logged losses."""
     m = models["plain"]
-    _, plain = train_in_process(m["data"], str(tmp_path / "plain"), *SMALL_WITH_DROPOUT, "-train_steps", 4)
-    _, recomputed = train_in_process(m["data"], str(tmp_path / "ckpt"), *SMALL_WITH_DROPOUT, "-train_steps", 4,
+    run = [*SMALL_WITH_DROPOUT, "-train_steps", 4]
+    _, plain = train_in_process(m["data"], str(tmp_path / "plain"), *run)
+    _, recomputed = train_in_process(m["data"], str(tmp_path / "ckpt"), *run,
                                      "-use_ckpting", "ffn", "mha")
     assert sorted(step_losses(plain)) == [1, 2, 3, 4]
     assert step_losses(recomputed) == step_losses(plain)
     # 1 encoder layer (feed-forward, self-attention) and 1 decoder layer (and context attention)
     assert any("-use_ckpting ffn mha: 5 modules recompute" in line for line in recomputed)
-    result = run_cli("train", "-data", m["data"], "-save_model", tmp_path / "lora", "-use_ckpting", "lora")
+    result = run_cli("train", "-data", m["data"], "-save_model", tmp_path / "lora",
+                     "-use_ckpting", "lora")
     assert result.returncode == 2
     assert "-use_ckpting lora (it has no LoRA layers)" in result.stderr
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from onmt_lite.utils.host_syncs import HostSyncCounter
+from onmt_lite.utils.host_syncs import HostSyncCounter, is_host
 from tests.model_helpers import TRANSFORMER, make_batch, random_pairs
 from tests.unit.test_trainer import make_trainer
 
@@ -35,6 +35,7 @@ def test_host_tensors_and_what_is_computed_from_them_alone_are_read_without_a_sy
         float((device_data * lengths.view(1, 3, 1)).sum())  # a device tensor: a sync
     assert counter.host_reads == 3
     assert counter.sync_kinds == {"_local_scalar_dense": 1}
+    assert not is_host(lengths) and not is_host(packed.batch_sizes)  # no mark outlives the count
 
 
 def on_device(batch):

@@ -59,7 +59,8 @@ def test_statistics_on_the_device_are_added_there_and_read_once_with_the_extra_v
     total = Statistics(1.5, 2, 1, n_src_words=3)
     with HostSyncCounter() as counter:
         for loss, words, correct in ((2.25, 5, 4), (0.5, 3, 0)):
-            shard = Statistics.on_device(torch.tensor(loss), torch.tensor(words), torch.tensor(correct))
+            numbers = (torch.tensor(loss), torch.tensor(words), torch.tensor(correct))
+            shard = Statistics.on_device(*numbers)
             total.update(shard)
     assert counter.syncs == 0
     with HostSyncCounter() as counter:
