@@ -89,6 +89,12 @@ class Tokenizer:
             return self._sp.encode(text.strip(), out_type=str)
         return text.split()
 
+    def detokenize(self, tokens: list[str]) -> str:
+        """Tokens as text: sentencepiece pieces decoded, other tokens joined by spaces."""
+        if self._sp is not None:
+            return self._sp.decode(tokens)
+        return " ".join(tokens)
+
 
 @dataclasses.dataclass
 class CorpusStats:

@@ -51,7 +51,7 @@ class DecoderState:
                             None if self.input_feed is None else torch.cat([self.input_feed, other.input_feed]),
                             coverage)
 
-    def compact(self) -> DecoderState:
+    def compact(self, unused: int) -> DecoderState:
         """The state itself: it holds nothing per past position (see ``TransformerState.compact``)."""
         return self
 

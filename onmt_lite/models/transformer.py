@@ -267,9 +267,10 @@ class TransformerState:
         (a, a_start), (b, b_start) = left_padded(self), left_padded(other)
         return TransformerState(tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start]))
 
-    def compact(self) -> TransformerState:
-        """The same state without the leading columns that no row uses (after rows left)."""
-        unused = int(self.start.min()) if self.start.numel() else 0
+    def compact(self, unused: int) -> TransformerState:
+        """The same state without its first ``unused`` columns, which no row uses any more (rows
+        left). The caller counts them (``BeamState.keep``: the columns before every remaining
+        example's first): reading ``start`` here would wait for the device."""
         if unused == 0:
             return self
         return TransformerState(tuple(t[:, :, unused:] for t in self.cache), self.start - unused,

@@ -62,3 +62,13 @@ def pharaoh(matrix):
         return ""
     pairs = sorted((int(src), tgt) for tgt, src in enumerate(matrix.argmax(1).tolist())) if matrix.numel() else []
     return " ".join(f"{src}-{tgt}" for src, tgt in pairs)
+
+
+def align_results(models, batch, hypothesis_ids: dict, results: list, vocab_size: int) -> None:
+    """Set the ``alignment`` of the Results of ``batch``'s examples: each n-best hypothesis's
+    (``hypothesis_ids``: ``{line: the token ids of its n-best}``), one teacher-forced pass."""
+    lines = batch.indices_cpu.tolist()
+    hypotheses = [(b, tokens) for b, line in enumerate(lines) for tokens in hypothesis_ids[line]]
+    matrices = iter(alignment_matrices(models, batch, hypotheses, vocab_size))
+    for line in lines:
+        results[line].alignment = [next(matrices) for _ in hypothesis_ids[line]]

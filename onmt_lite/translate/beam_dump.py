@@ -21,11 +21,12 @@ class BeamRecorder:
         self.steps = {}
 
     def record(self, examples, tokens, parents, scores, log_probs):
-        """One step of the examples ``examples`` ``[B]``: their kept hypotheses' tokens, the places
+        """One step of the examples ``examples`` (their ids, a list of B): their kept
+        hypotheses' tokens, the places
         of their parents at the step before, their cumulative scores and the log-probabilities of
         their tokens, each ``[B x K]``."""
         columns = [tensor.tolist() for tensor in (tokens, parents, scores, log_probs)]
-        for b, example in enumerate(examples.tolist()):
+        for b, example in enumerate(examples):
             self.steps.setdefault(example, []).append(tuple(column[b] for column in columns))
 
     def pop(self, example):

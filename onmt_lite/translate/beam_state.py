@@ -1,85 +1,157 @@
-"""The rows of a running search (``search.Search``): each example's hypotheses, their scores,
-attention and coverage, and its target prefix; examples join and leave between steps."""
+"""The rows of a running search (``search.Search``) and every operation on them.
+
+B examples are searching, K rows each (the beam; 1 for greedy search and sampling): row
+``b * K + k`` is beam k of example b. Examples join between steps (``add``) and leave when done
+(``keep``).
+
+What the search decides from lives on the device (sequences, scores, attention, the finished
+counts); what the host needs to know each step without asking the device lives on the host (the
+examples' ids, the column each started at, their source and target prefixes' lengths). A GPU then
+runs a search step without waiting, but for the one read of ``Search.stream``.
+
+The first-step rule: an example joins with one row in the stepper, since its K beams would be alike
+until its first step, and the reorder after that step gives it its K rows. While some examples have
+joined and not yet stepped, ``stepped`` names the rows the stepper holds, and ``inputs``,
+``of_stepped`` and ``advance`` read and write through it; nothing outside this class sees it but
+``Search._select`` (which skips the rows that are not there).
+"""
+from __future__ import annotations
+
+import dataclasses
+
 import torch
 
-from onmt_lite.utils.tensors import pad_to
+from onmt_lite.utils.tensors import from_host, pad_to
 from onmt_lite.utils.topk import row_positions
 
 NEG_INF = float("-inf")
 
 
-class BeamState:
-    """The rows of the search: sequences, cumulative scores, attention history, coverage.
+@dataclasses.dataclass
+class Joining:
+    """Examples joining a search, as host data: their ids, source lengths, and target prefixes
+    (token id lists, ``-tgt_prefix``; None: none has one)."""
 
-    Examples join at any step (``add``) and leave when done (``keep``). ``seqs`` ``[B*K x t]`` holds
-    every row's tokens in a shared column grid: example b's ``<s>`` is at column ``col[b]`` (the
-    columns before it are filler), its tokens follow; ``attn[name]`` ``[t - 1 x B*K x S]`` has one
-    entry per column after the first (kept only ``with_attention``). Columns no live example needs
-    are dropped. ``coverage`` ``[B*K x S]`` (the summed attention, for a coverage penalty) is kept
-    only ``with_coverage``. ``stepped`` ``[rows]``: the rows the stepper holds, in its order, when
-    examples have just joined (the first beam of each of them); None when it holds every row.
-    ``prefix`` ``[B x P]`` and ``prefix_lengths`` ``[B]``: each example's forced first tokens (padded
-    with 0 past its length; ``P`` is 0 while no example has one).
+    ids: list[int]
+    src_lengths: list[int]
+    prefixes: list[list[int]] | None = None
+
+
+class BeamState:
+    """The search's rows.
+
+    Device tensors:
+        seqs ``[B*K x t]``: every row's tokens in a shared column grid: example b's ``<s>`` is at
+            column ``cols[b]`` (the columns before it are filler), its tokens follow. Columns no
+            live example needs are dropped.
+        scores ``[B x K]``: cumulative log-probabilities (minus the coverage penalty with
+            -stepwise_penalty, which ``penalty`` ``[B x K]`` holds); -inf for a dead row.
+        attn ``{name: [t - 1 x B*K x S]}``: one entry per column after the first (kept
+            ``with_attention``).
+        coverage ``[B*K x S]``: the summed attention, for a coverage penalty (``with_coverage``).
+        col, max_lengths, src_lengths ``[B]``; prefix ``[B x P]`` (padded with 0; P is 0 while no
+            example has one).
+        n_finished ``[B]`` and best_finished ``[B x n_best]``: how many hypotheses each example has
+            finished and the best ``n_best`` of their scores (-inf while fewer), for the early stop.
+    Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths.
     """
 
-    def __init__(self, beam_size, bos, device, with_attention=True, with_coverage=True):
-        self.K, self.bos, self.device = beam_size, bos, device
-        self.with_attention, self.with_coverage = with_attention, with_coverage
+    def __init__(self, beam_size: int, n_best: int, bos: int, device, with_attention=True,
+                 with_coverage=True):
+        self.K = beam_size
+        self.bos = bos
+        self.device = device
+        self.with_attention = with_attention
+        self.with_coverage = with_coverage
+        self.ids: list[int] = []
+        self.cols: list[int] = []
+        self.source_lengths: list[int] = []
+        self.prefix_lengths: list[int] = []
         empty = torch.empty(0, dtype=torch.long, device=device)
-        self.example, self.col, self.max_lengths, self.src_lengths = empty, empty, empty, empty
-        self.n_finished, self.prefix_lengths = empty, empty
+        self.col = empty
+        self.max_lengths = empty
+        self.src_lengths = empty
+        self.n_finished = empty
+        self.best_finished = torch.empty(0, n_best, device=device)
         self.prefix = torch.empty(0, 0, dtype=torch.long, device=device)
         self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
         self.scores = torch.empty(0, beam_size, device=device)
-        self.penalty = torch.empty(0, beam_size, device=device)  # coverage penalty in the scores
-        self.nth_best = torch.empty(0, device=device)  # score of the n-th best finished
-        self.attn = {}
+        self.penalty = torch.empty(0, beam_size, device=device)
+        self.attn: dict = {}
         self.coverage = None
-        self.stepped = None
+        self.stepped = None  # [stepper rows]: see the module's docstring
+        self.stepped_rows: list[int] | None = None  # the same on the host
 
-    def add(self, examples, src_lengths, max_lengths, prefix=None):
-        """Let ``examples`` ``[n]`` (their ids) join with ``<s>`` as their next input; ``prefix``:
-        ``(tokens [n x P], lengths [n])`` of their target prefixes, or None (none has one)."""
-        n, K, total = examples.numel(), self.K, self.seqs.size(0)
-        tokens, lengths = prefix if prefix is not None else (self.prefix.new_zeros(n, 0), torch.zeros_like(examples))
-        width = max(self.prefix.size(1), tokens.size(1))
-        self.prefix = torch.cat([pad_to(self.prefix, 1, width), pad_to(tokens, 1, width)])
-        self.prefix_lengths = torch.cat([self.prefix_lengths, lengths])
-        if K > 1:
-            stepped = torch.arange(total, device=self.device) if self.stepped is None else self.stepped
-            self.stepped = torch.cat([stepped, torch.arange(total, total + n * K, K, device=self.device)])
-        rows = torch.full((n * K, self.seqs.size(1)), self.bos, dtype=torch.long, device=self.device)
+    @property
+    def n_examples(self) -> int:
+        return len(self.ids)
+
+    def add(self, joining: Joining, src_lengths, max_lengths) -> None:
+        """Let the examples of ``joining`` join with ``<s>`` as their next input; ``src_lengths``
+        and ``max_lengths`` ``[n]``: theirs, on the device."""
+        n = len(joining.ids)
+        K = self.K
+        total = self.seqs.size(0)
+        prefixes = joining.prefixes or [[] for _ in range(n)]
+        prefix_width = max(self.prefix.size(1), *map(len, prefixes))
+        padded = [prefix + [0] * (prefix_width - len(prefix)) for prefix in prefixes]
+        tokens = from_host(padded, self.device).view(n, prefix_width)
+        self.prefix = torch.cat([pad_to(self.prefix, 1, prefix_width), tokens])
+        self.prefix_lengths += [len(prefix) for prefix in prefixes]
+        if K > 1:  # the joining examples' first rows are the stepper's new rows
+            held = list(range(total)) if self.stepped_rows is None else self.stepped_rows
+            self.stepped_rows = held + list(range(total, total + n * K, K))
+            self.stepped = from_host(self.stepped_rows, self.device)
+        width = self.seqs.size(1)
+        rows = torch.full((n * K, width), self.bos, dtype=torch.long, device=self.device)
         self.seqs = torch.cat([self.seqs, rows])
         scores = torch.full((n, K), NEG_INF, device=self.device)
         scores[:, 0] = 0.0
         self.scores = torch.cat([self.scores, scores])
         self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
-        self.attn = {name: torch.cat([value, value.new_zeros(value.size(0), n * K, value.size(2))], 1)
-                     for name, value in self.attn.items()}
+        for name, value in self.attn.items():
+            added = value.new_zeros(value.size(0), n * K, value.size(2))
+            self.attn[name] = torch.cat([value, added], 1)
         if self.coverage is not None:
-            self.coverage = torch.cat([self.coverage, self.coverage.new_zeros(n * K, self.coverage.size(1))])
-        self.example = torch.cat([self.example, examples])
-        self.col = torch.cat([self.col, torch.full_like(examples, self.seqs.size(1) - 1)])
+            added = self.coverage.new_zeros(n * K, self.coverage.size(1))
+            self.coverage = torch.cat([self.coverage, added])
+        self.ids += joining.ids
+        self.source_lengths += joining.src_lengths
+        self.cols += [width - 1] * n
+        self.col = torch.cat([self.col, torch.full((n,), width - 1, device=self.device)])
         self.max_lengths = torch.cat([self.max_lengths, max_lengths])
         self.src_lengths = torch.cat([self.src_lengths, src_lengths])
-        self.n_finished = torch.cat([self.n_finished, torch.zeros_like(examples)])
-        self.nth_best = torch.cat([self.nth_best, torch.full((n,), NEG_INF, device=self.device)])
+        self.n_finished = torch.cat([self.n_finished, torch.zeros_like(src_lengths)])
+        unfinished = self.best_finished.new_full((n, self.best_finished.size(1)), NEG_INF)
+        self.best_finished = torch.cat([self.best_finished, unfinished])
 
-    def lengths(self):
+    def lengths(self) -> torch.Tensor:
         """Tokens each example has produced ``[B]``."""
         return self.seqs.size(1) - 1 - self.col
 
-    def of_stepped(self, tensor):
+    def host_lengths(self) -> list[int]:
+        """``lengths()`` on the host."""
+        return [self.seqs.size(1) - 1 - col for col in self.cols]
+
+    def of_stepped(self, tensor: torch.Tensor) -> torch.Tensor:
         """The entries of ``tensor`` ``[B*K x ...]`` for the rows the stepper holds."""
         return tensor if self.stepped is None else tensor[self.stepped]
 
-    def advance(self, select, tokens, scores, attn):
-        """Keep rows ``select`` ``[B*K]`` (None: every row where it is), append ``tokens`` ``[B x K]``,
-        record attention ``{name: [stepped rows x S]}``. Returns the stepper's rows that ``select``
-        names (what the stepper must keep, in order); every row is a stepped one afterwards."""
+    def inputs(self) -> torch.Tensor:
+        """The stepper rows' next inputs: their last tokens ``[stepper rows]``."""
+        return self.of_stepped(self.seqs[:, -1])
+
+    def advance(self, select, tokens, scores, attn) -> torch.Tensor | None:
+        """Keep rows ``select`` ``[B*K]`` (None: every row where it is), append ``tokens``
+        ``[B x K]`` with their cumulative ``scores`` ``[B x K]``, record attention
+        ``{name: [stepper rows x S]}``.
+        Returns the stepper's rows that ``select`` names (what the stepper must keep, in order);
+        every row is a stepped one afterwards."""
         picked = select
         if self.stepped is not None:
-            picked, self.stepped = row_positions(self.stepped, self.seqs.size(0))[select], None
+            picked = row_positions(self.stepped, self.seqs.size(0))[select]
+            self.stepped = None
+            self.stepped_rows = None
 
         def kept(tensor, dim=0, rows=select):
             return tensor if rows is None else tensor.index_select(dim, rows)
@@ -94,35 +166,87 @@ class BeamState:
             self.attn[name] = step
         if self.with_coverage:
             std = kept(attn["std"], rows=picked)
-            self.coverage = std if self.coverage is None else pad_to(kept(self.coverage), 1, std.size(1)) + std
+            if self.coverage is None:
+                self.coverage = std
+            else:
+                self.coverage = pad_to(kept(self.coverage), 1, std.size(1)) + std
         return picked
 
-    def keep(self, examples):
-        """Keep only the examples ``examples`` (positions among the current ones)."""
-        rows = (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=examples.device)).view(-1)
-        self.seqs, self.scores, self.example = self.seqs[rows], self.scores[examples], self.example[examples]
-        self.penalty, self.col = self.penalty[examples], self.col[examples]
+    def set_penalty(self, penalty: torch.Tensor) -> None:
+        """-stepwise_penalty: ``penalty`` ``[B x K]`` replaces the coverage penalty in the
+        scores."""
+        self.scores = self.scores + self.penalty - penalty
+        self.penalty = penalty
+
+    def ended(self, tokens: torch.Tensor, eos: int) -> torch.Tensor:
+        """The rows that end at this step ``[B x K]``: ``</s>`` or their example's maximum length
+        (a row already dead is -inf and does not end again; a NaN score still ends)."""
+        at_most = (self.lengths() >= self.max_lengths).unsqueeze(1)
+        return ((tokens == eos) | at_most) & (self.scores != NEG_INF)
+
+    def finish(self, ended: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+        """Count the rows ``ended`` ``[B x K]`` as finished with their ``final`` scores, and end
+        them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
+        penalty)."""
+        log_probs = self.scores + self.penalty
+        self.n_finished = self.n_finished + ended.sum(1)
+        candidates = final.masked_fill(~ended, NEG_INF)  # [B x K]
+        merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
+        self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
+        self.scores = self.scores.masked_fill(ended, NEG_INF)
+        return log_probs
+
+    def nth_best(self) -> torch.Tensor:
+        """The score of each example's n-th best finished hypothesis ``[B]`` (-inf while fewer)."""
+        return self.best_finished[:, -1]
+
+    def keep(self, positions: list[int]) -> tuple[torch.Tensor, int]:
+        """Keep only the examples at ``positions`` (among the current ones, in order). Returns
+        their positions on the device ``[B']`` and the number of leading columns dropped (those
+        before every remaining example's ``<s>``)."""
+        examples = from_host(positions, self.device)
+        K = self.K
+        rows = (examples.unsqueeze(1) * K + torch.arange(K, device=self.device)).view(-1)
+        self.seqs = self.seqs[rows]
+        self.scores = self.scores[examples]
+        self.penalty = self.penalty[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = None if self.coverage is None else self.coverage[rows]
-        self.max_lengths, self.src_lengths = self.max_lengths[examples], self.src_lengths[examples]
-        self.n_finished, self.nth_best = self.n_finished[examples], self.nth_best[examples]
-        self.prefix, self.prefix_lengths = self.prefix[examples], self.prefix_lengths[examples]
-        unused = int(self.col.min()) if examples.numel() else self.seqs.size(1) - 1
-        if unused:  # columns before every live example's <s>
-            self.seqs, self.col = self.seqs[:, unused:], self.col - unused
+        for name in ("col", "max_lengths", "src_lengths", "n_finished", "best_finished", "prefix"):
+            setattr(self, name, getattr(self, name)[examples])
+        self.ids = [self.ids[p] for p in positions]
+        self.cols = [self.cols[p] for p in positions]
+        self.source_lengths = [self.source_lengths[p] for p in positions]
+        self.prefix_lengths = [self.prefix_lengths[p] for p in positions]
+        unused = min(self.cols) if positions else self.seqs.size(1) - 1
+        if unused:
+            self.seqs = self.seqs[:, unused:]
+            self.col = self.col - unused
+            self.cols = [col - unused for col in self.cols]
             self.attn = {name: value[unused:] for name, value in self.attn.items()}
-        if self.prefix.size(1) and not bool((self.prefix_lengths > self.lengths()).any()):
+        if self.prefix.size(1) and not self._inside_prefix():
             self.prefix = self.prefix[:, :0]  # every prefix is done: no more forcing to check
+        return examples, unused
 
-    def forced(self):
-        """``(rows, tokens)``: the stepper's rows still inside their example's prefix ``[F]`` and the
-        prefix token each must take ``[F x 1]``; None when there are none."""
+    def _inside_prefix(self) -> list[int]:
+        """The positions of the examples still inside their target prefix."""
+        lengths = self.host_lengths()
+        return [b for b, length in enumerate(lengths) if length < self.prefix_lengths[b]]
+
+    def forced(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(rows, tokens)``: the stepper's rows still inside their example's prefix ``[F]`` and
+        the prefix token each must take ``[F x 1]``; None when there are none."""
         if not self.prefix.size(1):
             return None
-        lengths = self.of_stepped(self.lengths().repeat_interleave(self.K))
-        inside = lengths < self.of_stepped(self.prefix_lengths.repeat_interleave(self.K))
-        rows = inside.nonzero().view(-1)
-        if not rows.numel():
+        inside = set(self._inside_prefix())
+        if not inside:
             return None
-        examples = self.of_stepped(torch.arange(self.K * self.example.numel(), device=self.device) // self.K)[rows]
-        return rows, self.prefix[examples, lengths[rows]].unsqueeze(1)
+        K = self.K
+        lengths = self.host_lengths()
+        # the rows the stepper holds: every row, or (just joined) the first of each example's
+        held = range(len(self.ids) * K) if self.stepped_rows is None else self.stepped_rows
+        rows = [i for i, row in enumerate(held) if row // K in inside]
+        examples = [held[i] // K for i in rows]
+        columns = [lengths[b] for b in examples]  # the next prefix token's
+        tokens = self.prefix[from_host(examples, self.device), from_host(columns, self.device)]
+        return from_host(rows, self.device), tokens.unsqueeze(1)

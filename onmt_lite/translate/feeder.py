@@ -1,6 +1,8 @@
 """Continuous batching for translation: examples join a running search as rows free up."""
 import torch
 
+from onmt_lite.translate.beam_state import Joining
+
 BEAM_JOIN_FREE = 0.25  # a beam search lets examples join once this part of the batch is free
 
 
@@ -43,10 +45,12 @@ class RowFeeder:
         batch = next(self.batches, None)
         return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
 
-    def admit(self, src_lengths):
+    def admit(self, src_lengths: list[int]) -> Joining | None:
         """See ``Search.stream``: let in waiting examples while there is room."""
-        count, tokens = src_lengths.numel(), int(src_lengths.sum())
-        if count and self.beam > 1 and self._used(count, tokens) > (1 - BEAM_JOIN_FREE) * self.batch_size:
+        count = len(src_lengths)
+        tokens = sum(src_lengths)
+        full = self._used(count, tokens) > (1 - BEAM_JOIN_FREE) * self.batch_size
+        if count and self.beam > 1 and full:
             return None
         ids, lengths = [], []
         while True:
@@ -54,42 +58,39 @@ class RowFeeder:
             if self.waiting is None:
                 break
             stepper, batch, first = self.waiting
+            batch_lengths = batch.src_lengths_cpu.tolist()  # host data: no wait for a device
             last = first
-            while last < batch.batch_size:
-                length = int(batch.src_lengths_cpu[last])
-                if not self._fits(count, tokens, length):
-                    break
-                count, tokens, last = count + 1, tokens + length, last + 1
+            while last < batch.batch_size and self._fits(count, tokens, batch_lengths[last]):
+                count += 1
+                tokens += batch_lengths[last]
+                last += 1
             if last == first:
                 break
-            joining = stepper if (first, last) == (0, batch.batch_size) else \
-                stepper.part(torch.arange(first, last, device=self.device))
+            whole = (first, last) == (0, batch.batch_size)
+            rows = torch.arange(first, last, device=self.device)
+            joining = stepper if whole else stepper.part(rows)
             if self.stepper is None:
                 self.stepper = joining
             else:
                 self.stepper.extend(joining)
+            lines = batch.indices_cpu.tolist()
             for b in range(first, last):
                 ex_words = batch.src_ex_vocab[b] if batch.src_map is not None else None
                 ids.append(self.next_id)
-                self.examples[self.next_id] = (int(batch.indices_cpu[b]), ex_words)
+                self.examples[self.next_id] = (lines[b], ex_words)
                 self.next_id += 1
-            lengths.append(batch.src_lengths[first:last])
+            lengths += batch_lengths[first:last]
             self.waiting = None if last == batch.batch_size else [stepper, batch, last]
         if not ids:
             return None
-        return torch.tensor(ids, device=self.device), torch.cat(lengths), self._prefix(ids)
+        return Joining(ids, lengths, self._prefixes(ids))
 
-    def dropped(self, example: torch.Tensor):
+    def dropped(self, ids: list[int]) -> set | None:
         """See ``Search.stream``: no example here ends unfinished."""
         return None
 
-    def _prefix(self, ids):
-        """``(tokens [n x P], lengths [n])`` of the target prefixes of the examples ``ids``, padded
-        with 0; None without prefixes."""
+    def _prefixes(self, ids: list[int]) -> list[list[int]] | None:
+        """The target prefixes of the examples ``ids`` (token id lists); None without prefixes."""
         if self.prefixes is None:
             return None
-        prefixes = [self.prefixes[self.examples[i][0]] for i in ids]
-        tokens = torch.zeros(len(ids), max(map(len, prefixes)), dtype=torch.long)
-        for row, prefix in enumerate(prefixes):
-            tokens[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-        return tokens.to(self.device), torch.tensor([len(p) for p in prefixes], device=self.device)
+        return [list(self.prefixes[self.examples[i][0]]) for i in ids]

@@ -4,6 +4,8 @@ A finished hypothesis scores ``log_prob / length_penalty(length) - coverage_pena
 """
 import torch
 
+from onmt_lite.utils.errors import UserError
+
 
 def length_penalty(kind, length, alpha):
     """``none``: 1; ``wu``: ((5 + length) / 6) ** alpha; ``avg``: length. ``length`` may be a tensor."""
@@ -25,3 +27,59 @@ def coverage_penalty(kind, coverage, beta, mask):
     if kind == "summary":
         return beta * ((coverage.clamp(min=1.0) - 1.0) * mask).sum(-1)
     return torch.zeros(coverage.shape[:-1], dtype=coverage.dtype, device=coverage.device)
+
+
+def check_penalties(coverage_kind: str, beta: float) -> None:
+    """A UserError for penalties the early stop cannot bound: it takes a live row's log-probability,
+    divided by the largest length penalty it can still meet, as the best final score the row can
+    reach, which holds for any ``alpha`` (the length penalty is positive) but only while the
+    coverage penalty never raises a score: ``beta`` at least 0."""
+    if coverage_kind != "none" and beta < 0:
+        raise UserError(f"beta must be at least 0 with a coverage penalty (got {beta}): a "
+                        "negative one would raise scores, and no search could stop early")
+
+
+class Penalties:
+    """The search's scores as penalties shape them (``SearchOptions``' length and coverage
+    penalties), on the rows of a ``BeamState``; each method returns ``[B x K]`` or ``[B]``."""
+
+    def __init__(self, opts):
+        check_penalties(opts.coverage_penalty, opts.beta)
+        self.opts = opts
+
+    def coverage(self, state) -> torch.Tensor:
+        """The coverage penalty of every row ``[B x K]`` (padded source positions excluded)."""
+        o = self.opts
+        if o.coverage_penalty == "none":
+            return torch.zeros_like(state.scores)
+        positions = torch.arange(state.coverage.size(1), device=state.coverage.device)
+        mask = positions.unsqueeze(0) < state.src_lengths.repeat_interleave(state.K).unsqueeze(1)
+        penalty = coverage_penalty(o.coverage_penalty, state.coverage, o.beta, mask)
+        return penalty.view_as(state.scores)
+
+    def final_scores(self, state) -> torch.Tensor:
+        """What each row would score if it ended now ``[B x K]``: score / length penalty - coverage
+        penalty (with -stepwise_penalty the coverage penalty is in the score already)."""
+        o = self.opts
+        scaled = state.scores
+        if o.length_penalty != "none":
+            lengths = state.lengths().unsqueeze(1).float()
+            scaled = scaled / length_penalty(o.length_penalty, lengths, o.alpha)
+        return scaled if o.stepwise_penalty else scaled - self.coverage(state)
+
+    def done(self, state) -> torch.Tensor:
+        """The examples that cannot improve ``[B]``: ``n_best`` finished hypotheses and no live row
+        able to beat the n-th of them (see ``check_penalties``), or no live row at all."""
+        o = self.opts
+        # the scores without the coverage penalty that -stepwise_penalty put in (it may shrink)
+        best_alive = (state.scores + state.penalty).max(1).values
+        bound = best_alive
+        if o.length_penalty != "none":
+            # a live row ends at a length from its own + 1 to its example's maximum; its score is
+            # not positive, so the largest length penalty there (at either end: it is monotonic)
+            # bounds it
+            shortest = length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha)
+            longest = length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha)
+            bound = best_alive / torch.maximum(shortest, longest)
+        enough = (state.n_finished >= o.n_best) & (bound <= state.nth_best())
+        return enough | (best_alive == float("-inf"))

@@ -23,9 +23,11 @@ import math
 
 import torch
 
-from onmt_lite.translate.beam_state import NEG_INF, BeamState
-from onmt_lite.translate.penalties import coverage_penalty, length_penalty
+from onmt_lite.translate.beam_state import NEG_INF, BeamState, Joining
+from onmt_lite.translate.finished import FinishedHypotheses, Hypothesis
+from onmt_lite.translate.penalties import Penalties, check_penalties
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.tensors import from_host
 from onmt_lite.utils.topk import top_k, top_k_with_offsets
 
 
@@ -73,6 +75,7 @@ class SearchOptions:
                               ("coverage_penalty", ("none", "wu", "summary"))):
             if getattr(self, name) not in allowed:
                 raise UserError(f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})")
+        check_penalties(self.coverage_penalty, self.beta)
         if not self.sampling and self.n_best > self.beam_size:
             raise UserError(f"n_best {self.n_best} is larger than beam_size {self.beam_size}")
 
@@ -80,17 +83,6 @@ class SearchOptions:
     def beam_width(self):
         """Rows per example: the beam size, 1 when sampling."""
         return 1 if self.sampling else self.beam_size
-
-
-@dataclasses.dataclass
-class Hypothesis:
-    """A finished output: token ids (no ``<s>``, no ``</s>``), its score and log-probability, and each
-    tracked attention ``[len x S]`` (one row per output token and ``</s>``)."""
-    tokens: list
-    score: float
-    log_prob: float
-    attention: dict
-    end: tuple = ()  # (step, beam): where the hypothesis ended, counting its example's steps from 0
 
 
 def block_ngrams(log_probs, seqs, n, ignore, first=None):
@@ -136,46 +128,135 @@ def sample(log_probs, topk, temperature):
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
 
 
-def completed(hyps, n_best):
-    """The first ``n_best`` of ``hyps``, completed with empty hypotheses of score ``-inf`` when fewer
-    finished: every other continuation had probability 0 (a sparsemax generator, blocked n-grams),
-    and an n-best list always has ``n_best`` entries (the output's lines follow from it)."""
-    impossible = [Hypothesis([], NEG_INF, NEG_INF, {}) for _ in range(n_best - len(hyps))]
-    return hyps[:n_best] + impossible
 
 
 class Search:
-    """Runs the loop for one batch; ``run(stepper)`` returns n-best Hypothesis lists per example."""
+    """Runs the loop; ``run(stepper, ...)`` decodes one batch, ``stream(feeder)`` a stream of them.
 
-    def __init__(self, opts, bos, eos, recorder=None):
-        self.opts, self.bos, self.eos, self.recorder = opts, bos, eos, recorder
+    ``recorder``: told each step's kept hypotheses (``beam_dump.BeamRecorder``, -dump_beam); it
+    reads them on the host, a wait for the device at every step.
+    """
 
-    def _coverage_penalty(self, state):
-        """The coverage penalty of every row ``[B x K]`` (padded source positions excluded)."""
-        if self.opts.coverage_penalty == "none":
-            return torch.zeros_like(state.scores)
-        mask = (torch.arange(state.coverage.size(1), device=state.coverage.device).unsqueeze(0)
-                < state.src_lengths.repeat_interleave(state.K).unsqueeze(1))
-        return coverage_penalty(self.opts.coverage_penalty, state.coverage, self.opts.beta, mask).view_as(state.scores)
+    def __init__(self, opts: SearchOptions, bos: int, eos: int, recorder=None):
+        self.opts = opts
+        self.bos = bos
+        self.eos = eos
+        self.recorder = recorder
+        self.penalties = Penalties(opts)
 
-    def _stepwise(self, state):
-        """-stepwise_penalty: keep the current coverage penalty inside the running scores."""
-        penalty = self._coverage_penalty(state)
-        state.scores = state.scores + state.penalty - penalty
-        state.penalty = penalty
+    def run(self, stepper, batch_size: int, src_lengths, prefix: list | None = None,
+            device=None) -> list[list[Hypothesis]]:
+        """Decode one batch whose rows ``stepper`` holds; n-best lists in batch order.
+        ``src_lengths``: the examples' source lengths, a list (or a tensor, read here);
+        ``prefix``: each example's target prefix ids (lists), or None; ``device``: the
+        stepper's (default: ``src_lengths``', the CPU for a list)."""
+        if torch.is_tensor(src_lengths):
+            device = device or src_lengths.device
+            src_lengths = src_lengths.tolist()
+        joining = Joining(list(range(batch_size)), list(src_lengths), prefix)
+        feeder = OneBatch(stepper, joining, torch.device(device or "cpu"))
+        finished = dict(self.stream(feeder))
+        return [finished[b] for b in range(batch_size)]
 
-    def _final_scores(self, state):
-        """Finishing scores of the rows: score / length penalty - coverage penalty (stepwise: the
-        penalty is already in the score)."""
+    def stream(self, feeder):
+        """Decode the examples ``feeder`` lets in, as they come; yields ``(example id, n-best
+        list)`` as each example is done.
+
+        ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
+        examples still searching (a host list): it appends the rows of the examples joining now (if
+        any; one row each) to ``feeder.stepper`` and returns their ``Joining``, or None.
+        ``feeder.dropped(ids)``, after each step, names the examples (a set of ids, or None) to end
+        now, unfinished (their callers gave up). They are yielded too.
+
+        Each step reads the device once: which rows ended and which examples are done. An example
+        that is done leaves at once and is yielded at the next step's read, when the copies of its
+        last hypotheses have reached the host (``finished.FinishedHypotheses``).
+        """
         o = self.opts
-        scaled = state.scores
-        if o.length_penalty != "none":
-            scaled = scaled / length_penalty(o.length_penalty, state.lengths().unsqueeze(1).float(), o.alpha)
-        return scaled if o.stepwise_penalty else scaled - self._coverage_penalty(state)
+        coverage = o.coverage_penalty != "none"
+        state = BeamState(o.beam_width, o.n_best, self.bos, feeder.device, o.attention, coverage)
+        finished = FinishedHypotheses(self.eos)
+        left: list[int] = []  # the examples that left at the last step
+        while True:
+            self._refill(state, feeder, finished)
+            if not state.n_examples:
+                break
+            joined = state.stepped is not None
+            log_probs, attn = feeder.stepper.step(state.inputs())  # score
+            log_probs = self._constrain(state, log_probs)
+            select, tokens, scores = self._select(state, log_probs)  # select
+            rows = state.advance(select, tokens, scores, attn)
+            if o.stepwise_penalty:
+                state.set_penalty(self.penalties.coverage(state))
+            if self.recorder is not None:
+                self._record(state, select, tokens, log_probs, rows)
+            ended = state.ended(tokens, self.eos)  # finish
+            final = self.penalties.final_scores(state)
+            ended_log_probs = state.finish(ended, final)
+            ended_rows, done = self._read(ended, self.penalties.done(state))
+            finished.settle()  # the last step's copies are on the host now
+            for example in left:
+                yield example, finished.pop(example, o.n_best)
+            if ended_rows:
+                finished.gather(state, ended_rows, final, ended_log_probs)
+            dropped = feeder.dropped(state.ids) or ()
+            leaving = [b for b, example in enumerate(state.ids) if done[b] or example in dropped]
+            left = [state.ids[b] for b in leaving]
+            unused = 0
+            if leaving:  # reorder
+                gone = set(leaving)
+                examples, unused = state.keep([b for b in range(len(done)) if b not in gone])
+                rows = examples if rows is None else rows.view(-1, state.K)[examples].view(-1)
+            # the rows of an example share its memory: rows that stay in their example can name it
+            if rows is not None:
+                feeder.stepper.reorder(rows, rows if joined or leaving else None, unused)
+        finished.settle()
+        for example in left:
+            yield example, finished.pop(example, o.n_best)
 
-    def _select(self, state, log_probs):
-        """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores [B x K])``;
-        ``select`` is None when every row stays where it is (one row per example)."""
+    def _refill(self, state: BeamState, feeder, finished: FinishedHypotheses) -> None:
+        """Let in the examples that ``feeder`` admits now."""
+        joining = feeder.admit(state.source_lengths)
+        if joining is None:
+            return
+        src_lengths = from_host(joining.src_lengths, state.device)
+        max_lengths = self._max_lengths(src_lengths)
+        if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
+            prefix_lengths = from_host([len(p) for p in joining.prefixes], state.device)
+            max_lengths = torch.maximum(max_lengths, prefix_lengths)
+        state.add(joining, src_lengths, max_lengths)
+        finished.open(joining.ids)
+
+    def _max_lengths(self, src_lengths: torch.Tensor) -> torch.Tensor:
+        """The most tokens each example may produce ``[n]``: -max_length, or less with -ratio."""
+        max_lengths = torch.full_like(src_lengths, self.opts.max_length)
+        if self.opts.ratio > 0:  # bounded as floats: an infinite ratio is no bound, not an overflow
+            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil()
+            ratio_lengths = ratio_lengths.clamp(1, self.opts.max_length).long()
+            max_lengths = torch.minimum(max_lengths, ratio_lengths)
+        return max_lengths
+
+    def _constrain(self, state: BeamState, log_probs: torch.Tensor) -> torch.Tensor:
+        """The stepper's ``log_probs`` ``[stepper rows x V']`` with what the options forbid at -inf:
+        ``</s>`` before -min_length, repeated n-grams, anything but a target prefix's next token."""
+        o = self.opts
+        if o.min_length > 0:
+            short = (state.lengths() < o.min_length).repeat_interleave(state.K)
+            log_probs[:, self.eos].masked_fill_(state.of_stepped(short), NEG_INF)
+        model_log_probs = log_probs
+        if o.block_ngram_repeat > 0:
+            first = state.of_stepped(state.col.repeat_interleave(state.K))
+            seqs = state.of_stepped(state.seqs[:, 1:])
+            log_probs = block_ngrams(log_probs, seqs, o.block_ngram_repeat, o.ignore_when_blocking,
+                                     first)
+        forced = state.forced()
+        if forced is not None:
+            log_probs = force_tokens(log_probs, model_log_probs, *forced)
+        return log_probs
+
+    def _select(self, state: BeamState, log_probs: torch.Tensor) -> tuple:
+        """Pick the continuations: ``(select rows [B*K], tokens [B x K], new cumulative scores
+        [B x K])``; ``select`` is None when every row stays where it is (one row per example)."""
         width = log_probs.size(1)
         batch, K = state.scores.shape
         if self.opts.sampling:
@@ -184,152 +265,42 @@ class Search:
         if K == 1:  # the best token of each row: adding the row's score does not change which
             best, tokens = top_k(log_probs, 1)
             return None, tokens, state.scores + best
-        scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)
-        # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix) follows the
-        # example's first row: a row the stepper holds, whose memory is the example's own
+        scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)  # [B x K]
+        # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix)
+        # follows the example's first row: a row the stepper holds, whose memory is the example's
         origin = torch.div(ids, width, rounding_mode="floor").masked_fill(scores == NEG_INF, 0)
         select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
         return select, ids % width, scores
 
-    def _finish(self, state, tokens, finished):
-        """Move ended rows into ``finished``; returns the mask of ended rows ``[B x K]``."""
-        ended = (tokens == self.eos) | (state.lengths() >= state.max_lengths).unsqueeze(1)
-        ended &= state.scores != NEG_INF  # a row already ended is -inf; a NaN score still ends
-        if not ended.any():
-            return ended
-        b, k = ended.nonzero().unbind(1)
-        rows = b * state.K + k
-        final = self._final_scores(state)[b, k].tolist()
-        log_probs = (state.scores[b, k] + state.penalty[b, k]).tolist()
-        seqs = state.seqs[rows].tolist()
-        examples, cols, src_lengths = state.example[b].tolist(), state.col[b].tolist(), state.src_lengths[b].tolist()
-        steps, beams = (state.lengths()[b] - 1).tolist(), k.tolist()
-        for i, row in enumerate(rows.tolist()):
-            col = cols[i]
-            seq = seqs[i][col + 1:]
-            if seq[-1] == self.eos:
-                seq.pop()
-            # a copy on the CPU: a view would keep the whole history alive (and be pickled whole by a
-            # stream), and a Result's attention is read on the host (-replace_unk, plots, the API)
-            attention = {name: value[col:, row, :src_lengths[i]].to("cpu", copy=True)
-                         for name, value in state.attn.items()}
-            hyps = finished[examples[i]]
-            hyps.append(Hypothesis(seq, final[i], log_probs[i], attention, (steps[i], beams[i])))
-            hyps.sort(key=lambda h: -h.score)
-        state.n_finished += ended.sum(1)
-        for position, example in dict(zip(b.tolist(), examples)).items():
-            hyps = finished[example]
-            if len(hyps) >= self.opts.n_best:
-                state.nth_best[position] = hyps[self.opts.n_best - 1].score
-        return ended
+    def _read(self, ended: torch.Tensor, done: torch.Tensor) -> tuple[list[int], list[bool]]:
+        """The step's one read of the device: the rows that ended (``b * K + k``) and, per
+        example, whether it is done."""
+        flags = torch.cat([ended.view(-1), done]).tolist()
+        n_rows = ended.numel()
+        return [row for row in range(n_rows) if flags[row]], flags[n_rows:]
 
-    def _done(self, state):
-        """Examples that cannot improve: enough finished hypotheses and no live row able to beat them."""
-        # the log-probability alone bounds the final score: penalties are never negative (with
-        # -stepwise_penalty the penalty in the running score may still shrink)
-        best_alive = (state.scores + state.penalty).max(1).values
-        o, bound = self.opts, best_alive
-        if o.length_penalty != "none":
-            # a live row ends at a length from its own + 1 to its example's maximum; its score is not
-            # positive, so the largest length penalty there (at either end: it is monotonic) bounds it
-            penalty = torch.maximum(length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha),
-                                    length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha))
-            bound = best_alive / penalty
-        return ((state.n_finished >= o.n_best) & (bound <= state.nth_best)) | (best_alive == NEG_INF)
-
-    def _max_lengths(self, src_lengths):
-        """The most tokens each example may produce: -max_length, or less with -ratio."""
-        max_lengths = torch.full_like(src_lengths, self.opts.max_length)
-        if self.opts.ratio > 0:  # bounded as floats: an infinite ratio is no bound, not an overflow
-            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil().clamp(1, self.opts.max_length).long()
-            max_lengths = torch.minimum(max_lengths, ratio_lengths)
-        return max_lengths
-
-    def _record(self, state, select, tokens, log_probs, rows):
+    def _record(self, state, select, tokens, log_probs, rows) -> None:
         """Tell the recorder the hypotheses kept at this step: tokens, parents (positions in the
         example's beam), cumulative scores and the tokens' log-probabilities, each ``[B x K]``."""
         batch, K = tokens.shape
         parents = torch.zeros_like(tokens) if select is None else select.view(batch, K) % K
         stepped = log_probs if rows is None else log_probs.index_select(0, rows)
-        self.recorder.record(state.example, tokens, parents, state.scores,
+        self.recorder.record(state.ids, tokens, parents, state.scores,
                              stepped.gather(1, tokens.view(-1, 1)).view(batch, K))
-
-    def run(self, stepper, batch_size, src_lengths, prefix=None):
-        """Decode one batch whose rows ``stepper`` holds (``prefix``: see ``stream``); n-best
-        Hypothesis lists in batch order."""
-        finished = dict(self.stream(OneBatch(stepper, batch_size, src_lengths, prefix)))
-        return [finished[b] for b in range(batch_size)]
-
-    def stream(self, feeder):
-        """Decode the examples ``feeder`` lets in, as they come; yields ``(example id, n-best list)``
-        as each example is done.
-
-        ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
-        examples still searching ``[B]``: it appends the rows of the examples joining now (if any; one
-        row each) to ``feeder.stepper`` and returns their ids, source lengths and target prefixes
-        (``(tokens [n x P], lengths [n])``, or None without prefixes), or None.
-        ``feeder.dropped(example)``, after each step, names the examples to end now, unfinished
-        (their callers gave up): a mask ``[B]`` of ``state.example``, or None. They are yielded too.
-        """
-        o = self.opts
-        state = BeamState(o.beam_width, self.bos, feeder.device, o.attention, o.coverage_penalty != "none")
-        finished = {}
-        while True:
-            joining = feeder.admit(state.src_lengths)
-            if joining is not None:
-                ids, src_lengths, prefix = joining
-                max_lengths = self._max_lengths(src_lengths)
-                state.add(ids, src_lengths, max_lengths if prefix is None else torch.maximum(max_lengths, prefix[1]),
-                          prefix)
-                finished.update((i, []) for i in ids.tolist())
-            if state.example.numel() == 0:
-                return
-            log_probs, attn = feeder.stepper.step(state.of_stepped(state.seqs[:, -1]))
-            if o.min_length > 0:
-                short = state.of_stepped((state.lengths() < o.min_length).repeat_interleave(state.K))
-                log_probs[:, self.eos].masked_fill_(short, NEG_INF)
-            model_log_probs = log_probs
-            if o.block_ngram_repeat > 0:
-                log_probs = block_ngrams(log_probs, state.of_stepped(state.seqs[:, 1:]), o.block_ngram_repeat,
-                                         o.ignore_when_blocking, state.of_stepped(state.col.repeat_interleave(state.K)))
-            forced = state.forced()
-            if forced is not None:
-                log_probs = force_tokens(log_probs, model_log_probs, *forced)
-            joined = state.stepped is not None
-            select, tokens, scores = self._select(state, log_probs)
-            rows = state.advance(select, tokens, scores, attn)
-            if o.stepwise_penalty:
-                self._stepwise(state)
-            if self.recorder is not None:
-                self._record(state, select, tokens, log_probs, rows)
-            ended = self._finish(state, tokens, finished)
-            state.scores = state.scores.masked_fill(ended, NEG_INF)
-            done = self._done(state)
-            dropped = feeder.dropped(state.example)
-            if dropped is not None:
-                done = done | dropped
-            leaving = bool(done.any())
-            if leaving:
-                for original in state.example[done].tolist():
-                    yield original, completed(finished.pop(original), o.n_best)
-                remaining = (~done).nonzero().view(-1)
-                rows = remaining if rows is None else rows.view(-1, state.K)[remaining].view(-1)
-                state.keep(remaining)
-            # the rows of an example share its memory: rows that stay in their example can name it
-            if rows is not None:
-                feeder.stepper.reorder(rows, rows if joined or leaving else None)
 
 
 class OneBatch:
     """The feeder of a single batch whose rows the stepper already holds: all join at once."""
 
-    def __init__(self, stepper, batch_size, src_lengths, prefix=None):
-        self.stepper, self.device = stepper, src_lengths.device
-        self.waiting = (torch.arange(batch_size, device=self.device), src_lengths, prefix)
+    def __init__(self, stepper, joining: Joining, device):
+        self.stepper = stepper
+        self.device = device
+        self.waiting = joining
 
-    def admit(self, src_lengths):
-        joining, self.waiting = self.waiting, None
+    def admit(self, src_lengths: list[int]) -> Joining | None:
+        joining = self.waiting
+        self.waiting = None
         return joining
 
-    def dropped(self, example):
+    def dropped(self, ids: list[int]) -> None:
         return None

@@ -23,7 +23,7 @@ from onmt_lite.data.vocab import BOS_ID, EOS_ID
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.inputs import TextBatches
 from onmt_lite.translate.search import Search
-from onmt_lite.translate.translator import Result
+from onmt_lite.translate.result import Result
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -52,27 +52,26 @@ class _ArrivalFeeder(RowFeeder):
     callers who gave up (``TranslationService.cancel``) leave the search at its next step."""
 
     def __init__(self, service, translator):
-        super().__init__([], translator._stepper, translator.search_options.beam_width, translator.batch_size,
-                         translator.batch_type, translator.device)
+        super().__init__([], translator.make_stepper, translator.search_options.beam_width,
+                         translator.batch_size, translator.batch_type, translator.device)
         self.service = service
 
     def _next_batch(self):
         batch = self.service._take_batch()
         return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
 
-    def dropped(self, example: torch.Tensor):
-        """See ``Search.stream``: ``[B]`` True for the examples whose callers gave up (all of them
-        when the service is abandoned); None when none did, without touching a tensor."""
+    def dropped(self, ids: list[int]) -> set | None:
+        """See ``Search.stream``: the ids of the examples whose callers gave up (all of them when
+        the service is abandoned); None when none did."""
         if self.service._abandoned:
             self.waiting = None
-            return torch.ones_like(example, dtype=torch.bool)
+            return set(ids)
         lines = self.service._drop_given_up()
         if not lines:
             return None
         if self.waiting is not None and int(self.waiting[1].indices_cpu[0]) in lines:
             self.waiting = None  # the rest of a batch of a job given up does not join
-        ids = [i for i, (line, _) in self.examples.items() if line in lines]
-        return torch.isin(example, torch.tensor(ids, dtype=example.dtype, device=example.device))
+        return {i for i, (line, _) in self.examples.items() if line in lines}
 
 
 class TranslationService:
@@ -264,7 +263,7 @@ class TranslationService:
             job.future.set_exception(err)
             return
         first, self._next_index = self._next_index, self._next_index + inputs.n_lines
-        job.results = [Result(tokens, [], [], [], [], []) for tokens in inputs.src_tokens]
+        job.results = [Result(tokens) for tokens in inputs.src_tokens]
         for result in job.results:
             if not result.source:  # an empty line: not decoded, as by the Translator
                 result.fill_empty(translator.search_options.n_best)
@@ -299,7 +298,7 @@ class TranslationService:
                 if index not in self._lines or self._abandoned:
                     continue  # dropped: its caller gave up, or the service stops
                 job, line = self._lines.pop(index)
-                translator._record(job.results[line], nbest, ex_words)
+                translator.record(job.results[line], nbest, ex_words)
                 job.remaining -= 1
                 if job.remaining == 0:
                     job.future.set_result(job.results)

@@ -32,7 +32,9 @@ class ModelStepper:
     def __init__(self, model, batch, vocab_size, keep_attention=True):
         self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
         self.keep_attention = keep_attention
-        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths, batch.src_feats)
+        # the lengths on the host: an RNN encoder packs with them there
+        encoded = model.encode(batch.src, batch.src_lengths_cpu, batch.src_feats)
+        memory_bank, lengths, state = encoded
         # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one contiguous
         # copy per row (not a gather of the rows of a time-major tensor), and the attention reads each
         # row's memory contiguously
@@ -78,12 +80,13 @@ class ModelStepper:
             self.src_map = _joined(self.src_map, other.src_map, 1, (0, 2))
             self.ex_ids = _joined(self.ex_ids, other.ex_ids, 0, (1,))
 
-    def reorder(self, rows, memory_rows=None):
+    def reorder(self, rows, memory_rows=None, unused_columns: int = 0):
         """Follow the search: state rows ``rows``; with ``memory_rows`` the rows' examples changed too
-        (examples left, or rows joined: a row per beam after each example's first step)."""
+        (examples left, or rows joined: a row per beam after each example's first step), and the
+        first ``unused_columns`` positions of the state are no row's any more (examples left)."""
         self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
         if memory_rows is not None:
-            self.state = self.state.compact()
+            self.state = self.state.compact(unused_columns)
             self.memory = self.memory.index_select(0, memory_rows)
             self.lengths = self.lengths.index_select(0, memory_rows)
             if self.keys is not None:
@@ -121,6 +124,6 @@ class EnsembleStepper:
         for stepper, addition in zip(self.steppers, other.steppers):
             stepper.extend(addition)
 
-    def reorder(self, rows, memory_rows=None):
+    def reorder(self, rows, memory_rows=None, unused_columns: int = 0):
         for stepper in self.steppers:
-            stepper.reorder(rows, memory_rows)
+            stepper.reorder(rows, memory_rows, unused_columns)

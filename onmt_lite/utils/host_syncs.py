@@ -21,6 +21,7 @@ through every operation whose tensor inputs are all host tensors; a packed seque
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -41,6 +42,16 @@ def mark_host(tensor, marked: list) -> None:
     if isinstance(tensor, torch.Tensor) and not is_host(tensor):
         setattr(tensor, HOST_MARK, True)
         marked.append(tensor)
+
+
+_ACTIVE: list = []  # the counters counting now (their marks), innermost last
+
+
+def declare_host(tensor) -> None:
+    """Say that ``tensor`` holds host data on a GPU too (e.g. ``tensors.host_copy``'s copies,
+    read once the device is done with them): a counter counting now treats it as a host tensor."""
+    for marked in _ACTIVE:
+        mark_host(tensor, marked)
 
 
 def _tensors(values):
@@ -116,6 +127,7 @@ class HostSyncCounter:
     def __enter__(self) -> HostSyncCounter:
         for tensor in self._host:
             mark_host(tensor, self._marked)
+        _ACTIVE.append(self._marked)
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -123,10 +135,22 @@ class HostSyncCounter:
     def __exit__(self, *exc):
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
+        _ACTIVE.remove(self._marked)
         for tensor in self._marked:  # no mark outlives the count
             delattr(tensor, HOST_MARK)
         self._marked.clear()
         return False
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Count nothing inside: work that runs on the host on a GPU too (building batches)."""
+        for mode in reversed(self._modes):
+            mode.__exit__(None, None, None)
+        try:
+            yield
+        finally:
+            for mode in self._modes:
+                mode.__enter__()
 
     @property
     def syncs(self) -> int:

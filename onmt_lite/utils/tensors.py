@@ -21,3 +21,19 @@ def pad_to(tensor, dim, size, left=False):
     shape[dim] = missing
     zeros = tensor.new_zeros(shape)
     return torch.cat([zeros, tensor] if left else [tensor, zeros], dim)
+
+
+def from_host(values: list, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """A tensor of the host values ``values`` (a list, or a list of equal lists) on ``device``,
+    copied without a wait for the device."""
+    return to_device(torch.tensor(values, dtype=dtype), torch.device(device))
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values on the host, copied without a wait: from a CUDA device into pinned
+    memory, whose values are there once the device's stream has done the copy (an event's
+    ``synchronize``, or any later read of the device); elsewhere ``tensor`` itself."""
+    if tensor.device.type != "cuda":
+        return tensor
+    copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return copy.copy_(tensor, non_blocking=True)

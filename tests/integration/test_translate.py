@@ -231,7 +231,7 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
         assert lines(tmp_path / "o.txt") == expected
     translator = Translator.load([m["model"]], replace_unk=True)
     oov = next(f"w{i}" for i in range(20) if f"w{i}" not in translator.vocabs["tgt"])
-    translator.phrase_table = {oov: "MAPPED"}
+    translator.words.phrase_table = {oov: "MAPPED"}
     for result, without_table in zip(translator.translate(src), replaced):
         assert result.hypotheses[0].split() == ["MAPPED" if w == oov else w for w in without_table.split()]
 

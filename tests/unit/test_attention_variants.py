@@ -278,7 +278,7 @@ class OneWordStepper:
         probs[~first, 3] = 1.0
         return torch.log(probs), {}
 
-    def reorder(self, rows, memory_rows=None):
+    def reorder(self, rows, memory_rows=None, unused_columns=0):
         pass
 
 

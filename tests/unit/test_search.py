@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from onmt_lite.translate.penalties import length_penalty
+from onmt_lite.translate.penalties import Penalties, length_penalty
 from onmt_lite.translate.search import Search, SearchOptions, block_ngrams
 
 BOS, EOS, V, MAX = 2, 3, 7, 4  # tokens 4..6 are words; <unk>/<blank> (0, 1) get no probability
@@ -32,7 +32,7 @@ class MarkovStepper:
         self.step_no += 1
         return log_probs, {"std": torch.full((tokens.numel(), 3), 1 / 3)}
 
-    def reorder(self, rows, memory_rows=None):
+    def reorder(self, rows, memory_rows=None, unused_columns=0):
         self.example = self.example[rows]
 
 
@@ -87,11 +87,19 @@ def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_exam
             assert hyp.score == pytest.approx(score, abs=1e-5)
 
 
+class NoEarlyStop(Penalties):
+    """An example is done only when none of its beams is alive."""
+
+    def done(self, state):
+        return (state.scores + state.penalty).max(1).values == float("-inf")
+
+
 class SearchToTheEnd(Search):
     """A search whose examples stop only when none of their beams is alive: no early stop."""
 
-    def _done(self, state):
-        return (state.scores + state.penalty).max(1).values == float("-inf")
+    def __init__(self, opts, bos, eos):
+        super().__init__(opts, bos, eos)
+        self.penalties = NoEarlyStop(opts)
 
 
 @pytest.mark.parametrize("penalty,alpha,ratio", [("none", 0.0, 0.0), ("avg", 0.0, 0.0), ("avg", 0.0, 1.0),
