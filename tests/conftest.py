@@ -1,4 +1,5 @@
 """Fixtures shared by the unit and integration tests."""
+import logging
 import os
 
 import pytest
@@ -29,3 +30,20 @@ def one_stream(monkeypatch):
 
     monkeypatch.setattr(translator, "decoding_streams",
                         lambda threads, device, sampling, batches, fork: ([threads], False))
+
+
+@pytest.fixture
+def logged():
+    """The messages the ``onmt_lite`` logger emits during the test (it does not propagate to
+    pytest's caplog once a command has set it up)."""
+    from onmt_lite.utils.logging import logger
+
+    messages = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)

@@ -39,7 +39,8 @@ class NMTGenerator(nn.Sequential):
         scores = project(self[0], hidden)
         if torch.is_grad_enabled():
             return self[1](scores)
-        return log_softmax_(scores.contiguous())
+        # decoding: log-probabilities in float32 whatever the model's precision (-precision)
+        return log_softmax_(at_least_float32(scores).contiguous())
 
 
 class LogSparsemax(nn.Module):
@@ -66,7 +67,7 @@ class SparsemaxGenerator(nn.Sequential):
         return project(self[0], hidden)
 
     def forward(self, hidden):
-        return self[1](self.scores(hidden))
+        return self[1](at_least_float32(self.scores(hidden)))
 
 
 class CopyGenerator(nn.Module):

@@ -152,7 +152,16 @@ def run_rnn(rnn: nn.RNNBase, inputs, hx=None):
     ``(h, c)`` or None; the dropout between layers drawn by ``F.dropout`` (see the module's doc).
     Under bf16 autocast where the device has no bfloat16 recurrent kernels the layers run in float32
     (TF32 where allowed), and on CUDA in bfloat16 where cuDNN can (``native_bf16``), with the
-    device's autocast off (``low_precision_dtype``); anywhere else it is the plain call."""
+    device's autocast off (``low_precision_dtype``); anywhere else it is the plain call. Inputs of
+    another dtype than the layers' weights (a model cast for decoding keeps its recurrent layers in
+    float32: ``fast_paths.cast_for_decoding``) are cast to it, and the outputs back."""
+    data = inputs.data if isinstance(inputs, PackedSequence) else inputs
+    weight = getattr(rnn, "weight_ih_l0", None)  # None: an int8 layer (-quantize int8)
+    weights = data.dtype if weight is None else weight.dtype
+    if data.dtype != weights and not torch.is_autocast_enabled(data.device.type):
+        outputs, final = run_rnn(rnn, inputs.to(weights),
+                                 None if hx is None else map_state(hx, lambda h: h.to(weights)))
+        return outputs.to(data.dtype), map_state(final, lambda h: h.to(data.dtype))
     precision = low_precision_dtype()
     if precision is None:
         if drops_between_layers(rnn):

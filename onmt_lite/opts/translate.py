@@ -22,8 +22,8 @@ def _model_and_data_opts(parser):
         "data_type", ["text"], dict.fromkeys(["img", "audio", "vec"], "onmt_lite reads text only")),
         help="Type of the source input: text only")
     add(compatibility, "fp32", action="store_true",
-        help="Not needed: translation computes in float32 whatever precision the model was trained in "
-             "(1.x: turned an fp16 model back to float32)")
+        help="Decode in float32 (the default; 1.x turned an fp16 model back to float32): the same "
+             "as -precision fp32")
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(compatibility, name, action="store_true",
             help="Not needed: copy models build each line's source vocabulary themselves and the "
@@ -88,6 +88,11 @@ def _efficiency_and_logging_opts(parser):
     add(group, "quantize", default="none", type=choice("quantize", ["none", "int8"]),
         help="int8: dynamic int8 quantisation of the linear and recurrent layers (CPU; faster, "
              "slightly different output)")
+    add(group, "precision", default="fp32", type=choice("precision", ["fp32", "fp16", "bf16"]),
+        help="The precision the model decodes in (OpenNMT-py 3.x's option): fp16 and bf16 cast "
+             "it on a CUDA device (faster, slightly different output); on the CPU bf16 where "
+             "the CPU has bfloat16 instructions (AVX-512 BF16 or AMX), float32 elsewhere; fp16 "
+             "needs -gpu. Scores and the search stay in float32")
     add(group, "verbose", action="store_true", help="Log each sentence, its translations and scores")
     add(group, "attn_debug", action="store_true", help="Log the attention of each 1-best translation")
     add(group, "report_align", action="store_true",

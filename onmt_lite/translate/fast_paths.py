@@ -8,12 +8,14 @@
 | the allocator | glibc keeps freed memory instead of unmapping it (the commands only) | ``utils/memory.py`` |
 
 Each is for the CPU alone: on any other device ``prepare_model`` leaves the model as it is (int8 is
-refused), ``decoding_streams`` gives one stream in this process, and ``utils.memory`` leaves the
-allocator alone. None of them may change what a float32 model writes: packing changes the products'
-float rounding only, streams decode each example exactly as one stream would (int8 changes the
-output slightly, which is why it is asked for by name). Streams run in forked processes only when the
-caller asks (``fork``): the command line does, the library's ``Translator`` does not by default, since
-forking a process the caller owns is the caller's decision.
+refused) but for ``-precision`` (``decoding_dtype``, ``cast_for_decoding``: a half-precision model
+on CUDA, bf16 on a CPU with bfloat16 instructions), ``decoding_streams`` gives one stream in this
+process, and ``utils.memory`` leaves the allocator alone. None of them may change what a
+float32 model writes: packing changes the products' float rounding only, streams decode each
+example exactly as one stream would (int8 changes the output slightly, which is why it is asked
+for by name). Streams run in forked processes only when the caller asks (``fork``): the command
+line does, the library's ``Translator`` does not by default, since forking a process the caller
+owns is the caller's decision.
 
 Every model variant takes the same paths: a context gate's and the generators' layers (softmax or
 sparsemax) are ``nn.Linear`` modules like the others, packed or quantised with them, and the
@@ -22,9 +24,11 @@ attention has fewer layers to pack. So no variant needs to fall back to the gene
 """
 import torch
 
+from onmt_lite.models.recurrent import cpu_bf16_rnn
 from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
 from onmt_lite.translate.streams import can_fork
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.logging import logger
 
 
 def on_cpu(device) -> bool:
@@ -46,13 +50,52 @@ def decoding_rows(batch_size: int, batch_type: str = "sents", beam_width: int = 
     return min(batch_size * beam_width, MAX_PACKED_ROWS), beam_width if beam_width > 1 else ROW_BUCKET
 
 
-def prepare_model(model, device, quantize: str = "none", rows=None):
-    """``model`` (on ``device``, in eval mode) ready to decode: quantised to int8 with ``quantize="int8"``
-    (the CPU only), else on the CPU packed for ``rows`` (``decoding_rows``) when given; elsewhere as it is."""
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def decoding_dtype(precision: str, device) -> torch.dtype:
+    """The dtype a model decodes in on ``device`` with ``-precision``: fp16 and bf16 on a CUDA
+    device; on the CPU bf16 where oneDNN has bfloat16 kernels (AVX-512 BF16 or AMX: elsewhere
+    PyTorch emulates them, slower than float32, so float32, said in the log), fp16 refused (no
+    CPU has fast float16 products)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)} (got {precision!r})")
+    if precision == "fp32" or not on_cpu(device):
+        return PRECISIONS[precision]
+    if precision == "fp16":
+        raise UserError("-precision fp16 is for CUDA devices (-gpu); on the CPU use -precision bf16")
+    if not cpu_bf16_rnn():  # oneDNN's test for AVX-512 BF16 or AMX
+        logger.info("-precision bf16: this CPU has no bfloat16 instructions (AVX-512 BF16 or "
+                    "AMX); decoding in float32, which is faster here")
+        return torch.float32
+    return torch.bfloat16
+
+
+def cast_for_decoding(model, dtype: torch.dtype):
+    """``model`` (in eval mode) in ``dtype``, changed in place and returned; its recurrent layers
+    (``nn.LSTM``/``nn.GRU``: the encoder's, run once a batch) stay in float32, where every device
+    has their kernels (``recurrent.run_rnn`` casts at their boundary)."""
+    model.to(dtype)
+    for module in model.modules():
+        if isinstance(module, torch.nn.RNNBase):
+            module.float()
+    return model
+
+
+def prepare_model(model, device, quantize: str = "none", rows=None, precision: str = "fp32"):
+    """``model`` (on ``device``, in eval mode) ready to decode: quantised to int8 with
+    ``quantize="int8"`` (the CPU only), cast to ``decoding_dtype(precision)`` when that is not
+    float32, else on the CPU packed for ``rows`` (``decoding_rows``) when given; elsewhere as it
+    is."""
+    dtype = decoding_dtype(precision, device)
     if quantize == "int8":
         if not on_cpu(device):
             raise UserError("-quantize int8 is for CPU translation; leave out -gpu")
+        if precision != "fp32":
+            raise UserError(f"-quantize int8 and -precision {precision}: choose one")
         return quantize_int8(model)
+    if dtype != torch.float32:
+        return cast_for_decoding(model, dtype)
     if rows is not None and on_cpu(device):
         return pack_for_cpu(model, *rows)
     return model

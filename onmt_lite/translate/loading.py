@@ -10,7 +10,8 @@ from onmt_lite.translate.search import SearchOptions
 from onmt_lite.utils.errors import UserError
 
 
-def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None) -> tuple[list, dict, dict]:
+def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None,
+                precision: str = "fp32") -> tuple[list, dict, dict]:
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each model
     is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with ``quantize``,
     else packed for ``rows`` on the CPU)."""
@@ -23,7 +24,7 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
             raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
         vocabs = vocabs_from_plain(checkpoint["vocab"])
         model = model_from_checkpoint(model_options(checkpoint["opt"], path), vocabs, checkpoint, path)
-        models.append(prepare_model(model.to(device).eval(), device, quantize, rows))
+        models.append(prepare_model(model.to(device).eval(), device, quantize, rows, precision))
     copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
         raise UserError("an ensemble cannot mix copy-attention and plain models")

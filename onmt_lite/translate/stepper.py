@@ -16,7 +16,7 @@ import math
 import torch
 
 from onmt_lite.data.vocab import UNK_ID
-from onmt_lite.models.copy_generator import collapse_copy_log_probs
+from onmt_lite.models.copy_generator import at_least_float32, collapse_copy_log_probs
 from onmt_lite.utils.tensors import pad_to
 
 
@@ -58,9 +58,12 @@ class ModelStepper:
                                                 self.ex_ids, self.vocab_size)
         if not self.keep_attention:
             return log_probs, {}
-        attns = {name: value[0] for name, value in attns.items() if name in ("std", "copy")}
+        # the search keeps attention in float32 whatever the model's precision (-precision)
+        attns = {name: at_least_float32(value[0]) for name, value in attns.items()
+                 if name in ("std", "copy")}
         if self.copy:
-            attns["p_copy"] = torch.sigmoid(self.model.generator.linear_copy(dec_out[0]))
+            gate = self.model.generator.linear_copy(dec_out[0])
+            attns["p_copy"] = torch.sigmoid(at_least_float32(gate))
         return log_probs, attns
 
     def part(self, rows):

@@ -80,15 +80,18 @@ class Translator:
         self.dump_beam = dump_beam
 
     @classmethod
-    def load(cls, paths, device="cpu", quantize: str = "none", **kwargs) -> "Translator":
+    def load(cls, paths, device="cpu", quantize: str = "none", precision: str = "fp32",
+             **kwargs) -> "Translator":
         """A Translator of the checkpoints ``paths`` (a list: several make an ensemble; or one path).
+        ``quantize`` and ``precision``: as -quantize and -precision (``fast_paths.prepare_model``).
         ``kwargs`` are ``SearchOptions`` fields (``beam_size=5``, ``n_best``, ...) and the keyword
         arguments of ``__init__``."""
         paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
         rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width)
-        models, vocabs, preprocess = load_models(paths, torch.device(device), quantize, rows)
+        models, vocabs, preprocess = load_models(paths, torch.device(device), quantize, rows,
+                                                 precision)
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess=preprocess, search=search, device=device, **rest)
 
@@ -101,8 +104,11 @@ class Translator:
         device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
         if device.type == "cuda":
             configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
-        models, vocabs, preprocess = load_models(opt.model, device, opt.quantize,
-                                                 decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size))
+        if opt.fp32 and opt.precision != "fp32":  # 1.x's -fp32: decode in float32
+            raise UserError(f"-fp32 and -precision {opt.precision} contradict each other")
+        rows = decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size)
+        models, vocabs, preprocess = load_models(opt.model, device, opt.quantize, rows,
+                                                 opt.precision)
         require_attention(models, attention_options(opt), opt.model)
         return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
                    replace_unk=opt.replace_unk,

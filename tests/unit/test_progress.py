@@ -1,6 +1,5 @@
 """Progress: the terminal bar, the periodic log lines, line counting, and its use in preprocess and translate."""
 import io
-import logging
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ from onmt_lite.models.builder import build_model
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils import progress as progress_module
-from onmt_lite.utils.logging import logger
 from onmt_lite.utils.progress import Progress, count_lines, duration
 from tests.helpers import preprocess_in_process, write_lines
 from tests.model_helpers import VOCABS, model_options
@@ -28,20 +26,6 @@ class Clock:
 
     def __call__(self):
         return self.now
-
-
-@pytest.fixture
-def logged():
-    """The messages the ``onmt_lite`` logger emits during the test."""
-    messages = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: messages.append(record.getMessage())
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield messages
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
 
 
 def test_the_terminal_bar_shows_count_percent_rate_and_time_left(logged):
