@@ -8,7 +8,7 @@ DEMO_STEPS ?= 5000
 
 KERNELS ?= default
 
-.PHONY: install test test-kernels lint demo bench gpu-check gpu-bench clean
+.PHONY: install test test-kernels lint demo bench gpu-check gpu-bench gpu-translate-bench clean
 
 install: $(VENV)/.installed
 
@@ -76,6 +76,12 @@ gpu-check: $(VENV)/.installed
 # onmt_lite's commands on a CPU; without CUDA and without -dry_run it exits 2.
 gpu-bench: $(VENV)/.demo
 	$(BIN)/python bench/gpu_speed.py $(GPU_BENCH)
+
+# Translation speed against OpenNMT-py 3.5.1 on one CUDA device (bench/gpu_translate_speed.py: the
+# same Transformer weights in both, fp32/fp16/bf16). GPU_TRANSLATE_BENCH="-dry_run" dry-runs
+# onmt_lite's commands on a CPU; without CUDA and without -dry_run it exits 2.
+gpu-translate-bench: $(VENV)/.demo
+	$(BIN)/python bench/gpu_translate_speed.py $(GPU_TRANSLATE_BENCH)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache
