@@ -21,6 +21,7 @@ from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCr
 from onmt_lite.loss.statistics import Statistics
 from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.stock import is_stock
 from onmt_lite.utils.tensors import to_device
 from onmt_lite.utils.topk import row_argmax
 
@@ -264,7 +265,9 @@ class NMTLossCompute(LossComputeBase):
         """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``.
         Training with the plain generator and criterion fuses the projection, log-softmax and loss a
         chunk of rows at a time (``LinearLogSoftmaxNLL``: no ``[N x V]`` matrix)."""
-        if torch.is_grad_enabled() and type(self.generator) is NMTGenerator and type(self.criterion) is NMTCriterion:
+        # the fused form computes the stock forwards: an edited one (patched, overridden) trains
+        fused = is_stock(self.generator, NMTGenerator) and is_stock(self.criterion, NMTCriterion)
+        if torch.is_grad_enabled() and fused:
             return self.criterion.from_hidden(hidden, self.generator[0], gold)
         log_probs = self.generator(hidden)
         loss, nll = self.criterion(log_probs, gold)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
 from onmt_lite.models.projection import bucket_below, padded_rows
 from onmt_lite.models.sparsemax import sparsemax_loss
+from onmt_lite.utils.stock import stock_forward
 from onmt_lite.utils.topk import row_argmax
 
 
@@ -154,6 +155,7 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
 
+@stock_forward
 class NMTCriterion(nn.Module):
     """Per-token negative log-likelihood (optionally label-smoothed), 0 on padding."""
 
@@ -170,7 +172,11 @@ class NMTCriterion(nn.Module):
                                          self.pad_idx, self.weight_grad_buffer)
 
     def forward(self, log_probs, target):
-        """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``)."""
+        """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``).
+
+        Training with ``NMTGenerator`` computes this a chunk of rows at a time (``from_hidden``)
+        while this method is the one defined here (``utils.stock.is_stock``); edited, patched or
+        overridden, it is what trains."""
         return smoothed_nll(log_probs, target, self.label_smoothing, self.pad_idx)
 
 

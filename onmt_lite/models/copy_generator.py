@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.projection import project
 from onmt_lite.models.sparsemax import log_sparsemax
+from onmt_lite.utils.stock import stock_forward
 from onmt_lite.utils.topk import row_argmax
 
 TINY = 1e-20  # floor of copy probabilities before the log: no log(0), no NaN
@@ -29,8 +30,11 @@ def log_softmax_(logits):
     return torch.log_softmax(logits, -1, out=logits)
 
 
+@stock_forward
 class NMTGenerator(nn.Sequential):
-    """``[N x H]`` -> ``[N x V]`` log-probabilities (Linear + LogSoftmax)."""
+    """``[N x H]`` -> ``[N x V]`` log-probabilities (Linear + LogSoftmax). Training with
+    ``NMTCriterion`` fuses the two while ``forward`` is the one defined here
+    (``utils.stock.is_stock``)."""
 
     def __init__(self, hidden_size, vocab_size):
         super().__init__(nn.Linear(hidden_size, vocab_size), nn.LogSoftmax(dim=-1))

@@ -362,3 +362,47 @@ def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_g
     assert_grads_equal(plain_grads, fused_grads)
     assert plain_stats.n_correct == fused_stats.n_correct
     assert plain_stats.loss == pytest.approx(fused_stats.loss, rel=1e-12)
+
+
+def test_a_criterion_forward_edited_in_place_is_what_trains(monkeypatch):
+    """Editing ``NMTCriterion.forward`` itself (a monkeypatch of the class, not a subclass) reaches
+    training: the fused loss stands in for the stock forward only (before, it ran all the same and
+    the edit changed validation alone)."""
+    from onmt_lite.loss.criteria import NMTCriterion
+
+    model, opt = make_model("-label_smoothing", 0.1)
+    batch = make_batch(random_pairs(4, seed=5))
+    stock_grads, stock_stats = forward_and_loss(model, opt, batch, 0)
+    stock = NMTCriterion.forward
+
+    def tripled(self, log_probs, target):  # a researcher's edit: three times the loss and its report
+        loss, nll = stock(self, log_probs, target)
+        return 3 * loss, 3 * nll
+
+    monkeypatch.setattr(NMTCriterion, "forward", tripled)
+    edited_grads, edited_stats = forward_and_loss(model, opt, batch, 0)
+    assert_grads_equal({name: 3 * grad for name, grad in stock_grads.items()}, edited_grads)
+    assert edited_stats.loss == pytest.approx(3 * stock_stats.loss, rel=1e-9)
+
+
+def test_a_generator_forward_set_on_the_instance_trains_as_a_subclass_with_the_same_edit():
+    """A researcher's generator (a temperature, set on the instance): training gets it through the
+    generator then the criterion, the same gradients as a subclass that edits ``forward``."""
+    from onmt_lite.models.copy_generator import NMTGenerator
+
+    model, opt = make_model()
+    batch = make_batch(random_pairs(4, seed=6))
+    stock_grads, _ = forward_and_loss(model, opt, batch, 0)
+
+    class Cooled(NMTGenerator):
+        def forward(self, hidden):
+            return super().forward(hidden / 2)
+
+    generator = model.generator
+    model.generator.__class__ = Cooled
+    subclass_grads, _ = forward_and_loss(model, opt, batch, 0)
+    model.generator.__class__ = NMTGenerator
+    generator.forward = lambda hidden: NMTGenerator.forward(generator, hidden / 2)
+    instance_grads, _ = forward_and_loss(model, opt, batch, 0)
+    assert_grads_equal(subclass_grads, instance_grads)
+    assert not torch.allclose(stock_grads["generator.0.weight"], instance_grads["generator.0.weight"])
