@@ -66,7 +66,7 @@ bench: $(VENV)/.demo
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/roofline.py
 
-# The CUDA checks of issue 31 (bench/README.md), on a machine with CUDA: a PASS/FAIL table, exit 1 on a FAIL.
+# The CUDA checks (bench/README.md), on a machine with CUDA: a PASS/FAIL table, exit 1 on a FAIL.
 # GPU_CHECK="-device cpu -quick" dry-runs them on a CPU; "-steps 300" or "-checks abf" cut them.
 gpu-check: $(VENV)/.installed
 	$(BIN)/python bench/gpu_check.py $(GPU_CHECK)

@@ -3,7 +3,8 @@ from setuptools import find_packages, setup
 setup(
     name="onmt_lite",
     version="0.1.0",
-    description="A small, readable RNN sequence-to-sequence toolkit in the OpenNMT tradition",
+    description=("A small, readable sequence-to-sequence toolkit (RNNs, the Transformer) in the "
+                 "OpenNMT tradition"),
     packages=find_packages(include=["onmt_lite", "onmt_lite.*"]),
     py_modules=["opts"],
     package_data={"onmt_lite.opts": ["opennmt_py_1x_options.txt"]},

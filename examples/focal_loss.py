@@ -1,14 +1,26 @@
 """Focal loss (Lin et al. 2017) for onmt_lite: -(1 - p)^gamma * log p of each target word.
 
-    onmt_lite_train -data data/demo -save_model runs/focal -loss_class examples/focal_loss.py:FocalLossCompute
+    onmt_lite_train -data data/demo -save_model runs/focal \
+        -loss_class examples/focal_loss.py:FocalLossCompute -focal_gamma 2
 """
 from onmt_lite.loss import LossComputeBase
+from onmt_lite.opts import add, float_in
 
 
 class FocalLossCompute(LossComputeBase):
-    """Down-weights the words the model already predicts well; ``gamma = 0`` is the plain NLL."""
+    """Down-weights the words the model already predicts well; ``-focal_gamma 0`` is the NLL."""
 
-    gamma = 2.0
+    @classmethod
+    def add_options(cls, parser):
+        group = parser.add_argument_group("Focal loss (examples/focal_loss.py)")
+        add(group, "focal_gamma", type=float_in(0, 100), default=2.0,
+            help="gamma: how much less the words the model gets right count (0: the NLL)")
+
+    @classmethod
+    def from_options(cls, model, tgt_vocab, opt, train=True):
+        compute = super().from_options(model, tgt_vocab, opt, train)
+        compute.gamma = opt.focal_gamma
+        return compute
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         # Every tensor here is [positions x batch (x ...)]; onmt_lite cuts them into shards.

@@ -83,9 +83,13 @@ def train_in_process(data, save_model, *args):
     from onmt_lite.train.main import train
     from onmt_lite.utils.logging import init_logger
 
+    from onmt_lite.loss.options import add_loss_class_options
+
     log = f"{save_model}.log"
-    opt = parse(build_parser("t", [config_opts, model_opts, train_opts]),
-                ["-data", data, "-save_model", save_model, "-log_file", log, *map(str, args)])
+    parser = build_parser("t", [config_opts, model_opts, train_opts])
+    args = ["-data", data, "-save_model", save_model, "-log_file", log, *map(str, args)]
+    add_loss_class_options(parser, args)  # as onmt_lite_train does
+    opt = parse(parser, args)
     init_logger(log)
     train(opt)
     with open(log, encoding="utf-8") as f:

@@ -7,6 +7,7 @@ import logging
 
 import torch
 
+from onmt_lite.loss.options import add_loss_class_options
 from onmt_lite.models.checkpoint import refuse_an_earlier_run
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
 from onmt_lite.train.distributed import (
@@ -27,7 +28,9 @@ PROG = "onmt_lite_train"
 
 @run_command(PROG)
 def main(args=None):
-    opt = parse(build_parser(PROG, [config_opts, model_opts, train_opts], __doc__), args)
+    parser = build_parser(PROG, [config_opts, model_opts, train_opts], __doc__)
+    add_loss_class_options(parser, args)  # -loss_class's own options, parsed with ours
+    opt = parse(parser, args)
     check_options(opt)
     if opt.world_size > 1 and not launched_by_torchrun():
         check_spawn_devices(opt, torch.cuda.device_count() if torch.cuda.is_available() else 0)

@@ -24,7 +24,8 @@ To write your own loss, subclass ``LossComputeBase`` and implement two methods:
 ``onmt_lite_train -loss_class MODULE:CLASS`` (or ``path/to/file.py:CLASS``) trains with such a class; it
 is built by its ``from_options(model, tgt_vocab, opt, train)`` class method, which by default passes
 the standard criterion (label-smoothed NLL while training) and the model's generator to
-``__init__(criterion, generator)``. ``docs/research.md`` walks through writing one (a focal loss,
+``__init__(criterion, generator)``; its class method ``add_options(parser)`` declares options of
+its own (``loss/options.py``). ``docs/research.md`` walks through writing one (a focal loss,
 ``examples/focal_loss.py``) and testing it; ``tests/unit/test_loss.py`` shows a token-weighted NLL.
 """
 

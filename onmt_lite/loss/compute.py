@@ -126,6 +126,13 @@ class LossComputeBase(nn.Module):
         return self.lambda_align > 0
 
     @classmethod
+    def add_options(cls, parser: argparse.ArgumentParser) -> None:
+        """Declare the class's own options: add an argument group to ``parser`` (none by default).
+        ``onmt_lite_train -loss_class`` parses and checks them with its own, shows them with
+        ``-h``, saves them in checkpoints and restores them on ``-train_from``; ``from_options``
+        reads them from ``opt`` (see ``loss/options.py``)."""
+
+    @classmethod
     def from_options(cls, model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
                      train: bool = True) -> LossComputeBase:
         """The loss compute for ``model`` and the training options ``opt``: by default
@@ -369,12 +376,21 @@ def load_loss_class(spec):
     return cls
 
 
+def loss_option_defaults(cls: type[LossComputeBase]) -> dict:
+    """``{name: default}`` of the options ``cls`` declares (``add_options``; most declare none)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    cls.add_options(parser)
+    return {action.dest: action.default for action in parser._actions}
+
+
 def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
                        train: bool = True) -> LossComputeBase:
     """The loss compute for ``model`` from the options: ``-loss_class`` if given, else the copy loss
     for copy models and the NLL otherwise (label smoothing only when ``train``)."""
     if getattr(opt, "loss_class", ""):
         cls = load_loss_class(opt.loss_class)
+        # the class's own options that ``opt`` lacks (a library caller's) at their defaults
+        opt = argparse.Namespace(**{**loss_option_defaults(cls), **vars(opt)})
     else:
         sparse = getattr(opt, "generator_function", "softmax") == "sparsemax"  # refused with -copy_attn
         cls = CopyGeneratorLossCompute if opt.copy_attn else SparsemaxLossCompute if sparse else NMTLossCompute

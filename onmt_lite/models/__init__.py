@@ -1,1 +1,2 @@
-"""The model: embeddings, RNN encoder, attention, RNN decoders, generators, the builder and checkpoints."""
+"""The model: embeddings, RNN, mean and Transformer encoders, attention, RNN and Transformer
+decoders, generators, the builder and checkpoints."""

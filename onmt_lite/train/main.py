@@ -14,6 +14,7 @@ import torch
 
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.vocab import vocabs_to_plain
+from onmt_lite.loss.options import fill_loss_options
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
 from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
@@ -75,6 +76,8 @@ def resolve_options(opt, checkpoint, record):
         vars(opt).update(given)
     elif opt.seed <= 0:
         opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
+    # -loss_class's options not given now: the checkpoint's, else the class's defaults
+    fill_loss_options(opt, checkpoint["opt"] if checkpoint is not None else None)
     if opt.copy_attn and not record.get("dynamic_dict"):
         raise UserError(f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)")
     if opt.lambda_align > 0 and not record.get("train_align"):

@@ -25,9 +25,9 @@ def loss_and_grads(loss_compute, model, batch, shard_size):
 
 
 def focal(model, gamma, opt):
-    loss_compute = load_loss_class(SPEC).from_options(model, TGT_VOCAB, opt)
-    loss_compute.gamma = gamma
-    return loss_compute
+    opt.loss_class = SPEC
+    opt.focal_gamma = gamma
+    return build_loss_compute(model, TGT_VOCAB, opt)
 
 
 @pytest.mark.parametrize("shard_size", [1, 3])
@@ -92,3 +92,67 @@ def test_a_copy_model_needs_a_copy_aware_loss_class():
         build_loss_compute(model, TGT_VOCAB, opt)
     model, opt = make_model("-copy_attn", "-loss_class", "onmt_lite.loss:CopyGeneratorLossCompute")
     assert type(build_loss_compute(model, TGT_VOCAB, opt)).__name__ == "CopyGeneratorLossCompute"
+
+
+def test_the_example_takes_its_default_gamma_where_the_options_lack_it():
+    model, opt = make_model("-loss_class", SPEC)
+    assert not hasattr(opt, "focal_gamma")  # a library caller's options
+    assert build_loss_compute(model, TGT_VOCAB, opt).gamma == 2.0
+
+
+def train_help(capsys, *args):
+    from onmt_lite.bin.train import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([*args, "-h"])
+    assert stopped.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_shows_the_options_of_the_loss_class_it_names(capsys, tmp_path):
+    assert "-focal_gamma" in train_help(capsys, "-loss_class", SPEC)
+    assert "-focal_gamma" not in train_help(capsys)
+    config = tmp_path / "focal.yaml"
+    config.write_text(f"loss_class: {SPEC}\n")
+    assert "-focal_gamma" in train_help(capsys, "-config", str(config))  # named in a -config file
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-focal_gamma", "1"], "unrecognized arguments: -focal_gamma 1"),  # no class declares it
+    (["-loss_class", SPEC, "-focal_gamma", "-1"], r"-focal_gamma.*-1.0 is outside \[0, 100\]"),
+    (["-loss_class", SPEC, "-focal_gamma", "x"], r"-focal_gamma.*'x' is not a number"),
+])
+def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, args, message):
+    from tests.helpers import run_cli
+
+    result = run_cli("train", "-data", str(tmp_path / "none"), "-save_model", str(tmp_path / "m"),
+                     *args)
+    assert result.returncode == 2
+    assert re.search(message, result.stderr), result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2  # usage and one error line
+
+
+def focal_run(data, path, *args):
+    """The logged losses of a short focal-loss training and the options its checkpoint saved."""
+    steps = 6 if "-train_from" not in args else 8
+    _, lines = train_in_process(data, path, "-loss_class", SPEC, *TINY_MODEL, "-train_steps", steps,
+                                "-seed", 3, "-report_every", 1, "-valid_steps", 100,
+                                "-save_checkpoint_steps", 6, *args)
+    losses = [line.split("xent:")[1].split(";")[0] for line in lines if "xent:" in line]
+    saved = torch.load(f"{path}_step_{steps}.pt", weights_only=True)["opt"]
+    return losses, saved
+
+
+def test_two_gammas_train_to_different_losses_and_the_value_survives_train_from(tmp_path):
+    data = preprocess_in_process(str(tmp_path))
+    none_losses, _ = focal_run(data, str(tmp_path / "g0"), "-focal_gamma", 0)
+    half_losses, saved = focal_run(data, str(tmp_path / "g05"), "-focal_gamma", 0.5)
+    assert none_losses[0] == half_losses[0]  # the same first step: the same model and batch
+    assert none_losses != half_losses
+    assert saved["focal_gamma"] == 0.5
+    resumed_losses, resumed = focal_run(data, str(tmp_path / "g05"), "-train_from",
+                                        str(tmp_path / "g05_step_6.pt"))
+    assert resumed["focal_gamma"] == 0.5  # not given again: the checkpoint's, not the default 2
+    _, given = focal_run(data, str(tmp_path / "g05"), "-train_from", str(tmp_path / "g05_step_6.pt"),
+                         "-focal_gamma", 1, "-overwrite")
+    assert given["focal_gamma"] == 1.0
