@@ -8,7 +8,7 @@ DEMO_STEPS ?= 5000
 
 KERNELS ?= default
 
-.PHONY: install test test-kernels lint demo bench gpu-check gpu-bench gpu-translate-bench clean
+.PHONY: install test test-fast test-kernels lint demo bench gpu-check gpu-bench gpu-translate-bench clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ $(VENV)/.demo: $(VENV)/.installed
 
 test: $(VENV)/.demo
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+# The unit contract alone, under a minute on 2 cores: the tests not marked slow (tests/conftest.py).
+test-fast: $(VENV)/.demo
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # The tests marked kernels (trained models held to a quality, translations compared) again, under
 # another of PyTorch's CPU kernel sets: a test tuned to one CPU's rounding fails here too.

@@ -14,6 +14,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# make test-fast (pytest -m "not slow"): the unit contract in under a minute on 2 cores. Slow: every
+# end-to-end test (tests/integration: real commands, trained models) and the unit modules that train
+# models or start processes; make test and CI run everything.
+SLOW_UNIT_MODULES = {"test_distributed.py", "test_gpu_decoding.py", "test_memory.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.parent.name == "integration" or item.path.name in SLOW_UNIT_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def two_threads():
     """PyTorch on 2 threads for the test (translation then decodes in two streams), as before after."""

@@ -1,5 +1,6 @@
 """Shared test helpers: paths to ../shared/data, running the commands, writing small corpora."""
 import os
+import resource
 import subprocess
 import sys
 
@@ -16,6 +17,42 @@ def shared_data(*parts):
     if not os.path.exists(path):
         pytest.skip(f"needs {path} (../shared is absent)")
     return path
+
+
+COMMAND_NAMES = ("preprocess", "train", "translate")  # the commands ``invoke`` runs in this process
+
+
+def _commands():
+    """``{name: main}`` of the commands (imported when first used)."""
+    from onmt_lite.bin import preprocess, train, translate
+
+    return {"preprocess": preprocess.main, "train": train.main, "translate": translate.main}
+
+
+def invoke(name, args, capsys, file_size_limit=None):
+    """Run a command or tool in this process (a new process costs seconds of imports); returns
+    (exit status, stderr lines)."""
+    commands = _commands()
+    main = commands[name] if name in commands else tool(name).main
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if file_size_limit is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, hard))
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def one_line_error(invoked):
+    """The error line of an ``invoke`` that failed on bad input: exit 2, no traceback."""
+    code, lines = invoked
+    assert code == 2, lines
+    assert not any("Traceback" in line for line in lines)
+    return lines[-1]
 
 
 def run_cli(command, *args, cwd=None):

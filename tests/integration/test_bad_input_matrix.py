@@ -2,17 +2,14 @@
 no output file. Commands run in this process (fast); the read-only-directory cases run as a process
 without the power to override file permissions."""
 import os
-import resource
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from onmt_lite.bin import preprocess, train, translate
-from tests.helpers import TINY_MODEL, preprocess_in_process, tool, train_in_process, write_lines
+from tests.helpers import COMMAND_NAMES, TINY_MODEL, invoke, preprocess_in_process, train_in_process, write_lines
 
-COMMANDS = {"preprocess": preprocess.main, "train": train.main, "translate": translate.main}
 TOOLS = ("bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
          "create_vocabulary", "spm_train", "g2p_scores", "prepare_cmudict")
 
@@ -38,22 +35,6 @@ def files(tmp_path_factory):
     os.makedirs(d / "readonly")
     os.chmod(d / "readonly", 0o555)
     return f
-
-
-def invoke(name, args, capsys, file_size_limit=None):
-    """Run a command or tool in this process; returns (exit status, stderr lines)."""
-    main = COMMANDS[name] if name in COMMANDS else tool(name).main
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if file_size_limit is not None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, hard))
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    return code, capsys.readouterr().err.strip().splitlines()
 
 
 def out(f, name):
@@ -174,7 +155,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(files, capsys, case, co
 
 
 def test_every_tool_and_command_is_in_the_matrix():
-    assert {c[1] for c in CASES} == set(COMMANDS) | set(TOOLS)
+    assert {c[1] for c in CASES} == set(COMMAND_NAMES) | set(TOOLS)
 
 
 FULL_DISK = [

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import TINY_MODEL, preprocess_in_process, run_cli, step_losses, train_in_process
+from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli, step_losses,
+                           train_in_process)
 
 
 @pytest.fixture(scope="module")
@@ -88,22 +89,25 @@ def test_training_learns_the_reversal_task(data, tmp_path):
     assert float(validation.split("accuracy ")[1].split(",")[0]) > 95
 
 
-def test_bad_inputs_are_refused_before_training(data, tmp_path):
+def test_bad_inputs_are_refused_before_training(data, tmp_path, capsys):
     base = ["-rnn_size", 4, "-word_vec_size", 4, "-train_steps", 2, "-save_model", tmp_path / "m"]
-    assert "no training shards" in error_of(run_cli("train", "-data", tmp_path / "none", *base))
-    assert "preprocessed with -dynamic_dict" in error_of(run_cli("train", "-data", data["plain"], *base, "-copy_attn"))
+
+    def error(*args):  # the command in this process: its exit status and stderr as from a shell
+        return one_line_error(invoke("train", args, capsys))
+
+    assert "no training shards" in error("-data", tmp_path / "none", *base)
+    assert "preprocessed with -dynamic_dict" in error("-data", data["plain"], *base, "-copy_attn")
     os.makedirs(tmp_path / "small")
     different = preprocess_in_process(str(tmp_path / "small"), "-tgt_vocab_size", 5)
-    assert "-share_embeddings needs one vocabulary" in error_of(
-        run_cli("train", "-data", different, *base, "-share_embeddings"))
-    assert "CUDA device 0 requested" in error_of(run_cli("train", "-data", data["plain"], *base, "-gpu_ranks", 0)) \
-        or torch.cuda.is_available()
+    assert "-share_embeddings needs one vocabulary" in error("-data", different, *base, "-share_embeddings")
+    assert torch.cuda.is_available() or "CUDA device 0 requested" in error(
+        "-data", data["plain"], *base, "-gpu_ranks", 0)
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(b"PK\x03\x04 not really a checkpoint")
-    assert "cannot load checkpoint" in error_of(run_cli("train", "-data", data["plain"], *base, "-train_from", corrupt))
-    assert run_cli("train", "-data", data["plain"], *base).returncode == 0
+    assert "cannot load checkpoint" in error("-data", data["plain"], *base, "-train_from", corrupt)
+    assert invoke("train", ["-data", data["plain"], *base], capsys)[0] == 0
     other = preprocess_in_process(str(tmp_path), vocab=25)
-    assert "vocabulary" in error_of(run_cli("train", "-data", other, *base, "-train_from", tmp_path / "m_step_2.pt"))
+    assert "vocabulary" in error("-data", other, *base, "-train_from", tmp_path / "m_step_2.pt")
 
 
 def test_tensorboard_writes_scalars_or_says_plainly_that_it_cannot(data, tmp_path):
@@ -202,26 +206,27 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
 
 
 def test_a_run_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_overwrite(data,
-                                                                                       tmp_path):
+                                                                                       tmp_path,
+                                                                                       capsys):
     prefix = str(tmp_path / "m")
     args = ["-data", data["plain"], *TINY_MODEL, "-valid_steps", 2, "-save_model", prefix]
-    assert run_cli("train", *args, "-train_steps", 2).returncode == 0
+    assert invoke("train", [*args, "-train_steps", 2], capsys)[0] == 0
     earlier = [f"{prefix}_step_2.pt", f"{prefix}_best.pt"]
 
     def state():
         return {path: (os.stat(path).st_mtime_ns, open(path, "rb").read()) for path in earlier}
 
     before = state()
-    line = error_of(run_cli("train", *args, "-train_steps", 2, "-seed", 2))
+    line = one_line_error(invoke("train", [*args, "-train_steps", 2, "-seed", 2], capsys))
     assert line == (f"onmt_lite_train: error: -save_model {prefix}: an earlier run's checkpoints "
                     f"are there ({', '.join(earlier)}); continue that run with -train_from "
                     f"{earlier[0]}, replace them with -overwrite, or choose another -save_model")
     assert state() == before and not os.path.exists(f"{prefix}.lock")
-    resumed = run_cli("train", *args, "-train_steps", 3, "-train_from", earlier[0])
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = invoke("train", [*args, "-train_steps", 3, "-train_from", earlier[0]], capsys)
+    assert resumed[0] == 0, resumed[1]
     assert state() == before and load_checkpoint(f"{prefix}_step_3.pt")["step"] == 3  # it wrote on
-    replaced = run_cli("train", *args, "-train_steps", 2, "-seed", 2, "-overwrite")
-    assert replaced.returncode == 0, replaced.stderr
+    replaced = invoke("train", [*args, "-train_steps", 2, "-seed", 2, "-overwrite"], capsys)
+    assert replaced[0] == 0, replaced[1]
     assert all(os.stat(path).st_mtime_ns != before[path][0] for path in earlier)
 
 

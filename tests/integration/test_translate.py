@@ -19,6 +19,8 @@ from onmt_lite.translate.stepper import EnsembleStepper
 from onmt_lite.translate.translator import load_models
 from tests.helpers import (
     PRINTED,
+    invoke,
+    one_line_error,
     SCORE_ROUNDING,
     assert_same_translation,
     exact_match,
@@ -281,21 +283,23 @@ def error_of(result):
     return result.stderr.strip().splitlines()[-1]
 
 
-def test_bad_input_is_refused_with_one_line(models, tmp_path):
+def test_bad_input_is_refused_with_one_line(models, tmp_path, capsys):
     m = models["plain"]
     base = ["-src", m["src"], "-output", tmp_path / "o.txt"]
-    assert "checkpoint not found" in error_of(run_cli("translate", "-model", tmp_path / "none.pt", *base))
+
+    def error(*args):  # the command in this process: its exit status and stderr as from a shell
+        return one_line_error(invoke("translate", args, capsys))
+
+    assert "checkpoint not found" in error("-model", tmp_path / "none.pt", *base)
     corrupt = write_lines(tmp_path / "bad.pt", ["not a model"])
-    assert "cannot load checkpoint" in error_of(run_cli("translate", "-model", corrupt, *base))
+    assert "cannot load checkpoint" in error("-model", corrupt, *base)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"w1 w2\nw3 \xff\n")
-    assert "bad.txt:2: not valid UTF-8" in error_of(run_cli("translate", "-model", m["model"], "-src", bad,
-                                                            "-output", tmp_path / "o.txt"))
-    assert "-n_best 6 is larger than -beam_size 5" in error_of(run_cli("translate", "-model", m["model"], *base,
-                                                                       "-n_best", 6))
-    assert "needs -beam_size 1" in error_of(run_cli("translate", "-model", m["model"], *base,
-                                                    "-random_sampling_topk", 5))
-    assert "vocabularies differ" in error_of(run_cli("translate", "-model", m["model"], models["copy"]["model"], *base))
+    assert "bad.txt:2: not valid UTF-8" in error("-model", m["model"], "-src", bad, "-output",
+                                                 tmp_path / "o.txt")
+    assert "-n_best 6 is larger than -beam_size 5" in error("-model", m["model"], *base, "-n_best", 6)
+    assert "needs -beam_size 1" in error("-model", m["model"], *base, "-random_sampling_topk", 5)
+    assert "vocabularies differ" in error("-model", m["model"], models["copy"]["model"], *base)
     assert not os.path.exists(tmp_path / "o.txt")
 
 

@@ -122,14 +122,14 @@ def test_help_shows_the_options_of_the_loss_class_it_names(capsys, tmp_path):
     (["-loss_class", SPEC, "-focal_gamma", "-1"], r"-focal_gamma.*-1.0 is outside \[0, 100\]"),
     (["-loss_class", SPEC, "-focal_gamma", "x"], r"-focal_gamma.*'x' is not a number"),
 ])
-def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, args, message):
-    from tests.helpers import run_cli
+def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, capsys, args, message):
+    from tests.helpers import invoke
 
-    result = run_cli("train", "-data", str(tmp_path / "none"), "-save_model", str(tmp_path / "m"),
-                     *args)
-    assert result.returncode == 2
-    assert re.search(message, result.stderr), result.stderr
-    assert len(result.stderr.strip().splitlines()) <= 2  # usage and one error line
+    code, lines = invoke("train", ["-data", tmp_path / "none", "-save_model", tmp_path / "m", *args],
+                         capsys)
+    assert code == 2
+    assert re.search(message, lines[-1]), lines
+    assert len(lines) <= 2  # usage and one error line
 
 
 def focal_run(data, path, *args):
