@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import TINY_MODEL, preprocess_in_process, run_cli, step_losses, train_in_process
+from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli, step_losses,
+                           train_in_process)
 
 # Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.
 MODEL = ["-rnn_size", 128, "-word_vec_size", 64, "-layers", 1, "-batch_size", 8, "-optim", "adam",
@@ -223,7 +224,7 @@ class _MakesAFile:
         return (open, (self.path, "w"))
 
 
-def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data, tmp_path):
+def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data, tmp_path, capsys):
     marker = tmp_path / "marker"
     crafted = str(tmp_path / "crafted.pt")
     torch.save({"format": "onmt_lite.checkpoint.v1", "step": 1, "model": _MakesAFile(str(marker))}, crafted)
@@ -232,29 +233,31 @@ def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data,
     # A -data prefix whose vocabulary file is the crafted file.
     os.symlink(crafted, f"{tmp_path}/evil.vocab.pt")
     os.symlink(f"{data}.train.0.pt", f"{tmp_path}/evil.train.0.pt")
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "tools")
+    # in this process: code the pickle ran would make the marker here as well as in a new one
     runs = {
-        "translate": run_cli("translate", "-model", crafted, "-src", src, "-output", tmp_path / "o.txt"),
-        "train -train_from": run_cli("train", "-data", data, "-save_model", tmp_path / "t", "-train_from", crafted),
-        "train -data": run_cli("train", "-data", tmp_path / "evil", "-save_model", tmp_path / "t"),
-        "train -pre_word_vecs_enc": run_cli("train", "-data", data, "-save_model", tmp_path / "t",
-                                            "-pre_word_vecs_enc", crafted),
+        "translate": ("translate", ["-model", crafted, "-src", src, "-output", tmp_path / "o.txt"]),
+        "train -train_from": ("train", ["-data", data, "-save_model", tmp_path / "t", "-train_from",
+                                        crafted]),
+        "train -data": ("train", ["-data", tmp_path / "evil", "-save_model", tmp_path / "t"]),
+        "train -pre_word_vecs_enc": ("train", ["-data", data, "-save_model", tmp_path / "t",
+                                               "-pre_word_vecs_enc", crafted]),
+        "average_models": ("average_models", ["-models", crafted, crafted, "-output", tmp_path / "a.pt"]),
+        "release_model": ("release_model", ["-model", crafted, "-output", tmp_path / "r.pt"]),
+        "extract_embeddings": ("extract_embeddings", ["-model", crafted, "-output_dir", tmp_path]),
+        "embeddings_to_torch": ("embeddings_to_torch", ["-emb_file_enc", src, "-emb_file_dec", src,
+                                                        "-dict_file", crafted, "-output_file",
+                                                        tmp_path / "e"]),
     }
-    for tool, args in (("average_models", ["-models", crafted, crafted, "-output", tmp_path / "a.pt"]),
-                       ("release_model", ["-model", crafted, "-output", tmp_path / "r.pt"]),
-                       ("extract_embeddings", ["-model", crafted, "-output_dir", tmp_path]),
-                       ("embeddings_to_torch", ["-emb_file_enc", src, "-emb_file_dec", src, "-dict_file", crafted,
-                                                "-output_file", tmp_path / "e"])):
-        runs[tool] = subprocess.run([sys.executable, os.path.join(tools, f"{tool}.py"), *map(str, args)],
-                                    capture_output=True, text=True)
-    for name, result in runs.items():
-        assert result.returncode == 2, (name, result.stderr)
-        assert "refused" in result.stderr and "pickled Python objects" in result.stderr, (name, result.stderr)
-        assert "Traceback" not in result.stderr
+    for name, (command, args) in runs.items():
+        code, lines = invoke(command, args, capsys)
+        error = "\n".join(lines)
+        assert code == 2, (name, error)
+        assert "refused" in error and "pickled Python objects" in error, (name, error)
+        assert "Traceback" not in error
     assert not marker.exists()
 
 
-def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tmp_path):
+def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tmp_path, capsys):
     train(data, str(tmp_path / "m"), "-train_steps", 1)
     checkpoint = load_checkpoint(str(tmp_path / "m_step_1.pt"))
     src = tmp_path / "src.txt"
@@ -265,9 +268,9 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
                              (("rnn_type", "GRU"), r"has shape")):
         bad = dict(checkpoint, opt={**checkpoint["opt"], change[0]: change[1]})
         torch.save(bad, tmp_path / "bad.pt")
-        result = run_cli("translate", "-model", tmp_path / "bad.pt", "-src", src, "-output", tmp_path / "o.txt")
-        assert result.returncode == 2, result.stderr
-        assert re.search(expected, result.stderr.strip().splitlines()[-1]), (change, result.stderr)
+        line = one_line_error(invoke("translate", ["-model", tmp_path / "bad.pt", "-src", src, "-output",
+                                                   tmp_path / "o.txt"], capsys))
+        assert re.search(expected, line), (change, line)
     assert not (tmp_path / "o.txt").exists()
 
 
