@@ -54,7 +54,9 @@ MODELS = {
     "transformer": (TRANSFORMER, {**TRANSFORMER_TRAINING, "warmup_steps": 400}, 800, True),
     "rnn": (BASE, RNN_TRAINING, 600, False),
 }
-SEARCHES = {"beam 5, batch 32": (5, 32), "beam 5, batch 256": (5, 256), "greedy, batch 256": (1, 256)}
+SEARCHES = {"beam 5, batch 32": (5, 32),
+            "beam 5, batch 256": (5, 256),
+            "greedy, batch 256": (1, 256)}
 PRECISIONS = {"fp32": ("onmt_lite", "OpenNMT-py"), "fp16": ("onmt_lite", "OpenNMT-py"),
               "bf16": ("onmt_lite",)}
 
@@ -101,15 +103,16 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
     """One toolkit's translation of ``src``: ``(output lines, seconds of decoding)``."""
     out = f"{log}.pred"
     device = [] if opt.dry_run else ["-gpu", 0]
-    common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam, "-batch_size", batch,
-              "-precision", precision, "-report_time", *device, *SEARCH]
+    common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam,
+              "-batch_size", batch, "-precision", precision, "-report_time", *device, *SEARCH]
     if toolkit == "OpenNMT-py":
         command = [f"{opt.peer}/bin/onmt_translate", *common, *PEER_SEARCH]
     else:
         command = [f"{LITE_BIN}/onmt_lite_translate", *common]
     env = PEER_ENV if toolkit == "OpenNMT-py" else None
     with open(log, "w") as f:
-        done = subprocess.run([str(c) for c in command], stdout=f, stderr=subprocess.STDOUT, env=env)
+        done = subprocess.run([str(c) for c in command], stdout=f, stderr=subprocess.STDOUT,
+                              env=env)
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
     with open(out, encoding="utf-8") as f:
@@ -178,7 +181,8 @@ def main():
     parser.add_argument("-precisions", nargs="+", choices=list(PRECISIONS),
                         default=list(PRECISIONS))
     parser.add_argument("-dry_run", action="store_true",
-                        help="onmt_lite's commands on the CPU, small models, no peer (no CUDA needed)")
+                        help="onmt_lite's commands on the CPU, small models, no peer "
+                             "(no CUDA needed)")
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_translate_speed")
     opt = parser.parse_args()

@@ -63,7 +63,8 @@ def decoding_dtype(precision: str, device) -> torch.dtype:
     if precision == "fp32" or not on_cpu(device):
         return PRECISIONS[precision]
     if precision == "fp16":
-        raise UserError("-precision fp16 is for CUDA devices (-gpu); on the CPU use -precision bf16")
+        raise UserError("-precision fp16 is for CUDA devices (-gpu); on the CPU use "
+                        "-precision bf16")
     if not cpu_bf16_rnn():  # oneDNN's test for AVX-512 BF16 or AMX
         logger.info("-precision bf16: this CPU has no bfloat16 instructions (AVX-512 BF16 or "
                     "AMX); decoding in float32, which is faster here")

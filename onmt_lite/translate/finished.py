@@ -13,10 +13,9 @@ import dataclasses
 
 import torch
 
+from onmt_lite.translate.beam_state import NEG_INF
 from onmt_lite.utils.host_syncs import declare_host
 from onmt_lite.utils.tensors import from_host, host_copy
-
-NEG_INF = float("-inf")
 
 
 @dataclasses.dataclass

@@ -1,5 +1,6 @@
-"""From checkpoints and options to what a Translator is built of: the models (prepared for decoding),
-the search's options, the phrase table; and the checks that the models can do what is asked."""
+"""From checkpoints and options to what a Translator is built of: the models (prepared for
+decoding), the search's options, the phrase table; and the checks that the models can do what is
+asked."""
 from __future__ import annotations
 
 from onmt_lite.data.vocab import vocabs_from_plain
@@ -12,18 +13,20 @@ from onmt_lite.utils.errors import UserError
 
 def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None,
                 precision: str = "fp32") -> tuple[list, dict, dict]:
-    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each model
-    is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with ``quantize``,
-    else packed for ``rows`` on the CPU)."""
+    """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each
+    model is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with
+    ``quantize``, cast to ``precision``, else packed for ``rows`` on the CPU)."""
     models, first = [], None
     for path in paths:
         checkpoint = load_checkpoint(path)
         if first is None:
             first = checkpoint
         elif checkpoint["vocab"] != first["vocab"]:
-            raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one")
+            raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an "
+                            "ensemble needs one")
         vocabs = vocabs_from_plain(checkpoint["vocab"])
-        model = model_from_checkpoint(model_options(checkpoint["opt"], path), vocabs, checkpoint, path)
+        options = model_options(checkpoint["opt"], path)
+        model = model_from_checkpoint(options, vocabs, checkpoint, path)
         models.append(prepare_model(model.to(device).eval(), device, quantize, rows, precision))
     copies = {m.decoder.copy_attn for m in models}
     if len(copies) > 1:
@@ -48,25 +51,37 @@ def require_attention(models, wanted, names=None):
 
 def attention_options(opt):
     """The options of ``onmt_lite_translate`` given in ``opt`` that read the models' attention."""
-    asked = {"replace_unk": opt.replace_unk, "attn_debug": opt.attn_debug, "attn_plot": opt.attn_plot,
-             "coverage_penalty": opt.coverage_penalty != "none"}
+    asked = {"replace_unk": opt.replace_unk, "attn_debug": opt.attn_debug,
+             "attn_plot": opt.attn_plot, "coverage_penalty": opt.coverage_penalty != "none"}
     return [name for name, given in asked.items() if given]
 
 
 def search_options(opt, tgt_vocab):
-    """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a UserError."""
+    """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a
+    UserError."""
     sampling = opt.random_sampling_topk != 1
     if opt.n_best > opt.beam_size:
         raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
     if sampling and opt.beam_size > 1:
         raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
     return SearchOptions(
-        beam_size=opt.beam_size, n_best=opt.n_best, min_length=opt.min_length, max_length=opt.max_length,
-        ratio=opt.ratio, length_penalty=opt.length_penalty, alpha=opt.alpha, coverage_penalty=opt.coverage_penalty,
-        beta=opt.beta, stepwise_penalty=opt.stepwise_penalty, block_ngram_repeat=opt.block_ngram_repeat,
+        beam_size=opt.beam_size,
+        n_best=opt.n_best,
+        min_length=opt.min_length,
+        max_length=opt.max_length,
+        ratio=opt.ratio,
+        length_penalty=opt.length_penalty,
+        alpha=opt.alpha,
+        coverage_penalty=opt.coverage_penalty,
+        beta=opt.beta,
+        stepwise_penalty=opt.stepwise_penalty,
+        block_ngram_repeat=opt.block_ngram_repeat,
         ignore_when_blocking=tuple(tgt_vocab.lookup(w) for w in opt.ignore_when_blocking),
-        sampling_topk=max(opt.random_sampling_topk, 0), sampling_temp=opt.random_sampling_temp, sampling=sampling,
-        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))  # else no use for it: not kept
+        sampling_topk=max(opt.random_sampling_topk, 0),
+        sampling_temp=opt.random_sampling_temp,
+        sampling=sampling,
+        # only these read it: else not kept
+        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))
 
 
 def read_phrase_table(path):

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import torch
@@ -69,7 +70,8 @@ class Translator:
         if report_align and any(tokenizer.spm_model for tokenizer in self.tokenizers):
             raise UserError("-report_align with a sentencepiece model: the alignment would index the pieces, "
                             "not the words of the input and output lines")
-        self.words = OutputWords(vocabs["tgt"], self.tokenizers[1], self.copy, replace_unk, phrase_table)
+        self.words = OutputWords(vocabs["tgt"], self.tokenizers[1], self.copy, replace_unk,
+                                 phrase_table)
         self.batch_size = batch_size
         self.batch_type = batch_type
         self.avg_raw_probs = avg_raw_probs
@@ -146,8 +148,8 @@ class Translator:
         def decode_stream(i):
             """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)`` each."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
-            feeder = RowFeeder(batches, self.make_stepper, self.search_options.beam_width, self.batch_size,
-                               self.batch_type, self.device, inputs.prefixes)
+            feeder = RowFeeder(batches, self.make_stepper, self.search_options.beam_width,
+                               self.batch_size, self.batch_type, self.device, inputs.prefixes)
             recorder = BeamRecorder() if self.dump_beam else None
             for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(feeder):
                 line, ex_words = feeder.examples.pop(example)
@@ -161,24 +163,32 @@ class Translator:
             if self.report_align:
                 hypothesis_ids[line] = [hyp.tokens for hyp in nbest]
             if steps is not None:
-                results[line].beam = line_entry(steps, nbest, lambda token: self.words.word(token, ex_words))
+                word = functools.partial(self.words.word, ex_words=ex_words)
+                results[line].beam = line_entry(steps, nbest, word)
             if progress is not None:
                 progress(1)
 
         run_streams(streams, decode_stream, record, in_processes)
-        with torch.no_grad():
-            if inputs.has_target:
-                for batch in inputs.batches(self.batch_size, self.batch_type):
-                    gold_scores(self.models, batch.to(self.device), results, len(self.vocabs["tgt"]))
-            if self.report_align:
-                for batch in inputs.batches(self.batch_size, self.batch_type):
-                    align_results(self.models, batch.to(self.device), hypothesis_ids, results,
-                                  len(self.vocabs["tgt"]))
+        self._teacher_forced(inputs, results, hypothesis_ids)
         for result in results:
             if not result.hypotheses:  # an empty source line: n-best empty outputs, as for any line
                 result.fill_empty(self.search_options.n_best)
                 result.beam = empty_entry() if self.dump_beam else None
         return results
+
+    @torch.no_grad()
+    def _teacher_forced(self, inputs: TextBatches, results: list[Result],
+                        hypothesis_ids: dict) -> None:
+        """The passes after the search: gold scores of the targets, alignments of the n-best
+        (``hypothesis_ids``: ``{line: token ids of its n-best}``), into ``results``."""
+        vocab_size = len(self.vocabs["tgt"])
+        if inputs.has_target:
+            for batch in inputs.batches(self.batch_size, self.batch_type):
+                gold_scores(self.models, batch.to(self.device), results, vocab_size)
+        if self.report_align:
+            for batch in inputs.batches(self.batch_size, self.batch_type):
+                align_results(self.models, batch.to(self.device), hypothesis_ids, results,
+                              vocab_size)
 
     def make_stepper(self, batch: Batch) -> EnsembleStepper:
         """The stepper of ``batch`` (on the device): its examples encoded by every model, a row

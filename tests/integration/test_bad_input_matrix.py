@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.helpers import COMMAND_NAMES, TINY_MODEL, invoke, preprocess_in_process, train_in_process, write_lines
+from tests.helpers import (COMMAND_NAMES, TINY_MODEL, invoke, preprocess_in_process,
+                           train_in_process, write_lines)
 
 TOOLS = ("bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
          "create_vocabulary", "spm_train", "g2p_scores", "prepare_cmudict")

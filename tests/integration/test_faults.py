@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli, step_losses,
-                           train_in_process)
+from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli,
+                           step_losses, train_in_process)
 
 # Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.
 MODEL = ["-rnn_size", 128, "-word_vec_size", 64, "-layers", 1, "-batch_size", 8, "-optim", "adam",
@@ -241,7 +241,8 @@ def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data,
         "train -data": ("train", ["-data", tmp_path / "evil", "-save_model", tmp_path / "t"]),
         "train -pre_word_vecs_enc": ("train", ["-data", data, "-save_model", tmp_path / "t",
                                                "-pre_word_vecs_enc", crafted]),
-        "average_models": ("average_models", ["-models", crafted, crafted, "-output", tmp_path / "a.pt"]),
+        "average_models": ("average_models", ["-models", crafted, crafted, "-output",
+                                              tmp_path / "a.pt"]),
         "release_model": ("release_model", ["-model", crafted, "-output", tmp_path / "r.pt"]),
         "extract_embeddings": ("extract_embeddings", ["-model", crafted, "-output_dir", tmp_path]),
         "embeddings_to_torch": ("embeddings_to_torch", ["-emb_file_enc", src, "-emb_file_dec", src,
@@ -268,8 +269,8 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
                              (("rnn_type", "GRU"), r"has shape")):
         bad = dict(checkpoint, opt={**checkpoint["opt"], change[0]: change[1]})
         torch.save(bad, tmp_path / "bad.pt")
-        line = one_line_error(invoke("translate", ["-model", tmp_path / "bad.pt", "-src", src, "-output",
-                                                   tmp_path / "o.txt"], capsys))
+        args = ["-model", tmp_path / "bad.pt", "-src", src, "-output", tmp_path / "o.txt"]
+        line = one_line_error(invoke("translate", args, capsys))
         assert re.search(expected, line), (change, line)
     assert not (tmp_path / "o.txt").exists()
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli, step_losses,
-                           train_in_process)
+from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli,
+                           step_losses, train_in_process)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,8 @@ def test_bad_inputs_are_refused_before_training(data, tmp_path, capsys):
     assert "preprocessed with -dynamic_dict" in error("-data", data["plain"], *base, "-copy_attn")
     os.makedirs(tmp_path / "small")
     different = preprocess_in_process(str(tmp_path / "small"), "-tgt_vocab_size", 5)
-    assert "-share_embeddings needs one vocabulary" in error("-data", different, *base, "-share_embeddings")
+    shared = error("-data", different, *base, "-share_embeddings")
+    assert "-share_embeddings needs one vocabulary" in shared
     assert torch.cuda.is_available() or "CUDA device 0 requested" in error(
         "-data", data["plain"], *base, "-gpu_ranks", 0)
     corrupt = tmp_path / "corrupt.pt"

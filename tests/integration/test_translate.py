@@ -297,7 +297,8 @@ def test_bad_input_is_refused_with_one_line(models, tmp_path, capsys):
     bad.write_bytes(b"w1 w2\nw3 \xff\n")
     assert "bad.txt:2: not valid UTF-8" in error("-model", m["model"], "-src", bad, "-output",
                                                  tmp_path / "o.txt")
-    assert "-n_best 6 is larger than -beam_size 5" in error("-model", m["model"], *base, "-n_best", 6)
+    too_many = error("-model", m["model"], *base, "-n_best", 6)
+    assert "-n_best 6 is larger than -beam_size 5" in too_many
     assert "needs -beam_size 1" in error("-model", m["model"], *base, "-random_sampling_topk", 5)
     assert "vocabularies differ" in error("-model", m["model"], models["copy"]["model"], *base)
     assert not os.path.exists(tmp_path / "o.txt")

@@ -100,8 +100,8 @@ def test_a_decoding_step_reads_the_device_at_most_once(models, monkeypatch, kind
 
 
 @pytest.mark.parametrize("precision,device,expected", [
-    ("fp32", "cpu", torch.float32), ("fp16", "cuda", torch.float16), ("bf16", "cuda", torch.bfloat16),
-    ("fp32", "cuda", torch.float32)])
+    ("fp32", "cpu", torch.float32), ("fp16", "cuda", torch.float16),
+    ("bf16", "cuda", torch.bfloat16), ("fp32", "cuda", torch.float32)])
 def test_precision_names_the_dtype_a_cuda_device_decodes_in(precision, device, expected):
     assert decoding_dtype(precision, torch.device(device)) == expected
 

@@ -125,8 +125,8 @@ def test_help_shows_the_options_of_the_loss_class_it_names(capsys, tmp_path):
 def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, capsys, args, message):
     from tests.helpers import invoke
 
-    code, lines = invoke("train", ["-data", tmp_path / "none", "-save_model", tmp_path / "m", *args],
-                         capsys)
+    command = ["-data", tmp_path / "none", "-save_model", tmp_path / "m", *args]
+    code, lines = invoke("train", command, capsys)
     assert code == 2
     assert re.search(message, lines[-1]), lines
     assert len(lines) <= 2  # usage and one error line
@@ -153,6 +153,6 @@ def test_two_gammas_train_to_different_losses_and_the_value_survives_train_from(
     resumed_losses, resumed = focal_run(data, str(tmp_path / "g05"), "-train_from",
                                         str(tmp_path / "g05_step_6.pt"))
     assert resumed["focal_gamma"] == 0.5  # not given again: the checkpoint's, not the default 2
-    _, given = focal_run(data, str(tmp_path / "g05"), "-train_from", str(tmp_path / "g05_step_6.pt"),
-                         "-focal_gamma", 1, "-overwrite")
+    _, given = focal_run(data, str(tmp_path / "g05"), "-train_from",
+                         str(tmp_path / "g05_step_6.pt"), "-focal_gamma", 1, "-overwrite")
     assert given["focal_gamma"] == 1.0

@@ -128,7 +128,8 @@ def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first
         out, _, state = model.decode(tokens, memory, lengths, state)
         torch.testing.assert_close(out[0, 1], alone[0], rtol=0, atol=1e-12)
         keep_b = torch.tensor([1])
-        state = state.map(lambda t, dim: t.index_select(dim, keep_b)).compact(2)  # the columns A alone used
+        # A leaves: its 2 columns are no row's any more
+        state = state.map(lambda t, dim: t.index_select(dim, keep_b)).compact(2)
         assert state.cached == 1 and state.start.tolist() == [0]
         for t in (1, 2):
             out, _, state = model.decode(tokens_b[t:t + 1], memory[:, 1:], lengths[1:], state)

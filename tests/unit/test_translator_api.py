@@ -30,8 +30,9 @@ def test_an_empty_line_gives_n_best_empty_outputs_so_groups_stay_aligned(model, 
     ({"max_length": 0}, "max_length must be"), ({"ratio": -1.0}, "ratio must be at least 0"),
     ({"ratio": float("nan")}, "ratio must be a number"), ({"beta": float("inf")}, "alpha and beta must be finite"),
     ({"length_penalty": "bogus"}, "length_penalty must be one of none, wu, avg"),
-    ({"sampling_temp": 0.0}, "sampling_temp above 0"), ({"beam_size": 2.5}, "beam_size must be a whole number"),
-    # the early stop bounds a live beam's final score by its log-probability: a penalty must not raise it
+    ({"sampling_temp": 0.0}, "sampling_temp above 0"),
+    ({"beam_size": 2.5}, "beam_size must be a whole number"),
+    # the early stop bounds a live beam's final score by its log-probability: no penalty raises it
     ({"coverage_penalty": "wu", "beta": -0.2}, "beta must be at least 0 with a coverage penalty")])
 def test_search_options_are_checked_as_on_the_command_line(options, match):
     with pytest.raises(UserError, match=match):
