@@ -36,6 +36,7 @@ test-kernels: $(VENV)/.demo
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 demo: $(VENV)/.demo
 	$(BIN)/python tools/prepare_cmudict.py -output_dir $(DEMO)

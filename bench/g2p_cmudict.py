@@ -15,6 +15,7 @@ model was trained on) and, as the literature counts it, against any of the word'
 pronunciations. The phone error rate is the edit distance to the first pronunciation (to the nearest
 one in the "any" column). Figures go to bench/results/cmudict_MODEL.json.
 """
+
 import argparse
 import json
 import os
@@ -31,22 +32,87 @@ from prepare_cmudict import STRESS_RE, load_entries  # noqa: E402
 
 # The demo's model, trained longer, and a small Transformer of the size G2P papers use (3 layers of 256).
 MODELS = {
-    "brnn": ["-encoder_type", "brnn", "-layers", "2", "-rnn_size", "256", "-word_vec_size", "64",
-             "-global_attention", "general", "-optim", "adam", "-learning_rate", "0.002", "-dropout", "0.2",
-             "-batch_size", "64", "-decay_method", "plateau", "-learning_rate_decay", "0.5"],
-    "transformer": ["-encoder_type", "transformer", "-decoder_type", "transformer", "-layers", "3",
-                    "-rnn_size", "256", "-word_vec_size", "256", "-transformer_ff", "1024", "-heads", "4",
-                    "-position_encoding", "-dropout", "0.1", "-attention_dropout", "0.1", "-param_init", "0",
-                    "-param_init_glorot", "-optim", "adam", "-adam_beta2", "0.998", "-decay_method", "noam",
-                    "-warmup_steps", "2000", "-learning_rate", "1", "-batch_size", "4096", "-batch_type",
-                    "tokens", "-normalization", "tokens", "-label_smoothing", "0.1", "-max_grad_norm", "0",
-                    "-model_dtype", "bf16"],
+    "brnn": [
+        "-encoder_type",
+        "brnn",
+        "-layers",
+        "2",
+        "-rnn_size",
+        "256",
+        "-word_vec_size",
+        "64",
+        "-global_attention",
+        "general",
+        "-optim",
+        "adam",
+        "-learning_rate",
+        "0.002",
+        "-dropout",
+        "0.2",
+        "-batch_size",
+        "64",
+        "-decay_method",
+        "plateau",
+        "-learning_rate_decay",
+        "0.5",
+    ],
+    "transformer": [
+        "-encoder_type",
+        "transformer",
+        "-decoder_type",
+        "transformer",
+        "-layers",
+        "3",
+        "-rnn_size",
+        "256",
+        "-word_vec_size",
+        "256",
+        "-transformer_ff",
+        "1024",
+        "-heads",
+        "4",
+        "-position_encoding",
+        "-dropout",
+        "0.1",
+        "-attention_dropout",
+        "0.1",
+        "-param_init",
+        "0",
+        "-param_init_glorot",
+        "-optim",
+        "adam",
+        "-adam_beta2",
+        "0.998",
+        "-decay_method",
+        "noam",
+        "-warmup_steps",
+        "2000",
+        "-learning_rate",
+        "1",
+        "-batch_size",
+        "4096",
+        "-batch_type",
+        "tokens",
+        "-normalization",
+        "tokens",
+        "-label_smoothing",
+        "0.1",
+        "-max_grad_norm",
+        "0",
+        "-model_dtype",
+        "bf16",
+    ],
 }
 STEPS = {"brnn": 40000, "transformer": 8000}
 VALID_STEPS = {"brnn": 2000, "transformer": 1000}
 # Published CMUdict G2P results, on other splits (each paper its own random test words).
-LITERATURE = [("published LSTM and Transformer G2P (Yao and Zweig 2015, Rao et al. 2015, Yolchuyeva et al. 2019)",
-               "about 23-25%", "about 5-6%")]
+LITERATURE = [
+    (
+        "published LSTM and Transformer G2P (Yao and Zweig 2015, Rao et al. 2015, Yolchuyeva et al. 2019)",
+        "about 23-25%",
+        "about 5-6%",
+    )
+]
 
 
 def error_rates(src_path, hyp_path, ref_path):
@@ -65,8 +131,13 @@ def error_rates(src_path, hyp_path, ref_path):
         any_edits += nearest
         phones += len(ref)
     n = len(references)
-    return {"words": n, "wer_first": 100 * first_words / n, "per_first": 100 * first_edits / phones,
-            "wer_any": 100 * any_words / n, "per_any": 100 * any_edits / phones}
+    return {
+        "words": n,
+        "wer_first": 100 * first_words / n,
+        "per_first": 100 * first_edits / phones,
+        "wer_any": 100 * any_words / n,
+        "per_any": 100 * any_edits / phones,
+    }
 
 
 def validations(log):
@@ -85,21 +156,61 @@ def train_and_score(args):
     corpus, model = os.path.join(work, "corpus"), os.path.join(work, args.model)
     os.makedirs(model, exist_ok=True)
     if not os.path.exists(os.path.join(corpus, "tgt-test.txt")):
-        run([sys.executable, os.path.join(REPO, "tools", "prepare_cmudict.py"), "-output_dir", corpus],
-            f"{work}/prepare.log")
-        run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", f"{corpus}/src-train.txt", "-train_tgt",
-             f"{corpus}/tgt-train.txt", "-valid_src", f"{corpus}/src-valid.txt", "-valid_tgt",
-             f"{corpus}/tgt-valid.txt", "-save_data", f"{corpus}/data", "-overwrite"], f"{work}/preprocess.log")
+        run(
+            [
+                sys.executable,
+                os.path.join(REPO, "tools", "prepare_cmudict.py"),
+                "-output_dir",
+                corpus,
+            ],
+            f"{work}/prepare.log",
+        )
+        run(
+            [
+                f"{LITE_BIN}/onmt_lite_preprocess",
+                "-train_src",
+                f"{corpus}/src-train.txt",
+                "-train_tgt",
+                f"{corpus}/tgt-train.txt",
+                "-valid_src",
+                f"{corpus}/src-valid.txt",
+                "-valid_tgt",
+                f"{corpus}/tgt-valid.txt",
+                "-save_data",
+                f"{corpus}/data",
+                "-overwrite",
+            ],
+            f"{work}/preprocess.log",
+        )
     steps = args.train_steps or STEPS[args.model]
     args.valid_steps = args.valid_steps or VALID_STEPS[args.model]
     train_minutes = None if args.score_only else train(args, corpus, model, steps)
-    run([f"{LITE_BIN}/onmt_lite_translate", "-model", f"{model}/model_best.pt", "-src", f"{corpus}/src-test.txt",
-         "-output", f"{model}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{model}/translate.log")
+    run(
+        [
+            f"{LITE_BIN}/onmt_lite_translate",
+            "-model",
+            f"{model}/model_best.pt",
+            "-src",
+            f"{corpus}/src-test.txt",
+            "-output",
+            f"{model}/pred-test.txt",
+            "-beam_size",
+            "5",
+            "-batch_size",
+            "64",
+        ],
+        f"{model}/translate.log",
+    )
     validated = validations(f"{model}/train.log")
-    figures = {"model": args.model, "options": MODELS[args.model], "train_steps": steps,
-               "last_step": validated[-1][0], "best_step": max(validated, key=lambda v: v[1])[0],
-               "train_minutes": train_minutes,
-               **error_rates(f"{corpus}/src-test.txt", f"{model}/pred-test.txt", f"{corpus}/tgt-test.txt")}
+    figures = {
+        "model": args.model,
+        "options": MODELS[args.model],
+        "train_steps": steps,
+        "last_step": validated[-1][0],
+        "best_step": max(validated, key=lambda v: v[1])[0],
+        "train_minutes": train_minutes,
+        **error_rates(f"{corpus}/src-test.txt", f"{model}/pred-test.txt", f"{corpus}/tgt-test.txt"),
+    }
     write_results(f"cmudict_{args.model}", figures)
     return figures
 
@@ -107,12 +218,36 @@ def train_and_score(args):
 def train(args, corpus, model, steps):
     """Train (or go on training) the model; returns the training's minutes, those of the run before included."""
     start = time.time()
-    run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{corpus}/data", "-save_model", f"{model}/model",
-         "-log_file", f"{model}/train.log", *MODELS[args.model], "-seed", "1", "-train_steps", str(steps),
-         "-valid_steps", str(args.valid_steps), "-save_checkpoint_steps", str(args.valid_steps),
-         "-keep_checkpoint", "1", "-early_stopping", str(args.early_stopping),
-         "-early_stopping_criteria", "accuracy", "-report_every", "500",
-         *(["-train_from", args.train_from] if args.train_from else [])], f"{model}/train.out")
+    run(
+        [
+            f"{LITE_BIN}/onmt_lite_train",
+            "-data",
+            f"{corpus}/data",
+            "-save_model",
+            f"{model}/model",
+            "-log_file",
+            f"{model}/train.log",
+            *MODELS[args.model],
+            "-seed",
+            "1",
+            "-train_steps",
+            str(steps),
+            "-valid_steps",
+            str(args.valid_steps),
+            "-save_checkpoint_steps",
+            str(args.valid_steps),
+            "-keep_checkpoint",
+            "1",
+            "-early_stopping",
+            str(args.early_stopping),
+            "-early_stopping_criteria",
+            "accuracy",
+            "-report_every",
+            "500",
+            *(["-train_from", args.train_from] if args.train_from else []),
+        ],
+        f"{model}/train.out",
+    )
     train_seconds = time.time() - start
     minutes_file = os.path.join(model, "train_minutes.json")
     if args.train_from and os.path.exists(minutes_file):  # going on from the run before: count both
@@ -133,13 +268,32 @@ def ensemble_and_score(args):
     if missing:
         raise SystemExit(f"-ensemble: train both models first ({', '.join(missing)} missing)")
     os.makedirs(out, exist_ok=True)
-    run([f"{LITE_BIN}/onmt_lite_translate", "-model", *models, "-src", f"{corpus}/src-test.txt", "-output",
-         f"{out}/pred-test.txt", "-beam_size", "5", "-batch_size", "64"], f"{out}/translate.log")
+    run(
+        [
+            f"{LITE_BIN}/onmt_lite_translate",
+            "-model",
+            *models,
+            "-src",
+            f"{corpus}/src-test.txt",
+            "-output",
+            f"{out}/pred-test.txt",
+            "-beam_size",
+            "5",
+            "-batch_size",
+            "64",
+        ],
+        f"{out}/translate.log",
+    )
     parts = [read_results(f"cmudict_{name}") or {} for name in ("brnn", "transformer")]
-    figures = {"model": "ensemble", "models": models, "steps": [p.get("best_step") for p in parts],
-               "train_minutes": None if any(p.get("train_minutes") is None for p in parts)
-               else sum(p["train_minutes"] for p in parts),
-               **error_rates(f"{corpus}/src-test.txt", f"{out}/pred-test.txt", f"{corpus}/tgt-test.txt")}
+    figures = {
+        "model": "ensemble",
+        "models": models,
+        "steps": [p.get("best_step") for p in parts],
+        "train_minutes": None
+        if any(p.get("train_minutes") is None for p in parts)
+        else sum(p["train_minutes"] for p in parts),
+        **error_rates(f"{corpus}/src-test.txt", f"{out}/pred-test.txt", f"{corpus}/tgt-test.txt"),
+    }
     write_results("cmudict_ensemble", figures)
     return figures
 
@@ -149,38 +303,60 @@ def minutes(value):
 
 
 def table():
-    rows = ["| model | WER, first pronunciation | PER | WER, any pronunciation | PER, nearest | training |",
-            "| --- | ---: | ---: | ---: | ---: | --- |"]
-    for name, label in (("brnn", "onmt_lite, bidirectional LSTM (2x256, `make demo`'s model)"),
-                        ("transformer", "onmt_lite, Transformer (3+3 layers of 256, 4 heads)")):
+    rows = [
+        "| model | WER, first pronunciation | PER | WER, any pronunciation | PER, nearest | training |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, label in (
+        ("brnn", "onmt_lite, bidirectional LSTM (2x256, `make demo`'s model)"),
+        ("transformer", "onmt_lite, Transformer (3+3 layers of 256, 4 heads)"),
+    ):
         r = read_results(f"cmudict_{name}")
         if r:
-            rows.append(f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
-                        f"{r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
-                        f"{minutes(r['train_minutes'])} |")
+            rows.append(
+                f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
+                f"{r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
+                f"{minutes(r['train_minutes'])} |"
+            )
     r = read_results("cmudict_ensemble")
     if r:
-        rows.append(f"| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | {r['wer_first']:.2f}% | "
-                    f"{r['per_first']:.2f}% | {r['wer_any']:.2f}% | {r['per_any']:.2f}% | the models above "
-                    f"(steps {r['steps'][0]} and {r['steps'][1]}) |")
+        rows.append(
+            f"| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | {r['wer_first']:.2f}% | "
+            f"{r['per_first']:.2f}% | {r['wer_any']:.2f}% | {r['per_any']:.2f}% | the models above "
+            f"(steps {r['steps'][0]} and {r['steps'][1]}) |"
+        )
     rows += [f"| {name} | - | - | {wer} | {per} | (their split) |" for name, wer, per in LITERATURE]
     print("\n".join(rows))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-model", choices=sorted(MODELS))
-    parser.add_argument("-train_steps", type=int, default=0, help="default: 40,000 (brnn), 8,000 (transformer)")
+    parser.add_argument(
+        "-train_steps", type=int, default=0, help="default: 40,000 (brnn), 8,000 (transformer)"
+    )
     parser.add_argument("-valid_steps", type=int, help="default: 2,000 (brnn), 1,000 (transformer)")
     parser.add_argument("-early_stopping", type=int, default=4)
-    parser.add_argument("-train_from", help="go on from this checkpoint of the run before (to more -train_steps)")
-    parser.add_argument("-score_only", action="store_true",
-                        help="decode and score WORK/MODEL/model_best.pt without training (a run stopped early, "
-                             "or shared with other jobs: its minutes are not given)")
+    parser.add_argument(
+        "-train_from", help="go on from this checkpoint of the run before (to more -train_steps)"
+    )
+    parser.add_argument(
+        "-score_only",
+        action="store_true",
+        help="decode and score WORK/MODEL/model_best.pt without training (a run stopped early, "
+        "or shared with other jobs: its minutes are not given)",
+    )
     parser.add_argument("-work", default="/tmp/onmt_lite_cmudict")
-    parser.add_argument("-ensemble", action="store_true",
-                        help="decode the test words with both trained models as one ensemble")
-    parser.add_argument("-table", action="store_true", help="print the table of bench/results/cmudict_*.json")
+    parser.add_argument(
+        "-ensemble",
+        action="store_true",
+        help="decode the test words with both trained models as one ensemble",
+    )
+    parser.add_argument(
+        "-table", action="store_true", help="print the table of bench/results/cmudict_*.json"
+    )
     args = parser.parse_args()
     if args.model:
         print(json.dumps(train_and_score(args), indent=2))

@@ -27,6 +27,7 @@ toy-ende (``-toy_ende``, default ../shared/data/toy-ende) for (c) to (e) when pr
 script on a machine without CUDA. ``-quick`` trains (c) for 40 steps on the small corpus. Exit
 status: 0 when nothing failed, 1 when a check failed, 2 with ``-device cuda`` on a machine without CUDA.
 """
+
 import argparse
 import itertools
 import os
@@ -57,10 +58,30 @@ from onmt_lite.utils.cuda import configure_cuda  # noqa: E402
 PROG = "gpu_check"
 AGREEMENT = 0.99  # identical lines needed in (d) and (e)
 LINES = 200
-SMALL_MODEL = ["-encoder_type", "brnn", "-layers", "2", "-rnn_size", "32", "-word_vec_size", "16",
-               "-global_attention", "general", "-dropout", "0", "-optim", "sgd", "-learning_rate", "0.5"]
-CONFIGS = {"standard": [], "copy": ["-copy_attn"], "coverage": ["-coverage_attn", "-lambda_coverage", "1"],
-           "truncated": ["-truncated_decoder", "3"]}
+SMALL_MODEL = [
+    "-encoder_type",
+    "brnn",
+    "-layers",
+    "2",
+    "-rnn_size",
+    "32",
+    "-word_vec_size",
+    "16",
+    "-global_attention",
+    "general",
+    "-dropout",
+    "0",
+    "-optim",
+    "sgd",
+    "-learning_rate",
+    "0.5",
+]
+CONFIGS = {
+    "standard": [],
+    "copy": ["-copy_attn"],
+    "coverage": ["-coverage_attn", "-lambda_coverage", "1"],
+    "truncated": ["-truncated_decoder", "3"],
+}
 
 
 class Checks:
@@ -81,7 +102,11 @@ class Checks:
             return function(*args)
         except Exception as err:  # any failure of a check is that check's FAIL, not the script's
             traceback.print_exc()
-            self.add(name, False, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160])
+            self.add(
+                name,
+                False,
+                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160],
+            )
             return None
 
     def print(self):
@@ -97,7 +122,10 @@ class Checks:
 
 # -- commands ----------------------------------------------------------------------------------------
 
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+}
 
 
 def command(module, args, log, hide_cuda=False, launcher=()):
@@ -107,8 +135,12 @@ def command(module, args, log, hide_cuda=False, launcher=()):
     if hide_cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
     with open(log, "w") as out:
-        return subprocess.run([sys.executable, *launcher, "-m", f"onmt_lite.bin.{module}", *map(str, args)],
-                              stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        return subprocess.run(
+            [sys.executable, *launcher, "-m", f"onmt_lite.bin.{module}", *map(str, args)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        ).returncode
 
 
 def required(status, what, log):
@@ -132,30 +164,72 @@ def small_corpus(work, n_train=3000, n_valid=LINES, seed=0):
     files = {}
     for split, n in (("train", n_train), ("valid", n_valid)):
         sources = [[rng.choice(words) for _ in range(rng.randint(2, 9))] for _ in range(n)]
-        files[split] = (write_lines(f"{work}/src-{split}.txt", [" ".join(s) for s in sources]),
-                        write_lines(f"{work}/tgt-{split}.txt", [" ".join(reversed(s)) for s in sources]))
+        files[split] = (
+            write_lines(f"{work}/src-{split}.txt", [" ".join(s) for s in sources]),
+            write_lines(f"{work}/tgt-{split}.txt", [" ".join(reversed(s)) for s in sources]),
+        )
     prefix, log = f"{work}/small", f"{work}/preprocess_small.log"
-    required(command("preprocess", ["-train_src", files["train"][0], "-train_tgt", files["train"][1],
-                                    "-valid_src", files["valid"][0], "-valid_tgt", files["valid"][1],
-                                    "-save_data", prefix, "-dynamic_dict", "-overwrite"], log), "preprocess", log)
+    required(
+        command(
+            "preprocess",
+            [
+                "-train_src",
+                files["train"][0],
+                "-train_tgt",
+                files["train"][1],
+                "-valid_src",
+                files["valid"][0],
+                "-valid_tgt",
+                files["valid"][1],
+                "-save_data",
+                prefix,
+                "-dynamic_dict",
+                "-overwrite",
+            ],
+            log,
+        ),
+        "preprocess",
+        log,
+    )
     return prefix, files["valid"][0]
 
 
 def toy_ende(directory, work):
     """toy-ende preprocessed as the speed benchmarks do; returns ``(-data prefix, validation source)``."""
     prefix, log = f"{work}/ende", f"{work}/preprocess_ende.log"
-    required(command("preprocess", ["-train_src", f"{directory}/src-train.txt", "-train_tgt",
-                                    f"{directory}/tgt-train.txt", "-valid_src", f"{directory}/src-val.txt",
-                                    "-valid_tgt", f"{directory}/tgt-val.txt", "-save_data", prefix, "-overwrite",
-                                    *PREPROCESS], log), "preprocess", log)
+    required(
+        command(
+            "preprocess",
+            [
+                "-train_src",
+                f"{directory}/src-train.txt",
+                "-train_tgt",
+                f"{directory}/tgt-train.txt",
+                "-valid_src",
+                f"{directory}/src-val.txt",
+                "-valid_tgt",
+                f"{directory}/tgt-val.txt",
+                "-save_data",
+                prefix,
+                "-overwrite",
+                *PREPROCESS,
+            ],
+            log,
+        ),
+        "preprocess",
+        log,
+    )
     return prefix, f"{directory}/src-val.txt"
 
 
 # -- (a) and (b): the library in this process --------------------------------------------------------
 
+
 def trainer_on(data, args, device, dtype=torch.float32):
     """A Trainer of a small model (built on the CPU from seed 1, then moved) and its training batches."""
-    opt = parse(build_parser(PROG, [model_opts, train_opts]), ["-data", data, *SMALL_MODEL, *map(str, args)])
+    opt = parse(
+        build_parser(PROG, [model_opts, train_opts]), ["-data", data, *SMALL_MODEL, *map(str, args)]
+    )
     record, vocabs, corpora, _ = load_data(opt)
     torch.manual_seed(1)
     model = build_model(opt, vocabs).to(dtype).to(device)
@@ -187,12 +261,21 @@ def cpu_against_device(checks, data, device):
         runs = []
         for where in ("cpu", device):
             trainer, model, view = trainer_on(data, args, where)
-            losses = [trainer.train_step([batch_of(view, range(16 * i, 16 * i + 16))]).loss for i in range(3)]
+            losses = [
+                trainer.train_step([batch_of(view, range(16 * i, 16 * i + 16))]).loss
+                for i in range(3)
+            ]
             runs.append((losses[0], params(model)))
         (loss_cpu, params_cpu), (loss_dev, params_dev) = runs
-        loss_diff, param_diff = abs(loss_dev - loss_cpu) / abs(loss_cpu), largest_difference(params_dev, params_cpu)
-        checks.add(f"(a) float32 {name}: cpu = {device}", loss_diff <= 1e-5 and param_diff <= 1e-4,
-                   f"step-1 loss rel. diff {loss_diff:.1e} (1e-5), parameters after 3 steps {param_diff:.1e} (1e-4)")
+        loss_diff, param_diff = (
+            abs(loss_dev - loss_cpu) / abs(loss_cpu),
+            largest_difference(params_dev, params_cpu),
+        )
+        checks.add(
+            f"(a) float32 {name}: cpu = {device}",
+            loss_diff <= 1e-5 and param_diff <= 1e-4,
+            f"step-1 loss rel. diff {loss_diff:.1e} (1e-5), parameters after 3 steps {param_diff:.1e} (1e-4)",
+        )
 
 
 def sharding_and_accumulation(checks, data, device):
@@ -205,11 +288,20 @@ def sharding_and_accumulation(checks, data, device):
             batch = batch_of(view, range(16), torch.float64).to(device)
             model.zero_grad()
             trainer.forward_backward(batch, batch.batch_size)
-            grads.append({k: p.grad.to("cpu", copy=True) for k, p in model.named_parameters() if p.grad is not None})
+            grads.append(
+                {
+                    k: p.grad.to("cpu", copy=True)
+                    for k, p in model.named_parameters()
+                    if p.grad is not None
+                }
+            )
         diff = largest_difference(grads[1], grads[0])
         same_tensors = grads[0].keys() == grads[1].keys()
-        checks.add(f"(b) float64 {name}: sharded = unsharded gradients", diff <= 1e-9 and same_tensors,
-                   f"largest rel. diff {diff:.1e} (1e-9) over {len(grads[0])} tensors")
+        checks.add(
+            f"(b) float64 {name}: sharded = unsharded gradients",
+            diff <= 1e-9 and same_tensors,
+            f"largest rel. diff {diff:.1e} (1e-9) over {len(grads[0])} tensors",
+        )
     steps = []
     for accum in (2, 1):
         trainer, model, view = trainer_on(data, ["-accum_count", accum], device, torch.float64)
@@ -218,10 +310,15 @@ def sharding_and_accumulation(checks, data, device):
         trainer.train_step([batch_of(view, ids, torch.float64) for ids in parts])
         steps.append(params(model))
     diff = largest_difference(steps[0], steps[1])
-    checks.add("(b) float64: -accum_count 2 = the doubled batch", diff <= 1e-9, f"largest rel. diff {diff:.1e} (1e-9)")
+    checks.add(
+        "(b) float64: -accum_count 2 = the doubled batch",
+        diff <= 1e-9,
+        f"largest rel. diff {diff:.1e} (1e-9)",
+    )
 
 
 # -- (c) to (f): the commands ------------------------------------------------------------------------
+
 
 def device_args(device, command_name):
     """The command-line options that put a command on ``device``."""
@@ -237,10 +334,32 @@ def train_dtype(dtype, setup):
     if os.path.exists(log):
         os.remove(log)  # -log_file appends
     steps = setup["steps"]
-    status = command("train", ["-data", setup["data"], "-save_model", prefix, "-log_file", log, *setup["model"],
-                               "-seed", 1, "-train_steps", steps, "-report_every", max(1, steps // 10),
-                               "-valid_steps", steps, "-save_checkpoint_steps", steps, "-model_dtype", dtype,
-                               *device_args(setup["device"], "train")], f"{prefix}.out")
+    status = command(
+        "train",
+        [
+            "-data",
+            setup["data"],
+            "-save_model",
+            prefix,
+            "-log_file",
+            log,
+            *setup["model"],
+            "-seed",
+            1,
+            "-train_steps",
+            steps,
+            "-report_every",
+            max(1, steps // 10),
+            "-valid_steps",
+            steps,
+            "-save_checkpoint_steps",
+            steps,
+            "-model_dtype",
+            dtype,
+            *device_args(setup["device"], "train"),
+        ],
+        f"{prefix}.out",
+    )
     required(status, f"training ({dtype})", f"{prefix}.out")
     return f"{prefix}_step_{steps}.pt", log
 
@@ -264,9 +383,12 @@ def precision(checks, setup, compare=True):
         with open(log, encoding="utf-8") as f:
             skipped = sum("overflowed" in line for line in f)
         ratio = valid / fp32_valid
-        checks.add(name, train[-1] < train[0] and abs(ratio - 1) <= 0.05,
-                   f"train ppl {train[0]:.1f} -> {train[-1]:.1f}; valid ppl {valid:.2f} against {fp32_valid:.2f} "
-                   f"({ratio:.3f}, within 5%)" + (f"; {skipped} skipped steps" if dtype == "fp16" else ""))
+        checks.add(
+            name,
+            train[-1] < train[0] and abs(ratio - 1) <= 0.05,
+            f"train ppl {train[0]:.1f} -> {train[-1]:.1f}; valid ppl {valid:.2f} against {fp32_valid:.2f} "
+            f"({ratio:.3f}, within 5%)" + (f"; {skipped} skipped steps" if dtype == "fp16" else ""),
+        )
     return checkpoint
 
 
@@ -274,16 +396,27 @@ def translate(setup, checkpoint, name, extra, hide_cuda=False, device=None):
     """The translation of the first ``LINES`` validation lines, as a list of lines."""
     output, log = f"{setup['work']}/{name}.txt", f"{setup['work']}/{name}.log"
     where = device_args(setup["device"] if device is None else device, "translate")
-    required(command("translate", ["-model", checkpoint, "-src", setup["lines"], "-output", output, *where, *extra],
-                     log, hide_cuda), f"translation {name}", log)
+    required(
+        command(
+            "translate",
+            ["-model", checkpoint, "-src", setup["lines"], "-output", output, *where, *extra],
+            log,
+            hide_cuda,
+        ),
+        f"translation {name}",
+        log,
+    )
     with open(output, encoding="utf-8") as f:
         return f.read().splitlines()
 
 
 def agreement(checks, name, a, b):
     same = sum(x == y for x, y in zip(a, b))
-    checks.add(name, len(a) == len(b) and same >= AGREEMENT * len(a),
-               f"{same}/{len(a)} lines identical (at least {AGREEMENT:.0%})")
+    checks.add(
+        name,
+        len(a) == len(b) and same >= AGREEMENT * len(a),
+        f"{same}/{len(a)} lines identical (at least {AGREEMENT:.0%})",
+    )
 
 
 def cpu_translation(checks, setup, checkpoint):
@@ -291,8 +424,12 @@ def cpu_translation(checks, setup, checkpoint):
     greedy = ["-beam_size", 1, "-batch_size", 64]
     on_device = translate(setup, checkpoint, "d_device", greedy)
     on_cpu = translate(setup, checkpoint, "d_cpu", greedy, hide_cuda=True, device="cpu")
-    agreement(checks, f"(d) checkpoint from {setup['device']}: translated on cpu = on {setup['device']}",
-              on_device, on_cpu)
+    agreement(
+        checks,
+        f"(d) checkpoint from {setup['device']}: translated on cpu = on {setup['device']}",
+        on_device,
+        on_cpu,
+    )
 
 
 def batch_invariance(checks, setup, checkpoint):
@@ -305,28 +442,55 @@ def batch_invariance(checks, setup, checkpoint):
 def launchers(checks, setup):
     """(f): ``-world_size 1 -gpu_ranks 0`` and torchrun with one process, 5 steps each."""
     expected = "device cuda:0" if setup["device"] != "cpu" else "device cpu"
-    forms = {"world_size": ("-world_size 1", (), ["-world_size", 1]),
-             "torchrun": ("torchrun, 1 process", ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                                  "1"), [])}
+    forms = {
+        "world_size": ("-world_size 1", (), ["-world_size", 1]),
+        "torchrun": (
+            "torchrun, 1 process",
+            ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"),
+            [],
+        ),
+    }
     for short, (label, launcher, extra) in forms.items():
         prefix = f"{setup['work']}/f_{short}"
-        status = command("train", ["-data", setup["small"], "-save_model", prefix, *SMALL_MODEL, "-seed", 1,
-                                   "-train_steps", 5, "-report_every", 5, *extra,
-                                   *device_args(setup["device"], "train")], f"{prefix}.log", launcher=launcher)
+        status = command(
+            "train",
+            [
+                "-data",
+                setup["small"],
+                "-save_model",
+                prefix,
+                *SMALL_MODEL,
+                "-seed",
+                1,
+                "-train_steps",
+                5,
+                "-report_every",
+                5,
+                *extra,
+                *device_args(setup["device"], "train"),
+            ],
+            f"{prefix}.log",
+            launcher=launcher,
+        )
         with open(f"{prefix}.log", encoding="utf-8", errors="replace") as f:
             text = f.read()
         name = f"(f) {label}{' -gpu_ranks 0' if setup['device'] != 'cpu' else ''}"
-        checks.add(name, status == 0 and expected in text and "Step 5/5" in text,
-                   f"exit {status}; log says '{expected}': {expected in text}")
+        checks.add(
+            name,
+            status == 0 and expected in text and "Step 5/5" in text,
+            f"exit {status}; log says '{expected}': {expected in text}",
+        )
 
 
 def train_run(setup):
     """``run(args, log)``: ``onmt_lite_train args`` on the device, its output in ``log``, which
     it returns."""
+
     def run(args, log):
         status = command("train", [*args, *device_args(setup["device"], "train")], log)
         required(status, "training", log)
         return log
+
     return run
 
 
@@ -336,8 +500,12 @@ def main():
     parser.add_argument("-steps", type=int, default=1000, help="training steps of (c)")
     parser.add_argument("-quick", action="store_true", help="(c) for 40 steps on the small corpus")
     parser.add_argument("-checks", default="abcdefgh", help="the checks to run, e.g. 'abf'")
-    parser.add_argument("-work", default=None, help="working directory (default: a new temporary one)")
-    parser.add_argument("-toy_ende", default=os.path.join(os.path.dirname(REPO), "shared", "data", "toy-ende"))
+    parser.add_argument(
+        "-work", default=None, help="working directory (default: a new temporary one)"
+    )
+    parser.add_argument(
+        "-toy_ende", default=os.path.join(os.path.dirname(REPO), "shared", "data", "toy-ende")
+    )
     opt = parser.parse_args()
     if opt.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: this machine has no CUDA device (run with -device cpu for a dry run)")
@@ -355,22 +523,35 @@ def main():
     if "a" in opt.checks:
         checks.guarded("(a) float32 cpu = device", cpu_against_device, checks, small, device)
     if "b" in opt.checks:
-        checks.guarded("(b) sharding, accumulation", sharding_and_accumulation, checks, small, device)
+        checks.guarded(
+            "(b) sharding, accumulation", sharding_and_accumulation, checks, small, device
+        )
     ende = not opt.quick and os.path.isdir(opt.toy_ende)
     data, lines = toy_ende(opt.toy_ende, work) if ende else (small, small_lines)
     with open(lines, encoding="utf-8") as f:
         first_lines = f.read().splitlines()[:LINES]
-    setup = {"work": work, "device": opt.device, "small": small, "data": data,
-             "small_model": SMALL_MODEL,
-             "lines": write_lines(f"{work}/lines.txt", first_lines),
-             "steps": 40 if opt.quick else opt.steps, "corpus": "toy-ende" if ende else "the small corpus",
-             "model": lite_args(BASE, {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}) if ende
-             else [*SMALL_MODEL, "-batch_size", 32]}
+    setup = {
+        "work": work,
+        "device": opt.device,
+        "small": small,
+        "data": data,
+        "small_model": SMALL_MODEL,
+        "lines": write_lines(f"{work}/lines.txt", first_lines),
+        "steps": 40 if opt.quick else opt.steps,
+        "corpus": "toy-ende" if ende else "the small corpus",
+        "model": lite_args(BASE, {"optim": "adam", "learning_rate": 0.001, "batch_size": 64})
+        if ende
+        else [*SMALL_MODEL, "-batch_size", 32],
+    }
     checkpoint = None
     if set("cde") & set(opt.checks):
-        checkpoint = checks.guarded("(c) mixed precision", precision, checks, setup, "c" in opt.checks)
-    for letter, name, check in (("d", "(d) translation on the cpu", cpu_translation),
-                                ("e", "(e) batch invariance", batch_invariance)):
+        checkpoint = checks.guarded(
+            "(c) mixed precision", precision, checks, setup, "c" in opt.checks
+        )
+    for letter, name, check in (
+        ("d", "(d) translation on the cpu", cpu_translation),
+        ("e", "(e) batch invariance", batch_invariance),
+    ):
         if letter in opt.checks:
             if checkpoint is None:
                 checks.skip(name, "no checkpoint: (c)'s fp32 training failed")
@@ -379,12 +560,15 @@ def main():
     if "f" in opt.checks:
         checks.guarded("(f) launchers", launchers, checks, setup)
     if "g" in opt.checks:
-        checks.guarded("(g) exact resume", exact_resume, checks, setup, train_run(setup),
-                       SMALL_MODEL, CONFIGS)
+        checks.guarded(
+            "(g) exact resume", exact_resume, checks, setup, train_run(setup), SMALL_MODEL, CONFIGS
+        )
     if "h" in opt.checks:
         checks.guarded("(h) copy in fp16", copy_in_fp16, checks, setup, train_run(setup))
     checks.print()
-    print(f"\n{opt.device}, torch {torch.__version__}, {time.time() - start:.0f} s; files in {work}")
+    print(
+        f"\n{opt.device}, torch {torch.__version__}, {time.time() - start:.0f} s; files in {work}"
+    )
     return 1 if checks.failed else 0
 
 

@@ -7,14 +7,36 @@
 (h) ``-copy_attn -model_dtype fp16``: ``FP16_STEPS`` steps train (the perplexity falls) with at
     most ``MAX_SKIPPED`` skipped steps; float16's zero copy probabilities made every step overflow.
 """
+
 from plot_training import read_log
 
 RESUME_STEPS = 40
 DROPOUT = ["-dropout", "0.3"]
-TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-layers", "2",
-               "-rnn_size", "32", "-word_vec_size", "32", "-transformer_ff", "64", "-heads", "4",
-               "-position_encoding", "-dropout", "0.1", "-attention_dropout", "0.1",
-               "-optim", "adam", "-learning_rate", "0.001"]
+TRANSFORMER = [
+    "-encoder_type",
+    "transformer",
+    "-decoder_type",
+    "transformer",
+    "-layers",
+    "2",
+    "-rnn_size",
+    "32",
+    "-word_vec_size",
+    "32",
+    "-transformer_ff",
+    "64",
+    "-heads",
+    "4",
+    "-position_encoding",
+    "-dropout",
+    "0.1",
+    "-attention_dropout",
+    "0.1",
+    "-optim",
+    "adam",
+    "-learning_rate",
+    "0.001",
+]
 FP16_STEPS, MAX_SKIPPED = 200, 5
 
 
@@ -41,18 +63,39 @@ def exact_resume(checks, setup, run, small_model, configs):
     half = RESUME_STEPS // 2
     for index, (name, args) in enumerate(resume_configs(small_model, configs).items()):
         prefix = f"{setup['work']}/g{index}"
-        common = ["-data", setup["small"], *args, "-seed", 1, "-train_steps", RESUME_STEPS,
-                  "-report_every", 5, "-batch_size", 32, "-valid_steps", 10 * RESUME_STEPS]
-        straight = run(["-save_model", f"{prefix}a", "-save_checkpoint_steps", half, *common],
-                       f"{prefix}a.log")
-        resumed = run(["-save_model", f"{prefix}b", "-train_from", f"{prefix}a_step_{half}.pt",
-                       *common], f"{prefix}b.log")
+        common = [
+            "-data",
+            setup["small"],
+            *args,
+            "-seed",
+            1,
+            "-train_steps",
+            RESUME_STEPS,
+            "-report_every",
+            5,
+            "-batch_size",
+            32,
+            "-valid_steps",
+            10 * RESUME_STEPS,
+        ]
+        straight = run(
+            ["-save_model", f"{prefix}a", "-save_checkpoint_steps", half, *common], f"{prefix}a.log"
+        )
+        resumed = run(
+            ["-save_model", f"{prefix}b", "-train_from", f"{prefix}a_step_{half}.pt", *common],
+            f"{prefix}b.log",
+        )
         first = training_losses(straight, half)
         second = training_losses(resumed, half)
-        detail = (f"ppl after step {half}: straight {list(first.values())}, "
-                  f"resumed {list(second.values())}")
-        checks.add(f"(g) exact resume on {setup['device']}: {name}",
-                   bool(first) and first == second, detail)
+        detail = (
+            f"ppl after step {half}: straight {list(first.values())}, "
+            f"resumed {list(second.values())}"
+        )
+        checks.add(
+            f"(g) exact resume on {setup['device']}: {name}",
+            bool(first) and first == second,
+            detail,
+        )
 
 
 def copy_in_fp16(checks, setup, run):
@@ -62,9 +105,29 @@ def copy_in_fp16(checks, setup, run):
         checks.skip(name, "fp16 needs CUDA")
         return
     prefix = f"{setup['work']}/h_copy_fp16"
-    log = run(["-data", setup["small"], *setup["small_model"], "-copy_attn", "-model_dtype", "fp16",
-               "-seed", 1, "-train_steps", FP16_STEPS, "-report_every", 20, "-batch_size", 32,
-               "-valid_steps", 10 * FP16_STEPS, "-save_model", prefix], f"{prefix}.log")
+    log = run(
+        [
+            "-data",
+            setup["small"],
+            *setup["small_model"],
+            "-copy_attn",
+            "-model_dtype",
+            "fp16",
+            "-seed",
+            1,
+            "-train_steps",
+            FP16_STEPS,
+            "-report_every",
+            20,
+            "-batch_size",
+            32,
+            "-valid_steps",
+            10 * FP16_STEPS,
+            "-save_model",
+            prefix,
+        ],
+        f"{prefix}.log",
+    )
     with open(log, encoding="utf-8") as f:
         skipped = sum("overflowed" in line for line in f)
     curve = training_losses(log, 0)

@@ -27,6 +27,7 @@ not a figure.
 The table goes to standard output, the figures (not a dry run's) to bench/results/gpu_speed.json.
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
 """
+
 import argparse
 import os
 import re
@@ -54,8 +55,14 @@ from train_speed import (  # noqa: E402
     toy_ende,
 )
 
-FAQ_TRANSFORMER = {**TRANSFORMER, "layers": 6, "hidden_size": 512, "word_vec_size": 512,
-                   "transformer_ff": 2048, "heads": 8}
+FAQ_TRANSFORMER = {
+    **TRANSFORMER,
+    "layers": 6,
+    "hidden_size": 512,
+    "word_vec_size": 512,
+    "transformer_ff": 2048,
+    "heads": 8,
+}
 FAQ_TRAINING = {**TRANSFORMER_TRAINING, "batch_size": 8192}
 # name: (model settings of both toolkits, their training settings)
 CONFIGS = {
@@ -71,8 +78,10 @@ CHECKPOINTING = {
     "faq_transformer_ckpt": (["-use_ckpting", "ffn", "mha"], "use_ckpting: [ffn, mha]"),
 }
 # precision: [(toolkit, its -model_dtype)]
-RUNS = {"fp32": [("onmt_lite", "fp32"), ("OpenNMT-py", "fp32")],
-        "mixed": [("onmt_lite", "bf16"), ("onmt_lite", "fp16"), ("OpenNMT-py", "fp16")]}
+RUNS = {
+    "fp32": [("onmt_lite", "fp32"), ("OpenNMT-py", "fp32")],
+    "mixed": [("onmt_lite", "bf16"), ("onmt_lite", "fp16"), ("OpenNMT-py", "fp16")],
+}
 ALLOCATED = re.compile(r"peak GPU memory allocated: (\d+) MiB")
 
 
@@ -152,16 +161,32 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps):
     if toolkit == "onmt_lite":
         device = [] if opt.dry_run else ["-gpu_ranks", 0]
         extra = CHECKPOINTING.get(config, ([], None))[0]
-        command = [f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model",
-                   f"{work}/lite_{dtype}", "-overwrite", *lite_args(model_args, train_args),
-                   "-model_dtype", dtype, "-train_steps", steps, *device, *extra]
+        command = [
+            f"{LITE_BIN}/onmt_lite_train",
+            "-data",
+            f"{work}/lite",
+            "-save_model",
+            f"{work}/lite_{dtype}",
+            "-overwrite",
+            *lite_args(model_args, train_args),
+            "-model_dtype",
+            dtype,
+            "-train_steps",
+            steps,
+            *device,
+            *extra,
+        ]
         peak = run_on_device(command, log)
     else:
         config_path = peer_gpu_config(f"{work}/peer_{dtype}.yaml", dtype, config)
         command = [f"{opt.peer}/bin/onmt_train", "-config", config_path, "-train_steps", steps]
         peak = run_on_device(command, log, PEER_ENV)
-    return {"tgt_tok_s": target_rate(log, opt.warmup), "peak_mib": peak,
-            "allocated_mib": allocated_mib(log), "log": log}
+    return {
+        "tgt_tok_s": target_rate(log, opt.warmup),
+        "peak_mib": peak,
+        "allocated_mib": allocated_mib(log),
+        "log": log,
+    }
 
 
 def print_row(config, precision, results):
@@ -179,12 +204,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-steps", type=int, default=100, help="measured steps")
     parser.add_argument("-warmup", type=int, default=20, help="steps before them, not measured")
-    parser.add_argument("-only", nargs="+", choices=list(CONFIGS),
-                        help="configurations (default: all)")
+    parser.add_argument(
+        "-only", nargs="+", choices=list(CONFIGS), help="configurations (default: all)"
+    )
     parser.add_argument("-precisions", nargs="+", choices=list(RUNS), default=list(RUNS))
-    parser.add_argument("-dry_run", action="store_true",
-                        help="onmt_lite's commands on the CPU, 3 steps each, no peer "
-                             "(no CUDA needed)")
+    parser.add_argument(
+        "-dry_run",
+        action="store_true",
+        help="onmt_lite's commands on the CPU, 3 steps each, no peer (no CUDA needed)",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_speed")
     opt = parser.parse_args()
@@ -193,18 +221,22 @@ def main():
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu_speed: this machine has no CUDA device "
-                  "(-dry_run runs the commands on the CPU)")
+            print(
+                "gpu_speed: this machine has no CUDA device (-dry_run runs the commands on the CPU)"
+            )
             return 2
     if opt.dry_run:
         opt.steps, opt.warmup = 2, 1
     elif not os.path.exists(f"{opt.peer}/bin/onmt_train"):
-        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer],
-                       check=True)
+        subprocess.run(
+            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
+        )
     data = toy_ende()
     rows = []
-    print(f"{'configuration':<20} {'toolkit':<11} {'dtype':<5} {'tgt tok/s':>10} {'ratio':>7} "
-          f"{'peak MiB (alloc.)':>14}")
+    print(
+        f"{'configuration':<20} {'toolkit':<11} {'dtype':<5} {'tgt tok/s':>10} {'ratio':>7} "
+        f"{'peak MiB (alloc.)':>14}"
+    )
     for config in opt.only or list(CONFIGS):
         work = os.path.join(opt.work, config)
         os.makedirs(work, exist_ok=True)
@@ -229,10 +261,18 @@ def main():
             peer_run = results.get(("OpenNMT-py", peer_dtype))
             params = check_models(lite_log, peer_run["log"], model_args) if peer_run else None
             print_row(config, precision, results)
-            rows.append({"config": config, "precision": precision, "parameters": params,
-                         "runs": {f"{t} {d}": r for (t, d), r in results.items()}})
-    print(f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against OpenNMT-py at the same "
-          "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak)")
+            rows.append(
+                {
+                    "config": config,
+                    "precision": precision,
+                    "parameters": params,
+                    "runs": {f"{t} {d}": r for (t, d), r in results.items()},
+                }
+            )
+    print(
+        f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against OpenNMT-py at the same "
+        "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak)"
+    )
     if not opt.dry_run:  # a dry run's figures are no measurement
         write_results("gpu_speed", {"steps": opt.steps, "warmup": opt.warmup, "rows": rows})
     return 0

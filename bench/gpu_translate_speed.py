@@ -28,6 +28,7 @@ of the script, not a figure. The table goes to standard output, the figures (not
 bench/results/gpu_translate_speed.json. The peer is installed by
 ../shared/bench/install_opennmt_py.sh when missing.
 """
+
 import argparse
 import os
 import statistics
@@ -54,11 +55,16 @@ MODELS = {
     "transformer": (TRANSFORMER, {**TRANSFORMER_TRAINING, "warmup_steps": 400}, 800, True),
     "rnn": (BASE, RNN_TRAINING, 600, False),
 }
-SEARCHES = {"beam 5, batch 32": (5, 32),
-            "beam 5, batch 256": (5, 256),
-            "greedy, batch 256": (1, 256)}
-PRECISIONS = {"fp32": ("onmt_lite", "OpenNMT-py"), "fp16": ("onmt_lite", "OpenNMT-py"),
-              "bf16": ("onmt_lite",)}
+SEARCHES = {
+    "beam 5, batch 32": (5, 32),
+    "beam 5, batch 256": (5, 256),
+    "greedy, batch 256": (1, 256),
+}
+PRECISIONS = {
+    "fp32": ("onmt_lite", "OpenNMT-py"),
+    "fp16": ("onmt_lite", "OpenNMT-py"),
+    "bf16": ("onmt_lite",),
+}
 
 
 def train_models(kind, work, opt):
@@ -72,11 +78,21 @@ def train_models(kind, work, opt):
     peer = None if opt.dry_run else opt.peer
     # the peer's default bucket_size reads the corpus 26 times before its first step
     prepared = prepare(kind, model_args, training, work, peer, toy_ende(), peer_bucket_size=20000)
-    train_args = {**prepared,
-                  "train_steps": steps, "save_checkpoint_steps": steps}
+    train_args = {**prepared, "train_steps": steps, "save_checkpoint_steps": steps}
     device = [] if opt.dry_run else ["-gpu_ranks", 0]
-    run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/lite",
-         "-overwrite", *lite_args(model_args, train_args), *device], f"{work}/lite_train.log")
+    run(
+        [
+            f"{LITE_BIN}/onmt_lite_train",
+            "-data",
+            f"{work}/lite",
+            "-save_model",
+            f"{work}/lite",
+            "-overwrite",
+            *lite_args(model_args, train_args),
+            *device,
+        ],
+        f"{work}/lite_train.log",
+    )
     models = {"onmt_lite": f"{work}/lite_step_{steps}.pt"}
     if peer is None:
         return models
@@ -85,13 +101,25 @@ def train_models(kind, work, opt):
         config = f.read() + f"world_size: 1\ngpu_ranks: [0]\nsave_checkpoint_steps: {peer_steps}\n"
     with open(f"{work}/peer_gpu.yaml", "w", encoding="utf-8") as f:
         f.write(config)
-    run([f"{peer}/bin/onmt_train", "-config", f"{work}/peer_gpu.yaml", "-train_steps", peer_steps],
-        f"{work}/peer_train.log")
+    run(
+        [f"{peer}/bin/onmt_train", "-config", f"{work}/peer_gpu.yaml", "-train_steps", peer_steps],
+        f"{work}/peer_train.log",
+    )
     models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
     if same_weights:
-        run([sys.executable, os.path.join(os.path.dirname(__file__), "peer_checkpoint.py"),
-             "-model", models["onmt_lite"], "-template", models["OpenNMT-py"],
-             "-output", f"{work}/peer_same.pt"], f"{work}/peer_checkpoint.log")
+        run(
+            [
+                sys.executable,
+                os.path.join(os.path.dirname(__file__), "peer_checkpoint.py"),
+                "-model",
+                models["onmt_lite"],
+                "-template",
+                models["OpenNMT-py"],
+                "-output",
+                f"{work}/peer_same.pt",
+            ],
+            f"{work}/peer_checkpoint.log",
+        )
         models["OpenNMT-py"] = f"{work}/peer_same.pt"
     for toolkit, path in models.items():
         if not os.path.exists(path):
@@ -103,16 +131,32 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
     """One toolkit's translation of ``src``: ``(output lines, seconds of decoding)``."""
     out = f"{log}.pred"
     device = [] if opt.dry_run else ["-gpu", 0]
-    common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam,
-              "-batch_size", batch, "-precision", precision, "-report_time", *device, *SEARCH]
+    common = [
+        "-model",
+        model,
+        "-src",
+        src,
+        "-output",
+        out,
+        "-beam_size",
+        beam,
+        "-batch_size",
+        batch,
+        "-precision",
+        precision,
+        "-report_time",
+        *device,
+        *SEARCH,
+    ]
     if toolkit == "OpenNMT-py":
         command = [f"{opt.peer}/bin/onmt_translate", *common, *PEER_SEARCH]
     else:
         command = [f"{LITE_BIN}/onmt_lite_translate", *common]
     env = PEER_ENV if toolkit == "OpenNMT-py" else None
     with open(log, "w") as f:
-        done = subprocess.run([str(c) for c in command], stdout=f, stderr=subprocess.STDOUT,
-                              env=env)
+        done = subprocess.run(
+            [str(c) for c in command], stdout=f, stderr=subprocess.STDOUT, env=env
+        )
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
     with open(out, encoding="utf-8") as f:
@@ -133,8 +177,16 @@ def measure(kind, models, src, refs, work, opt):
             for r in range(opt.rounds):
                 for toolkit in toolkits:
                     tag = f"{kind}_{toolkit}_{precision}_b{beam}_n{batch}_{r}".replace("-", "")
-                    hyps, seconds = translate(toolkit, models[toolkit], src[toolkit], precision,
-                                              beam, batch, f"{work}/{tag}.log", opt)
+                    hyps, seconds = translate(
+                        toolkit,
+                        models[toolkit],
+                        src[toolkit],
+                        precision,
+                        beam,
+                        batch,
+                        f"{work}/{tag}.log",
+                        opt,
+                    )
                     words = sum(len(h.split()) + 1 for h in hyps)
                     runs[toolkit].append({"sents_s": len(hyps) / seconds, "tok_s": words / seconds})
                     outputs[toolkit] = hyps
@@ -145,7 +197,9 @@ def measure(kind, models, src, refs, work, opt):
                 row[toolkit] = {
                     "sents_s": statistics.median(v["sents_s"] for v in values),
                     "tok_s": statistics.median(v["tok_s"] for v in values),
-                    "bleu": bleu(outputs[toolkit], refs), "runs": values}
+                    "bleu": bleu(outputs[toolkit], refs),
+                    "runs": values,
+                }
             lite = outputs["onmt_lite"]
             if "OpenNMT-py" in outputs:
                 row["identical_with_peer"] = len(lite) - lines_differ(lite, outputs["OpenNMT-py"])
@@ -168,9 +222,11 @@ def print_row(row, same_weights):
         ratio = f"{v[unit] / peer[unit]:.2f}x" if peer else "-"
         same = row.get("identical_with_peer", "-") if toolkit == "onmt_lite" else ""
         fp32 = row.get("identical_with_fp32", "-") if toolkit == "onmt_lite" else ""
-        print(f"{row['model']:<12} {row['search']:<18} {row['precision']:<5} {toolkit:<11} "
-              f"{v['sents_s']:>9.1f} {v['tok_s']:>9.0f} {ratio:>7} {same!s:>9} {fp32!s:>9} "
-              f"{v['bleu']:>6.2f}")
+        print(
+            f"{row['model']:<12} {row['search']:<18} {row['precision']:<5} {toolkit:<11} "
+            f"{v['sents_s']:>9.1f} {v['tok_s']:>9.0f} {ratio:>7} {same!s:>9} {fp32!s:>9} "
+            f"{v['bleu']:>6.2f}"
+        )
 
 
 def main():
@@ -178,11 +234,14 @@ def main():
     parser.add_argument("-lines", type=int, default=2000, help="lines of src-val.txt decoded")
     parser.add_argument("-rounds", type=int, default=2)
     parser.add_argument("-only", nargs="+", choices=list(MODELS), help="models (default: all)")
-    parser.add_argument("-precisions", nargs="+", choices=list(PRECISIONS),
-                        default=list(PRECISIONS))
-    parser.add_argument("-dry_run", action="store_true",
-                        help="onmt_lite's commands on the CPU, small models, no peer "
-                             "(no CUDA needed)")
+    parser.add_argument(
+        "-precisions", nargs="+", choices=list(PRECISIONS), default=list(PRECISIONS)
+    )
+    parser.add_argument(
+        "-dry_run",
+        action="store_true",
+        help="onmt_lite's commands on the CPU, small models, no peer (no CUDA needed)",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_translate_speed")
     opt = parser.parse_args()
@@ -194,41 +253,50 @@ def main():
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu_translate_speed: this machine has no CUDA device "
-                  "(-dry_run runs the commands on the CPU)")
+            print(
+                "gpu_translate_speed: this machine has no CUDA device "
+                "(-dry_run runs the commands on the CPU)"
+            )
             return 2
         if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
-            subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"),
-                            opt.peer], check=True)
+            subprocess.run(
+                ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer],
+                check=True,
+            )
     if "fp32" not in opt.precisions:
         opt.precisions.insert(0, "fp32")  # the reference of the half-precision outputs
     data = toy_ende()
     os.makedirs(opt.work, exist_ok=True)
     with open(data["src_valid"], encoding="utf-8") as f:
-        lines = f.read().splitlines()[:opt.lines]
+        lines = f.read().splitlines()[: opt.lines]
     with open(data["tgt_valid"], encoding="utf-8") as f:
-        refs = [" ".join(line.split()) for line in f.read().splitlines()[:opt.lines]]
+        refs = [" ".join(line.split()) for line in f.read().splitlines()[: opt.lines]]
     source = os.path.join(opt.work, "src.txt")
     with open(source, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     peer_copy = os.path.join(opt.work, "peer")  # normalised_copy keeps the file's name
     os.makedirs(peer_copy, exist_ok=True)
     src = {"onmt_lite": source, "OpenNMT-py": normalised_copy(source, peer_copy)}
-    print(f"{'model':<12} {'search':<18} {'prec.':<5} {'toolkit':<11} {'sents/s':>9} {'tok/s':>9} "
-          f"{'ratio':>7} {'=peer':>9} {'=fp32':>9} {'BLEU':>6}")
+    print(
+        f"{'model':<12} {'search':<18} {'prec.':<5} {'toolkit':<11} {'sents/s':>9} {'tok/s':>9} "
+        f"{'ratio':>7} {'=peer':>9} {'=fp32':>9} {'BLEU':>6}"
+    )
     rows = []
     for kind in opt.only or list(MODELS):
         work = os.path.join(opt.work, kind)
         os.makedirs(work, exist_ok=True)
         models = train_models(kind, work, opt)
         rows += measure(kind, models, src, refs, work, opt)
-    print(f"\n{opt.lines} lines of toy-ende src-val.txt, medians of {opt.rounds} rounds; ratio: "
-          "onmt_lite / OpenNMT-py at the same precision, of sentences/s (the Transformer: the same "
-          "weights) or of output tokens/s (the RNN); =peer, =fp32: lines identical to the peer's "
-          "and to onmt_lite's float32 output")
+    print(
+        f"\n{opt.lines} lines of toy-ende src-val.txt, medians of {opt.rounds} rounds; ratio: "
+        "onmt_lite / OpenNMT-py at the same precision, of sentences/s (the Transformer: the same "
+        "weights) or of output tokens/s (the RNN); =peer, =fp32: lines identical to the peer's "
+        "and to onmt_lite's float32 output"
+    )
     if not opt.dry_run:  # a dry run's figures are no measurement
-        write_results("gpu_translate_speed", {"lines": opt.lines, "rounds": opt.rounds,
-                                              "rows": rows})
+        write_results(
+            "gpu_translate_speed", {"lines": opt.lines, "rounds": opt.rounds, "rows": rows}
+        )
     return 0
 
 

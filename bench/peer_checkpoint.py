@@ -40,6 +40,7 @@ not cover (an RNN, copy attention, relative positions, no position encoding) sto
 Tied weights (-share_embeddings, -share_decoder_embeddings) are written as copies, untied: the
 values, and so the translations, are the same.
 """
+
 import argparse
 import os
 import sys
@@ -50,8 +51,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from onmt_lite.models.checkpoint import load_checkpoint, model_options  # noqa: E402
 from onmt_lite.models.embeddings import sinusoids  # noqa: E402
 
-PEER_PE_LENGTH = 5000  # OpenNMT-py 3.5.1's PositionalEncoding max_len (its buffer is saved in the checkpoint)
-PEER_SPECIALS = ("<unk>", "<blank>", "<s>", "</s>")  # its DefaultTokens UNK, PAD, BOS, EOS; onmt_lite's SPECIALS
+PEER_PE_LENGTH = (
+    5000  # OpenNMT-py 3.5.1's PositionalEncoding max_len (its buffer is saved in the checkpoint)
+)
+PEER_SPECIALS = (
+    "<unk>",
+    "<blank>",
+    "<s>",
+    "</s>",
+)  # its DefaultTokens UNK, PAD, BOS, EOS; onmt_lite's SPECIALS
 LAYER_NORM_EPS = 1e-6  # onmt_lite.models.transformer.LAYER_NORM_EPS; OpenNMT-py's -norm_eps default
 
 
@@ -63,50 +71,115 @@ class ConversionError(SystemExit):
 def lite_dims(opt):
     """Layers, model size, heads and feed-forward size of the onmt_lite options ``opt``; refuses the
     models this converter does not map."""
-    refusals = {"encoder_type": (opt.encoder_type != "transformer", "an RNN or mean encoder"),
-                "decoder_type": (opt.decoder_type != "transformer", "an RNN decoder"),
-                "copy_attn": (opt.copy_attn, "copy attention"),
-                "max_relative_positions": (opt.max_relative_positions != 0, "relative positions"),
-                "position_encoding": (not opt.position_encoding, "a Transformer without position encoding"),
-                "self_attn_type": (opt.self_attn_type != "scaled-dot", f"self_attn_type {opt.self_attn_type}"),
-                "generator_function": (opt.generator_function != "softmax", "a generator other than softmax")}
+    refusals = {
+        "encoder_type": (opt.encoder_type != "transformer", "an RNN or mean encoder"),
+        "decoder_type": (opt.decoder_type != "transformer", "an RNN decoder"),
+        "copy_attn": (opt.copy_attn, "copy attention"),
+        "max_relative_positions": (opt.max_relative_positions != 0, "relative positions"),
+        "position_encoding": (not opt.position_encoding, "a Transformer without position encoding"),
+        "self_attn_type": (
+            opt.self_attn_type != "scaled-dot",
+            f"self_attn_type {opt.self_attn_type}",
+        ),
+        "generator_function": (
+            opt.generator_function != "softmax",
+            "a generator other than softmax",
+        ),
+    }
     for name, (refused, what) in refusals.items():
         if refused:
-            raise ConversionError(f"-{name}: not handled ({what}); the converter maps onmt_lite's Transformer "
-                                  "encoder and decoder with sinusoidal position encoding, without copy attention")
+            raise ConversionError(
+                f"-{name}: not handled ({what}); the converter maps onmt_lite's Transformer "
+                "encoder and decoder with sinusoidal position encoding, without copy attention"
+            )
     layers = (opt.layers, opt.layers) if opt.layers > 0 else (opt.enc_layers, opt.dec_layers)
     size = opt.rnn_size if opt.rnn_size > 0 else opt.dec_rnn_size
-    emb = (opt.word_vec_size,) * 2 if opt.word_vec_size > 0 else (opt.src_word_vec_size, opt.tgt_word_vec_size)
+    emb = (
+        (opt.word_vec_size,) * 2
+        if opt.word_vec_size > 0
+        else (opt.src_word_vec_size, opt.tgt_word_vec_size)
+    )
     if (opt.rnn_size <= 0 and opt.enc_rnn_size != opt.dec_rnn_size) or emb != (size, size):
-        raise ConversionError(f"sizes differ (embeddings {emb}, model {size}): onmt_lite builds no such Transformer")
-    return {"enc_layers": layers[0], "dec_layers": layers[1], "size": size, "heads": opt.heads,
-            "ff": opt.transformer_ff}
+        raise ConversionError(
+            f"sizes differ (embeddings {emb}, model {size}): onmt_lite builds no such Transformer"
+        )
+    return {
+        "enc_layers": layers[0],
+        "dec_layers": layers[1],
+        "size": size,
+        "heads": opt.heads,
+        "ff": opt.transformer_ff,
+    }
 
 
 def peer_options(template_opt, dims, vocab_sizes):
     """The template's option Namespace with every option that shapes the model set as onmt_lite's."""
     opt = argparse.Namespace(**vars(template_opt))
-    model = {"model_task": "seq2seq", "model_type": "text", "model_dtype": "fp32",
-             "encoder_type": "transformer", "decoder_type": "transformer",
-             "layers": -1, "enc_layers": dims["enc_layers"], "dec_layers": dims["dec_layers"],
-             "hidden_size": dims["size"], "enc_hid_size": dims["size"], "dec_hid_size": dims["size"],
-             "word_vec_size": dims["size"], "src_word_vec_size": dims["size"], "tgt_word_vec_size": dims["size"],
-             "heads": dims["heads"], "transformer_ff": dims["ff"],
-             "position_encoding": True, "position_encoding_type": "SinusoidalInterleaved",
-             "max_relative_positions": 0, "relative_positions_buckets": 0, "self_attn_type": "scaled-dot",
-             "layer_norm": "standard", "norm_eps": LAYER_NORM_EPS, "pos_ffn_activation_fn": "relu",
-             # onmt_lite's (and OpenNMT-py 1.x's) linear layers all have biases
-             "add_qkvbias": True, "add_ffnbias": True, "num_kv": 0, "multiquery": False,
-             "parallel_residual": False, "shared_layer_norm": False, "num_experts": 0, "sliding_window": 0,
-             "aan_useffn": False, "copy_attn": False, "generator_function": "softmax",
-             "lambda_align": 0.0, "alignment_layer": -3, "alignment_heads": 0, "full_context_alignment": False,
-             "share_embeddings": False, "share_decoder_embeddings": False,  # tied weights are written as copies
-             "feat_merge": "concat", "feat_vec_size": -1, "n_src_feats": 0, "dropout": [0.0],
-             "attention_dropout": [0.0], "quant_layers": [], "quant_type": "", "lora_layers": [],
-             "lora_embedding": False, "use_ckpting": [], "world_size": 1, "parallel_mode": "data_parallel",
-             "gpu_ranks": [], "update_vocab": False, "train_from": "", "freeze_encoder": False,
-             "freeze_decoder": False, "brnn": False, "rotary_interleave": False, "rotary_theta": 10000,
-             "rotary_dim": 0}
+    model = {
+        "model_task": "seq2seq",
+        "model_type": "text",
+        "model_dtype": "fp32",
+        "encoder_type": "transformer",
+        "decoder_type": "transformer",
+        "layers": -1,
+        "enc_layers": dims["enc_layers"],
+        "dec_layers": dims["dec_layers"],
+        "hidden_size": dims["size"],
+        "enc_hid_size": dims["size"],
+        "dec_hid_size": dims["size"],
+        "word_vec_size": dims["size"],
+        "src_word_vec_size": dims["size"],
+        "tgt_word_vec_size": dims["size"],
+        "heads": dims["heads"],
+        "transformer_ff": dims["ff"],
+        "position_encoding": True,
+        "position_encoding_type": "SinusoidalInterleaved",
+        "max_relative_positions": 0,
+        "relative_positions_buckets": 0,
+        "self_attn_type": "scaled-dot",
+        "layer_norm": "standard",
+        "norm_eps": LAYER_NORM_EPS,
+        "pos_ffn_activation_fn": "relu",
+        # onmt_lite's (and OpenNMT-py 1.x's) linear layers all have biases
+        "add_qkvbias": True,
+        "add_ffnbias": True,
+        "num_kv": 0,
+        "multiquery": False,
+        "parallel_residual": False,
+        "shared_layer_norm": False,
+        "num_experts": 0,
+        "sliding_window": 0,
+        "aan_useffn": False,
+        "copy_attn": False,
+        "generator_function": "softmax",
+        "lambda_align": 0.0,
+        "alignment_layer": -3,
+        "alignment_heads": 0,
+        "full_context_alignment": False,
+        "share_embeddings": False,
+        "share_decoder_embeddings": False,  # tied weights are written as copies
+        "feat_merge": "concat",
+        "feat_vec_size": -1,
+        "n_src_feats": 0,
+        "dropout": [0.0],
+        "attention_dropout": [0.0],
+        "quant_layers": [],
+        "quant_type": "",
+        "lora_layers": [],
+        "lora_embedding": False,
+        "use_ckpting": [],
+        "world_size": 1,
+        "parallel_mode": "data_parallel",
+        "gpu_ranks": [],
+        "update_vocab": False,
+        "train_from": "",
+        "freeze_encoder": False,
+        "freeze_decoder": False,
+        "brnn": False,
+        "rotary_interleave": False,
+        "rotary_theta": 10000,
+        "rotary_dim": 0,
+    }
     for name, value in model.items():
         setattr(opt, name, value)
     opt.src_vocab_size, opt.tgt_vocab_size = vocab_sizes
@@ -143,9 +216,13 @@ def parameter_map(lite, dims):
             for name, chunk in zip(("query", "keys", "values"), chunks):
                 model[f"{dst}.linear_{name}.{part}"] = chunk
 
-    pe = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(1)  # [5000 x 1 x H], as the peer keeps it
+    pe = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(
+        1
+    )  # [5000 x 1 x H], as the peer keeps it
     for side in ("encoder", "decoder"):
-        model[f"{side}.embeddings.make_embedding.emb_luts.0.weight"] = take(f"{side}.embeddings.lut.weight")
+        model[f"{side}.embeddings.make_embedding.emb_luts.0.weight"] = take(
+            f"{side}.embeddings.lut.weight"
+        )
         model[f"{side}.embeddings.make_embedding.pe.pe"] = pe.clone()
     for i in range(dims["enc_layers"]):
         lite_layer, peer_layer = f"encoder.layers.{i}", f"encoder.transformer.{i}"
@@ -155,11 +232,17 @@ def parameter_map(lite, dims):
         feed_forward(linear, f"{lite_layer}.feed_forward", f"{peer_layer}.feed_forward")
     linear("encoder.norm", "encoder.layer_norm")
     for part in ("weight", "bias"):  # every decoder layer's context keys and values in one product
-        chunks = split_rows(take(f"decoder.memory_projection.{part}"), 2 * dims["dec_layers"], size,
-                            f"decoder.memory_projection.{part}")
+        chunks = split_rows(
+            take(f"decoder.memory_projection.{part}"),
+            2 * dims["dec_layers"],
+            size,
+            f"decoder.memory_projection.{part}",
+        )
         for i in range(dims["dec_layers"]):
             model[f"decoder.transformer_layers.{i}.context_attn.linear_keys.{part}"] = chunks[2 * i]
-            model[f"decoder.transformer_layers.{i}.context_attn.linear_values.{part}"] = chunks[2 * i + 1]
+            model[f"decoder.transformer_layers.{i}.context_attn.linear_values.{part}"] = chunks[
+                2 * i + 1
+            ]
     for i in range(dims["dec_layers"]):
         lite_layer, peer_layer = f"decoder.layers.{i}", f"decoder.transformer_layers.{i}"
         linear(f"{lite_layer}.self_attn_norm", f"{peer_layer}.layer_norm_1")
@@ -230,24 +313,37 @@ def check_shapes(model, generator, dims, vocab_sizes, template):
     for what, got, want in (("model", model, want_model), ("generator", generator, want_generator)):
         missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
         if missing or extra:
-            raise ConversionError(f"{what}: parameters missing {missing[:5]}, unexpected {extra[:5]}")
+            raise ConversionError(
+                f"{what}: parameters missing {missing[:5]}, unexpected {extra[:5]}"
+            )
         wrong = [(k, tuple(got[k].shape), want[k]) for k in want if tuple(got[k].shape) != want[k]]
         if wrong:
-            raise ConversionError(f"{what}: shapes differ from OpenNMT-py's (name, got, expected): {wrong[:5]}")
-    same = (set(template["model"]) == set(model) and all(
-        template["model"][k].shape == model[k].shape for k in model) and template.get("generator") and all(
-        template["generator"][k].shape == generator[k].shape for k in generator))
+            raise ConversionError(
+                f"{what}: shapes differ from OpenNMT-py's (name, got, expected): {wrong[:5]}"
+            )
+    same = (
+        set(template["model"]) == set(model)
+        and all(template["model"][k].shape == model[k].shape for k in model)
+        and template.get("generator")
+        and all(template["generator"][k].shape == generator[k].shape for k in generator)
+    )
     return bool(same)
 
 
 def peer_vocab(vocab):
     for side in ("src", "tgt"):
-        if tuple(vocab[side][:len(PEER_SPECIALS)]) != PEER_SPECIALS:
+        if tuple(vocab[side][: len(PEER_SPECIALS)]) != PEER_SPECIALS:
             raise ConversionError(f"the {side} vocabulary does not start with {PEER_SPECIALS}")
         if len(set(vocab[side])) != len(vocab[side]):
-            raise ConversionError(f"the {side} vocabulary repeats words: ids would not map one to one")
-    return {"src": list(vocab["src"]), "tgt": list(vocab["tgt"]), "data_task": "seq2seq",
-            "decoder_start_token": "<s>"}
+            raise ConversionError(
+                f"the {side} vocabulary repeats words: ids would not map one to one"
+            )
+    return {
+        "src": list(vocab["src"]),
+        "tgt": list(vocab["tgt"]),
+        "data_task": "seq2seq",
+        "decoder_start_token": "<s>",
+    }
 
 
 def convert(lite_path, template_path):
@@ -260,31 +356,46 @@ def convert(lite_path, template_path):
     lite.update({"generator." + k: v for k, v in checkpoint["generator"].items()})
     template = torch.load(template_path, map_location="cpu", weights_only=False)
     if not isinstance(template, dict) or not isinstance(template.get("opt"), argparse.Namespace):
-        raise ConversionError(f"{template_path}: not an OpenNMT-py 3.x checkpoint (no opt Namespace)")
+        raise ConversionError(
+            f"{template_path}: not an OpenNMT-py 3.x checkpoint (no opt Namespace)"
+        )
     model, generator = parameter_map(lite, dims)
     vocab = peer_vocab(checkpoint["vocab"])
     vocab_sizes = (len(vocab["src"]), len(vocab["tgt"]))
     same_as_template = check_shapes(model, generator, dims, vocab_sizes, template)
-    peer = {"model": model, "generator": generator, "vocab": vocab,
-            "opt": peer_options(template["opt"], dims, vocab_sizes), "optim": None}
+    peer = {
+        "model": model,
+        "generator": generator,
+        "vocab": vocab,
+        "opt": peer_options(template["opt"], dims, vocab_sizes),
+        "optim": None,
+    }
     return peer, dims, same_as_template
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-model", required=True, help="onmt_lite Transformer checkpoint")
-    parser.add_argument("-template", required=True, help="a checkpoint OpenNMT-py 3.5.1 saved (for its options)")
+    parser.add_argument(
+        "-template", required=True, help="a checkpoint OpenNMT-py 3.5.1 saved (for its options)"
+    )
     parser.add_argument("-output", required=True, help="the OpenNMT-py checkpoint to write")
     opt = parser.parse_args()
     peer, dims, same_as_template = convert(opt.model, opt.template)
     torch.save(peer, opt.output)
     params = sum(t.numel() for k, t in peer["model"].items() if not k.endswith(".pe.pe")) + sum(
-        t.numel() for t in peer["generator"].values())
-    layout = "as in the template" if same_as_template else \
-        "as OpenNMT-py 3.5.1 builds them (the template has other sizes or vocabularies)"
-    print(f"{opt.output}: {dims['enc_layers']}+{dims['dec_layers']} layers, size {dims['size']}, {dims['heads']} "
-          f"heads, feed-forward {dims['ff']}, vocabularies {len(peer['vocab']['src'])}/{len(peer['vocab']['tgt'])}, "
-          f"{params} parameters; names and shapes {layout}")
+        t.numel() for t in peer["generator"].values()
+    )
+    layout = (
+        "as in the template"
+        if same_as_template
+        else "as OpenNMT-py 3.5.1 builds them (the template has other sizes or vocabularies)"
+    )
+    print(
+        f"{opt.output}: {dims['enc_layers']}+{dims['dec_layers']} layers, size {dims['size']}, {dims['heads']} "
+        f"heads, feed-forward {dims['ff']}, vocabularies {len(peer['vocab']['src'])}/{len(peer['vocab']['tgt'])}, "
+        f"{params} parameters; names and shapes {layout}"
+    )
 
 
 if __name__ == "__main__":

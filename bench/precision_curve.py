@@ -10,6 +10,7 @@ ratio bf16 / fp32, and each run's target tokens/s (its reports after the first).
 bench/results/precision_curve.json; with matplotlib, tools/plot_training.py draws both logs into
 bench/results/precision_curve.png. (fp16 runs on CUDA devices only: not measured on this machine.)
 """
+
 import argparse
 import os
 import subprocess
@@ -45,41 +46,95 @@ def main():
     opt = parser.parse_args()
     os.makedirs(opt.work, exist_ok=True)
     data = toy_ende()
-    run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
-         "-valid_src", data["src_valid"], "-valid_tgt", data["tgt_valid"], "-save_data", f"{opt.work}/data",
-         "-overwrite", *PREPROCESS], f"{opt.work}/preprocess.log")
-    train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "seed": 1,
-                  "report_every": opt.report_every, "valid_steps": opt.valid_steps,
-                  "save_checkpoint_steps": opt.steps, "train_steps": opt.steps}
+    run(
+        [
+            f"{LITE_BIN}/onmt_lite_preprocess",
+            "-train_src",
+            data["src_train"],
+            "-train_tgt",
+            data["tgt_train"],
+            "-valid_src",
+            data["src_valid"],
+            "-valid_tgt",
+            data["tgt_valid"],
+            "-save_data",
+            f"{opt.work}/data",
+            "-overwrite",
+            *PREPROCESS,
+        ],
+        f"{opt.work}/preprocess.log",
+    )
+    train_args = {
+        "optim": "adam",
+        "learning_rate": 0.001,
+        "batch_size": 64,
+        "seed": 1,
+        "report_every": opt.report_every,
+        "valid_steps": opt.valid_steps,
+        "save_checkpoint_steps": opt.steps,
+        "train_steps": opt.steps,
+    }
     figures = {"settings": {**BASE, **train_args}, "runs": {}}
     for dtype in DTYPES:
         log = f"{opt.work}/{dtype}.log"
         if os.path.exists(log):
             os.remove(log)  # -log_file appends
-        run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{opt.work}/data", "-save_model", f"{opt.work}/{dtype}",
-             *lite_args(BASE, train_args), "-model_dtype", dtype, "-log_file", log], f"{opt.work}/{dtype}.out")
+        run(
+            [
+                f"{LITE_BIN}/onmt_lite_train",
+                "-data",
+                f"{opt.work}/data",
+                "-save_model",
+                f"{opt.work}/{dtype}",
+                *lite_args(BASE, train_args),
+                "-model_dtype",
+                dtype,
+                "-log_file",
+                log,
+            ],
+            f"{opt.work}/{dtype}.out",
+        )
         train, valid = curves(log)
-        figures["runs"][dtype] = {"tgt_tok_s": target_rate(log, opt.report_every), "train_ppl": train,
-                                  "valid_ppl": valid}
+        figures["runs"][dtype] = {
+            "tgt_tok_s": target_rate(log, opt.report_every),
+            "train_ppl": train,
+            "valid_ppl": valid,
+        }
     fp32, bf16 = (figures["runs"][dtype] for dtype in DTYPES)
     train_rows = side_by_side(fp32["train_ppl"], bf16["train_ppl"])
     valid_rows = side_by_side(fp32["valid_ppl"], bf16["valid_ppl"])
-    figures["train_ppl_ratio_range"] = [min(r[3] for r in train_rows), max(r[3] for r in train_rows)]
+    figures["train_ppl_ratio_range"] = [
+        min(r[3] for r in train_rows),
+        max(r[3] for r in train_rows),
+    ]
     figures["valid_ppl_ratio"] = {step: ratio for step, _, _, ratio in valid_rows}
     figures["speed_ratio"] = bf16["tgt_tok_s"] / fp32["tgt_tok_s"]
     write_results("precision_curve", figures)
 
-    print(f"\ntoy-ende, standard configuration, seed 1, {opt.steps} steps: perplexity, bf16 against fp32")
+    print(
+        f"\ntoy-ende, standard configuration, seed 1, {opt.steps} steps: perplexity, bf16 against fp32"
+    )
     print(f"{'step':>10} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10}")
     for label, rows in (("", train_rows), ("valid ", valid_rows)):
         for step, a, b, ratio in rows:
             print(f"{label + str(step):>10} {a:>9.2f} {b:>9.2f} {ratio:>10.3f}")
-    print(f"training perplexity bf16/fp32 {figures['train_ppl_ratio_range'][0]:.3f}-"
-          f"{figures['train_ppl_ratio_range'][1]:.3f}; target tokens/s fp32 {fp32['tgt_tok_s']:.0f}, "
-          f"bf16 {bf16['tgt_tok_s']:.0f} ({figures['speed_ratio']:.2f}x)")
+    print(
+        f"training perplexity bf16/fp32 {figures['train_ppl_ratio_range'][0]:.3f}-"
+        f"{figures['train_ppl_ratio_range'][1]:.3f}; target tokens/s fp32 {fp32['tgt_tok_s']:.0f}, "
+        f"bf16 {bf16['tgt_tok_s']:.0f} ({figures['speed_ratio']:.2f}x)"
+    )
     plot = os.path.join(os.path.dirname(results_path("precision_curve")), "precision_curve.png")
-    drawn = subprocess.run([sys.executable, os.path.join(os.path.dirname(BENCH), "tools", "plot_training.py"),
-                            "-log", f"{opt.work}/fp32.log", f"{opt.work}/bf16.log", "-output", plot])
+    drawn = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(BENCH), "tools", "plot_training.py"),
+            "-log",
+            f"{opt.work}/fp32.log",
+            f"{opt.work}/bf16.log",
+            "-output",
+            plot,
+        ]
+    )
     print(f"plot: {plot}" if drawn.returncode == 0 else "plot: skipped (see the message above)")
 
 

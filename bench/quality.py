@@ -17,6 +17,7 @@ is scored (its step is in the table). The peer is installed by
 ../shared/bench/install_opennmt_py.sh. A table is printed and the figures are written to
 bench/results/quality_TASK.json (quality_TASK_transformer.json for the Transformer).
 """
+
 import argparse
 import glob
 import json
@@ -43,8 +44,14 @@ def run(cmd, log, timeout=None):
     env = PEER_ENV if "peer" in str(cmd[0]) or "opennmt" in str(cmd[0]) else None
     with open(log, "w") as out:
         try:
-            subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=True,
-                           env=env)
+            subprocess.run(
+                [str(c) for c in cmd],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=True,
+                env=env,
+            )
         except subprocess.TimeoutExpired:
             pass
     return time.time() - start
@@ -73,12 +80,19 @@ def subword_files(data, pieces, work):
     scoring (``join_pieces``), so that BLEU is computed on the corpus's own tokens."""
     import sentencepiece as spm
 
-    work = os.path.join(work, f"bpe{pieces}")  # not beside normalised_copy's files, which keep the names
+    work = os.path.join(
+        work, f"bpe{pieces}"
+    )  # not beside normalised_copy's files, which keep the names
     os.makedirs(work, exist_ok=True)
     prefix = os.path.join(work, "pieces")
-    spm.SentencePieceTrainer.train(input=[data["src_train"], data["tgt_train"]], model_prefix=prefix,
-                                   vocab_size=pieces, model_type="bpe", character_coverage=1.0,
-                                   minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        input=[data["src_train"], data["tgt_train"]],
+        model_prefix=prefix,
+        vocab_size=pieces,
+        model_type="bpe",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
     model = spm.SentencePieceProcessor(model_file=prefix + ".model")
     cut = {}
     for key, path in data.items():
@@ -115,8 +129,12 @@ def machine():
     except OSError:
         pass
     isa = {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"}
-    return {"cpu": info.get("model name", "unknown"), "family_model": f"{info.get('cpu family')}/{info.get('model')}",
-            "isa": sorted(isa & set(info.get("flags", "").split())), "cores": os.cpu_count()}
+    return {
+        "cpu": info.get("model name", "unknown"),
+        "family_model": f"{info.get('cpu family')}/{info.get('model')}",
+        "isa": sorted(isa & set(info.get("flags", "").split())),
+        "cores": os.cpu_count(),
+    }
 
 
 def results_path(name):
@@ -142,33 +160,65 @@ def write_results(name, figures):
 
 # The small Transformer of issue 32 in OpenNMT-py 3.x's option names (``lite_args`` gives onmt_lite's),
 # and its training: token batches, Adam with the noam schedule, label smoothing.
-TRANSFORMER = {"encoder_type": "transformer", "decoder_type": "transformer", "layers": 2, "hidden_size": 256,
-               "word_vec_size": 256, "transformer_ff": 1024, "heads": 4, "position_encoding": True,
-               "dropout": 0.1, "attention_dropout": 0.1, "param_init": 0, "param_init_glorot": True,
-               # OpenNMT-py 3.x leaves out the biases of the attention's and the feed-forward's linear
-               # layers unless told; 1.x's layers (and onmt_lite's) have them: the same parameters
-               "add_qkvbias": True, "add_ffnbias": True}
-TRANSFORMER_TRAINING = {"optim": "adam", "adam_beta2": 0.998, "decay_method": "noam", "warmup_steps": 8000,
-                        "learning_rate": 2, "batch_size": 4096, "batch_type": "tokens", "normalization": "tokens",
-                        "label_smoothing": 0.1}
+TRANSFORMER = {
+    "encoder_type": "transformer",
+    "decoder_type": "transformer",
+    "layers": 2,
+    "hidden_size": 256,
+    "word_vec_size": 256,
+    "transformer_ff": 1024,
+    "heads": 4,
+    "position_encoding": True,
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+    "param_init": 0,
+    "param_init_glorot": True,
+    # OpenNMT-py 3.x leaves out the biases of the attention's and the feed-forward's linear
+    # layers unless told; 1.x's layers (and onmt_lite's) have them: the same parameters
+    "add_qkvbias": True,
+    "add_ffnbias": True,
+}
+TRANSFORMER_TRAINING = {
+    "optim": "adam",
+    "adam_beta2": 0.998,
+    "decay_method": "noam",
+    "warmup_steps": 8000,
+    "learning_rate": 2,
+    "batch_size": 4096,
+    "batch_type": "tokens",
+    "normalization": "tokens",
+    "label_smoothing": 0.1,
+}
 # -subwords: one vocabulary for both sides and one embedding matrix for the encoder, the decoder and the
 # generator (fewer parameters to learn from 10,000 pairs); share_vocab is preprocessing's in onmt_lite
 SHARED_PIECES = {"share_vocab": True, "share_embeddings": True, "share_decoder_embeddings": True}
 # OpenNMT-py 3.x options without a counterpart in onmt_lite: the biases above (onmt_lite's layers always
 # have them), and bucket_size (-peer_bucket_size)
 PEER_ONLY = ("add_qkvbias", "add_ffnbias", "bucket_size")
-PEER_BUCKET_HELP = ("OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
-                    "data-loading worker reads the corpus over and over, 26 times for toy-ende, to fill one; "
-                    "a smaller one starts sooner, for dry runs)")
+PEER_BUCKET_HELP = (
+    "OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
+    "data-loading worker reads the corpus over and over, 26 times for toy-ende, to fill one; "
+    "a smaller one starts sooner, for dry runs)"
+)
 # onmt_lite_preprocess's options (the peer's build_vocab's or its config's)
 PREPROCESS_ONLY = ("src_vocab_size", "tgt_vocab_size", "share_vocab")
 
 
 def peer_config(path, data, model_args, train_args, work):
-    lines = [f"save_data: {work}/peer", f"src_vocab: {work}/peer.vocab.src", f"tgt_vocab: {work}/peer.vocab.tgt",
-             "overwrite: true", "data:", "  corpus_1:", f"    path_src: {data['src_train']}",
-             f"    path_tgt: {data['tgt_train']}", "  valid:", f"    path_src: {data['src_valid']}",
-             f"    path_tgt: {data['tgt_valid']}", f"save_model: {work}/peer_model"]
+    lines = [
+        f"save_data: {work}/peer",
+        f"src_vocab: {work}/peer.vocab.src",
+        f"tgt_vocab: {work}/peer.vocab.tgt",
+        "overwrite: true",
+        "data:",
+        "  corpus_1:",
+        f"    path_src: {data['src_train']}",
+        f"    path_tgt: {data['tgt_train']}",
+        "  valid:",
+        f"    path_src: {data['src_valid']}",
+        f"    path_tgt: {data['tgt_valid']}",
+        f"save_model: {work}/peer_model",
+    ]
     lines += [f"{k}: {v}" for k, v in {**model_args, **train_args}.items()]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -187,28 +237,76 @@ def lite_args(model_args, train_args):
 
 def train_both(task, data, peer_data, model_args, train_args, budget, work, peer, reuse=False):
     """Train onmt_lite and the peer; returns {toolkit: (checkpoint, step, seconds)}."""
-    pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
-           "-valid_src", data["src_valid"], "-valid_tgt", data["tgt_valid"], "-save_data", f"{work}/lite",
-           "-overwrite", "-src_seq_length", 200, "-tgt_seq_length", 200]
+    pre = [
+        f"{LITE_BIN}/onmt_lite_preprocess",
+        "-train_src",
+        data["src_train"],
+        "-train_tgt",
+        data["tgt_train"],
+        "-valid_src",
+        data["src_valid"],
+        "-valid_tgt",
+        data["tgt_valid"],
+        "-save_data",
+        f"{work}/lite",
+        "-overwrite",
+        "-src_seq_length",
+        200,
+        "-tgt_seq_length",
+        200,
+    ]
     if "src_vocab_size" in model_args:
-        pre += ["-src_vocab_size", model_args["src_vocab_size"], "-tgt_vocab_size", model_args["tgt_vocab_size"]]
+        pre += [
+            "-src_vocab_size",
+            model_args["src_vocab_size"],
+            "-tgt_vocab_size",
+            model_args["tgt_vocab_size"],
+        ]
     if model_args.get("copy_attn"):
         pre += ["-dynamic_dict"]
     if model_args.get("share_vocab"):
         pre += ["-share_vocab"]
     run(pre, f"{work}/lite_preprocess.log")
-    if reuse and glob.glob(f"{work}/lite_model_step_*.pt") and glob.glob(f"{work}/peer_model_step_*.pt"):
-        return {"onmt_lite": (*newest_checkpoint(f"{work}/lite_model_step_*.pt"),
-                              logged_seconds(f"{work}/lite_train.log")),
-                "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"),
-                               logged_seconds(f"{work}/peer_train.log"))}
-    seconds = run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/lite_model",
-                   *lite_args(model_args, train_args)], f"{work}/lite_train.log", budget)
+    if (
+        reuse
+        and glob.glob(f"{work}/lite_model_step_*.pt")
+        and glob.glob(f"{work}/peer_model_step_*.pt")
+    ):
+        return {
+            "onmt_lite": (
+                *newest_checkpoint(f"{work}/lite_model_step_*.pt"),
+                logged_seconds(f"{work}/lite_train.log"),
+            ),
+            "OpenNMT-py": (
+                *newest_checkpoint(f"{work}/peer_model_step_*.pt"),
+                logged_seconds(f"{work}/peer_train.log"),
+            ),
+        }
+    seconds = run(
+        [
+            f"{LITE_BIN}/onmt_lite_train",
+            "-data",
+            f"{work}/lite",
+            "-save_model",
+            f"{work}/lite_model",
+            *lite_args(model_args, train_args),
+        ],
+        f"{work}/lite_train.log",
+        budget,
+    )
     lite = (*newest_checkpoint(f"{work}/lite_model_step_*.pt"), seconds)
     peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
-    run([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1], f"{work}/peer_vocab.log")
-    seconds = run([f"{peer}/bin/onmt_train", "-config", f"{work}/peer.yaml"], f"{work}/peer_train.log", budget)
-    return {"onmt_lite": lite, "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"), seconds)}
+    run(
+        [f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
+        f"{work}/peer_vocab.log",
+    )
+    seconds = run(
+        [f"{peer}/bin/onmt_train", "-config", f"{work}/peer.yaml"], f"{work}/peer_train.log", budget
+    )
+    return {
+        "onmt_lite": lite,
+        "OpenNMT-py": (*newest_checkpoint(f"{work}/peer_model_step_*.pt"), seconds),
+    }
 
 
 def logged_parameters(log):
@@ -232,7 +330,10 @@ def check_models(lite_log, peer_log, model_args):
         for module in ("TransformerEncoder(", "TransformerDecoder("):
             if module not in text:
                 raise SystemExit(f"{peer_log}: OpenNMT-py did not build a {module[:-1]}")
-    if None in params.values() or abs(params["onmt_lite"] - params["OpenNMT-py"]) > 1e-3 * params["OpenNMT-py"]:
+    if (
+        None in params.values()
+        or abs(params["onmt_lite"] - params["OpenNMT-py"]) > 1e-3 * params["OpenNMT-py"]
+    ):
         print(f"warning: the two models' parameters differ: {params} (logs {lite_log}, {peer_log})")
     return params
 
@@ -276,13 +377,32 @@ def translate_both(models, src, work, peer):
         out = f"{work}/{toolkit}.pred"
         if toolkit == "OpenNMT-py":
             repaired = f"{work}/peer_model_for_translation.pt"
-            run([f"{peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, checkpoint, repaired],
-                f"{work}/peer_repair.log")
+            run(
+                [f"{peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, checkpoint, repaired],
+                f"{work}/peer_repair.log",
+            )
             checkpoint = repaired
-        binary = [f"{LITE_BIN}/onmt_lite_translate"] if toolkit == "onmt_lite" else [
-            f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA]
-        run([*binary, "-model", checkpoint, "-src", src, "-output", out, "-beam_size", 5, "-batch_size", 32],
-            f"{work}/{toolkit}_translate.log")
+        binary = (
+            [f"{LITE_BIN}/onmt_lite_translate"]
+            if toolkit == "onmt_lite"
+            else [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA]
+        )
+        run(
+            [
+                *binary,
+                "-model",
+                checkpoint,
+                "-src",
+                src,
+                "-output",
+                out,
+                "-beam_size",
+                5,
+                "-batch_size",
+                32,
+            ],
+            f"{work}/{toolkit}_translate.log",
+        )
         with open(out, encoding="utf-8") as f:
             outputs[toolkit] = [" ".join(line.split()) for line in f]
     return outputs
@@ -299,12 +419,44 @@ def gold_perplexity(models, src, tgt, work, peer):
     for toolkit, (checkpoint, _, _) in models.items():
         log = f"{work}/{toolkit}_gold.log"
         if toolkit == "onmt_lite":
-            run([f"{LITE_BIN}/onmt_lite_translate", "-model", checkpoint, "-src", src, "-tgt", tgt, "-output",
-                 f"{work}/{toolkit}_gold.pred", "-beam_size", 1, "-batch_size", 32], log)
+            run(
+                [
+                    f"{LITE_BIN}/onmt_lite_translate",
+                    "-model",
+                    checkpoint,
+                    "-src",
+                    src,
+                    "-tgt",
+                    tgt,
+                    "-output",
+                    f"{work}/{toolkit}_gold.pred",
+                    "-beam_size",
+                    1,
+                    "-batch_size",
+                    32,
+                ],
+                log,
+            )
             pattern, per_sentence = r"GOLD AVG SCORE: (-?[\d.]+)", False
         else:
-            run([f"{peer}/bin/onmt_translate", "-model", f"{work}/peer_model_for_translation.pt", "-src", src,
-                 "-tgt", tgt, "-output", f"{work}/{toolkit}_gold.pred", "-beam_size", 1, "-batch_size", 32], log)
+            run(
+                [
+                    f"{peer}/bin/onmt_translate",
+                    "-model",
+                    f"{work}/peer_model_for_translation.pt",
+                    "-src",
+                    src,
+                    "-tgt",
+                    tgt,
+                    "-output",
+                    f"{work}/{toolkit}_gold.pred",
+                    "-beam_size",
+                    1,
+                    "-batch_size",
+                    32,
+                ],
+                log,
+            )
             pattern, per_sentence = r"GOLD SCORE: (-?[\d.]+)", True
         with open(log, encoding="utf-8", errors="replace") as f:
             score = float(re.findall(pattern, f.read())[-1])
@@ -326,7 +478,10 @@ def score(task, outputs, ref_path):
     with open(ref_path, encoding="utf-8") as f:
         refs = [" ".join(line.split()) for line in f]
     if task == "g2p":
-        return {t: 100.0 * sum(h == r for h, r in zip(hyps, refs)) / len(refs) for t, hyps in outputs.items()}
+        return {
+            t: 100.0 * sum(h == r for h, r in zip(hyps, refs)) / len(refs)
+            for t, hyps in outputs.items()
+        }
     from sacrebleu.metrics import BLEU
 
     return {t: BLEU().corpus_score(hyps, [refs]).score for t, hyps in outputs.items()}
@@ -338,90 +493,209 @@ def report(task, label, models, scores, metric):
     for toolkit, (_, step, seconds) in models.items():
         print(f"{toolkit:<12} {step:>7} {seconds:>8.0f} {scores[toolkit]:>14.2f}")
     ratio = scores["onmt_lite"] / scores["OpenNMT-py"] if scores["OpenNMT-py"] > 0 else None
-    print(f"onmt_lite / OpenNMT-py: {'n/a (OpenNMT-py scored 0)' if ratio is None else f'{ratio:.3f}'}")
-    return {"task": task, "setting": label, "metric": metric, "ratio": ratio,
-            "toolkits": {t: {"checkpoint_step": s, "train_seconds": sec, metric: scores[t]}
-                         for t, (_, s, sec) in models.items()}}
+    print(
+        f"onmt_lite / OpenNMT-py: {'n/a (OpenNMT-py scored 0)' if ratio is None else f'{ratio:.3f}'}"
+    )
+    return {
+        "task": task,
+        "setting": label,
+        "metric": metric,
+        "ratio": ratio,
+        "toolkits": {
+            t: {"checkpoint_step": s, "train_seconds": sec, metric: scores[t]}
+            for t, (_, s, sec) in models.items()
+        },
+    }
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("task", choices=["g2p", "ende"])
-    parser.add_argument("-model", choices=["rnn", "transformer"], default="rnn",
-                        help="rnn: the settings above; transformer: the small Transformer, the same wall-clock "
-                             "budget each on both tasks")
-    parser.add_argument("-minutes", type=float, default=10.0,
-                        help="g2p, and ende with -model transformer: wall-clock training budget each")
-    parser.add_argument("-steps", type=int, default=1000, help="ende with -model rnn: training steps each")
-    parser.add_argument("-warmup_steps", type=int, default=TRANSFORMER_TRAINING["warmup_steps"],
-                        help="-model transformer: the noam schedule's warm-up (a 10-minute run on 2 cores makes a "
-                             "few hundred steps of 4,096 tokens, where 8,000 warm-up steps keep the learning rate "
-                             "below 1e-4: lower it to compare models that have learnt something)")
-    parser.add_argument("-save_every", type=int, default=50,
-                        help="-model transformer: checkpoint every N steps (the newest one within the budget "
-                             "is scored)")
+    parser.add_argument(
+        "-model",
+        choices=["rnn", "transformer"],
+        default="rnn",
+        help="rnn: the settings above; transformer: the small Transformer, the same wall-clock "
+        "budget each on both tasks",
+    )
+    parser.add_argument(
+        "-minutes",
+        type=float,
+        default=10.0,
+        help="g2p, and ende with -model transformer: wall-clock training budget each",
+    )
+    parser.add_argument(
+        "-steps", type=int, default=1000, help="ende with -model rnn: training steps each"
+    )
+    parser.add_argument(
+        "-warmup_steps",
+        type=int,
+        default=TRANSFORMER_TRAINING["warmup_steps"],
+        help="-model transformer: the noam schedule's warm-up (a 10-minute run on 2 cores makes a "
+        "few hundred steps of 4,096 tokens, where 8,000 warm-up steps keep the learning rate "
+        "below 1e-4: lower it to compare models that have learnt something)",
+    )
+    parser.add_argument(
+        "-save_every",
+        type=int,
+        default=50,
+        help="-model transformer: checkpoint every N steps (the newest one within the budget "
+        "is scored)",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py venv")
     parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
-    parser.add_argument("-only", choices=["copy", "nocopy"], help="ende, rnn: run one of the two settings")
-    parser.add_argument("-lines", type=int, help="score the first N lines of the validation set (default: all)")
-    parser.add_argument("-subwords", type=int,
-                        help="-model transformer, ende: train both toolkits on sentencepiece BPE pieces, one "
-                             "model of N pieces for both languages, with shared vocabularies and embeddings "
-                             "(BLEU is scored on the words joined back)")
-    parser.add_argument("-dropout", type=float, help="-model transformer: dropout (default: 0.1, issue 32's)")
-    parser.add_argument("-results", help="write the figures to bench/results/RESULTS.json (default: quality_TASK...)")
-    parser.add_argument("-reuse", action="store_true",
-                        help="Translate and score the checkpoints of an earlier run instead of training again")
+    parser.add_argument(
+        "-only", choices=["copy", "nocopy"], help="ende, rnn: run one of the two settings"
+    )
+    parser.add_argument(
+        "-lines", type=int, help="score the first N lines of the validation set (default: all)"
+    )
+    parser.add_argument(
+        "-subwords",
+        type=int,
+        help="-model transformer, ende: train both toolkits on sentencepiece BPE pieces, one "
+        "model of N pieces for both languages, with shared vocabularies and embeddings "
+        "(BLEU is scored on the words joined back)",
+    )
+    parser.add_argument(
+        "-dropout", type=float, help="-model transformer: dropout (default: 0.1, issue 32's)"
+    )
+    parser.add_argument(
+        "-results",
+        help="write the figures to bench/results/RESULTS.json (default: quality_TASK...)",
+    )
+    parser.add_argument(
+        "-reuse",
+        action="store_true",
+        help="Translate and score the checkpoints of an earlier run instead of training again",
+    )
     opt = parser.parse_args()
     if not os.path.isdir(SHARED):
         raise SystemExit(f"needs {SHARED}")
     if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
-        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+        subprocess.run(
+            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
+        )
     results = []
     if opt.task == "g2p":
         d = os.path.join(SHARED, "data", "g2p-sr")
-        data = {"src_train": f"{d}/src.train", "tgt_train": f"{d}/tgt.train", "src_valid": f"{d}/src.valid",
-                "tgt_valid": f"{d}/tgt.valid"}
-        settings = [("beam 5, exact match", {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2,
-                                             "hidden_size": 256, "word_vec_size": 128})]
-        train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "train_steps": 1000000,
-                      "valid_steps": 1000000, "save_checkpoint_steps": 250, "seed": 1}
+        data = {
+            "src_train": f"{d}/src.train",
+            "tgt_train": f"{d}/tgt.train",
+            "src_valid": f"{d}/src.valid",
+            "tgt_valid": f"{d}/tgt.valid",
+        }
+        settings = [
+            (
+                "beam 5, exact match",
+                {
+                    "encoder_type": "brnn",
+                    "enc_layers": 2,
+                    "dec_layers": 2,
+                    "hidden_size": 256,
+                    "word_vec_size": 128,
+                },
+            )
+        ]
+        train_args = {
+            "optim": "adam",
+            "learning_rate": 0.001,
+            "batch_size": 64,
+            "train_steps": 1000000,
+            "valid_steps": 1000000,
+            "save_checkpoint_steps": 250,
+            "seed": 1,
+        }
         budget, metric, ref = opt.minutes * 60, "exact match %", data["tgt_valid"]
     else:
         d = os.path.join(SHARED, "data", "toy-ende")
-        data = {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
-                "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
-        base = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
-                "global_attention": "general", "input_feed": 1, "src_vocab_size": 20000, "tgt_vocab_size": 20000}
-        settings = [("no copy, BLEU beam 5", base), ("copy_attn, BLEU beam 5", {**base, "copy_attn": True})]
-        settings = [s for s in settings if opt.only is None or (opt.only == "copy") == ("copy_attn" in s[1])]
-        train_args = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64, "train_steps": opt.steps,
-                      "valid_steps": 1000000, "save_checkpoint_steps": opt.steps, "seed": 1}
+        data = {
+            "src_train": f"{d}/src-train.txt",
+            "tgt_train": f"{d}/tgt-train.txt",
+            "src_valid": f"{d}/src-val.txt",
+            "tgt_valid": f"{d}/tgt-val.txt",
+        }
+        base = {
+            "encoder_type": "brnn",
+            "enc_layers": 2,
+            "dec_layers": 2,
+            "hidden_size": 256,
+            "word_vec_size": 256,
+            "global_attention": "general",
+            "input_feed": 1,
+            "src_vocab_size": 20000,
+            "tgt_vocab_size": 20000,
+        }
+        settings = [
+            ("no copy, BLEU beam 5", base),
+            ("copy_attn, BLEU beam 5", {**base, "copy_attn": True}),
+        ]
+        settings = [
+            s for s in settings if opt.only is None or (opt.only == "copy") == ("copy_attn" in s[1])
+        ]
+        train_args = {
+            "optim": "adam",
+            "learning_rate": 0.001,
+            "batch_size": 64,
+            "train_steps": opt.steps,
+            "valid_steps": 1000000,
+            "save_checkpoint_steps": opt.steps,
+            "seed": 1,
+        }
         budget, metric, ref = None, "BLEU", data["tgt_valid"]
     if opt.model == "transformer":
         vocab = {"src_vocab_size": 20000, "tgt_vocab_size": 20000} if opt.task == "ende" else {}
-        settings = [(f"transformer, {'BLEU beam 5' if opt.task == 'ende' else 'beam 5, exact match'}",
-                     {**TRANSFORMER, **vocab})]
+        settings = [
+            (
+                f"transformer, {'BLEU beam 5' if opt.task == 'ende' else 'beam 5, exact match'}",
+                {**TRANSFORMER, **vocab},
+            )
+        ]
         if opt.dropout is not None:
-            settings = [(f"{label}, dropout {opt.dropout}", {**args, "dropout": opt.dropout})
-                        for label, args in settings]
+            settings = [
+                (f"{label}, dropout {opt.dropout}", {**args, "dropout": opt.dropout})
+                for label, args in settings
+            ]
         if opt.subwords:
-            settings = [(f"{label}, {opt.subwords} BPE pieces shared", {**args, **SHARED_PIECES})
-                        for label, args in settings]
-        train_args = {**TRANSFORMER_TRAINING, "warmup_steps": opt.warmup_steps, "train_steps": 1000000,
-                      "valid_steps": 1000000, "save_checkpoint_steps": opt.save_every, "keep_checkpoint": 3,
-                      "seed": 1}
+            settings = [
+                (f"{label}, {opt.subwords} BPE pieces shared", {**args, **SHARED_PIECES})
+                for label, args in settings
+            ]
+        train_args = {
+            **TRANSFORMER_TRAINING,
+            "warmup_steps": opt.warmup_steps,
+            "train_steps": 1000000,
+            "valid_steps": 1000000,
+            "save_checkpoint_steps": opt.save_every,
+            "keep_checkpoint": 3,
+            "seed": 1,
+        }
         budget = opt.minutes * 60
     if opt.peer_bucket_size:
         train_args["bucket_size"] = opt.peer_bucket_size
     for label, model_args in settings:
         work = os.path.join(opt.work, opt.task, re.sub(r"\W+", "_", label))
         os.makedirs(work, exist_ok=True)
-        pieces, task_data = (subword_files(data, opt.subwords, work) if opt.subwords and opt.model == "transformer"
-                             and opt.task == "ende" else (None, data))
+        pieces, task_data = (
+            subword_files(data, opt.subwords, work)
+            if opt.subwords and opt.model == "transformer" and opt.task == "ende"
+            else (None, data)
+        )
         peer_data = {k: normalised_copy(v, work) for k, v in task_data.items()}
-        models = train_both(opt.task, task_data, peer_data, model_args, train_args, budget, work, opt.peer, opt.reuse)
+        models = train_both(
+            opt.task,
+            task_data,
+            peer_data,
+            model_args,
+            train_args,
+            budget,
+            work,
+            opt.peer,
+            opt.reuse,
+        )
         check_models(f"{work}/lite_train.log", f"{work}/peer_train.log", model_args)
         src, refs = (first_lines(path, opt.lines, work) for path in (task_data["src_valid"], ref))
         outputs = translate_both(models, src, work, opt.peer)
@@ -430,14 +704,28 @@ def main():
         results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
         results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
         if opt.model == "transformer" and opt.task == "ende":
-            gold_refs = first_lines(task_data["tgt_valid"], opt.lines, work)  # in pieces with -subwords
-            results[-1]["reference_perplexity"] = gold_perplexity(models, src, gold_refs, work, opt.peer)
+            gold_refs = first_lines(
+                task_data["tgt_valid"], opt.lines, work
+            )  # in pieces with -subwords
+            results[-1]["reference_perplexity"] = gold_perplexity(
+                models, src, gold_refs, work, opt.peer
+            )
             print(f"perplexity of the references: {results[-1]['reference_perplexity']}")
         if opt.model == "transformer":
-            results[-1].update({"warmup_steps": opt.warmup_steps, "minutes": opt.minutes,
-                                "subwords": opt.subwords, "dropout": model_args["dropout"]})
+            results[-1].update(
+                {
+                    "warmup_steps": opt.warmup_steps,
+                    "minutes": opt.minutes,
+                    "subwords": opt.subwords,
+                    "dropout": model_args["dropout"],
+                }
+            )
         name = f"quality_{opt.task}" + ("_transformer" if opt.model == "transformer" else "")
-        write_results(opt.results or name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""), results)
+        write_results(
+            opt.results or name + (f"_{opt.only}" if opt.only and opt.model == "rnn" else ""),
+            results,
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ fraction is an upper bound of the useful work done. The speed is onmt_lite_train
 over ``-steps`` steps after ``-warmup``; the limit is torch.mm on 2048 x 2048 float32 matrices with
 the same thread count. Figures go to bench/results/roofline.json.
 """
+
 import argparse
 import os
 import statistics
@@ -43,7 +44,9 @@ def mean_length(path):
 def training_flops_per_target_token(src_len, tgt_len):
     """Multiply-adds of the matrix products per target token, times 2 (operations) and 3 (training)."""
     per_target = {
-        "encoder": (2 * 4 * (H // 2) * (E + H // 2) + 2 * 4 * (H // 2) * (H + H // 2)) * src_len / tgt_len,
+        "encoder": (2 * 4 * (H // 2) * (E + H // 2) + 2 * 4 * (H // 2) * (H + H // 2))
+        * src_len
+        / tgt_len,
         "decoder RNN": 4 * H * (E + H + H) + 4 * H * (H + H),
         "attention": H * H + 2 * src_len * H + 2 * H * H,
         "generator": H * V,
@@ -58,7 +61,7 @@ def matmul_rate(size=2048, repeats=5):
     a, b = torch.randn(size, size), torch.randn(size, size)
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
-    return 2 * size ** 3 / best
+    return 2 * size**3 / best
 
 
 def _timed(fn):
@@ -71,18 +74,72 @@ def measured_training_rate(work, steps, warmup):
     d = os.path.join(SHARED, "data", "toy-ende")
     os.makedirs(work, exist_ok=True)
     if not os.path.exists(f"{work}/lite.vocab.pt"):
-        subprocess.run([f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", f"{d}/src-train.txt", "-train_tgt",
-                        f"{d}/tgt-train.txt", "-save_data", f"{work}/lite", "-overwrite", "-src_vocab_size", "20000",
-                        "-tgt_vocab_size", "20000", "-src_seq_length", "200", "-tgt_seq_length", "200"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                f"{LITE_BIN}/onmt_lite_preprocess",
+                "-train_src",
+                f"{d}/src-train.txt",
+                "-train_tgt",
+                f"{d}/tgt-train.txt",
+                "-save_data",
+                f"{work}/lite",
+                "-overwrite",
+                "-src_vocab_size",
+                "20000",
+                "-tgt_vocab_size",
+                "20000",
+                "-src_seq_length",
+                "200",
+                "-tgt_seq_length",
+                "200",
+            ],
+            check=True,
+            capture_output=True,
+        )
     log = f"{work}/train.log"
     with open(log, "w") as out:
-        subprocess.run([f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model", f"{work}/model",
-                        "-encoder_type", "brnn", "-enc_layers", "2", "-dec_layers", "2", "-rnn_size", str(H),
-                        "-word_vec_size", str(E), "-global_attention", "general", "-input_feed", "1",
-                        "-optim", "adam", "-learning_rate", "0.001", "-batch_size", "64", "-dropout", "0.3",
-                        "-seed", "1", "-report_every", "10", "-train_steps", str(warmup + steps),
-                        "-save_checkpoint_steps", "1000000"], stdout=out, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [
+                f"{LITE_BIN}/onmt_lite_train",
+                "-data",
+                f"{work}/lite",
+                "-save_model",
+                f"{work}/model",
+                "-encoder_type",
+                "brnn",
+                "-enc_layers",
+                "2",
+                "-dec_layers",
+                "2",
+                "-rnn_size",
+                str(H),
+                "-word_vec_size",
+                str(E),
+                "-global_attention",
+                "general",
+                "-input_feed",
+                "1",
+                "-optim",
+                "adam",
+                "-learning_rate",
+                "0.001",
+                "-batch_size",
+                "64",
+                "-dropout",
+                "0.3",
+                "-seed",
+                "1",
+                "-report_every",
+                "10",
+                "-train_steps",
+                str(warmup + steps),
+                "-save_checkpoint_steps",
+                "1000000",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
     return target_rate(log, warmup)
 
 
@@ -97,24 +154,41 @@ def main():
 
     torch.set_num_threads(opt.threads)
     d = os.path.join(SHARED, "data", "toy-ende")
-    src_len, tgt_len = mean_length(f"{d}/src-train.txt"), mean_length(f"{d}/tgt-train.txt") + 1  # + </s>
+    src_len, tgt_len = (
+        mean_length(f"{d}/src-train.txt"),
+        mean_length(f"{d}/tgt-train.txt") + 1,
+    )  # + </s>
     flops = training_flops_per_target_token(src_len, tgt_len)
     total = sum(flops.values())
     peak = statistics.median(matmul_rate() for _ in range(3))
     rate = measured_training_rate(opt.work, opt.steps, opt.warmup)
     achieved = total * rate
-    print(f"Training FLOPs per target token (mean lengths: source {src_len:.1f}, target {tgt_len:.1f}):")
+    print(
+        f"Training FLOPs per target token (mean lengths: source {src_len:.1f}, target {tgt_len:.1f}):"
+    )
     for part, value in flops.items():
         print(f"  {part:<12} {value / 1e6:>7.2f} MFLOP ({value / total:.0%})")
     print(f"  {'total':<12} {total / 1e6:>7.2f} MFLOP")
-    print(f"float32 matrix multiply, {opt.threads} threads: {peak / 1e9:.0f} GFLOP/s "
-          f"-> limit {peak / total:.0f} target tokens/s")
-    print(f"onmt_lite_train: {rate:.0f} target tokens/s = {achieved / 1e9:.0f} GFLOP/s "
-          f"= {achieved / peak:.0%} of the limit")
-    write_results("roofline", {"mflop_per_target_token": {k: v / 1e6 for k, v in flops.items()},
-                               "total_mflop_per_target_token": total / 1e6, "matmul_gflop_s": peak / 1e9,
-                               "threads": opt.threads, "limit_tgt_tok_s": peak / total, "tgt_tok_s": rate,
-                               "fraction_of_limit": achieved / peak})
+    print(
+        f"float32 matrix multiply, {opt.threads} threads: {peak / 1e9:.0f} GFLOP/s "
+        f"-> limit {peak / total:.0f} target tokens/s"
+    )
+    print(
+        f"onmt_lite_train: {rate:.0f} target tokens/s = {achieved / 1e9:.0f} GFLOP/s "
+        f"= {achieved / peak:.0%} of the limit"
+    )
+    write_results(
+        "roofline",
+        {
+            "mflop_per_target_token": {k: v / 1e6 for k, v in flops.items()},
+            "total_mflop_per_target_token": total / 1e6,
+            "matmul_gflop_s": peak / 1e9,
+            "threads": opt.threads,
+            "limit_tgt_tok_s": peak / total,
+            "tgt_tok_s": rate,
+            "fraction_of_limit": achieved / peak,
+        },
+    )
 
 
 if __name__ == "__main__":

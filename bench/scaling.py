@@ -14,6 +14,7 @@ fresh process, batch 64, length 60, hidden 512) at vocabularies of 10,000 to 100
 ``-max_generator_batches`` 0 and 8. Each table is printed, drawn to bench/results/scaling_*.png when
 matplotlib is installed, and written to bench/results/scaling.json.
 """
+
 import argparse
 import os
 import sys
@@ -24,7 +25,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import REPO, SHARED, normalised_copy, write_results  # noqa: E402
 from translate_speed import decode_seconds, ensure_models, translate  # noqa: E402
 
-BATCH_SIZES, LENGTHS, BEAMS, VOCABS = (16, 32, 64, 128), (10, 20, 40, 80), (1, 2, 5, 10), (10000, 20000, 50000, 100000)
+BATCH_SIZES, LENGTHS, BEAMS, VOCABS = (
+    (16, 32, 64, 128),
+    (10, 20, 40, 80),
+    (1, 2, 5, 10),
+    (10000, 20000, 50000, 100000),
+)
 
 
 def training_rate(batch_size, length, steps, vocab_size=20000):
@@ -43,10 +49,31 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
 
     torch.manual_seed(0)
     vocab = Vocab([f"w{i}" for i in range(vocab_size - 4)])
-    opt = parse(build_parser("bench", [model_opts, train_opts]), [
-        "-data", "unused", "-encoder_type", "brnn", "-layers", "2", "-rnn_size", "256", "-word_vec_size", "256",
-        "-global_attention", "general", "-input_feed", "1", "-dropout", "0.3", "-optim", "adam",
-        "-learning_rate", "0.001"])
+    opt = parse(
+        build_parser("bench", [model_opts, train_opts]),
+        [
+            "-data",
+            "unused",
+            "-encoder_type",
+            "brnn",
+            "-layers",
+            "2",
+            "-rnn_size",
+            "256",
+            "-word_vec_size",
+            "256",
+            "-global_attention",
+            "general",
+            "-input_feed",
+            "1",
+            "-dropout",
+            "0.3",
+            "-optim",
+            "adam",
+            "-learning_rate",
+            "0.001",
+        ],
+    )
     model = build_model(opt, {"src": vocab, "tgt": vocab})
     words = vocab.itos[4:]
     draw = torch.Generator().manual_seed(1)
@@ -54,16 +81,24 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
     def sentence():
         return [words[j] for j in torch.randint(len(words), (length,), generator=draw)]
 
-    examples = [make_example(i, sentence(), sentence(), vocab, vocab, False) for i in range(batch_size)]
+    examples = [
+        make_example(i, sentence(), sentence(), vocab, vocab, False) for i in range(batch_size)
+    ]
     batch = ShardView(make_shard(examples)).batch(list(range(batch_size)))
-    trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), optim=Optimizer(model, opt, 256),
-                      shard_size=opt.max_generator_batches)
+    trainer = Trainer(
+        model,
+        loss_compute=build_loss_compute(model, vocab, opt),
+        optim=Optimizer(model, opt, 256),
+        shard_size=opt.max_generator_batches,
+    )
     for _ in range(2):
         trainer.train_step([batch])
     start = time.perf_counter()
     for _ in range(steps):
         trainer.train_step([batch])
-    return batch_size * (length + 1) * steps / (time.perf_counter() - start)  # targets: the words and </s>
+    return (
+        batch_size * (length + 1) * steps / (time.perf_counter() - start)
+    )  # targets: the words and </s>
 
 
 def translation_seconds(model, src, beam, work):
@@ -86,6 +121,7 @@ def plot(name, title, xlabel, ylabel, series):
     """bench/results/scaling_NAME.png of ``series`` {label: (xs, ys)}, when matplotlib is installed."""
     try:
         from onmt_lite.utils.plotting import new_figure, save_png
+
         figure = new_figure(640, 400, "the scaling plots")
     except Exception as err:  # matplotlib is optional
         print(f"(no plot: {err})")
@@ -104,7 +140,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-steps", type=int, default=5)
     parser.add_argument("-lines", type=int, default=200)
-    parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
+    parser.add_argument(
+        "-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory"
+    )
     opt = parser.parse_args()
     import torch
 
@@ -119,21 +157,33 @@ def main():
     print("\nTraining, length 25: target tokens/s by batch size")
     for b, r in zip(BATCH_SIZES, rates):
         print(f"batch {b:>4}: {r:>7.0f}")
-    plot("train_batch", "Training speed, length 25", "batch size", "target tokens/s",
-         {"onmt_lite": (BATCH_SIZES, rates)})
+    plot(
+        "train_batch",
+        "Training speed, length 25",
+        "batch size",
+        "target tokens/s",
+        {"onmt_lite": (BATCH_SIZES, rates)},
+    )
 
     rates = [training_rate(64, n, opt.steps) for n in LENGTHS]
     results["train_by_length"] = dict(zip(LENGTHS, rates))
     print("\nTraining, batch 64: target tokens/s by sentence length")
     for n, r in zip(LENGTHS, rates):
         print(f"length {n:>3}: {r:>7.0f}")
-    plot("train_length", "Training speed, batch 64", "sentence length", "target tokens/s",
-         {"onmt_lite": (LENGTHS, rates)})
+    plot(
+        "train_length",
+        "Training speed, batch 64",
+        "sentence length",
+        "target tokens/s",
+        {"onmt_lite": (LENGTHS, rates)},
+    )
     write_results("scaling", results)
 
     model = ensure_models(opt.quality_work, "no copy")["onmt_lite"]
     with tempfile.TemporaryDirectory() as work:
-        with open(normalised_copy(os.path.join(SHARED, "data", "toy-ende", "src-val.txt"), work)) as f:
+        with open(
+            normalised_copy(os.path.join(SHARED, "data", "toy-ende", "src-val.txt"), work)
+        ) as f:
             lines = f.readlines()[: opt.lines]
         src = os.path.join(work, "src.txt")
         with open(src, "w") as f:
@@ -143,16 +193,34 @@ def main():
         print(f"\nTranslation of {opt.lines} lines, batch 32: seconds by beam size")
         for k, s in zip(BEAMS, seconds):
             print(f"beam {k:>2}: {s:>6.2f} s ({opt.lines / s:.0f} sentences/s)")
-        plot("beam", f"Translation of {opt.lines} lines", "beam size", "seconds", {"onmt_lite": (BEAMS, seconds)})
+        plot(
+            "beam",
+            f"Translation of {opt.lines} lines",
+            "beam size",
+            "seconds",
+            {"onmt_lite": (BEAMS, seconds)},
+        )
 
-        memory = {shard: [step_memory(v, shard, work)["step_mib"] for v in VOCABS] for shard in (0, 8)}
-    results["step_mib_by_vocab"] = {f"max_generator_batches {s}": dict(zip(VOCABS, m)) for s, m in memory.items()}
+        memory = {
+            shard: [step_memory(v, shard, work)["step_mib"] for v in VOCABS] for shard in (0, 8)
+        }
+    results["step_mib_by_vocab"] = {
+        f"max_generator_batches {s}": dict(zip(VOCABS, m)) for s, m in memory.items()
+    }
     print("\nOne training step (batch 64, length 60, hidden 512): peak MiB by vocabulary size")
     print(f"{'vocabulary':>10} {'unsharded':>10} {'shards of 8':>12}")
     for i, v in enumerate(VOCABS):
         print(f"{v:>10} {memory[0][i]:>10.0f} {memory[8][i]:>12.0f}")
-    plot("memory", "Memory of one training step", "vocabulary size", "MiB",
-         {"-max_generator_batches 0": (VOCABS, memory[0]), "-max_generator_batches 8": (VOCABS, memory[8])})
+    plot(
+        "memory",
+        "Memory of one training step",
+        "vocabulary size",
+        "MiB",
+        {
+            "-max_generator_batches 0": (VOCABS, memory[0]),
+            "-max_generator_batches 8": (VOCABS, memory[8]),
+        },
+    )
     write_results("scaling", results)
 
 

@@ -13,6 +13,7 @@ requests' latencies, and the ratios; every answer is checked (status 200, its ow
 translation). Figures go to bench/results/server_load.json (the models' training and exact match,
 when trained here, to bench/results/server_load_models.json).
 """
+
 import argparse
 import http.client
 import json
@@ -27,20 +28,44 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import LITE_BIN, PEER_ENV, SHARED, newest_checkpoint, write_results  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEARCH = {"beam_size": 5, "max_length": 100, "length_penalty": "none", "alpha": 0.0, "batch_size": 30}
-PEER_SEARCH = {**SEARCH, "max_length_ratio": 0}  # 3.x cuts outputs at 1.25 x the source + 5 unless told
+SEARCH = {
+    "beam_size": 5,
+    "max_length": 100,
+    "length_penalty": "none",
+    "alpha": 0.0,
+    "batch_size": 30,
+}
+PEER_SEARCH = {
+    **SEARCH,
+    "max_length_ratio": 0,
+}  # 3.x cuts outputs at 1.25 x the source + 5 unless told
 MODEL_ID = 100
 
 
 def ensure_models(work, minutes):
     """The g2p-sr checkpoints of both toolkits (quality.py g2p trains them when missing)."""
     directory = os.path.join(work, "g2p", "beam_5_exact_match")
-    patterns = {"onmt_lite": f"{directory}/lite_model_step_*.pt", "OpenNMT-py": f"{directory}/peer_model_step_*.pt"}
+    patterns = {
+        "onmt_lite": f"{directory}/lite_model_step_*.pt",
+        "OpenNMT-py": f"{directory}/peer_model_step_*.pt",
+    }
     try:
         return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
     except (SystemExit, ValueError, IndexError):
-        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "g2p", "-minutes", str(minutes),
-                        "-work", work, "-results", "server_load_models"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(REPO, "bench", "quality.py"),
+                "g2p",
+                "-minutes",
+                str(minutes),
+                "-work",
+                work,
+                "-results",
+                "server_load_models",
+            ],
+            check=True,
+        )
         return {toolkit: newest_checkpoint(p)[0] for toolkit, p in patterns.items()}
 
 
@@ -51,15 +76,28 @@ class Served:
         conf = os.path.join(work, f"{toolkit}.conf.json")
         opt = PEER_SEARCH if toolkit == "OpenNMT-py" else SEARCH
         with open(conf, "w", encoding="utf-8") as f:
-            json.dump({"models_root": os.path.dirname(model), "models": [
-                {"id": MODEL_ID, "model": os.path.basename(model), "load": True, "opt": opt}]}, f)
+            json.dump(
+                {
+                    "models_root": os.path.dirname(model),
+                    "models": [
+                        {"id": MODEL_ID, "model": os.path.basename(model), "load": True, "opt": opt}
+                    ],
+                },
+                f,
+            )
         # 3.x renamed 1.x's --config to --model_config
-        command = ([f"{peer}/bin/onmt_server", "--model_config", conf] if toolkit == "OpenNMT-py"
-                   else [f"{LITE_BIN}/onmt_lite_server", "--config", conf])
+        command = (
+            [f"{peer}/bin/onmt_server", "--model_config", conf]
+            if toolkit == "OpenNMT-py"
+            else [f"{LITE_BIN}/onmt_lite_server", "--config", conf]
+        )
         self.log = open(os.path.join(work, f"{toolkit}.server.log"), "w", encoding="utf-8")
-        self.process = subprocess.Popen([*command, "--ip", "127.0.0.1", "--port", str(port)],
-                                        stdout=self.log, stderr=subprocess.STDOUT,
-                                        env=PEER_ENV if toolkit == "OpenNMT-py" else None)
+        self.process = subprocess.Popen(
+            [*command, "--ip", "127.0.0.1", "--port", str(port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=PEER_ENV if toolkit == "OpenNMT-py" else None,
+        )
         self.port = port
         for _ in range(600):
             try:
@@ -80,8 +118,12 @@ class Served:
 
 def request(port, method, path, body=None):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    connection.request(method, path, body=None if body is None else json.dumps(body).encode(),
-                       headers={"Content-Type": "application/json"})
+    connection.request(
+        method,
+        path,
+        body=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     response = connection.getresponse()
     payload = response.read()
     connection.close()
@@ -95,7 +137,9 @@ def load(port, words, clients):
     def client(c):
         for word in words[c::clients]:
             start = time.perf_counter()
-            status, answer = request(port, "POST", "/translator/translate", [{"src": word, "id": MODEL_ID}])
+            status, answer = request(
+                port, "POST", "/translator/translate", [{"src": word, "id": MODEL_ID}]
+            )
             latencies.append(time.perf_counter() - start)
             if status != 200 or answer[0][0]["src"] != word or not answer[0][0]["tgt"].strip():
                 failures.append((word, status, answer))
@@ -115,9 +159,15 @@ def percentile(values, q):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-minutes", type=float, default=5.0, help="training budget of each model, when missing")
-    parser.add_argument("-sentences", type=int, default=1000, help="requests per run (one word each)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "-minutes", type=float, default=5.0, help="training budget of each model, when missing"
+    )
+    parser.add_argument(
+        "-sentences", type=int, default=1000, help="requests per run (one word each)"
+    )
     parser.add_argument("-clients", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
@@ -127,7 +177,7 @@ def main():
         raise SystemExit(f"needs {SHARED}")
     models = ensure_models(opt.work, opt.minutes)
     with open(os.path.join(SHARED, "data", "g2p-sr", "src.train"), encoding="utf-8") as f:
-        words = [line.strip() for line in f if line.strip()][:opt.sentences]
+        words = [line.strip() for line in f if line.strip()][: opt.sentences]
     rows = []
     for toolkit in ("onmt_lite", "OpenNMT-py"):
         served = Served(toolkit, models[toolkit], opt.port, opt.work, opt.peer)
@@ -136,23 +186,38 @@ def main():
             for clients in opt.clients:
                 seconds, latencies, failures = load(opt.port, words, clients)
                 if failures:
-                    raise SystemExit(f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. {failures[0]}")
-                rows.append({"toolkit": toolkit, "clients": clients, "sentences": len(words), "seconds": seconds,
-                             "sentences_per_s": len(words) / seconds,
-                             "p50_ms": 1000 * statistics.median(latencies),
-                             "p99_ms": 1000 * percentile(latencies, 0.99)})
+                    raise SystemExit(
+                        f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. {failures[0]}"
+                    )
+                rows.append(
+                    {
+                        "toolkit": toolkit,
+                        "clients": clients,
+                        "sentences": len(words),
+                        "seconds": seconds,
+                        "sentences_per_s": len(words) / seconds,
+                        "p50_ms": 1000 * statistics.median(latencies),
+                        "p99_ms": 1000 * percentile(latencies, 0.99),
+                    }
+                )
                 print(rows[-1], flush=True)
         finally:
             served.stop()
-    print("\n| clients | onmt_lite sent/s | OpenNMT-py sent/s | ratio | onmt_lite p50 / p99 ms | "
-          "OpenNMT-py p50 / p99 ms |")
+    print(
+        "\n| clients | onmt_lite sent/s | OpenNMT-py sent/s | ratio | onmt_lite p50 / p99 ms | "
+        "OpenNMT-py p50 / p99 ms |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for clients in opt.clients:
-        lite, peer = (next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
-                      for t in ("onmt_lite", "OpenNMT-py"))
+        lite, peer = (
+            next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
+            for t in ("onmt_lite", "OpenNMT-py")
+        )
         ratio = lite["sentences_per_s"] / peer["sentences_per_s"]
-        print(f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | {ratio:.2f}x | "
-              f"{lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |")
+        print(
+            f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | {ratio:.2f}x | "
+            f"{lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |"
+        )
     write_results("server_load", {"models": models, "search": SEARCH, "rows": rows})
 
 

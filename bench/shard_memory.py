@@ -11,6 +11,7 @@ is split in two halves accumulated into one step. Gradients of every configurati
 the unsharded step's (truncated ones with the unsharded truncated step's: truncation itself changes
 the gradient). Figures go to bench/results/shard_memory.json.
 """
+
 import argparse
 import json
 import os
@@ -56,21 +57,50 @@ def child(args):
     torch.manual_seed(0)
     torch.set_num_threads(2)
     vocab = Vocab([f"w{i}" for i in range(args.vocab - 4)])
-    opt = parse(build_parser("bench", [model_opts, train_opts]), [
-        "-data", "unused", "-encoder_type", "brnn", "-layers", "2", "-rnn_size", str(args.hidden),
-        "-word_vec_size", str(args.hidden), "-global_attention", "general", "-dropout", "0"])
+    opt = parse(
+        build_parser("bench", [model_opts, train_opts]),
+        [
+            "-data",
+            "unused",
+            "-encoder_type",
+            "brnn",
+            "-layers",
+            "2",
+            "-rnn_size",
+            str(args.hidden),
+            "-word_vec_size",
+            str(args.hidden),
+            "-global_attention",
+            "general",
+            "-dropout",
+            "0",
+        ],
+    )
     model = build_model(opt, {"src": vocab, "tgt": vocab})
     generator = torch.Generator().manual_seed(1)
     words = vocab.itos[4:]
-    examples = [make_example(i, [words[j] for j in torch.randint(len(words), (args.length,), generator=generator)],
-                             [words[j] for j in torch.randint(len(words), (args.length,), generator=generator)],
-                             vocab, vocab, False) for i in range(args.batch)]
+    examples = [
+        make_example(
+            i,
+            [words[j] for j in torch.randint(len(words), (args.length,), generator=generator)],
+            [words[j] for j in torch.randint(len(words), (args.length,), generator=generator)],
+            vocab,
+            vocab,
+            False,
+        )
+        for i in range(args.batch)
+    ]
     view = ShardView(make_shard(examples))
     ids = list(range(args.batch))
     half = args.batch // args.accum
-    batches = [view.batch(ids[i * half:(i + 1) * half]) for i in range(args.accum)]
-    trainer = Trainer(model, loss_compute=build_loss_compute(model, vocab, opt), accum_count=args.accum,
-                      shard_size=args.shard, trunc_size=args.trunc)
+    batches = [view.batch(ids[i * half : (i + 1) * half]) for i in range(args.accum)]
+    trainer = Trainer(
+        model,
+        loss_compute=build_loss_compute(model, vocab, opt),
+        accum_count=args.accum,
+        shard_size=args.shard,
+        trunc_size=args.trunc,
+    )
     before = peak_mib()
     norm = normalization(batches, "sents")
     for batch in batches:
@@ -81,10 +111,30 @@ def child(args):
 
 
 def run_config(args, shard, trunc, accum, grads_path):
-    command = [sys.executable, __file__, "-child", "-vocab", args.vocab, "-batch", args.batch, "-length",
-               args.length, "-hidden", args.hidden, "-shard", shard, "-trunc", trunc, "-accum", accum,
-               "-grads", grads_path]
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, check=True, cwd=REPO)
+    command = [
+        sys.executable,
+        __file__,
+        "-child",
+        "-vocab",
+        args.vocab,
+        "-batch",
+        args.batch,
+        "-length",
+        args.length,
+        "-hidden",
+        args.hidden,
+        "-shard",
+        shard,
+        "-trunc",
+        trunc,
+        "-accum",
+        accum,
+        "-grads",
+        grads_path,
+    ]
+    result = subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, check=True, cwd=REPO
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -97,8 +147,15 @@ def max_difference(path_a, path_b):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for name, default in (("vocab", 50000), ("batch", 64), ("length", 60), ("hidden", 512), ("shard", 0),
-                          ("trunc", 0), ("accum", 1)):
+    for name, default in (
+        ("vocab", 50000),
+        ("batch", 64),
+        ("length", 60),
+        ("hidden", 512),
+        ("shard", 0),
+        ("trunc", 0),
+        ("accum", 1),
+    ):
         parser.add_argument(f"-{name}", type=int, default=default)
     parser.add_argument("-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-grads", default="", help=argparse.SUPPRESS)
@@ -111,17 +168,32 @@ def main():
         for i, (name, shard, trunc, accum, reference) in enumerate(CONFIGS):
             grads = os.path.join(tmp, f"{i}.pt")
             figures = run_config(args, shard, trunc, accum, grads)
-            figures["max_relative_grad_difference"] = max_difference(os.path.join(tmp, f"{reference}.pt"), grads)
+            figures["max_relative_grad_difference"] = max_difference(
+                os.path.join(tmp, f"{reference}.pt"), grads
+            )
             rows.append({"config": name, **figures})
     base = rows[0]["step_mib"]
-    print(f"One training step: vocab {args.vocab}, batch {args.batch}, length {args.length}, hidden {args.hidden}")
-    print(f"{'configuration':<48} {'step peak MiB':>14} {'vs unsharded':>13} {'process MiB':>12} {'grad diff':>10}")
-    print("(grad diff: the largest difference from the reference gradients, relative to each tensor's largest value)")
+    print(
+        f"One training step: vocab {args.vocab}, batch {args.batch}, length {args.length}, hidden {args.hidden}"
+    )
+    print(
+        f"{'configuration':<48} {'step peak MiB':>14} {'vs unsharded':>13} {'process MiB':>12} {'grad diff':>10}"
+    )
+    print(
+        "(grad diff: the largest difference from the reference gradients, relative to each tensor's largest value)"
+    )
     for row in rows:
-        print(f"{row['config']:<48} {row['step_mib']:>14.0f} {row['step_mib'] / base:>12.0%} "
-              f"{row['peak_mib']:>12.0f} {row['max_relative_grad_difference']:>10.1e}")
-    write_results("shard_memory", {"settings": {k: getattr(args, k) for k in ("vocab", "batch", "length", "hidden")},
-                                   "rows": rows})
+        print(
+            f"{row['config']:<48} {row['step_mib']:>14.0f} {row['step_mib'] / base:>12.0%} "
+            f"{row['peak_mib']:>12.0f} {row['max_relative_grad_difference']:>10.1e}"
+        )
+    write_results(
+        "shard_memory",
+        {
+            "settings": {k: getattr(args, k) for k in ("vocab", "batch", "length", "hidden")},
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

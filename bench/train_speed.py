@@ -19,6 +19,7 @@ whole process tree (OpenNMT-py's data-loading workers included), sampled every 0
 table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
 The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
 """
+
 import argparse
 import os
 import re
@@ -44,19 +45,30 @@ from quality import (  # noqa: E402
     write_results,
 )
 
-BASE = {"encoder_type": "brnn", "enc_layers": 2, "dec_layers": 2, "hidden_size": 256, "word_vec_size": 256,
-        "global_attention": "general", "input_feed": 1, "dropout": 0.3}
+BASE = {
+    "encoder_type": "brnn",
+    "enc_layers": 2,
+    "dec_layers": 2,
+    "hidden_size": 256,
+    "word_vec_size": 256,
+    "global_attention": "general",
+    "input_feed": 1,
+    "dropout": 0.3,
+}
 RNN_TRAINING = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}
 # name: (model settings of both toolkits, their training settings, onmt_lite's extra options);
 # "standard_bf16" sets onmt_lite's mixed precision against the peer's float32 (OpenNMT-py's fp16 does
 # not run on a CPU).
-CONFIGS = {"standard": (BASE, RNN_TRAINING, []), "copy": ({**BASE, "copy_attn": True}, RNN_TRAINING, []),
-           "no_input_feed": ({**BASE, "input_feed": 0}, RNN_TRAINING, []),
-           "standard_bf16": (BASE, RNN_TRAINING, ["-model_dtype", "bf16"]),
-           "transformer": (TRANSFORMER, TRANSFORMER_TRAINING, []),
-           # 1.x's FAQ recipe shards the loss (-max_generator_batches 2); OpenNMT-py 3.x has no sharding
-           "transformer_sharded": (TRANSFORMER, TRANSFORMER_TRAINING, ["-max_generator_batches", "2"]),
-           "transformer_bf16": (TRANSFORMER, TRANSFORMER_TRAINING, ["-model_dtype", "bf16"])}
+CONFIGS = {
+    "standard": (BASE, RNN_TRAINING, []),
+    "copy": ({**BASE, "copy_attn": True}, RNN_TRAINING, []),
+    "no_input_feed": ({**BASE, "input_feed": 0}, RNN_TRAINING, []),
+    "standard_bf16": (BASE, RNN_TRAINING, ["-model_dtype", "bf16"]),
+    "transformer": (TRANSFORMER, TRANSFORMER_TRAINING, []),
+    # 1.x's FAQ recipe shards the loss (-max_generator_batches 2); OpenNMT-py 3.x has no sharding
+    "transformer_sharded": (TRANSFORMER, TRANSFORMER_TRAINING, ["-max_generator_batches", "2"]),
+    "transformer_bf16": (TRANSFORMER, TRANSFORMER_TRAINING, ["-model_dtype", "bf16"]),
+}
 # run only when named with -only (not part of `make bench`'s RNN figures)
 OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16")
 # (steps, warm-up) without -steps/-warmup: a Transformer step of 4,096 tokens (about 2,700 target
@@ -64,7 +76,16 @@ OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16")
 # shared with other work; 70 steps make a run of 4-10 minutes
 DEFAULT_STEPS = dict.fromkeys(OPT_IN, (60, 10))
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
-PREPROCESS = ["-src_vocab_size", 20000, "-tgt_vocab_size", 20000, "-src_seq_length", 200, "-tgt_seq_length", 200]
+PREPROCESS = [
+    "-src_vocab_size",
+    20000,
+    "-tgt_vocab_size",
+    20000,
+    "-src_seq_length",
+    200,
+    "-tgt_seq_length",
+    200,
+]
 # OpenNMT-py 3.x pads the step number to the width of -train_steps ("Step  20/ 220"): reports before
 # step 100 of a 220-step run were skipped for it alone
 RATE = re.compile(r"Step +(\d+)/.*?(\d+(?:\.\d+)?)/ *(\d+(?:\.\d+)?) tok/s")
@@ -91,8 +112,9 @@ def process_tree(root, table=None):
     table = processes() if table is None else table
     tree, frontier = {root}, [root]
     while frontier:
-        children = [pid for pid, (parent, _) in table.items()
-                    if parent in frontier and pid not in tree]
+        children = [
+            pid for pid, (parent, _) in table.items() if parent in frontier and pid not in tree
+        ]
         tree.update(children)
         frontier = children
     return tree
@@ -101,14 +123,16 @@ def process_tree(root, table=None):
 def tree_rss_mib(root):
     """Resident memory of process ``root`` and all its descendants, in MiB."""
     table = processes()
-    return sum(table[pid][1] for pid in process_tree(root, table) if pid in table) / 2 ** 20
+    return sum(table[pid][1] for pid in process_tree(root, table) if pid in table) / 2**20
 
 
 def run_measured(command, log, env=None):
     """Run ``command`` with output to ``log``; returns the peak resident memory of its process tree
     in MiB, sampled every 0.2 s."""
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [str(c) for c in command], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
         peak = 0.0
         while proc.poll() is None:
             peak = max(peak, tree_rss_mib(proc.pid))
@@ -130,8 +154,12 @@ def target_rate(log, warmup):
 def toy_ende():
     """The toy-ende files in ../shared/data."""
     d = os.path.join(SHARED, "data", "toy-ende")
-    return {"src_train": f"{d}/src-train.txt", "tgt_train": f"{d}/tgt-train.txt",
-            "src_valid": f"{d}/src-val.txt", "tgt_valid": f"{d}/tgt-val.txt"}
+    return {
+        "src_train": f"{d}/src-train.txt",
+        "tgt_train": f"{d}/tgt-train.txt",
+        "src_valid": f"{d}/src-val.txt",
+        "tgt_valid": f"{d}/tgt-val.txt",
+    }
 
 
 def earlier_rows(only):
@@ -145,38 +173,72 @@ def prepare(config, model_args, training, work, peer, data, report_every=10, pee
     """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration; no peer:
     ``peer`` None); returns the training settings of both toolkits."""
     copy = ["-dynamic_dict"] if model_args.get("copy_attn") else []
-    pre = [f"{LITE_BIN}/onmt_lite_preprocess", "-train_src", data["src_train"], "-train_tgt", data["tgt_train"],
-           "-save_data", f"{work}/lite", "-overwrite", *PREPROCESS, *copy]
+    pre = [
+        f"{LITE_BIN}/onmt_lite_preprocess",
+        "-train_src",
+        data["src_train"],
+        "-train_tgt",
+        data["tgt_train"],
+        "-save_data",
+        f"{work}/lite",
+        "-overwrite",
+        *PREPROCESS,
+        *copy,
+    ]
     run_measured(pre, f"{work}/lite_preprocess.log")
-    train_args = {**training, "valid_steps": 1000000, "save_checkpoint_steps": 1000000, "report_every": report_every,
-                  "seed": 1, "src_vocab_size": 20000, "tgt_vocab_size": 20000}
+    train_args = {
+        **training,
+        "valid_steps": 1000000,
+        "save_checkpoint_steps": 1000000,
+        "report_every": report_every,
+        "seed": 1,
+        "src_vocab_size": 20000,
+        "tgt_vocab_size": 20000,
+    }
     if peer_bucket_size:
         train_args["bucket_size"] = peer_bucket_size
     if peer is None:
         return train_args
     peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
     peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
-    run_measured([f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
-                 f"{work}/peer_vocab.log", PEER_ENV)
+    run_measured(
+        [f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
+        f"{work}/peer_vocab.log",
+        PEER_ENV,
+    )
     return train_args
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-steps", type=int, help="measured steps (default: 200; DEFAULT_STEPS for the Transformer)")
-    parser.add_argument("-warmup", type=int, help="steps before them, not measured (default: 20; DEFAULT_STEPS)")
+    parser.add_argument(
+        "-steps", type=int, help="measured steps (default: 200; DEFAULT_STEPS for the Transformer)"
+    )
+    parser.add_argument(
+        "-warmup", type=int, help="steps before them, not measured (default: 20; DEFAULT_STEPS)"
+    )
     parser.add_argument("-rounds", type=int, default=2)
-    parser.add_argument("-report_every", type=int, default=10,
-                        help="both toolkits' report interval in steps: the speed is the mean of the reports "
-                             "after the warm-up (dry runs: a few steps, reported as often)")
-    parser.add_argument("-only", nargs="+", choices=list(CONFIGS),
-                        help=f"configurations to run (default: all but {', '.join(OPT_IN)})")
+    parser.add_argument(
+        "-report_every",
+        type=int,
+        default=10,
+        help="both toolkits' report interval in steps: the speed is the mean of the reports "
+        "after the warm-up (dry runs: a few steps, reported as often)",
+    )
+    parser.add_argument(
+        "-only",
+        nargs="+",
+        choices=list(CONFIGS),
+        help=f"configurations to run (default: all but {', '.join(OPT_IN)})",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_train_speed")
     opt = parser.parse_args()
     if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
-        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+        subprocess.run(
+            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
+        )
     data = toy_ende()
     rows = earlier_rows(opt.only)
     for config, (model_args, training, lite_extra) in CONFIGS.items():
@@ -188,36 +250,76 @@ def main():
         total = warmup + steps
         work = os.path.join(opt.work, config)
         os.makedirs(work, exist_ok=True)
-        train_args = prepare(config, model_args, training, work, opt.peer, data, opt.report_every, opt.peer_bucket_size)
+        train_args = prepare(
+            config,
+            model_args,
+            training,
+            work,
+            opt.peer,
+            data,
+            opt.report_every,
+            opt.peer_bucket_size,
+        )
         runs = {"onmt_lite": [], "OpenNMT-py": []}
         for r in range(opt.rounds):  # A B A B: both toolkits see the same machine state
             for toolkit in runs:
                 log = f"{work}/{'lite' if toolkit == 'onmt_lite' else 'peer'}_train_{r}.log"
                 if toolkit == "onmt_lite":
                     args = lite_args(model_args, train_args)
-                    command = [f"{LITE_BIN}/onmt_lite_train", "-data", f"{work}/lite", "-save_model",
-                               f"{work}/lite_model", *args, *lite_extra, "-train_steps", total]
+                    command = [
+                        f"{LITE_BIN}/onmt_lite_train",
+                        "-data",
+                        f"{work}/lite",
+                        "-save_model",
+                        f"{work}/lite_model",
+                        *args,
+                        *lite_extra,
+                        "-train_steps",
+                        total,
+                    ]
                     memory = run_measured(command, log)
                 else:
-                    command = [f"{opt.peer}/bin/onmt_train", "-config", f"{work}/peer.yaml", "-train_steps", total]
+                    command = [
+                        f"{opt.peer}/bin/onmt_train",
+                        "-config",
+                        f"{work}/peer.yaml",
+                        "-train_steps",
+                        total,
+                    ]
                     memory = run_measured(command, log, PEER_ENV)
                 runs[toolkit].append({"tgt_tok_s": target_rate(log, warmup), "peak_mib": memory})
-            params = check_models(f"{work}/lite_train_{r}.log", f"{work}/peer_train_{r}.log", model_args)
-        row = {"config": config, "steps": steps, "warmup": warmup, "parameters": params,
-               "peer_bucket_size": opt.peer_bucket_size,
-               "machine": machine()}  # rows of several runs (-only) may differ in it
+            params = check_models(
+                f"{work}/lite_train_{r}.log", f"{work}/peer_train_{r}.log", model_args
+            )
+        row = {
+            "config": config,
+            "steps": steps,
+            "warmup": warmup,
+            "parameters": params,
+            "peer_bucket_size": opt.peer_bucket_size,
+            "machine": machine(),
+        }  # rows of several runs (-only) may differ in it
         for toolkit, values in runs.items():
-            row[toolkit] = {"tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),
-                            "peak_mib": statistics.median(v["peak_mib"] for v in values), "runs": values}
+            row[toolkit] = {
+                "tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),
+                "peak_mib": statistics.median(v["peak_mib"] for v in values),
+                "runs": values,
+            }
         row["speed_ratio"] = row["onmt_lite"]["tgt_tok_s"] / row["OpenNMT-py"]["tgt_tok_s"]
         row["memory_ratio"] = row["onmt_lite"]["peak_mib"] / row["OpenNMT-py"]["peak_mib"]
         rows = [r for r in rows if r["config"] != config] + [row]
-        print(f"\n{config}: {steps} steps after {warmup} warm-up, medians of {opt.rounds} rounds (A B A B)")
+        print(
+            f"\n{config}: {steps} steps after {warmup} warm-up, medians of {opt.rounds} rounds (A B A B)"
+        )
         print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9} {'parameters':>11}")
         for toolkit in runs:
-            print(f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f} "
-                  f"{params[toolkit] or 0:>11,}")
-        print(f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x")
+            print(
+                f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f} "
+                f"{params[toolkit] or 0:>11,}"
+            )
+        print(
+            f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x"
+        )
         write_results("train_speed", rows)
 
 

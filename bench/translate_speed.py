@@ -41,6 +41,7 @@ probe (default: unset, the machine's default).
 Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
 row with the CPU it was measured on.
 """
+
 import argparse
 import glob
 import json
@@ -70,10 +71,14 @@ from roofline import matmul_rate  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # setting: (quality.py's work directory of its models, the step of the checkpoints wanted ("*": the
 # newest), quality.py's arguments that train them)
-MODELS = {"no copy": ("ende/no_copy_BLEU_beam_5", "1000", ["ende", "-only", "nocopy"]),
-          "copy": ("ende/copy_attn_BLEU_beam_5", "1000", ["ende", "-only", "copy"]),
-          "transformer": ("ende/transformer_BLEU_beam_5", "*", ["ende", "-model", "transformer"])}
-SAME_WEIGHTS = "transformer_same_weights"  # -only transformer's onmt_lite model, decoded by both toolkits
+MODELS = {
+    "no copy": ("ende/no_copy_BLEU_beam_5", "1000", ["ende", "-only", "nocopy"]),
+    "copy": ("ende/copy_attn_BLEU_beam_5", "1000", ["ende", "-only", "copy"]),
+    "transformer": ("ende/transformer_BLEU_beam_5", "*", ["ende", "-model", "transformer"]),
+}
+SAME_WEIGHTS = (
+    "transformer_same_weights"  # -only transformer's onmt_lite model, decoded by both toolkits
+)
 MODELS[SAME_WEIGHTS] = MODELS["transformer"]
 OPT_IN = ("transformer", SAME_WEIGHTS)  # measured only when named with -only
 MODES = {"beam 5": 5, "greedy": 1}
@@ -81,12 +86,20 @@ LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
 # the same search for both toolkits: onmt_lite's defaults (OpenNMT-py 1.x's), which OpenNMT-py 3.5.1
 # changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest source + 5
-SEARCH_OPTIONS = {"length_penalty": "none", "alpha": 0.0, "max_length": 100}  # decoding_floor.py's too
+SEARCH_OPTIONS = {
+    "length_penalty": "none",
+    "alpha": 0.0,
+    "max_length": 100,
+}  # decoding_floor.py's too
 SEARCH = [arg for name, value in SEARCH_OPTIONS.items() for arg in (f"-{name}", value)]
 PEER_SEARCH = ["-max_length_ratio", 0]
-PEER_DEFAULTS = "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
+PEER_DEFAULTS = (
+    "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
+)
 TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
-SAME_WEIGHTS_TOOLKITS = TOOLKITS[:3]  # the same model and the same search: the peer's defaults search another
+SAME_WEIGHTS_TOOLKITS = TOOLKITS[
+    :3
+]  # the same model and the same search: the peer's defaults search another
 
 
 def ensure_models(quality_work, setting, train_minutes=10.0):
@@ -94,11 +107,23 @@ def ensure_models(quality_work, setting, train_minutes=10.0):
     (the Transformers for ``train_minutes`` each)."""
     directory, step, quality_args = MODELS[setting]
     work = os.path.join(quality_work, directory)
-    pattern = {"onmt_lite": f"{work}/lite_model_step_*.pt", "OpenNMT-py": f"{work}/peer_model_step_*.pt"}
+    pattern = {
+        "onmt_lite": f"{work}/lite_model_step_*.pt",
+        "OpenNMT-py": f"{work}/peer_model_step_*.pt",
+    }
     if not all(glob.glob(p.replace("*", step)) for p in pattern.values()):
         minutes = ["-minutes", str(train_minutes)] if "transformer" in quality_args else []
-        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), *quality_args, *minutes,
-                        "-work", quality_work], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(REPO, "bench", "quality.py"),
+                *quality_args,
+                *minutes,
+                "-work",
+                quality_work,
+            ],
+            check=True,
+        )
     return {toolkit: newest_checkpoint(p)[0] for toolkit, p in pattern.items()}
 
 
@@ -117,13 +142,29 @@ def decode_seconds(toolkit, log, n_lines):
 
 
 def translate(toolkit, model, src, out, beam, peer, log):
-    common = ["-model", model, "-src", src, "-output", out, "-beam_size", beam, "-batch_size", 32, "-report_time"]
+    common = [
+        "-model",
+        model,
+        "-src",
+        src,
+        "-output",
+        out,
+        "-beam_size",
+        beam,
+        "-batch_size",
+        32,
+        "-report_time",
+    ]
     if toolkit.startswith("OpenNMT-py"):
         command = [f"{peer}/bin/python", "-c", PEER_TRANSLATE_WITH_COPY_DATA, *common] + (
-            [] if toolkit == PEER_DEFAULTS else SEARCH + PEER_SEARCH)
+            [] if toolkit == PEER_DEFAULTS else SEARCH + PEER_SEARCH
+        )
     else:
-        command = [f"{LITE_BIN}/onmt_lite_translate", *common] + (
-            ["-quantize", "int8"] if toolkit == "onmt_lite int8" else []) + SEARCH
+        command = (
+            [f"{LITE_BIN}/onmt_lite_translate", *common]
+            + (["-quantize", "int8"] if toolkit == "onmt_lite int8" else [])
+            + SEARCH
+        )
     run(command, log)
     with open(out, encoding="utf-8") as f:
         hyps = [" ".join(line.split()) for line in f]
@@ -133,10 +174,14 @@ def translate(toolkit, model, src, out, beam, peer, log):
 def bleu(hyps, refs):
     from sacrebleu.metrics import BLEU
 
-    return BLEU(force=True).corpus_score(hyps, [refs]).score  # toy-ende is tokenized: no warning about it
+    return (
+        BLEU(force=True).corpus_score(hyps, [refs]).score
+    )  # toy-ende is tokenized: no warning about it
 
 
-def measure(models, src, refs, beam, rounds, work, peer, tag, toolkits=TOOLKITS, same_weights=False):
+def measure(
+    models, src, refs, beam, rounds, work, peer, tag, toolkits=TOOLKITS, same_weights=False
+):
     """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output.
     ``same_weights``: both toolkits decode one model; count the lines where their outputs differ."""
     runs = {toolkit: [] for toolkit in toolkits}
@@ -149,10 +194,14 @@ def measure(models, src, refs, beam, rounds, work, peer, tag, toolkits=TOOLKITS,
         for toolkit in runs:
             name = re.sub(r"\W+", "_", f"{toolkit}_{tag}_{r}")
             model = models["onmt_lite" if toolkit.startswith("onmt_lite") else "OpenNMT-py"]
-            hyps = translate(toolkit, model, src, f"{work}/{name}.pred", beam, peer, f"{work}/{name}.log")
+            hyps = translate(
+                toolkit, model, src, f"{work}/{name}.pred", beam, peer, f"{work}/{name}.log"
+            )
             seconds = decode_seconds(toolkit, f"{work}/{name}.log", len(hyps))
             words = sum(len(h.split()) + 1 for h in hyps)
-            runs[toolkit].append({"seconds": seconds, "sents_s": len(hyps) / seconds, "tok_s": words / seconds})
+            runs[toolkit].append(
+                {"seconds": seconds, "sents_s": len(hyps) / seconds, "tok_s": words / seconds}
+            )
             scores[toolkit] = bleu(hyps, refs) if refs is not None else None
             outputs[toolkit] = hyps
         if same_weights:
@@ -160,16 +209,24 @@ def measure(models, src, refs, beam, rounds, work, peer, tag, toolkits=TOOLKITS,
             int8_differ.append(lines_differ(outputs["onmt_lite int8"], outputs["onmt_lite"]))
     row = {"host_gflops": host_rates}
     for toolkit, values in runs.items():
-        row[toolkit] = {"sents_s": statistics.median(v["sents_s"] for v in values),
-                        "tok_s": statistics.median(v["tok_s"] for v in values), "bleu": scores[toolkit], "runs": values}
+        row[toolkit] = {
+            "sents_s": statistics.median(v["sents_s"] for v in values),
+            "tok_s": statistics.median(v["tok_s"] for v in values),
+            "bleu": scores[toolkit],
+            "runs": values,
+        }
     row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
     row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
     # the same ratios within each round (runs minutes apart share this VM's slow and fast phases less)
     row["speed_ratio_paired"] = paired_median(runs["onmt_lite"], runs["OpenNMT-py"])
     row["int8_speedup_paired"] = paired_median(runs["onmt_lite int8"], runs["onmt_lite"])
     if PEER_DEFAULTS in runs:
-        row["speed_ratio_peer_defaults"] = row["onmt_lite"]["sents_s"] / row[PEER_DEFAULTS]["sents_s"]
-        row["speed_ratio_peer_defaults_paired"] = paired_median(runs["onmt_lite"], runs[PEER_DEFAULTS])
+        row["speed_ratio_peer_defaults"] = (
+            row["onmt_lite"]["sents_s"] / row[PEER_DEFAULTS]["sents_s"]
+        )
+        row["speed_ratio_peer_defaults_paired"] = paired_median(
+            runs["onmt_lite"], runs[PEER_DEFAULTS]
+        )
     if same_weights:
         # the most lines that differed in any round (each toolkit's output is deterministic: the same each round)
         row["lines_differ_onmt_lite_OpenNMT-py"] = max(differ)
@@ -188,14 +245,33 @@ def decoding_floor(model, src, n_lines, beam, row):
     """decoding_floor.py's count of onmt_lite's products on the ``n_lines`` lines of ``src`` and the least
     time they take on this machine; the fraction of that limit onmt_lite reaches, and the fraction 2x of
     OpenNMT-py's speed needs."""
-    found = subprocess.run([sys.executable, os.path.join(REPO, "bench", "decoding_floor.py"), "-model", model,
-                            "-src", src, "-beam_size", str(beam), "-batch_size", "32"],
-                           check=True, capture_output=True, text=True)
+    found = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "decoding_floor.py"),
+            "-model",
+            model,
+            "-src",
+            src,
+            "-beam_size",
+            str(beam),
+            "-batch_size",
+            "32",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     floor = json.loads(found.stdout.splitlines()[-1])
     lite_seconds = n_lines / row["onmt_lite"]["sents_s"]
     budget = n_lines / (2 * row["OpenNMT-py"]["sents_s"])
-    return {**floor, "onmt_lite_seconds": lite_seconds, "fraction_of_limit": floor["seconds"] / lite_seconds,
-            "seconds_for_2x": budget, "fraction_needed_for_2x": floor["seconds"] / budget}
+    return {
+        **floor,
+        "onmt_lite_seconds": lite_seconds,
+        "fraction_of_limit": floor["seconds"] / lite_seconds,
+        "seconds_for_2x": budget,
+        "fraction_needed_for_2x": floor["seconds"] / budget,
+    }
 
 
 def paired_median(runs, baseline_runs):
@@ -204,28 +280,45 @@ def paired_median(runs, baseline_runs):
 
 
 def print_row(title, row):
-    print(f"\n{title}; float32 matrix multiply before each round: "
-          + ", ".join(f"{rate:.0f}" for rate in row.get("host_gflops", [])) + " GFLOP/s")
+    print(
+        f"\n{title}; float32 matrix multiply before each round: "
+        + ", ".join(f"{rate:.0f}" for rate in row.get("host_gflops", []))
+        + " GFLOP/s"
+    )
     print(f"{'toolkit':<20} {'sents/s':>8} {'tok/s':>8} {'BLEU':>6}")
     for toolkit in [t for t in TOOLKITS if t in row]:
         v = row[toolkit]
         print(f"{toolkit:<20} {v['sents_s']:>8.1f} {v['tok_s']:>8.1f} {fixed(v['bleu']):>6}")
-    defaults = (f"; against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
-                f"({row['speed_ratio_peer_defaults_paired']:.2f}x)" if PEER_DEFAULTS in row else "")
-    bleu_change = None if row["onmt_lite"]["bleu"] is None else row["onmt_lite int8"]["bleu"] - row["onmt_lite"]["bleu"]
-    print(f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
-          f"{row['speed_ratio_paired']:.2f}x){defaults}; int8 / float32: {row['int8_speedup']:.2f}x (round by "
-          f"round: {row['int8_speedup_paired']:.2f}x), BLEU {fixed(bleu_change, '+.2f')}")
+    defaults = (
+        f"; against OpenNMT-py's defaults: {row['speed_ratio_peer_defaults']:.2f}x "
+        f"({row['speed_ratio_peer_defaults_paired']:.2f}x)"
+        if PEER_DEFAULTS in row
+        else ""
+    )
+    bleu_change = (
+        None
+        if row["onmt_lite"]["bleu"] is None
+        else row["onmt_lite int8"]["bleu"] - row["onmt_lite"]["bleu"]
+    )
+    print(
+        f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
+        f"{row['speed_ratio_paired']:.2f}x){defaults}; int8 / float32: {row['int8_speedup']:.2f}x (round by "
+        f"round: {row['int8_speedup_paired']:.2f}x), BLEU {fixed(bleu_change, '+.2f')}"
+    )
     if "lines_differ_onmt_lite_OpenNMT-py" in row:
-        print(f"the same weights: {row['lines_differ_onmt_lite_OpenNMT-py']} of {row['lines']} lines differ between "
-              f"onmt_lite's and OpenNMT-py's float32 outputs (0: the same translations); int8's differ from "
-              f"float32's on {row['lines_differ_int8_float32']}")
+        print(
+            f"the same weights: {row['lines_differ_onmt_lite_OpenNMT-py']} of {row['lines']} lines differ between "
+            f"onmt_lite's and OpenNMT-py's float32 outputs (0: the same translations); int8's differ from "
+            f"float32's on {row['lines_differ_int8_float32']}"
+        )
     floor = row.get("floor")
     if floor:
-        print(f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at the float32 rate "
-              f"({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; onmt_lite took "
-              f"{floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} of that limit); 2x OpenNMT-py's "
-              f"speed means {floor['seconds_for_2x']:.2f} s ({floor['fraction_needed_for_2x']:.0%} of it)")
+        print(
+            f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at the float32 rate "
+            f"({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; onmt_lite took "
+            f"{floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} of that limit); 2x OpenNMT-py's "
+            f"speed means {floor['seconds_for_2x']:.2f} s ({floor['fraction_needed_for_2x']:.0%} of it)"
+        )
 
 
 def fixed(value, spec=".2f"):
@@ -236,8 +329,16 @@ def g2p_int8(quality_work, rounds, work):
     """Exact match and speed of the g2p model in float32 and int8 on src.valid (beam 5)."""
     model_dir = os.path.join(quality_work, "g2p", "beam_5_exact_match")
     if not os.path.isdir(model_dir):
-        subprocess.run([sys.executable, os.path.join(REPO, "bench", "quality.py"), "g2p", "-work", quality_work],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(REPO, "bench", "quality.py"),
+                "g2p",
+                "-work",
+                quality_work,
+            ],
+            check=True,
+        )
     model = newest_checkpoint(f"{model_dir}/lite_model_step_*.pt")[0]
     d = os.path.join(SHARED, "data", "g2p-sr")
     with open(f"{d}/tgt.valid", encoding="utf-8") as f:
@@ -247,7 +348,15 @@ def g2p_int8(quality_work, rounds, work):
         speeds, match = [], 0.0
         for r in range(rounds):
             name = re.sub(r"\W+", "_", f"g2p_{toolkit}_{r}")
-            hyps = translate(toolkit, model, f"{d}/src.valid", f"{work}/{name}.pred", 5, None, f"{work}/{name}.log")
+            hyps = translate(
+                toolkit,
+                model,
+                f"{d}/src.valid",
+                f"{work}/{name}.pred",
+                5,
+                None,
+                f"{work}/{name}.log",
+            )
             speeds.append(len(hyps) / decode_seconds(toolkit, f"{work}/{name}.log", len(hyps)))
             match = 100.0 * sum(h == r for h, r in zip(hyps, refs)) / len(refs)
         row[toolkit] = {"sents_s": statistics.median(speeds), "exact_match": match, "runs": speeds}
@@ -262,28 +371,52 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-rounds", type=int, default=2)
     parser.add_argument("-lines", type=int, default=500)
-    parser.add_argument("-threads", type=int, default=0,
-                        help="OMP_NUM_THREADS and MKL_NUM_THREADS of both toolkits (0: unset, the machine's default)")
+    parser.add_argument(
+        "-threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS and MKL_NUM_THREADS of both toolkits (0: unset, the machine's default)",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
-    parser.add_argument("-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory")
-    parser.add_argument("-train_minutes", type=float, default=10.0,
-                        help="-only transformer: each toolkit's training time when quality.py's models are missing")
+    parser.add_argument(
+        "-quality_work", default="/tmp/onmt_lite_quality", help="quality.py's work directory"
+    )
+    parser.add_argument(
+        "-train_minutes",
+        type=float,
+        default=10.0,
+        help="-only transformer: each toolkit's training time when quality.py's models are missing",
+    )
     parser.add_argument("-work", default="/tmp/onmt_lite_translate_speed")
-    parser.add_argument("-only", choices=list(MODELS) + ["g2p"],
-                        help="Measure this alone; the other figures stay as "
-                             "bench/results/translate_speed.json has them")
-    parser.add_argument("-lite_model", help=f"-only {SAME_WEIGHTS}: the onmt_lite Transformer checkpoint (default: "
-                                            "the newest of -only transformer's)")
-    parser.add_argument("-peer_template", help=f"-only {SAME_WEIGHTS}: an OpenNMT-py 3.5.1 checkpoint whose options "
-                                               "the converted one starts from (default: the newest "
-                                               "peer_model_step_*.pt beside -lite_model)")
+    parser.add_argument(
+        "-only",
+        choices=list(MODELS) + ["g2p"],
+        help="Measure this alone; the other figures stay as "
+        "bench/results/translate_speed.json has them",
+    )
+    parser.add_argument(
+        "-lite_model",
+        help=f"-only {SAME_WEIGHTS}: the onmt_lite Transformer checkpoint (default: "
+        "the newest of -only transformer's)",
+    )
+    parser.add_argument(
+        "-peer_template",
+        help=f"-only {SAME_WEIGHTS}: an OpenNMT-py 3.5.1 checkpoint whose options "
+        "the converted one starts from (default: the newest "
+        "peer_model_step_*.pt beside -lite_model)",
+    )
     parser.add_argument("-src", help="the lines to decode (default: toy-ende's src-val.txt)")
-    parser.add_argument("-tgt", help="their references, for BLEU (default: toy-ende's tgt-val.txt without -src, "
-                                     "none with it)")
+    parser.add_argument(
+        "-tgt",
+        help="their references, for BLEU (default: toy-ende's tgt-val.txt without -src, "
+        "none with it)",
+    )
     opt = parser.parse_args()
     if (opt.lite_model or opt.peer_template) and opt.only != SAME_WEIGHTS:
         parser.error(f"-lite_model and -peer_template are for -only {SAME_WEIGHTS}")
-    if opt.threads > 0:  # both toolkits' subprocesses (the peer's environment is a copy) and this one's probe
+    if (
+        opt.threads > 0
+    ):  # both toolkits' subprocesses (the peer's environment is a copy) and this one's probe
         threads = {"OMP_NUM_THREADS": str(opt.threads), "MKL_NUM_THREADS": str(opt.threads)}
         os.environ.update(threads)
         PEER_ENV.update(threads)
@@ -291,10 +424,14 @@ def main():
 
         torch.set_num_threads(opt.threads)
     if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
-        subprocess.run(["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True)
+        subprocess.run(
+            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
+        )
     os.makedirs(opt.work, exist_ok=True)
     d = os.path.join(SHARED, "data", "toy-ende")
-    src_path, tgt_path = (opt.src, opt.tgt) if opt.src else (f"{d}/src-val.txt", opt.tgt or f"{d}/tgt-val.txt")
+    src_path, tgt_path = (
+        (opt.src, opt.tgt) if opt.src else (f"{d}/src-val.txt", opt.tgt or f"{d}/tgt-val.txt")
+    )
     src = os.path.join(opt.work, "src.txt")
     with open(normalised_copy(src_path, opt.work), encoding="utf-8") as f:
         lines = f.readlines()[: opt.lines]
@@ -307,7 +444,9 @@ def main():
     results = {"lines": opt.lines, "rows": []}
     if opt.only:
         results = earlier_results(opt.only, src_path)
-    for setting in [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]:
+    for setting in (
+        [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]
+    ):
         toolkits = TOOLKITS
         if setting == SAME_WEIGHTS:
             models = same_weights_models(opt)
@@ -315,25 +454,55 @@ def main():
         else:
             models = ensure_models(opt.quality_work, setting, opt.train_minutes)
             repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
-            run([f"{opt.peer}/bin/python", "-c", REPAIR_PEER_COPY_CHECKPOINT, models["OpenNMT-py"], repaired],
-                f"{opt.work}/peer_repair.log")
+            run(
+                [
+                    f"{opt.peer}/bin/python",
+                    "-c",
+                    REPAIR_PEER_COPY_CHECKPOINT,
+                    models["OpenNMT-py"],
+                    repaired,
+                ],
+                f"{opt.work}/peer_repair.log",
+            )
             models["OpenNMT-py"] = repaired
         for mode, beam in MODES.items():
-            row = measure(models, src, refs, beam, opt.rounds, opt.work, opt.peer, f"{setting}_{mode}", toolkits,
-                          same_weights=setting == SAME_WEIGHTS)
+            row = measure(
+                models,
+                src,
+                refs,
+                beam,
+                opt.rounds,
+                opt.work,
+                opt.peer,
+                f"{setting}_{mode}",
+                toolkits,
+                same_weights=setting == SAME_WEIGHTS,
+            )
             row["lines"] = len(lines)
             if setting not in ("transformer", SAME_WEIGHTS):
                 row["floor"] = decoding_floor(models["onmt_lite"], src, len(lines), beam, row)
             if setting == SAME_WEIGHTS:
-                row.update({"lite_model": models["onmt_lite"], "peer_template": models["template"],
-                            "src": src_path, "threads": opt.threads or None})
+                row.update(
+                    {
+                        "lite_model": models["onmt_lite"],
+                        "peer_template": models["template"],
+                        "src": src_path,
+                        "threads": opt.threads or None,
+                    }
+                )
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
-            print_row(f"{setting}, {mode}, first {len(lines)} lines of {os.path.basename(src_path)}, batch 32, "
-                      f"medians of {opt.rounds} rounds", row)
+            print_row(
+                f"{setting}, {mode}, first {len(lines)} lines of {os.path.basename(src_path)}, batch 32, "
+                f"medians of {opt.rounds} rounds",
+                row,
+            )
             write_results("translate_speed", results)
     if opt.only in (None, "g2p"):
-        results["g2p_int8"] = {**g2p_int8(opt.quality_work, opt.rounds, opt.work), "machine": machine()}
+        results["g2p_int8"] = {
+            **g2p_int8(opt.quality_work, opt.rounds, opt.work),
+            "machine": machine(),
+        }
     write_results("translate_speed", results)
 
 
@@ -347,12 +516,25 @@ def same_weights_models(opt):
     if template is None:
         beside = os.path.join(os.path.dirname(os.path.abspath(lite)), "peer_model_step_*.pt")
         if not glob.glob(beside):
-            raise SystemExit(f"no OpenNMT-py checkpoint matches {beside}: give one with -peer_template")
+            raise SystemExit(
+                f"no OpenNMT-py checkpoint matches {beside}: give one with -peer_template"
+            )
         template = newest_checkpoint(beside)[0]
     converted, log = f"{opt.work}/peer_same_weights.pt", f"{opt.work}/peer_checkpoint.log"
     try:
-        run([sys.executable, os.path.join(REPO, "bench", "peer_checkpoint.py"), "-model", lite, "-template", template,
-             "-output", converted], log)
+        run(
+            [
+                sys.executable,
+                os.path.join(REPO, "bench", "peer_checkpoint.py"),
+                "-model",
+                lite,
+                "-template",
+                template,
+                "-output",
+                converted,
+            ],
+            log,
+        )
     finally:
         with open(log, encoding="utf-8", errors="replace") as f:
             print(f.read().strip())
@@ -364,9 +546,13 @@ def earlier_results(only, src=None):
     for the same-weights setting, whose rows on other lines are kept)."""
     results = read_results("translate_speed")
     if results is None:
-        raise SystemExit(f"-only {only} keeps the other figures of {results_path('translate_speed')}, which does "
-                         "not exist: run without -only")
-    results["rows"] = [r for r in results["rows"] if r["setting"] != only or r.get("src", src) != src]
+        raise SystemExit(
+            f"-only {only} keeps the other figures of {results_path('translate_speed')}, which does "
+            "not exist: run without -only"
+        )
+    results["rows"] = [
+        r for r in results["rows"] if r["setting"] != only or r.get("src", src) != src
+    ]
     return results
 
 

@@ -3,6 +3,7 @@
     onmt_lite_train -data data/demo -save_model runs/focal \
         -loss_class examples/focal_loss.py:FocalLossCompute -focal_gamma 2
 """
+
 from onmt_lite.loss import LossComputeBase
 from onmt_lite.opts import add, float_in
 
@@ -13,8 +14,8 @@ class FocalLossCompute(LossComputeBase):
     @classmethod
     def add_options(cls, parser):
         group = parser.add_argument_group("Focal loss (examples/focal_loss.py)")
-        add(group, "focal_gamma", type=float_in(0, 100), default=2.0,
-            help="gamma: how much less the words the model gets right count (0: the NLL)")
+        gamma_help = "gamma: how much less the words the model gets right count (0: the NLL)"
+        add(group, "focal_gamma", type=float_in(0, 100), default=2.0, help=gamma_help)
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):

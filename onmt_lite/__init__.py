@@ -1,5 +1,6 @@
 """onmt_lite: a small, readable sequence-to-sequence toolkit in the OpenNMT tradition (RNNs with
 attention, the Transformer, copy attention, coverage)."""
+
 __version__ = "0.1.0"
 
 

@@ -5,6 +5,7 @@
 ``opt.shard_size`` examples. Every file is staged under a temporary name and renamed into place only
 when everything succeeded.
 """
+
 import functools
 import os
 import random
@@ -25,10 +26,14 @@ from onmt_lite.utils.progress import Progress, count_lines
 def check_outputs(save_data, overwrite):
     """Refuse a missing output directory, or existing outputs without ``overwrite``."""
     require_directory(save_data, "-save_data")
-    existing = [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
+    existing = (
+        [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
+    )
     existing += shards.all_shard_paths(save_data)
     if existing and not overwrite:
-        raise UserError(f"-save_data {save_data}: {existing[0]} already exists (use -overwrite to replace)")
+        raise UserError(
+            f"-save_data {save_data}: {existing[0]} already exists (use -overwrite to replace)"
+        )
     return existing
 
 
@@ -37,7 +42,9 @@ def remove_stale_outputs(save_data):
     (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``, ``.PREFIX.train_ID.N.pt.XXXX.tmp``,
     ...), saying so."""
     kinds = ("train*", "valid")  # train* covers the named corpora's train_ID
-    patterns = [shards.vocab_path(save_data)] + [shards.shard_path(save_data, kind, "*") for kind in kinds]
+    patterns = [shards.vocab_path(save_data)] + [
+        shards.shard_path(save_data, kind, "*") for kind in kinds
+    ]
     for pattern in patterns:
         for stale in remove_stale_temporaries(pattern):
             logger.info(f"removed {stale}, left by an interrupted preprocess")
@@ -62,18 +69,28 @@ def training_corpora(opt):
     -train_ids); the id is None for the one unnamed corpus of a run without -train_ids."""
     n_src, ids = len(opt.train_src), list(opt.train_ids)
     if len(opt.train_tgt) != n_src:
-        raise UserError(f"-train_src gives {n_src} file(s) but -train_tgt {len(opt.train_tgt)}: give one target "
-                        f"file per source file")
+        raise UserError(
+            f"-train_src gives {n_src} file(s) but -train_tgt {len(opt.train_tgt)}: give one target "
+            f"file per source file"
+        )
     if ids == [None] and n_src > 1:
-        raise UserError(f"-train_src gives {n_src} corpora: name each with -train_ids (one id per file)")
+        raise UserError(
+            f"-train_src gives {n_src} corpora: name each with -train_ids (one id per file)"
+        )
     if ids != [None] and len(ids) != n_src:
-        raise UserError(f"-train_ids gives {len(ids)} id(s) for {n_src} corpora (-train_src): give one id per corpus")
+        raise UserError(
+            f"-train_ids gives {len(ids)} id(s) for {n_src} corpora (-train_src): give one id per corpus"
+        )
     for corpus_id in ids:
         if corpus_id is not None and not shards.CORPUS_ID.match(corpus_id):
-            raise UserError(f"-train_ids {corpus_id}: an id is made of letters, digits, - and _ (it names the "
-                            f"shard files PREFIX.train_ID.N.pt)")
+            raise UserError(
+                f"-train_ids {corpus_id}: an id is made of letters, digits, - and _ (it names the "
+                f"shard files PREFIX.train_ID.N.pt)"
+            )
         if corpus_id is not None and ids.count(corpus_id) > 1:
-            raise UserError(f"-train_ids {' '.join(ids)}: {corpus_id} is given twice (each corpus needs its own id)")
+            raise UserError(
+                f"-train_ids {' '.join(ids)}: {corpus_id} is given twice (each corpus needs its own id)"
+            )
     return list(zip(ids, opt.train_src, opt.train_tgt))
 
 
@@ -107,8 +124,11 @@ def build_vocabs(opt, tokenizers, limits, n_feats=0):
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
     both sides together (at most -src_vocab_size). Each is padded to a multiple of -vocab_size_multiple.
     """
-    counts = functools.cache(lambda: count_training_words(training_corpora(opt), tokenizers, limits,
-                                                          opt.num_threads, n_feats))
+    counts = functools.cache(
+        lambda: count_training_words(
+            training_corpora(opt), tokenizers, limits, opt.num_threads, n_feats
+        )
+    )
     src, tgt = _vocabs(opt, counts)
     feats = _feature_vocabs(opt, counts, n_feats)
     padded = [vocab.padded_to_multiple(opt.vocab_size_multiple) for vocab in [src, tgt] + feats]
@@ -123,12 +143,18 @@ def feature_vocab_paths(prefix, n_feats):
 def _feature_vocabs(opt, counts, n_feats):
     if opt.features_vocabs_prefix:
         if not n_feats:
-            raise UserError(f"-features_vocabs_prefix {opt.features_vocabs_prefix}: {opt.train_src[0]} has no "
-                            f"source word features (word\uffe8feat tokens)")
-        return [Vocab.from_file(path, opt.src_vocab_size)
-                for path in feature_vocab_paths(opt.features_vocabs_prefix, n_feats)]
-    return [Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
-            for counter in (counts()[2] if n_feats else ())]
+            raise UserError(
+                f"-features_vocabs_prefix {opt.features_vocabs_prefix}: {opt.train_src[0]} has no "
+                f"source word features (word\uffe8feat tokens)"
+            )
+        return [
+            Vocab.from_file(path, opt.src_vocab_size)
+            for path in feature_vocab_paths(opt.features_vocabs_prefix, n_feats)
+        ]
+    return [
+        Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
+        for counter in (counts()[2] if n_feats else ())
+    ]
 
 
 def _vocabs(opt, counts):
@@ -151,15 +177,34 @@ def _vocabs(opt, counts):
     return src_file, tgt_file
 
 
-def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vocab_id, opt, staged, align_path=""):
+def write_corpus(
+    corpus_type,
+    src_path,
+    tgt_path,
+    tokenizers,
+    limits,
+    vocabs,
+    vocab_id,
+    opt,
+    staged,
+    align_path="",
+):
     """Write the shards of one corpus (``corpus_type``: ``valid``, ``train`` or a named corpus's
     ``train_ID``; with the alignments of ``align_path``, if given) into ``staged``, each tied to the
     vocabularies (source, target, feature list) by ``vocab_id``; returns (CorpusStats, number of shards)."""
     stats, training = CorpusStats(), corpus_type != "valid"
-    finish = functools.partial(make_aligned_example if align_path else make_example, src_vocab=vocabs[0],
-                               tgt_vocab=vocabs[1], dynamic_dict=opt.dynamic_dict, keep_target=not training,
-                               features=FeatureReader(len(vocabs[2]), src_path, tgt_path), feat_vocabs=vocabs[2])
-    pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish, align_path)
+    finish = functools.partial(
+        make_aligned_example if align_path else make_example,
+        src_vocab=vocabs[0],
+        tgt_vocab=vocabs[1],
+        dynamic_dict=opt.dynamic_dict,
+        keep_target=not training,
+        features=FeatureReader(len(vocabs[2]), src_path, tgt_path),
+        feat_vocabs=vocabs[2],
+    )
+    pairs = corpus_pairs(
+        src_path, tgt_path, *tokenizers, limits, stats, opt.num_threads, finish, align_path
+    )
     examples = with_progress(pairs, stats, src_path, corpus_type, opt.report_every)
     if training and opt.shuffle:
         examples = list(examples)
@@ -184,12 +229,23 @@ def write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits, vocabs, vo
 
 
 def vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts):
-    return {"format": shards.VOCAB_FORMAT, "src": src_vocab.to_plain(), "tgt": tgt_vocab.to_plain(),
-            "src_feats": [vocab.to_plain() for vocab in feat_vocabs], "vocab_id": vocab_id,
-            "share_vocab": bool(opt.share_vocab), "dynamic_dict": bool(opt.dynamic_dict),
-            "train_align": bool(opt.train_align), "lower": bool(opt.lower), "src_spm": opt.src_spm,
-            "tgt_spm": opt.tgt_spm, "counts": counts, "train_ids": list(opt.train_ids),
-            "subword_prefix": opt.subword_prefix, "subword_prefix_is_joiner": bool(opt.subword_prefix_is_joiner)}
+    return {
+        "format": shards.VOCAB_FORMAT,
+        "src": src_vocab.to_plain(),
+        "tgt": tgt_vocab.to_plain(),
+        "src_feats": [vocab.to_plain() for vocab in feat_vocabs],
+        "vocab_id": vocab_id,
+        "share_vocab": bool(opt.share_vocab),
+        "dynamic_dict": bool(opt.dynamic_dict),
+        "train_align": bool(opt.train_align),
+        "lower": bool(opt.lower),
+        "src_spm": opt.src_spm,
+        "tgt_spm": opt.tgt_spm,
+        "counts": counts,
+        "train_ids": list(opt.train_ids),
+        "subword_prefix": opt.subword_prefix,
+        "subword_prefix_is_joiner": bool(opt.subword_prefix_is_joiner),
+    }
 
 
 def check_alignment_options(opt):
@@ -198,14 +254,18 @@ def check_alignment_options(opt):
     if opt.valid_align and not opt.valid_src:
         raise UserError("-valid_align needs -valid_src and -valid_tgt (the pairs it aligns)")
     if opt.train_align and len(opt.train_src) > 1:
-        raise UserError(f"-train_align aligns one training corpus; -train_src gives {len(opt.train_src)} "
-                        f"(guided alignment with several corpora is not supported)")
+        raise UserError(
+            f"-train_align aligns one training corpus; -train_src gives {len(opt.train_src)} "
+            f"(guided alignment with several corpora is not supported)"
+        )
     spm = [name for name in ("src_spm", "tgt_spm") if getattr(opt, name)]
     for name in ("train_align", "valid_align"):
         if getattr(opt, name) and spm:
-            raise UserError(f"-{name} with -{spm[0]}: the alignments index the whitespace tokens of the text, not "
-                            f"the sentencepiece pieces the model would see (give text already split into pieces "
-                            f"and alignments of those, without -{spm[0]})")
+            raise UserError(
+                f"-{name} with -{spm[0]}: the alignments index the whitespace tokens of the text, not "
+                f"the sentencepiece pieces the model would see (give text already split into pieces "
+                f"and alignments of those, without -{spm[0]})"
+            )
 
 
 def source_feature_count(opt):
@@ -213,9 +273,11 @@ def source_feature_count(opt):
     training source); refused with sentencepiece, which would cut the features off their words."""
     n_feats = corpus_feature_count(opt.train_src[0])
     if n_feats and opt.src_spm:
-        raise UserError(f"-src_spm with word features ({opt.train_src[0]} has tokens word{FEAT_SEP}feature): "
-                        "sentencepiece would split the features off their words; give text already split "
-                        "into pieces, each with its features, without -src_spm")
+        raise UserError(
+            f"-src_spm with word features ({opt.train_src[0]} has tokens word{FEAT_SEP}feature): "
+            "sentencepiece would split the features off their words; give text already split "
+            "into pieces, each with its features, without -src_spm"
+        )
     return n_feats
 
 
@@ -229,27 +291,49 @@ def preprocess(opt):
     remove_stale_outputs(opt.save_data)
     n_feats = source_feature_count(opt)
     tokenizers = (Tokenizer(opt.src_spm, opt.lower), Tokenizer(opt.tgt_spm, opt.lower))
-    train_limits = LengthLimits(opt.src_seq_length_trunc, opt.tgt_seq_length_trunc,
-                                opt.src_seq_length, opt.tgt_seq_length)
+    train_limits = LengthLimits(
+        opt.src_seq_length_trunc, opt.tgt_seq_length_trunc, opt.src_seq_length, opt.tgt_seq_length
+    )
     src_vocab, tgt_vocab, feat_vocabs = build_vocabs(opt, tokenizers, train_limits, n_feats)
-    logger.info(f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)"
-                + "".join(f"; feature {i}: {len(vocab)} values" for i, vocab in enumerate(feat_vocabs)))
-    vocab_id = shards.vocab_id(src_vocab.to_plain(), tgt_vocab.to_plain(), [v.to_plain() for v in feat_vocabs])
+    logger.info(
+        f"vocabulary: {len(src_vocab)} source, {len(tgt_vocab)} target words (with specials)"
+        + "".join(f"; feature {i}: {len(vocab)} values" for i, vocab in enumerate(feat_vocabs))
+    )
+    vocab_id = shards.vocab_id(
+        src_vocab.to_plain(), tgt_vocab.to_plain(), [v.to_plain() for v in feat_vocabs]
+    )
     counts = {}
     with StagedOutputs() as staged:
-        corpora = [(shards.train_kind(corpus_id), src_path, tgt_path, train_limits, opt.train_align)
-                   for corpus_id, src_path, tgt_path in train_corpora]
+        corpora = [
+            (shards.train_kind(corpus_id), src_path, tgt_path, train_limits, opt.train_align)
+            for corpus_id, src_path, tgt_path in train_corpora
+        ]
         if opt.valid_src:
-            valid_limits = train_limits if opt.filter_valid else LengthLimits(
-                opt.src_seq_length_trunc, opt.tgt_seq_length_trunc)
+            valid_limits = (
+                train_limits
+                if opt.filter_valid
+                else LengthLimits(opt.src_seq_length_trunc, opt.tgt_seq_length_trunc)
+            )
             corpora.append(("valid", opt.valid_src, opt.valid_tgt, valid_limits, opt.valid_align))
         for corpus_type, src_path, tgt_path, limits, align_path in corpora:
-            stats, n_shards = write_corpus(corpus_type, src_path, tgt_path, tokenizers, limits,
-                                           (src_vocab, tgt_vocab, feat_vocabs), vocab_id, opt, staged, align_path)
+            stats, n_shards = write_corpus(
+                corpus_type,
+                src_path,
+                tgt_path,
+                tokenizers,
+                limits,
+                (src_vocab, tgt_vocab, feat_vocabs),
+                vocab_id,
+                opt,
+                staged,
+                align_path,
+            )
             logger.info(f"{corpus_type}: {stats.summary()}; {n_shards} shard(s)")
             counts[corpus_type] = {"examples": stats.kept, "shards": n_shards}
-        staged.save(vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts),
-                    shards.vocab_path(opt.save_data))
+        staged.save(
+            vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts),
+            shards.vocab_path(opt.save_data),
+        )
         written = staged.final_paths()
         for stale in set(existing) - set(written):
             os.remove(stale)

@@ -1,4 +1,5 @@
 """Fixtures shared by the unit and integration tests."""
+
 import logging
 import os
 
@@ -40,8 +41,11 @@ def one_stream(monkeypatch):
     """Translation decodes in one stream, whatever the thread count."""
     from onmt_lite.translate import translator
 
-    monkeypatch.setattr(translator, "decoding_streams",
-                        lambda threads, device, sampling, batches, fork: ([threads], False))
+    monkeypatch.setattr(
+        translator,
+        "decoding_streams",
+        lambda threads, device, sampling, batches, fork: ([threads], False),
+    )
 
 
 @pytest.fixture

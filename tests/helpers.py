@@ -1,4 +1,5 @@
 """Shared test helpers: paths to ../shared/data, running the commands, writing small corpora."""
+
 import os
 import resource
 import subprocess
@@ -57,8 +58,12 @@ def one_line_error(invoked):
 
 def run_cli(command, *args, cwd=None):
     """Run ``python -m onmt_lite.bin.<command> args``; returns the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", f"onmt_lite.bin.{command}", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", f"onmt_lite.bin.{command}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
 
 
 _tools = {}
@@ -69,7 +74,9 @@ def tool(name):
     import importlib.util
 
     if name not in _tools:
-        spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(REPO, "tools", f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(
+            f"tool_{name}", os.path.join(REPO, "tools", f"{name}.py")
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _tools[name] = module
@@ -91,9 +98,12 @@ def reversal_corpus(directory, n_train=300, n_valid=40, seed=0, vocab=20):
     paths = {}
     for split, n in (("train", n_train), ("valid", n_valid)):
         sources = [[rng.choice(words) for _ in range(rng.randint(2, 7))] for _ in range(n)]
-        paths[f"src_{split}"] = write_lines(os.path.join(directory, f"src-{split}.txt"), [" ".join(s) for s in sources])
-        paths[f"tgt_{split}"] = write_lines(os.path.join(directory, f"tgt-{split}.txt"),
-                                            [" ".join(reversed(s)) for s in sources])
+        paths[f"src_{split}"] = write_lines(
+            os.path.join(directory, f"src-{split}.txt"), [" ".join(s) for s in sources]
+        )
+        paths[f"tgt_{split}"] = write_lines(
+            os.path.join(directory, f"tgt-{split}.txt"), [" ".join(reversed(s)) for s in sources]
+        )
     return paths
 
 
@@ -104,9 +114,23 @@ def preprocess_in_process(directory, *extra, **corpus_args):
 
     paths = reversal_corpus(directory, **corpus_args)
     prefix = os.path.join(directory, "data")
-    opt = parse(build_parser("p", [config_opts, preprocess_opts]), [
-        "-train_src", paths["src_train"], "-train_tgt", paths["tgt_train"], "-valid_src", paths["src_valid"],
-        "-valid_tgt", paths["tgt_valid"], "-save_data", prefix, "-overwrite", *map(str, extra)])
+    opt = parse(
+        build_parser("p", [config_opts, preprocess_opts]),
+        [
+            "-train_src",
+            paths["src_train"],
+            "-train_tgt",
+            paths["tgt_train"],
+            "-valid_src",
+            paths["src_valid"],
+            "-valid_tgt",
+            paths["tgt_valid"],
+            "-save_data",
+            prefix,
+            "-overwrite",
+            *map(str, extra),
+        ],
+    )
     preprocess(opt)
     return prefix
 
@@ -161,14 +185,28 @@ def translate_in_process(*args) -> str:
     return captured.stream.getvalue()
 
 
-def trained_reversal_model(tmp_path_factory, name, preprocess_args, train_args, steps, **corpus_args):
+def trained_reversal_model(
+    tmp_path_factory, name, preprocess_args, train_args, steps, **corpus_args
+):
     """A model trained for ``steps`` steps on a reversal corpus of its own: ``{"model", "data", "src",
     "tgt"}`` (checkpoint, -data prefix, held-out source and target files)."""
     directory = str(tmp_path_factory.mktemp(name))
     prefix = preprocess_in_process(directory, *preprocess_args, **corpus_args)
-    train_in_process(prefix, os.path.join(directory, "m"), *train_args, "-train_steps", steps, "-valid_steps", steps)
-    return {"model": os.path.join(directory, f"m_step_{steps}.pt"), "data": prefix,
-            "src": os.path.join(directory, "src-valid.txt"), "tgt": os.path.join(directory, "tgt-valid.txt")}
+    train_in_process(
+        prefix,
+        os.path.join(directory, "m"),
+        *train_args,
+        "-train_steps",
+        steps,
+        "-valid_steps",
+        steps,
+    )
+    return {
+        "model": os.path.join(directory, f"m_step_{steps}.pt"),
+        "data": prefix,
+        "src": os.path.join(directory, "src-valid.txt"),
+        "tgt": os.path.join(directory, "tgt-valid.txt"),
+    }
 
 
 def lines(path):

@@ -1,4 +1,5 @@
 """Small random models and batches for the model and loss tests (float64, CPU)."""
+
 import random
 
 import torch
@@ -15,13 +16,37 @@ VOCABS = {"src": SRC_VOCAB, "tgt": TGT_VOCAB}
 
 
 # a small Transformer (encoder and decoder): model size 8, 2 heads, no dropout anywhere
-TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer", "-word_vec_size", 8, "-heads", 2,
-               "-transformer_ff", 16, "-position_encoding", "-attention_dropout", 0]
+TRANSFORMER = [
+    "-encoder_type",
+    "transformer",
+    "-decoder_type",
+    "transformer",
+    "-word_vec_size",
+    8,
+    "-heads",
+    2,
+    "-transformer_ff",
+    16,
+    "-position_encoding",
+    "-attention_dropout",
+    0,
+]
 
 
 def model_options(*args):
     """Parsed model and training options: small sizes, no dropout, plus ``args``."""
-    base = ["-data", "unused", "-rnn_size", "8", "-word_vec_size", "6", "-layers", "2", "-dropout", "0"]
+    base = [
+        "-data",
+        "unused",
+        "-rnn_size",
+        "8",
+        "-word_vec_size",
+        "6",
+        "-layers",
+        "2",
+        "-dropout",
+        "0",
+    ]
     return parse(build_parser("test", [model_opts, train_opts]), base + [str(a) for a in args])
 
 
@@ -36,10 +61,14 @@ def random_pairs(n, seed=0, min_len=1, max_len=9):
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):
-        src = [rng.choice(["s0", "s1", "s2", "s3", "s4", "s9", "oov1", "oov2", "oov3"])
-               for _ in range(rng.randint(min_len, max_len))]
-        tgt = [rng.choice(["t0", "t1", "t2", "s1", "s2", "s9", "oov1", "oov3", "oov7"])
-               for _ in range(rng.randint(min_len, max_len))]
+        src = [
+            rng.choice(["s0", "s1", "s2", "s3", "s4", "s9", "oov1", "oov2", "oov3"])
+            for _ in range(rng.randint(min_len, max_len))
+        ]
+        tgt = [
+            rng.choice(["t0", "t1", "t2", "s1", "s2", "s9", "oov1", "oov3", "oov7"])
+            for _ in range(rng.randint(min_len, max_len))
+        ]
         pairs.append((src, tgt))
     return pairs
 
@@ -49,7 +78,9 @@ def make_batch(pairs, order=None):
     from onmt_lite.data.example import make_example
 
     examples = [make_example(i, s, t, SRC_VOCAB, TGT_VOCAB, True) for i, (s, t) in enumerate(pairs)]
-    batch = ShardView(make_shard(examples)).batch(list(range(len(pairs))) if order is None else order)
+    batch = ShardView(make_shard(examples)).batch(
+        list(range(len(pairs))) if order is None else order
+    )
     batch.src_map = batch.src_map.double()
     return batch
 

@@ -1,4 +1,5 @@
 """An onmt_lite_server process for tests: started on a free port, called over HTTP, stopped by SIGTERM."""
+
 import http.client
 import json
 import signal
@@ -14,9 +15,21 @@ class Server:
 
     def __init__(self, config, *args):
         self.config = config
-        self.process = subprocess.Popen([sys.executable, "-m", "onmt_lite.bin.server", "--config", config,
-                                         "--port", "0", *map(str, args)], stderr=subprocess.PIPE, text=True,
-                                        cwd=REPO)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "onmt_lite.bin.server",
+                "--config",
+                config,
+                "--port",
+                "0",
+                *map(str, args),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         self.log, self.port = [], None
         ready = threading.Event()
 
@@ -36,7 +49,9 @@ class Server:
         """``(status, JSON answer)`` of one request on a new connection."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        connection.request(method, root + path, body=data, headers={"Content-Type": "application/json"})
+        connection.request(
+            method, root + path, body=data, headers={"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
         payload = response.read()
         connection.close()

@@ -12,6 +12,7 @@ state (``optim``, ``rng``, ``data``, ``trainer`` and a ``-average_decay`` run's 
 removed; such a run's ``model`` and ``generator`` are its moving average): it is for translating, not
 resuming.
 """
+
 from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
@@ -40,11 +41,15 @@ def check_compatible(first, other, first_path, path):
         names, other_names = set(first[part]), set(other[part])
         if names != other_names:
             diff = sorted(names ^ other_names)[:3]
-            raise UserError(f"{path}: {part} tensors differ in name from those of {first_path} ({diff})")
+            raise UserError(
+                f"{path}: {part} tensors differ in name from those of {first_path} ({diff})"
+            )
         for name, tensor in first[part].items():
             if other[part][name].shape != tensor.shape:
-                raise UserError(f"{path}: {part} tensor {name} has shape {tuple(other[part][name].shape)}, "
-                                f"{first_path} has {tuple(tensor.shape)}")
+                raise UserError(
+                    f"{path}: {part} tensor {name} has shape {tuple(other[part][name].shape)}, "
+                    f"{first_path} has {tuple(tensor.shape)}"
+                )
 
 
 def average_state(states, part, paths):
@@ -59,7 +64,9 @@ def average_state(states, part, paths):
         else:
             for state, path in zip(states[1:], paths[1:]):
                 if not torch.equal(state[part][name], tensor):
-                    raise UserError(f"{path}: non-floating {part} tensor {name} differs from {paths[0]}")
+                    raise UserError(
+                        f"{path}: non-floating {part} tensor {name} differs from {paths[0]}"
+                    )
             averaged[name] = tensor.clone()
     return averaged
 

@@ -11,6 +11,7 @@ detokenized text; use ``-tokenize none`` for text that is already tokenized (suc
 model trained on tokenized data), so that the score is on those tokens. TER uses sacrebleu's
 defaults (its own tokenization, case-insensitive) whatever ``-tokenize`` and ``-lowercase`` say.
 """
+
 from __future__ import annotations
 
 from onmt_lite.data.corpus import read_lines
@@ -27,14 +28,35 @@ def build_parser():
     parser = OptionParser(PROG, "Corpus BLEU, chrF and TER of a hypothesis file (sacrebleu).")
     group = parser.add_argument_group("Scoring")
     add(group, "hyp", required=True, help="The hypotheses: a UTF-8 file, one sentence a line")
-    add(group, "ref", required=True, nargs="+",
-        help="One or more reference files, each line-aligned with -hyp")
-    add(group, "metrics", nargs="+", default=["BLEU"], type=choice("metrics", METRICS),
-        help=f"Metrics to compute, from {', '.join(METRICS)}")
-    add(group, "tokenize", default="13a", type=choice("tokenize", TOKENIZERS),
+    add(
+        group,
+        "ref",
+        required=True,
+        nargs="+",
+        help="One or more reference files, each line-aligned with -hyp",
+    )
+    add(
+        group,
+        "metrics",
+        nargs="+",
+        default=["BLEU"],
+        type=choice("metrics", METRICS),
+        help=f"Metrics to compute, from {', '.join(METRICS)}",
+    )
+    add(
+        group,
+        "tokenize",
+        default="13a",
+        type=choice("tokenize", TOKENIZERS),
         help="BLEU tokenization: 13a is what sacrebleu reports for detokenized text; none for text "
-             "that is already tokenized; intl (Unicode punctuation); char (character level)")
-    add(group, "lowercase", action="store_true", help="Lowercase hypotheses and references (BLEU, chrF)")
+        "that is already tokenized; intl (Unicode punctuation); char (character level)",
+    )
+    add(
+        group,
+        "lowercase",
+        action="store_true",
+        help="Lowercase hypotheses and references (BLEU, chrF)",
+    )
     return parser
 
 
@@ -52,15 +74,19 @@ def read_inputs(hyp_path, ref_paths):
     for path in ref_paths:
         lines = read_sentences(path)
         if len(lines) != len(hyps):
-            raise UserError(f"{hyp_path} has {len(hyps)} lines but {path} has {len(lines)}; "
-                            "each reference file needs one line per hypothesis")
+            raise UserError(
+                f"{hyp_path} has {len(hyps)} lines but {path} has {len(lines)}; "
+                "each reference file needs one line per hypothesis"
+            )
         refs.append(lines)
     return hyps, refs
 
 
 def score_lines(hyps, refs, metrics, tokenize="13a", lowercase=False):
     """One ``signature = score`` line per metric, as sacrebleu prints them."""
-    return [score.sacrebleu_line() for score in corpus_scores(metrics, hyps, refs, tokenize, lowercase)]
+    return [
+        score.sacrebleu_line() for score in corpus_scores(metrics, hyps, refs, tokenize, lowercase)
+    ]
 
 
 @run_command(PROG)

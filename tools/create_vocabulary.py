@@ -12,6 +12,7 @@ order (the file holds no counts; ``-size`` keeps the first words). Either way th
 ``<unk> <blank> <s> </s>`` are left out (preprocessing adds them itself), so that preprocessing with
 the output as ``-src_vocab``/``-tgt_vocab`` gives the same vocabulary.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,17 +32,48 @@ def build_parser():
     """The option parser of create_vocabulary.py."""
     parser = OptionParser(PROG, "Write the most frequent words of text files as a vocabulary file.")
     group = parser.add_argument_group("Vocabulary")
-    add(group, "file_type", default="text", type=choice("file_type", FILE_TYPES),
+    add(
+        group,
+        "file_type",
+        default="text",
+        type=choice("file_type", FILE_TYPES),
         help="text: count the words of text files; field: the -side vocabulary of one PREFIX.vocab.pt "
-             "file of onmt_lite_preprocess")
-    add(group, "file", required=True, nargs="+",
+        "file of onmt_lite_preprocess",
+    )
+    add(
+        group,
+        "file",
+        required=True,
+        nargs="+",
         help="UTF-8 text files, tokens separated by whitespace (-file_type text), or one PREFIX.vocab.pt "
-             "(-file_type field)")
-    add(group, "side", type=choice("side", SIDES), help="With -file_type field: the vocabulary to write, src or tgt")
-    add(group, "out_file", required=True, help="The vocabulary file to write (word count, one a line)")
-    add(group, "size", type=int_at_least(0), default=0, help="Keep at most this many words; 0 keeps all")
-    add(group, "min_frequency", type=int_at_least(1), default=1,
-        help="Keep only words seen at least this many times")
+        "(-file_type field)",
+    )
+    add(
+        group,
+        "side",
+        type=choice("side", SIDES),
+        help="With -file_type field: the vocabulary to write, src or tgt",
+    )
+    add(
+        group,
+        "out_file",
+        required=True,
+        help="The vocabulary file to write (word count, one a line)",
+    )
+    add(
+        group,
+        "size",
+        type=int_at_least(0),
+        default=0,
+        help="Keep at most this many words; 0 keeps all",
+    )
+    add(
+        group,
+        "min_frequency",
+        type=int_at_least(1),
+        default=1,
+        help="Keep only words seen at least this many times",
+    )
     return parser
 
 
@@ -65,7 +97,9 @@ def ranked_words(counter, size=0, min_frequency=1):
 def field_words(opt):
     """``[word]`` of the ``-side`` vocabulary of the vocabulary file ``-file`` (specials left out)."""
     if len(opt.file) != 1:
-        raise UserError(f"-file_type field reads one vocabulary file; got {len(opt.file)}: {' '.join(opt.file)}")
+        raise UserError(
+            f"-file_type field reads one vocabulary file; got {len(opt.file)}: {' '.join(opt.file)}"
+        )
     if opt.side is None:
         raise UserError("-file_type field needs -side src or -side tgt")
     if opt.min_frequency != 1:
@@ -74,10 +108,12 @@ def field_words(opt):
     from onmt_lite.data.shards import VOCAB_FORMAT, load_plain
 
     path = opt.file[0]
-    itos = load_plain(path, VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)").get(opt.side)
+    itos = load_plain(path, VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)").get(
+        opt.side
+    )
     if not isinstance(itos, list) or list(itos[: len(SPECIALS)]) != list(SPECIALS):
         raise UserError(f"{path}: no {opt.side} vocabulary starting with {' '.join(SPECIALS)}")
-    words = [w for w in itos[len(SPECIALS):] if w not in SPECIALS]
+    words = [w for w in itos[len(SPECIALS) :] if w not in SPECIALS]
     return words[: opt.size] if opt.size else words
 
 
@@ -96,7 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     counter = count_files(opt.file)
     words = ranked_words(counter, opt.size, opt.min_frequency)
     if not words:
-        raise UserError(f"no word is seen at least {opt.min_frequency} times in {', '.join(opt.file)}")
+        raise UserError(
+            f"no word is seen at least {opt.min_frequency} times in {', '.join(opt.file)}"
+        )
     write_text(opt.out_file, "".join(f"{w} {n}\n" for w, n in words))
     print(f"wrote {len(words)} of {len(counter)} distinct words to {opt.out_file}")
 

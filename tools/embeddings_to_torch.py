@@ -19,6 +19,7 @@ the source and target vocabularies of ``-dict_file`` (the ``.vocab.pt`` file of
 onmt_lite_preprocess): the file's vector for each word found and zeros for the others; they are
 written together, or neither. ``-verbose`` lists the vocabulary words that were not found.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -38,18 +39,53 @@ SIDES = {"enc": "src", "dec": "tgt"}
 
 def build_parser():
     """The option parser of embeddings_to_torch.py."""
-    parser = OptionParser(PROG, "Convert text embeddings into -pre_word_vecs_enc/-pre_word_vecs_dec tensors.")
+    parser = OptionParser(
+        PROG, "Convert text embeddings into -pre_word_vecs_enc/-pre_word_vecs_dec tensors."
+    )
     group = parser.add_argument_group("Conversion")
-    add(group, "emb_file_both", help="Embeddings for both source and target (GloVe or word2vec text)")
-    add(group, "emb_file_enc", help="Source embeddings (GloVe or word2vec text), with -emb_file_dec")
-    add(group, "emb_file_dec", help="Target embeddings (GloVe or word2vec text), with -emb_file_enc")
-    add(group, "dict_file", required=True, help="The vocabulary file PREFIX.vocab.pt of onmt_lite_preprocess")
-    add(group, "output_file", required=True, help="Output prefix: writes PREFIX.enc.pt and PREFIX.dec.pt")
-    add(group, "skip_lines", type=int_at_least(0), default=0,
-        help="Skip this many lines at the start of each embeddings file")
-    add(group, "type", default="GloVe", type=choice("type", TYPES),
-        help="GloVe: 'word v1 v2 ...' lines; word2vec: the same after a 'COUNT DIM' header line")
-    add(group, "verbose", action="store_true", help="List the vocabulary words not found in the embeddings")
+    add(
+        group,
+        "emb_file_both",
+        help="Embeddings for both source and target (GloVe or word2vec text)",
+    )
+    add(
+        group, "emb_file_enc", help="Source embeddings (GloVe or word2vec text), with -emb_file_dec"
+    )
+    add(
+        group, "emb_file_dec", help="Target embeddings (GloVe or word2vec text), with -emb_file_enc"
+    )
+    add(
+        group,
+        "dict_file",
+        required=True,
+        help="The vocabulary file PREFIX.vocab.pt of onmt_lite_preprocess",
+    )
+    add(
+        group,
+        "output_file",
+        required=True,
+        help="Output prefix: writes PREFIX.enc.pt and PREFIX.dec.pt",
+    )
+    add(
+        group,
+        "skip_lines",
+        type=int_at_least(0),
+        default=0,
+        help="Skip this many lines at the start of each embeddings file",
+    )
+    add(
+        group,
+        "type",
+        default="GloVe",
+        type=choice("type", TYPES),
+        help="GloVe: 'word v1 v2 ...' lines; word2vec: the same after a 'COUNT DIM' header line",
+    )
+    add(
+        group,
+        "verbose",
+        action="store_true",
+        help="List the vocabulary words not found in the embeddings",
+    )
     return parser
 
 
@@ -57,11 +93,15 @@ def embedding_files(opt):
     """``{"enc": path, "dec": path}`` from -emb_file_both or -emb_file_enc/-emb_file_dec."""
     if opt.emb_file_both:
         if opt.emb_file_enc or opt.emb_file_dec:
-            raise UserError("give -emb_file_both, or -emb_file_enc and -emb_file_dec, not both ways")
+            raise UserError(
+                "give -emb_file_both, or -emb_file_enc and -emb_file_dec, not both ways"
+            )
         return {"enc": opt.emb_file_both, "dec": opt.emb_file_both}
     if not (opt.emb_file_enc and opt.emb_file_dec):
-        raise UserError("give -emb_file_both FILE (one file for both sides), or -emb_file_enc FILE and "
-                        "-emb_file_dec FILE")
+        raise UserError(
+            "give -emb_file_both FILE (one file for both sides), or -emb_file_enc FILE and "
+            "-emb_file_dec FILE"
+        )
     return {"enc": opt.emb_file_enc, "dec": opt.emb_file_dec}
 
 
@@ -84,9 +124,11 @@ def parse_vector(path: str, lineno: int, fields: list[str]) -> torch.Tensor:
     finite = torch.isfinite(vector)
     if not finite.all():
         position = int((~finite).nonzero()[0])
-        raise UserError(f"{where(path, lineno)}: the vector of {fields[0]!r} has value "
-                        f"{position + 1} {fields[position + 1]!r}, which is not a finite float32 "
-                        f"number (nan, inf, or beyond +-3.4e38); embeddings must be finite")
+        raise UserError(
+            f"{where(path, lineno)}: the vector of {fields[0]!r} has value "
+            f"{position + 1} {fields[position + 1]!r}, which is not a finite float32 "
+            f"number (nan, inf, or beyond +-3.4e38); embeddings must be finite"
+        )
     return vector
 
 
@@ -102,8 +144,10 @@ def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
             continue
         fields = text.split()
         if first and word2vec and not is_header(fields):
-            raise UserError(f"{where(path, lineno)}: -type word2vec: expected the header 'COUNT DIM', "
-                            f"found {text.strip()[:40]!r}")
+            raise UserError(
+                f"{where(path, lineno)}: -type word2vec: expected the header 'COUNT DIM', "
+                f"found {text.strip()[:40]!r}"
+            )
         if first and (word2vec or is_header(fields)):
             header_dim, first = int(fields[1]), False
             continue
@@ -113,15 +157,21 @@ def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
         if dim is None:
             dim = len(fields) - 1
             if dim < 1 or (header_dim is not None and dim != header_dim):
-                raise UserError(f"{where(path, lineno)}: {dim} values, expected "
-                                f"{header_dim if header_dim is not None else 'at least 1'}")
+                raise UserError(
+                    f"{where(path, lineno)}: {dim} values, expected "
+                    f"{header_dim if header_dim is not None else 'at least 1'}"
+                )
         if len(fields) - 1 != dim:
-            raise UserError(f"{where(path, lineno)}: {len(fields) - 1} values, the first vector has {dim}")
+            raise UserError(
+                f"{where(path, lineno)}: {len(fields) - 1} values, the first vector has {dim}"
+            )
         if fields[0] in wanted and fields[0] not in vectors:
             vectors[fields[0]] = parse_vector(path, lineno, fields)
     if dim is None:
-        raise UserError(f"{path}: no embeddings in the file" + (f" after the first {skip_lines} lines"
-                                                                if skip_lines else ""))
+        raise UserError(
+            f"{path}: no embeddings in the file"
+            + (f" after the first {skip_lines} lines" if skip_lines else "")
+        )
     return vectors, dim
 
 
@@ -140,8 +190,10 @@ def convert(emb_path, words, side, vectors, dim, verbose=False):
     """The tensor for ``words`` from the ``vectors`` read from ``emb_path``; prints how many words were
     found (and with ``verbose`` the others)."""
     found = sum(word in vectors for word in words)
-    print(f"{side}: found {found} of {len(words)} vocabulary words "
-          f"({100.0 * found / len(words):.1f}%) in {emb_path}; dimension {dim}")
+    print(
+        f"{side}: found {found} of {len(words)} vocabulary words "
+        f"({100.0 * found / len(words):.1f}%) in {emb_path}; dimension {dim}"
+    )
     if verbose:
         for word in words:
             if word not in vectors:
@@ -164,11 +216,18 @@ def main(argv: list[str] | None = None) -> None:
     words = {side: vocab[SIDES[side]] for side in SIDES}
     word2vec = opt.type == "word2vec"
     if opt.emb_file_both:  # read once, for both vocabularies
-        both = read_embeddings(opt.emb_file_both, set(words["enc"]) | set(words["dec"]), opt.skip_lines, word2vec)
+        both = read_embeddings(
+            opt.emb_file_both, set(words["enc"]) | set(words["dec"]), opt.skip_lines, word2vec
+        )
         read = {side: both for side in SIDES}
     else:
-        read = {side: read_embeddings(files[side], set(words[side]), opt.skip_lines, word2vec) for side in SIDES}
-    tensors = {side: convert(files[side], words[side], side, *read[side], opt.verbose) for side in SIDES}
+        read = {
+            side: read_embeddings(files[side], set(words[side]), opt.skip_lines, word2vec)
+            for side in SIDES
+        }
+    tensors = {
+        side: convert(files[side], words[side], side, *read[side], opt.verbose) for side in SIDES
+    }
     with StagedOutputs() as staged:  # both files or neither
         for side, tensor in tensors.items():
             staged.save(tensor, outputs[side])

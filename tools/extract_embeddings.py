@@ -9,6 +9,7 @@ vocabulary word in id order, special tokens included, ``word v1 v2 ...``. Values
 9 significant digits, which reproduces float32 (and float16) weights exactly. The two files appear
 together or not at all. ``-gpu`` is accepted for 1.x command lines; the extraction runs on the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,17 +27,28 @@ def build_parser():
     parser = OptionParser(PROG, "Write a checkpoint's word embeddings as GloVe text files.")
     group = parser.add_argument_group("Extraction")
     add(group, "model", required=True, help="The checkpoint")
-    add(group, "output_dir", default=".",
-        help="Directory for src_embeddings.txt and tgt_embeddings.txt (created if missing)")
-    add(group, "gpu", type=int, default=-1,
-        help="Accepted for OpenNMT-py 1.x command lines; the extraction runs on the CPU")
+    add(
+        group,
+        "output_dir",
+        default=".",
+        help="Directory for src_embeddings.txt and tgt_embeddings.txt (created if missing)",
+    )
+    add(
+        group,
+        "gpu",
+        type=int,
+        default=-1,
+        help="Accepted for OpenNMT-py 1.x command lines; the extraction runs on the CPU",
+    )
     return parser
 
 
 def glove_text(words, weight):
     """GloVe text for ``words`` and the ``[len(words) x dim]`` tensor ``weight``."""
     rows = weight.float().tolist()
-    return "".join(f"{word} {' '.join(f'{v:.9g}' for v in row)}\n" for word, row in zip(words, rows))
+    return "".join(
+        f"{word} {' '.join(f'{v:.9g}' for v in row)}\n" for word, row in zip(words, rows)
+    )
 
 
 def table(checkpoint, side, path):
@@ -46,8 +58,10 @@ def table(checkpoint, side, path):
         raise UserError(f"{path}: the model has no {name}")
     weight, words = checkpoint["model"][name], checkpoint["vocab"][side]
     if weight.dim() != 2 or weight.shape[0] != len(words):
-        raise UserError(f"{path}: {name} has shape {tuple(weight.shape)} but the {side} vocabulary "
-                        f"has {len(words)} words")
+        raise UserError(
+            f"{path}: {name} has shape {tuple(weight.shape)} but the {side} vocabulary "
+            f"has {len(words)} words"
+        )
     return words, weight
 
 

@@ -7,6 +7,7 @@ Word accuracy is the share of words whose phones are all right; the phone error 
 distance (insertions, deletions, substitutions) between predicted and reference phones, summed over
 the words, over the number of reference phones; BLEU is sacrebleu's corpus BLEU over phones.
 """
+
 from __future__ import annotations
 
 from onmt_lite.data.corpus import read_lines
@@ -23,7 +24,9 @@ def edit_distance(a, b):
     for i, token_a in enumerate(a, 1):
         current = [i]
         for j, token_b in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (token_a != token_b)))
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (token_a != token_b))
+            )
         previous = current
     return previous[-1]
 
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError(f"{opt.hyp} and {opt.ref} are empty; there is nothing to score")
     accuracy, per = scores(hypotheses, references)
     bleu = phone_bleu(hypotheses, references)
-    print(f"word accuracy {accuracy:.2f}%, phone error rate {per:.2f}%, BLEU {bleu:.2f} over phones "
-          f"({len(references)} words)")
+    print(
+        f"word accuracy {accuracy:.2f}%, phone error rate {per:.2f}%, BLEU {bleu:.2f} over phones "
+        f"({len(references)} words)"
+    )
     words = ["".join(w) for w in read_tokens(opt.src)] if opt.src else [""] * len(references)
     for word, hyp, ref in list(zip(words, hypotheses, references))[: opt.examples]:
         mark = "ok " if hyp == ref else "ERR"

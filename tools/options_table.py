@@ -22,14 +22,24 @@ to FILE, unless FILE already holds it; ``tests/unit/test_options_table.py`` fail
 the lines ``<!-- options-table:begin -->`` and ``<!-- options-table:end -->`` of FILE. With neither,
 the page is printed.
 """
+
 from __future__ import annotations
 
 import collections
 import os
 import sys
 
-from onmt_lite.opts import (UNSUPPORTED_OPTIONS, OptionParser, add, config_opts, model_opts, parse, preprocess_opts,
-                            train_opts, translate_opts)
+from onmt_lite.opts import (
+    UNSUPPORTED_OPTIONS,
+    OptionParser,
+    add,
+    config_opts,
+    model_opts,
+    parse,
+    preprocess_opts,
+    train_opts,
+    translate_opts,
+)
 from onmt_lite.opts import build_parser as build_command_parser
 from onmt_lite.opts.opennmt_py_1x import REFERENCE, read_reference
 from onmt_lite.utils.errors import UserError, run_command
@@ -54,34 +64,34 @@ COMMANDS = {
 CHANGED = {
     "brnn": "sets `-encoder_type brnn` (1.2.0 refused the deprecated flag)",
     "feat_vec_exponent": "N, a feature's vocabulary size, counts its four specials `<unk> <blank> <s> </s>` "
-                         "(1.x's feature vocabularies had `<unk> <blank>`), as every onmt_lite vocabulary",
+    "(1.x's feature vocabularies had `<unk> <blank>`), as every onmt_lite vocabulary",
     "features_vocabs_prefix": "feature i's vocabulary is read from PREFIX.source_feature_i.dict (i from 1; Lua "
-                              "OpenNMT's names), one word a line as -src_vocab (1.x declared it and never read it)",
+    "OpenNMT's names), one word a line as -src_vocab (1.x declared it and never read it)",
     "exp": "names the TensorBoard run: scalars go to -tensorboard_log_dir/EXP (1.x declared it for Crayon and "
-           "never read it)",
+    "never read it)",
     "batch_size_multiple": "default 1 (1.x: 8 with `-model_dtype fp16`); a batch that cannot hold that many "
-                           "sentences is kept (1.x dropped it)",
+    "sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
     "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each batch's noise is "
-                 "drawn from a generator seeded by its place in its corpus; refused with `-copy_attn`",
+    "drawn from a generator seeded by its place in its corpus; refused with `-copy_attn`",
     "data_to_noise": "needs `-src_noise` and the reverse (1.x noised nothing then); ids of this run's `-data_ids`",
     "subword_prefix": "used by `-src_noise infilling` only, which is refused when no source word has the prefix "
-                      "(word tokens: `-subword_prefix ''`)",
+    "(word tokens: `-subword_prefix ''`)",
     "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output the same as "
-                   "one process's (1.x: built that many shards side by side)",
+    "one process's (1.x: built that many shards side by side)",
     "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
-                         "per-GPU log lines)",
+    "per-GPU log lines)",
     "gpuid": "accepted without a value, as 1.x accepted it (1.x refused any value: deprecated, use -gpu_ranks)",
     "max_shard_size": "accepted as 0, its default, as 1.x accepted it (1.x refused any other value: deprecated, "
-                      "use -shard_size)",
+    "use -shard_size)",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
-                  "filled a queue for all)",
+    "filled a queue for all)",
     "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than -max_length is output "
-                  "whole; a copy model copies a prefix word that only the source has (docs/usage.md)",
+    "whole; a copy model copies a prefix word that only the source has (docs/usage.md)",
     "dump_beam": "one JSON object per input line, in input order, with the tokens as strings and where each n-best "
-                 "hypothesis ended; dead places are null (docs/usage.md)",
+    "hypothesis ended; dead places are null (docs/usage.md)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
     "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files `PREFIX.train_ID.N.pt`)",
@@ -89,60 +99,60 @@ CHANGED = {
     "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
     "train_align": "a malformed line or an index outside its sentence pair is an error naming the file and "
-                   "line; truncation drops the links it cuts off; refused with -src_spm/-tgt_spm",
+    "line; truncation drops the links it cuts off; refused with -src_spm/-tgt_spm",
     "valid_align": "checked and stored as -train_align; validation reports the NLL alone (1.x added the "
-                   "alignment loss to it)",
+    "alignment loss to it)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
     "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or `transformer` "
-                    "(an RNN decoder starts from the mean of its output); `cnn` and `ggnn` are refused",
+    "(an RNN decoder starts from the mean of its output); `cnn` and `ggnn` are refused",
     "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
     "self_attn_type": "only `scaled-dot`; `average` is refused",
     "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's get none (1.x "
-                         "added them in training but gave every translation step position 0)",
+    "added them in training but gave every translation step position 0)",
     "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
-                 "heads (1.x: the first head's)",
+    "heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
     "global_attention": "`none` (RNN decoders only) refuses the options that need attention: copy and "
-                        "coverage attention, and in translation -replace_unk, -attn_debug, -attn_plot and "
-                        "-coverage_penalty (1.x ignored -global_attention with a Transformer decoder)",
+    "coverage attention, and in translation -replace_unk, -attn_debug, -attn_plot and "
+    "-coverage_penalty (1.x ignored -global_attention with a Transformer decoder)",
     "global_attention_function": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
     "generator_function": "`sparsemax` is refused with -copy_attn and -label_smoothing (1.x smoothed the "
-                          "log of sparsemax, infinite); the logged perplexity is exp of the sparsemax loss",
+    "log of sparsemax, infinite); the logged perplexity is exp of the sparsemax loss",
     "context_gate": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
     "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
     "lambda_align": "the logged xent and perplexity are the NLL's, without the alignment term (1.x added it); "
-                    "also with copy attention; refused without -train_align data or a Transformer decoder",
+    "also with copy attention; refused without -train_align data or a Transformer decoder",
     "alignment_layer": "a layer the decoder lacks is refused (with -lambda_align, or at -report_align) where "
-                       "1.x failed with an IndexError",
+    "1.x failed with an IndexError",
     "alignment_heads": "more than -heads is refused (1.x then averaged all heads)",
     "full_context_alignment": "only the alignment layer runs a second time (1.x ran every layer twice and "
-                              "kept one); the same alignment",
+    "kept one); the same alignment",
     # train
     "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each corpus in "
-                    "turn, each batch from one corpus (1.x drew WEIGHT examples from each corpus in turn into "
-                    "shared batches); one weight per -data_ids corpus",
+    "turn, each batch from one corpus (1.x drew WEIGHT examples from each corpus in turn into "
+    "shared batches); one weight per -data_ids corpus",
     "data_ids": "several corpora cannot be combined with -single_pass or -epochs (each corpus starts its next "
-                "epoch on its own)",
+    "epoch on its own)",
     "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
     "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "
-                               "picks SAVE_MODEL_best.pt",
+    "picks SAVE_MODEL_best.pt",
     "model_dtype": "adds `bf16` (mixed precision that runs on CPUs); `fp16` needs a CUDA device and keeps "
-                   "loss sharding on (1.x switched it off under fp16)",
+    "loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
-                       "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
+    "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
     "average_decay": "the checkpoint also keeps the raw weights, and `-train_from` trains on from them with the "
-                     "average continued (1.x kept only the average, trained on from it and started a new one)",
+    "average continued (1.x kept only the average, trained on from it and started a new one)",
     "average_every": "counts the steps from the first of the whole training, so a resumed run averages at "
-                     "the steps the uninterrupted one does (1.x counted from the first step of each run)",
+    "the steps the uninterrupted one does (1.x counted from the first step of each run)",
     # translate
     "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` to the "
-                    "shorter ones of a batch); ensembles average their alignment heads; refused with "
-                    "sentencepiece models (the pairs would count pieces)",
+    "shorter ones of a batch); ensembles average their alignment heads; refused with "
+    "sentencepiece models (the pairs would count pieces)",
     "align_debug": "also without -report_align (1.x needed it)",
 }
 
@@ -158,16 +168,30 @@ NOTES = {
 
 def build_parser():
     """The option parser of options_table.py."""
-    parser = OptionParser(PROG, "Write the table of OpenNMT-py 1.x options and their status in onmt_lite.")
+    parser = OptionParser(
+        PROG, "Write the table of OpenNMT-py 1.x options and their status in onmt_lite."
+    )
     group = parser.add_argument_group("Table")
-    add(group, "reference", default="",
+    add(
+        group,
+        "reference",
+        default="",
         help="The list of OpenNMT-py 1.x options, one 'COMMAND NAME' a line "
-             "(default: onmt_lite/opts/opennmt_py_1x_options.txt)")
-    add(group, "output", default="",
-        help="Write the whole page to this file (this checkout's is docs/options.md)")
-    add(group, "readme", default="",
+        "(default: onmt_lite/opts/opennmt_py_1x_options.txt)",
+    )
+    add(
+        group,
+        "output",
+        default="",
+        help="Write the whole page to this file (this checkout's is docs/options.md)",
+    )
+    add(
+        group,
+        "readme",
+        default="",
         help=f"Replace the text between the lines {BEGIN} and {END} of this file with the tables "
-             "(without the page's title)")
+        "(without the page's title)",
+    )
     return parser
 
 
@@ -223,8 +247,11 @@ def command_rows(command, names):
     for name, action in actions.items():
         if name in listed:
             continue
-        aliases = [s[1:] for s in action.option_strings
-                   if not s.startswith("--") and s != f"-{name}" and s[1:] in listed]
+        aliases = [
+            s[1:]
+            for s in action.option_strings
+            if not s.startswith("--") and s != f"-{name}" and s[1:] in listed
+        ]
         note = f"another spelling of -{aliases[0]}" if aliases else _one_line(action.help)
         rows.append((f"-{name}", "new", note))
     return rows, unknown, used
@@ -239,14 +266,22 @@ def table_rows(reference):
         unknown += [f"{command} -{name}" for name in missing]
         used |= keys
     if unknown:
-        raise UserError(f"{len(unknown)} OpenNMT-py 1.x option(s) are neither accepted by onmt_lite nor "
-                        f"refused by name (add them to UNSUPPORTED_OPTIONS in onmt_lite/opts/parser.py "
-                        f"with the reason): {', '.join(unknown)}")
-    stale = [f"{kind}[{key!r}]" for kind, table in (("CHANGED", CHANGED), ("NOTES", NOTES))
-             for key in table if (kind, key) not in used]
+        raise UserError(
+            f"{len(unknown)} OpenNMT-py 1.x option(s) are neither accepted by onmt_lite nor "
+            f"refused by name (add them to UNSUPPORTED_OPTIONS in onmt_lite/opts/parser.py "
+            f"with the reason): {', '.join(unknown)}"
+        )
+    stale = [
+        f"{kind}[{key!r}]"
+        for kind, table in (("CHANGED", CHANGED), ("NOTES", NOTES))
+        for key in table
+        if (kind, key) not in used
+    ]
     if stale:
-        raise UserError(f"these entries of {PROG} name no OpenNMT-py 1.x option that onmt_lite accepts: "
-                        f"{', '.join(stale)}")
+        raise UserError(
+            f"these entries of {PROG} name no OpenNMT-py 1.x option that onmt_lite accepts: "
+            f"{', '.join(stale)}"
+        )
     return tables
 
 
@@ -257,7 +292,10 @@ def _cell(text):
 def render(reference):
     """The markdown tables (every command) for the 1.x option list ``reference``."""
     tables = table_rows(reference)
-    counts = {command: collections.Counter(status for _, status, _ in rows) for command, rows in tables.items()}
+    counts = {
+        command: collections.Counter(status for _, status, _ in rows)
+        for command, rows in tables.items()
+    }
     out = [
         f"Generated by `tools/{PROG}` from `onmt_lite/opts/opennmt_py_1x_options.txt` (every option of OpenNMT-py "
         "1.2.0, the last 1.x release) and onmt_lite's own option parsers. **same**: accepted with the same "
@@ -271,21 +309,32 @@ def render(reference):
     ]
     for command, (prog, _, script) in COMMANDS.items():
         c = counts[command]
-        out.append(f"| `{prog}` (1.x `{script}`) | {len(reference[command])} | {c['same']} | {c['changed']} "
-                   f"| {c['not supported']} | {c['new']} |")
+        out.append(
+            f"| `{prog}` (1.x `{script}`) | {len(reference[command])} | {c['same']} | {c['changed']} "
+            f"| {c['not supported']} | {c['new']} |"
+        )
     for command, (prog, _, script) in COMMANDS.items():
-        out += ["", f"### `{prog}` (OpenNMT-py 1.x `{script}`)", "",
-                "| option | status | note |", "| --- | --- | --- |"]
-        out += [f"| `{option}` | {status} | {_cell(note)} |" for option, status, note in tables[command]]
+        out += [
+            "",
+            f"### `{prog}` (OpenNMT-py 1.x `{script}`)",
+            "",
+            "| option | status | note |",
+            "| --- | --- | --- |",
+        ]
+        out += [
+            f"| `{option}` | {status} | {_cell(note)} |" for option, status, note in tables[command]
+        ]
     return "\n".join(out) + "\n"
 
 
 def page(reference):
     """The whole page docs/options.md: a title, one line on how it is made, then ``render(reference)``."""
-    return (f"{TITLE}\n\nWhich options of OpenNMT-py 1.x each onmt_lite command accepts, changes, refuses or "
-            f"adds; after changing an option, regenerate this page with `python tools/{PROG} -output "
-            f"docs/options.md` (`tests/unit/test_options_table.py` fails while it is out of date).\n\n"
-            + render(reference))
+    return (
+        f"{TITLE}\n\nWhich options of OpenNMT-py 1.x each onmt_lite command accepts, changes, refuses or "
+        f"adds; after changing an option, regenerate this page with `python tools/{PROG} -output "
+        f"docs/options.md` (`tests/unit/test_options_table.py` fails while it is out of date).\n\n"
+        + render(reference)
+    )
 
 
 def _marker_line(lines, marker, path):
@@ -301,7 +350,7 @@ def readme_section(text, path="README"):
     begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
     if end < begin:
         raise UserError(f"{path}: the line {END} comes before {BEGIN}")
-    return "".join(lines[begin + 1:end])
+    return "".join(lines[begin + 1 : end])
 
 
 def replace_section(text, table, path="README"):
@@ -311,7 +360,7 @@ def replace_section(text, table, path="README"):
     begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
     if not lines[begin].endswith("\n"):
         lines[begin] += "\n"
-    return "".join(lines[:begin + 1]) + "\n" + table + "\n" + "".join(lines[end:])
+    return "".join(lines[: begin + 1]) + "\n" + table + "\n" + "".join(lines[end:])
 
 
 def _read_text(path):

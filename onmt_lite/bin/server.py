@@ -8,6 +8,7 @@ listens on 127.0.0.1 unless --ip says otherwise. SIGTERM (or Ctrl-C) stops it gr
 connections, the requests in flight are answered (for up to --shutdown_timeout seconds), then it
 exits 0. Each request is logged to stderr as one JSON line.
 """
+
 import argparse
 import signal
 import socket
@@ -25,20 +26,50 @@ PROG = "onmt_lite_server"
 def server_opts(parser):
     group = parser.add_argument_group("Server (OpenNMT-py 1.x's options)")
     add(group, "ip", default="127.0.0.1", help="Address to listen on (0.0.0.0: every interface)")
-    add(group, "port", type=int_in(0, MAX_PORT), default=5000,
-        help="TCP port (0: any free port, logged)")
+    add(
+        group,
+        "port",
+        type=int_in(0, MAX_PORT),
+        default=5000,
+        help="TCP port (0: any free port, logged)",
+    )
     add(group, "url_root", default="/translator", help="The endpoints' path prefix")
-    add(group, "config", "-c", default="./available_models/conf.json",
-        help="The models' configuration (OpenNMT-py 1.x's conf.json format)")
+    add(
+        group,
+        "config",
+        "-c",
+        default="./available_models/conf.json",
+        help="The models' configuration (OpenNMT-py 1.x's conf.json format)",
+    )
     group = parser.add_argument_group("Limits")
-    add(group, "max_request_bytes", type=int_in(1, 2 ** 40), default=1_000_000,
-        help="A request body longer than this is refused (413)")
-    add(group, "max_sentence_tokens", type=int_in(1, 10 ** 6), default=1000,
-        help="A request with a sentence of more source tokens than this is refused (400)")
-    add(group, "request_timeout", type=float_in(0, MAX_TIMEOUT), default=300.0,
-        help="Seconds a translation may take before its request is answered 503")
-    add(group, "shutdown_timeout", type=float_in(0, MAX_TIMEOUT), default=30.0,
-        help="On SIGTERM, seconds to let the requests in flight finish")
+    add(
+        group,
+        "max_request_bytes",
+        type=int_in(1, 2**40),
+        default=1_000_000,
+        help="A request body longer than this is refused (413)",
+    )
+    add(
+        group,
+        "max_sentence_tokens",
+        type=int_in(1, 10**6),
+        default=1000,
+        help="A request with a sentence of more source tokens than this is refused (400)",
+    )
+    add(
+        group,
+        "request_timeout",
+        type=float_in(0, MAX_TIMEOUT),
+        default=300.0,
+        help="Seconds a translation may take before its request is answered 503",
+    )
+    add(
+        group,
+        "shutdown_timeout",
+        type=float_in(0, MAX_TIMEOUT),
+        default=30.0,
+        help="On SIGTERM, seconds to let the requests in flight finish",
+    )
 
 
 def listening_socket(ip, port):
@@ -49,7 +80,9 @@ def listening_socket(ip, port):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((ip, port))
     except OSError as err:
-        raise UserError(f"--ip {ip} --port {port}: cannot listen there ({err.strerror or err})") from None
+        raise UserError(
+            f"--ip {ip} --port {port}: cannot listen there ({err.strerror or err})"
+        ) from None
     sock.listen(2048)  # connections wait from now on, while the server starts
     return sock
 
@@ -57,7 +90,9 @@ def listening_socket(ip, port):
 @run_command(PROG)
 def main(args=None):
     parser = OptionParser(PROG, __doc__)  # its -debug also logs each request's and answer's body
-    parser.add_argument("-d", dest="debug", action="store_true", help=argparse.SUPPRESS)  # 1.x's short form
+    parser.add_argument(
+        "-d", dest="debug", action="store_true", help=argparse.SUPPRESS
+    )  # 1.x's short form
     server_opts(parser)
     opt, unknown = parser.parse_known_args(args)
     if unknown:
@@ -78,16 +113,38 @@ def main(args=None):
                     model.service.control("load").result()
                 except UserError as err:
                     raise UserError(f"{opt.config}: model {model.spec.model_id}: {err}") from None
-                logger.info("loaded", extra={"fields": {"model_id": model.spec.model_id,
-                                                        "seconds": round(model.load_time, 2)}})
+                logger.info(
+                    "loaded",
+                    extra={
+                        "fields": {
+                            "model_id": model.spec.model_id,
+                            "seconds": round(model.load_time, 2),
+                        }
+                    },
+                )
         sock = listening_socket(opt.ip, opt.port)
         host, port = sock.getsockname()[:2]
-        app = create_app(registry, opt.url_root, opt.max_request_bytes, opt.request_timeout, opt.debug)
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=opt.shutdown_timeout, timeout_keep_alive=30)
+        app = create_app(
+            registry, opt.url_root, opt.max_request_bytes, opt.request_timeout, opt.debug
+        )
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=opt.shutdown_timeout,
+            timeout_keep_alive=30,
+        )
         server = uvicorn.Server(config)
-        logger.info("listening", extra={"fields": {"url": f"http://{host}:{port}{opt.url_root}",
-                                                   "models": sorted(registry.models)}})
+        logger.info(
+            "listening",
+            extra={
+                "fields": {
+                    "url": f"http://{host}:{port}{opt.url_root}",
+                    "models": sorted(registry.models),
+                }
+            },
+        )
         # uvicorn stops gracefully on these signals, then raises them again under the handlers it found:
         # these, so that the command ends here, with its models closed and status 0
         for signum in (signal.SIGTERM, signal.SIGINT):

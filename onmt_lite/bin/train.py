@@ -3,6 +3,7 @@
 With ``-world_size N`` it starts N training processes; under torchrun each process runs this
 command (see onmt_lite.train.distributed).
 """
+
 import logging
 
 import torch
@@ -49,8 +50,12 @@ def train_process(opt):
     dist = from_environment(opt)
     main_rank = dist is None or dist.is_main
     verbose = main_rank or opt.gpu_verbose_level > 0  # 1.x: the other processes log too
-    init_logger(opt.log_file if main_rank else None, logging.INFO if verbose else logging.WARNING,
-                file_level=opt.log_file_level, prefix="" if main_rank else f"rank {dist.rank}: ")
+    init_logger(
+        opt.log_file if main_rank else None,
+        logging.INFO if verbose else logging.WARNING,
+        file_level=opt.log_file_level,
+        prefix="" if main_rank else f"rank {dist.rank}: ",
+    )
     reuse_freed_memory(training_device_type(opt, dist))
     try:
         train(opt, dist)
@@ -64,7 +69,7 @@ def train_process(opt):
 
 
 def training_device_type(opt, dist):
-    """"cuda" when this process trains on a CUDA device (as ``-gpu_ranks``/``-gpu`` or torchrun say), else "cpu"."""
+    """ "cuda" when this process trains on a CUDA device (as ``-gpu_ranks``/``-gpu`` or torchrun say), else "cpu"."""
     if dist is not None:
         return dist.device.type
     return "cuda" if opt.gpu_ranks or opt.gpu >= 0 else "cpu"

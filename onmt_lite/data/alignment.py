@@ -7,6 +7,7 @@ truncation cuts off (``corpus.tokenize_lines``) and stores the links with the ex
 as ``[n_links x 3]`` rows ``(example, target token, source token)``, from which the loss builds the
 reference matrix (``reference_alignment``).
 """
+
 import itertools
 import re
 
@@ -32,12 +33,16 @@ class AlignmentLine:
         for item in self.text.split():
             match = PAIR.fullmatch(item)
             if match is None:
-                raise UserError(f"{where(self.path, self.lineno)}: {item!r} is not a Pharaoh alignment pair "
-                                f"'SRC-TGT' (0-based token indices)")
+                raise UserError(
+                    f"{where(self.path, self.lineno)}: {item!r} is not a Pharaoh alignment pair "
+                    f"'SRC-TGT' (0-based token indices)"
+                )
             src, tgt = int(match.group(1)), int(match.group(2))
             if src >= src_len or tgt >= tgt_len:
-                raise UserError(f"{where(self.path, self.lineno)}: link {item} is outside the sentence pair "
-                                f"({src_len} source and {tgt_len} target tokens)")
+                raise UserError(
+                    f"{where(self.path, self.lineno)}: link {item} is outside the sentence pair "
+                    f"({src_len} source and {tgt_len} target tokens)"
+                )
             links.append((src, tgt))
         return links
 
@@ -51,8 +56,10 @@ def with_alignment_lines(lines, align_path, src_path):
         if pair is None or align is None:
             n_align = n + (align is not None) + sum(1 for _ in aligned)
             n_src = n + (pair is not None) + sum(1 for _ in lines)
-            raise UserError(f"{align_path} has {n_align} lines but {src_path} has {n_src}: an alignment "
-                            f"file needs one line per sentence pair")
+            raise UserError(
+                f"{align_path} has {n_align} lines but {src_path} has {n_src}: an alignment "
+                f"file needs one line per sentence pair"
+            )
         n += 1
         yield (*pair, AlignmentLine(align_path, *align))
 
@@ -61,8 +68,10 @@ def flat_links(examples_links):
     """The links of several examples as a shard stores them: ``[2 * n_links]`` long (source, target
     index, link after link) and ``[n_examples]`` long, the number of links of each example."""
     flat = [index for links in examples_links for link in links for index in link]
-    return (torch.tensor(flat, dtype=torch.long),
-            torch.tensor([len(links) for links in examples_links], dtype=torch.long))
+    return (
+        torch.tensor(flat, dtype=torch.long),
+        torch.tensor([len(links) for links in examples_links], dtype=torch.long),
+    )
 
 
 def batch_links(flat, counts, offsets, ids):

@@ -3,6 +3,7 @@
 A ``ShardView`` holds one loaded shard and cuts batches out of its flat id tensors with index
 arithmetic (no Python loop over the examples of a batch).
 """
+
 import torch
 
 from onmt_lite.data.alignment import batch_links
@@ -34,8 +35,17 @@ class Batch:
             device.
     """
 
-    def __init__(self, src, src_lengths, tgt=None, indices=None, src_map=None, alignment=None,
-                 src_ex_vocab=None, src_ex_tgt_ids=None):
+    def __init__(
+        self,
+        src,
+        src_lengths,
+        tgt=None,
+        indices=None,
+        src_map=None,
+        alignment=None,
+        src_ex_vocab=None,
+        src_ex_tgt_ids=None,
+    ):
         self.src, self.src_lengths, self.tgt, self.indices = src, src_lengths, tgt, indices
         self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
@@ -55,8 +65,17 @@ class Batch:
         any use); elsewhere a plain ``.to``."""
         device = torch.device(device)
         pinned = device.type == "cuda" and torch.cuda.is_available()
-        for name in ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids", "align",
-                     "src_feats"):
+        for name in (
+            "src",
+            "src_lengths",
+            "tgt",
+            "indices",
+            "src_map",
+            "alignment",
+            "src_ex_tgt_ids",
+            "align",
+            "src_feats",
+        ):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -96,7 +115,9 @@ class ShardView:
         self.src_offsets, self.tgt_offsets = _offsets(self.src_lengths), _offsets(self.tgt_lengths)
         self.has_copy = "src_map" in shard
         if self.has_copy:
-            self.ex_lengths = torch.tensor([len(v) for v in shard["src_ex_vocab"]], dtype=torch.long)
+            self.ex_lengths = torch.tensor(
+                [len(v) for v in shard["src_ex_vocab"]], dtype=torch.long
+            )
             self.ex_offsets = _offsets(self.ex_lengths)
         if "align" in shard:
             self.align_offsets = _offsets(shard["align_lengths"])
@@ -114,19 +135,30 @@ class ShardView:
         tgt = add_bos_eos(tgt_body, tgt_lengths, BOS_ID, EOS_ID, PAD_ID)
         batch = Batch(src, src_lengths, tgt, shard["indices"][ids])
         if "src_feats" in shard:
-            batch.src_feats = torch.stack([gather_padded(flat, self.src_offsets, self.src_lengths, ids, PAD_ID)
-                                           for flat in shard["src_feats"]], -1)
+            batch.src_feats = torch.stack(
+                [
+                    gather_padded(flat, self.src_offsets, self.src_lengths, ids, PAD_ID)
+                    for flat in shard["src_feats"]
+                ],
+                -1,
+            )
         if self.has_copy:
             ex_vocab = [shard["src_ex_vocab"][i] for i in ids.tolist()]
             map_ids = gather_padded(shard["src_map"], self.src_offsets, self.src_lengths, ids, 0)
-            ex_tgt_ids = gather_padded(shard["src_ex_tgt_ids"], self.ex_offsets, self.ex_lengths, ids, 0)
+            ex_tgt_ids = gather_padded(
+                shard["src_ex_tgt_ids"], self.ex_offsets, self.ex_lengths, ids, 0
+            )
             batch.src_map = one_hot_src_map(map_ids, src_lengths, ex_tgt_ids.size(0))
-            align = gather_padded(shard["alignment"], self.tgt_offsets, self.tgt_lengths, ids, EX_UNK_ID)
+            align = gather_padded(
+                shard["alignment"], self.tgt_offsets, self.tgt_lengths, ids, EX_UNK_ID
+            )
             batch.alignment = add_bos_eos(align, tgt_lengths, EX_UNK_ID, EX_UNK_ID, EX_UNK_ID)
             batch.src_ex_vocab = ex_vocab
             batch.src_ex_tgt_ids = ex_tgt_ids.t()
         if "align" in shard:
-            batch.align = batch_links(shard["align"], shard["align_lengths"], self.align_offsets, ids)
+            batch.align = batch_links(
+                shard["align"], shard["align_lengths"], self.align_offsets, ids
+            )
         if "tgt_tokens" in shard:
             batch.tgt_tokens = [shard["tgt_tokens"][i] for i in ids.tolist()]
         return batch

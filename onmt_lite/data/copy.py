@@ -5,6 +5,7 @@ order of first appearance. ``src_map`` gives, for each source position, that wor
 example vocabulary; ``alignment`` gives, for each target word, its index there (0 = not in the
 source); ``target_ids`` gives each example word's id in the target vocabulary (0 = not in it).
 """
+
 import torch
 
 from onmt_lite.data.vocab import PAD, UNK

@@ -3,6 +3,7 @@
 Every error names the file and line. Tokens are split on any run of whitespace (spaces, tabs), so
 there is never an empty token.
 """
+
 import dataclasses
 import itertools
 import os
@@ -27,11 +28,12 @@ def read_lines(path):
             except UnicodeDecodeError as err:
                 raise UserError(
                     f"{where(path, lineno)}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
-                    f"{err.start + 1})") from None
+                    f"{err.start + 1})"
+                ) from None
             if "\x00" in text:
                 raise UserError(f"{where(path, lineno)}: contains a NUL byte")
             if lineno == 1 and text.startswith(BOM):
-                text = text[len(BOM):]
+                text = text[len(BOM) :]
             yield lineno, text
 
 
@@ -49,7 +51,8 @@ def read_parallel(src_path, tgt_path):
             n_tgt = n + (tgt is not None) + _count_remaining(tgt_lines)
             raise UserError(
                 f"parallel files differ in length: {src_path} has {n_src} lines, "
-                f"{tgt_path} has {n_tgt}")
+                f"{tgt_path} has {n_tgt}"
+            )
         n += 1
         yield src[0], src[1], tgt[1]
 
@@ -76,7 +79,9 @@ class Tokenizer:
             except (RuntimeError, OSError) as err:
                 raise UserError(f"{spm_model}: not a sentencepiece model ({err})") from None
 
-    def __getstate__(self):  # a sentencepiece processor does not pickle: worker processes reload the model
+    def __getstate__(
+        self,
+    ):  # a sentencepiece processor does not pickle: worker processes reload the model
         return {"lower": self.lower, "spm_model": self.spm_model}
 
     def __setstate__(self, state):
@@ -112,8 +117,10 @@ class CorpusStats:
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
     def summary(self):
-        return (f"{self.read} pairs read, {self.kept} kept, {self.empty} with an empty side skipped, "
-                f"{self.too_long} too long filtered, {self.truncated} truncated")
+        return (
+            f"{self.read} pairs read, {self.kept} kept, {self.empty} with an empty side skipped, "
+            f"{self.too_long} too long filtered, {self.truncated} truncated"
+        )
 
 
 @dataclasses.dataclass
@@ -150,13 +157,15 @@ def tokenize_lines(lines, src_tok, tgt_tok, limits, stats):
             stats.empty += 1
             continue
         if (limits.src_trunc and len(src) > limits.src_trunc) or (
-                limits.tgt_trunc and len(tgt) > limits.tgt_trunc):
+            limits.tgt_trunc and len(tgt) > limits.tgt_trunc
+        ):
             stats.truncated += 1
             src = src[: limits.src_trunc or None]
             tgt = tgt[: limits.tgt_trunc or None]
             links = [links_within(pairs, len(src), len(tgt)) for pairs in links]
         if (limits.src_max is not None and len(src) > limits.src_max) or (
-                limits.tgt_max is not None and len(tgt) > limits.tgt_max):
+            limits.tgt_max is not None and len(tgt) > limits.tgt_max
+        ):
             stats.too_long += 1
             continue
         stats.kept += 1

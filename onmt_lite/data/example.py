@@ -1,9 +1,20 @@
 """An example: one sentence pair as plain id lists, the unit that shards store and batches gather."""
+
 from onmt_lite.data import copy as copy_data
 
 
-def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_dict, keep_target=False,
-                 links=None, features=None, feat_vocabs=()):
+def make_example(
+    lineno,
+    src_tokens,
+    tgt_tokens,
+    src_vocab,
+    tgt_vocab,
+    dynamic_dict,
+    keep_target=False,
+    links=None,
+    features=None,
+    feat_vocabs=(),
+):
     """One example as plain id lists (plus the copy data with ``dynamic_dict``, the target words
     themselves with ``keep_target``: validation references for BLEU, and the alignment ``links``,
     ``(source, target)`` token index pairs, when given). With ``features``, a ``FeatureReader``, the
@@ -12,8 +23,11 @@ def make_example(lineno, src_tokens, tgt_tokens, src_vocab, tgt_vocab, dynamic_d
     if features is not None:
         features.check_target(lineno, tgt_tokens)
         src_tokens, columns = features.split(lineno, src_tokens)
-    example = {"index": lineno, "src": src_vocab.numericalize(src_tokens),
-               "tgt": tgt_vocab.numericalize(tgt_tokens)}
+    example = {
+        "index": lineno,
+        "src": src_vocab.numericalize(src_tokens),
+        "tgt": tgt_vocab.numericalize(tgt_tokens),
+    }
     if feat_vocabs:
         example["src_feats"] = feature_ids(columns, feat_vocabs)
     if links is not None:

@@ -5,6 +5,7 @@ number of its first non-empty line; the word and each feature value of a token a
 (``￨A`` and ``b￨`` are refused); the target side takes none. A model with features has one
 vocabulary per feature and reads, beside the word ids, ``[len x batch x n_feats]`` feature ids.
 """
+
 import dataclasses
 
 from onmt_lite.data.corpus import read_lines
@@ -46,9 +47,11 @@ class FeatureReader:
         parts = [token.split(FEAT_SEP) for token in tokens]
         for position, token_parts in enumerate(parts, 1):
             if len(token_parts) != self.n_feats + 1:
-                raise UserError(f"{where(self.path, lineno)}: token {position} ({tokens[position - 1]!r}) has "
-                                f"{len(token_parts) - 1} word feature(s) where {self.holder} have {self.n_feats} "
-                                f"(features are separated by U+FFE8 '{FEAT_SEP}')")
+                raise UserError(
+                    f"{where(self.path, lineno)}: token {position} ({tokens[position - 1]!r}) has "
+                    f"{len(token_parts) - 1} word feature(s) where {self.holder} have {self.n_feats} "
+                    f"(features are separated by U+FFE8 '{FEAT_SEP}')"
+                )
             if "" in token_parts:  # ￨A or b￨: the empty string would become a vocabulary entry
                 self._refuse_empty_part(lineno, position, tokens[position - 1], token_parts)
         words = [token_parts[0] for token_parts in parts]
@@ -58,12 +61,16 @@ class FeatureReader:
         """Refuse the token ``token``, split into ``parts``, for its first empty part."""
         empty = parts.index("")
         what = "an empty word" if empty == 0 else f"an empty value of feature {empty}"
-        raise UserError(f"{where(self.path, lineno)}: token {position} ({token!r}) has {what} "
-                        f"(a token is word{FEAT_SEP}feature..., each part non-empty)")
+        raise UserError(
+            f"{where(self.path, lineno)}: token {position} ({token!r}) has {what} "
+            f"(a token is word{FEAT_SEP}feature..., each part non-empty)"
+        )
 
     def check_target(self, lineno, tokens):
         """Refuse target tokens holding the feature separator."""
         for position, token in enumerate(tokens, 1):
             if FEAT_SEP in token:
-                raise UserError(f"{where(self.tgt_path, lineno)}: target token {position} ({token!r}) carries word "
-                                f"features (U+FFE8 '{FEAT_SEP}'); only the source side may have features")
+                raise UserError(
+                    f"{where(self.tgt_path, lineno)}: target token {position} ({token!r}) carries word "
+                    f"features (U+FFE8 '{FEAT_SEP}'); only the source side may have features"
+                )

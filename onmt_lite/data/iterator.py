@@ -5,6 +5,7 @@ The order of the batches depends only on the seed, the epoch and the shard, so a
 turns between the batch streams of several corpora; its position is theirs plus its round (each
 corpus's weight) and the place in it.
 """
+
 import os
 import random
 
@@ -34,8 +35,8 @@ def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type, multipl
         new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
         while current and padded_size(len(current) + 1, new_src, new_tgt, batch_type) > batch_size:
             rest = len(current) % multiple if len(current) > multiple else 0
-            batches.append(current[:len(current) - rest])
-            current = current[len(current) - rest:]
+            batches.append(current[: len(current) - rest])
+            current = current[len(current) - rest :]
             max_src = max((src_lengths[j] for j in current), default=0)
             max_tgt = max((tgt_lengths[j] for j in current), default=0)
             new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
@@ -46,7 +47,9 @@ def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type, multipl
     return batches
 
 
-def pooled_batches(src_lengths, tgt_lengths, batch_size, batch_type, pool_factor, rng=None, multiple=1):
+def pooled_batches(
+    src_lengths, tgt_lengths, batch_size, batch_type, pool_factor, rng=None, multiple=1
+):
     """Batches (lists of positions) of one shard, bucketed by length inside pools.
 
     Args:
@@ -84,8 +87,20 @@ class BatchIterator:
         noise: a ``SourceNoise`` for every batch's sources (-src_noise), or None.
     """
 
-    def __init__(self, paths, batch_size, batch_type="sents", pool_factor=8192, shuffle=False,
-                 seed=0, repeat=False, vocab=None, multiple=1, epochs=0, noise=None):
+    def __init__(
+        self,
+        paths,
+        batch_size,
+        batch_type="sents",
+        pool_factor=8192,
+        shuffle=False,
+        seed=0,
+        repeat=False,
+        vocab=None,
+        multiple=1,
+        epochs=0,
+        noise=None,
+    ):
         self.vocab, self.multiple, self.epochs, self.noise = vocab, multiple, epochs, noise
         self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
         self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
@@ -96,12 +111,25 @@ class BatchIterator:
         return {"epoch": self.epoch, "shard": self.shard_index, "batch": self.batch_index}
 
     def load_state_dict(self, state):
-        self.epoch, self.shard_index, self.batch_index = state["epoch"], state["shard"], state["batch"]
+        self.epoch, self.shard_index, self.batch_index = (
+            state["epoch"],
+            state["shard"],
+            state["batch"],
+        )
 
     def _shard_batches(self, view):
-        rng = random.Random(f"{self.seed}/{self.epoch}/{self.shard_index}") if self.shuffle else None
-        return pooled_batches(view.src_lengths.tolist(), view.tgt_lengths.tolist(), self.batch_size,
-                              self.batch_type, self.pool_factor, rng, self.multiple)
+        rng = (
+            random.Random(f"{self.seed}/{self.epoch}/{self.shard_index}") if self.shuffle else None
+        )
+        return pooled_batches(
+            view.src_lengths.tolist(),
+            view.tgt_lengths.tolist(),
+            self.batch_size,
+            self.batch_type,
+            self.pool_factor,
+            rng,
+            self.multiple,
+        )
 
     def _noise_rng(self):
         # seeded by the batch's place, not drawn from the run's generator: a resumed run and every
@@ -191,8 +219,12 @@ class WeightedBatches:
         """The position of the next batch, as plain data: every corpus's, the round and the place
         in it."""
         corpora = {corpus_id: batches.state_dict() for corpus_id, batches in self.corpora.items()}
-        return {"corpora": corpora, "round": [list(pair) for pair in self.round],
-                "corpus": self.corpus, "count": self.count}
+        return {
+            "corpora": corpora,
+            "round": [list(pair) for pair in self.round],
+            "corpus": self.corpus,
+            "count": self.count,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore each corpus's position saved under its id (a corpus the state lacks starts at

@@ -17,6 +17,7 @@ a resumed run, and every process of a distributed one, draws what the uninterrup
 Copy attention's fields (``src_map``, ...) describe the source before noise: training refuses the two
 together.
 """
+
 import math
 
 import torch
@@ -30,8 +31,12 @@ POISSON_MEAN = 3.0
 
 def word_start_flags(itos, subword_prefix, prefix_is_joiner):
     """``[V]`` bool: whether each vocabulary word starts a word of text (see the module)."""
-    return torch.tensor([w in SPECIALS or not subword_prefix or w.startswith(subword_prefix) != prefix_is_joiner
-                         for w in itos])
+    return torch.tensor(
+        [
+            w in SPECIALS or not subword_prefix or w.startswith(subword_prefix) != prefix_is_joiner
+            for w in itos
+        ]
+    )
 
 
 def sentence_end_flags(itos, subword_prefix):
@@ -47,9 +52,11 @@ def shuffle_sentences(ids, sentence_end, prob, generator):
     # full stop is a sentence too
     cuts = (ends & ~torch.cat([ends[1:], ends.new_zeros(1)])).nonzero().flatten() + 1
     pieces = list(torch.tensor_split(ids, cuts[cuts < len(ids)]))
-    chosen = torch.randperm(len(pieces), generator=generator)[:math.ceil(len(pieces) * prob)]
+    chosen = torch.randperm(len(pieces), generator=generator)[: math.ceil(len(pieces) * prob)]
     order = list(range(len(pieces)))
-    for place, piece in zip(chosen.tolist(), chosen[torch.randperm(len(chosen), generator=generator)].tolist()):
+    for place, piece in zip(
+        chosen.tolist(), chosen[torch.randperm(len(chosen), generator=generator)].tolist()
+    ):
         order[place] = piece
     return torch.cat([pieces[i] for i in order])
 
@@ -65,18 +72,20 @@ def infill(ids, word_start, prob, mask_id, generator):
         lengths.append(int(torch.poisson(torch.tensor(POISSON_MEAN), generator=generator)))
     lengths[-1] -= sum(lengths) - to_cover  # the last span ends where the cover is reached
     word_bounds = starts + [len(ids)]
-    chosen = torch.randperm(len(starts), generator=generator)[:len(lengths)].tolist()
+    chosen = torch.randperm(len(starts), generator=generator)[: len(lengths)].tolist()
     removed, insert_at = torch.zeros(len(ids), dtype=torch.bool), set()
     for word, length in zip(chosen, lengths):
         if length == 0:
             insert_at.add(word_bounds[word])
         else:
-            removed[word_bounds[word]:word_bounds[min(word + length, len(starts))]] = True
+            removed[word_bounds[word] : word_bounds[min(word + length, len(starts))]] = True
     out, removed = [], removed.tolist()
     for position, token in enumerate(ids.tolist()):
         if removed[position]:
             if position == 0 or not removed[position - 1]:
-                out.append(mask_id)  # one mask for each run of removed words (overlapping spans merge)
+                out.append(
+                    mask_id
+                )  # one mask for each run of removed words (overlapping spans merge)
         else:
             out.extend([mask_id, token] if position in insert_at else [token])
     return torch.tensor(out, dtype=ids.dtype)
@@ -109,11 +118,16 @@ class SourceNoise:
         """Noise every source of ``batch`` (a ``Batch``), in place: ``src`` ``[src_len x batch]`` becomes
         ``[new_len x batch]``, padded again, and ``src_lengths`` their new lengths; copy attention's
         fields, which describe the old sources, are dropped. Returns the batch."""
-        sentences = [self.sentence(batch.src[:n, b], generator) for b, n in enumerate(batch.src_lengths.tolist())]
+        sentences = [
+            self.sentence(batch.src[:n, b], generator)
+            for b, n in enumerate(batch.src_lengths.tolist())
+        ]
         lengths = torch.tensor([len(s) for s in sentences], dtype=batch.src_lengths.dtype)
         src = batch.src.new_full((int(lengths.max()), len(sentences)), PAD_ID)
         for b, s in enumerate(sentences):
-            src[:len(s), b] = s
+            src[: len(s), b] = s
         batch.src, batch.src_lengths, batch.src_lengths_cpu = src, lengths, lengths
-        batch.src_map = batch.alignment = batch.src_ex_vocab = batch.src_ex_tgt_ids = None  # of the old source
+        batch.src_map = batch.alignment = batch.src_ex_vocab = batch.src_ex_tgt_ids = (
+            None  # of the old source
+        )
         return batch

@@ -5,6 +5,7 @@ The parent process reads the files (so an error still names its file and line) a
 examples, say) and the parent takes the chunks back in file order: the same items in the same order
 as one process yields.
 """
+
 import collections
 import itertools
 import multiprocessing
@@ -31,7 +32,9 @@ def _work(chunk):
     return list(_finished(chunk, *_job, stats)), stats
 
 
-def corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=1, finish=None, align_path=""):
+def corpus_pairs(
+    src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=1, finish=None, align_path=""
+):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for each pair the limits keep (or, with
     ``finish``, a picklable function, ``finish(line_number, src_tokens, tgt_tokens)``), counting into
     ``stats``; with ``processes`` > 1 the pairs are tokenized and finished by that many workers. With
@@ -46,9 +49,13 @@ def corpus_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=
     job = (src_tok, tgt_tok, limits, finish)
     with multiprocessing.get_context().Pool(processes, _start_worker, (job,)) as pool:
         # two chunks a worker in flight: the workers stay busy while memory holds only a few chunks
-        pending = collections.deque(pool.apply_async(_work, (chunk,)) for chunk in itertools.islice(chunks, 2 * processes))
+        pending = collections.deque(
+            pool.apply_async(_work, (chunk,)) for chunk in itertools.islice(chunks, 2 * processes)
+        )
         while pending:
             done, chunk_stats = pending.popleft().get()
-            pending.extend(pool.apply_async(_work, (chunk,)) for chunk in itertools.islice(chunks, 1))
+            pending.extend(
+                pool.apply_async(_work, (chunk,)) for chunk in itertools.islice(chunks, 1)
+            )
             stats.add(chunk_stats)
             yield from done

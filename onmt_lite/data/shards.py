@@ -15,6 +15,7 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training);
     ``vocab_id``: the ``vocab_id`` of the vocabularies whose ids they hold (as the vocab file's).
 """
+
 import glob
 import hashlib
 import json
@@ -48,13 +49,17 @@ def train_kind(corpus_id):
     return "train" if corpus_id is None else f"train_{corpus_id}"
 
 
-CORPUS_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*$")  # names a file part: no dots, slashes or glob characters
+CORPUS_ID = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9_-]*$"
+)  # names a file part: no dots, slashes or glob characters
 
 
 def shard_paths(prefix, corpus_type):
     """The shard files ``PREFIX.{corpus_type}.N.pt`` in the order of N, whatever N starts from: data
     that an earlier onmt_lite numbered from 1 still trains."""
-    pattern = re.compile(re.escape(os.path.basename(prefix)) + rf"\.{re.escape(corpus_type)}\.(\d+)\.pt$")
+    pattern = re.compile(
+        re.escape(os.path.basename(prefix)) + rf"\.{re.escape(corpus_type)}\.(\d+)\.pt$"
+    )
     found = []
     for path in glob.glob(glob.escape(prefix) + f".{glob.escape(corpus_type)}.*.pt"):
         match = pattern.match(os.path.basename(path))
@@ -66,7 +71,9 @@ def shard_paths(prefix, corpus_type):
 def all_shard_paths(prefix):
     """Every shard file of ``prefix``: validation and training shards, those of named corpora included."""
     kinds = {"train", "valid"}
-    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"\.(train_[A-Za-z0-9][A-Za-z0-9_-]*)\.\d+\.pt$")
+    pattern = re.compile(
+        re.escape(os.path.basename(prefix)) + r"\.(train_[A-Za-z0-9][A-Za-z0-9_-]*)\.\d+\.pt$"
+    )
     for path in glob.glob(glob.escape(prefix) + ".train_*.pt"):
         match = pattern.match(os.path.basename(path))
         if match:
@@ -76,14 +83,18 @@ def all_shard_paths(prefix):
 
 def _flat(seqs):
     flat = [i for seq in seqs for i in seq]
-    return torch.tensor(flat, dtype=torch.long), torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    return torch.tensor(flat, dtype=torch.long), torch.tensor(
+        [len(s) for s in seqs], dtype=torch.long
+    )
 
 
 def vocab_id(src_words, tgt_words, feat_words=()):
     """A digest of both word lists (and of the feature vocabularies' ``feat_words``): the shards of one
     preprocessing run carry their vocab file's, so that shards of a run with other vocabularies are
     refused instead of read as other words."""
-    lists = [list(src_words), list(tgt_words)] + ([[list(words) for words in feat_words]] if feat_words else [])
+    lists = [list(src_words), list(tgt_words)] + (
+        [[list(words) for words in feat_words]] if feat_words else []
+    )
     return hashlib.sha256(json.dumps(lists).encode("utf-8")).hexdigest()[:16]
 
 
@@ -98,7 +109,9 @@ def make_shard(examples, vocab=None):
     shard["indices"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
     if examples and "src_feats" in examples[0]:
         n_feats = len(examples[0]["src_feats"])
-        shard["src_feats"] = torch.stack([_flat([ex["src_feats"][i] for ex in examples])[0] for i in range(n_feats)])
+        shard["src_feats"] = torch.stack(
+            [_flat([ex["src_feats"][i] for ex in examples])[0] for i in range(n_feats)]
+        )
     if examples and "src_map" in examples[0]:
         shard["src_map"], _ = _flat([ex["src_map"] for ex in examples])
         shard["alignment"], _ = _flat([ex["alignment"] for ex in examples])
@@ -135,10 +148,18 @@ def load_shard(path, vocab=None):
     (``vocab``), for holding ids of those vocabularies."""
     shard = load_plain(path, SHARD_FORMAT, "data shard")
     if vocab is not None and shard.get("vocab_id") != vocab:
-        raise UserError(f"{path}: its ids index other vocabularies than the vocab file's (a shard of another "
-                        f"preprocessing run); preprocess the data again into one -save_data")
-    needed = REQUIRED_KEYS + (COPY_KEYS if "src_map" in shard else ()) + (ALIGN_KEYS if "align" in shard else ())
+        raise UserError(
+            f"{path}: its ids index other vocabularies than the vocab file's (a shard of another "
+            f"preprocessing run); preprocess the data again into one -save_data"
+        )
+    needed = (
+        REQUIRED_KEYS
+        + (COPY_KEYS if "src_map" in shard else ())
+        + (ALIGN_KEYS if "align" in shard else ())
+    )
     missing = [key for key in needed if key not in shard]
     if missing:
-        raise UserError(f"{path}: data shard lacks {', '.join(missing)} (preprocess the data again)")
+        raise UserError(
+            f"{path}: data shard lacks {', '.join(missing)} (preprocess the data again)"
+        )
     return shard

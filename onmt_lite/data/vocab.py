@@ -1,4 +1,5 @@
 """Vocab: a word list with the special tokens at fixed ids, saved and loaded as plain data."""
+
 import collections
 
 from onmt_lite.utils.errors import UserError, where
@@ -30,7 +31,9 @@ class Vocab:
         missing = -len(self.itos) % multiple
         if missing == 0:
             return self
-        return Vocab(self.itos[len(SPECIALS):] + [f"averyunlikelytoken{i}" for i in range(missing)])
+        return Vocab(
+            self.itos[len(SPECIALS) :] + [f"averyunlikelytoken{i}" for i in range(missing)]
+        )
 
     @classmethod
     def from_counter(cls, counter, max_size, min_frequency=0):
@@ -38,7 +41,9 @@ class Vocab:
 
         Ties in frequency are broken alphabetically, so the result does not depend on reading order.
         """
-        ranked = sorted(((-n, w) for w, n in counter.items() if w not in SPECIALS and n >= min_frequency))
+        ranked = sorted(
+            ((-n, w) for w, n in counter.items() if w not in SPECIALS and n >= min_frequency)
+        )
         return cls(w for _, w in ranked[:max_size])
 
     @classmethod
@@ -51,7 +56,9 @@ class Vocab:
                     try:
                         fields = raw.decode("utf-8").split()
                     except UnicodeDecodeError as err:
-                        raise UserError(f"{where(path, lineno)}: not valid UTF-8 ({err.reason})") from None
+                        raise UserError(
+                            f"{where(path, lineno)}: not valid UTF-8 ({err.reason})"
+                        ) from None
                     if fields:
                         words.append(fields[0])
         except OSError as err:
@@ -88,8 +95,10 @@ class Vocab:
     @classmethod
     def from_plain(cls, itos):
         if list(itos[: len(SPECIALS)]) != list(SPECIALS):
-            raise UserError(f"vocabulary does not start with the special tokens {' '.join(SPECIALS)}")
-        return cls(itos[len(SPECIALS):])
+            raise UserError(
+                f"vocabulary does not start with the special tokens {' '.join(SPECIALS)}"
+            )
+        return cls(itos[len(SPECIALS) :])
 
 
 def count_words(sentences):
@@ -112,5 +121,8 @@ def vocabs_to_plain(vocabs):
 def vocabs_from_plain(plain):
     """The vocabularies of ``vocabs_to_plain`` (or of a vocab file's record); ``src_feats`` is ``[]``
     where the data or checkpoint has no word features (those of earlier versions included)."""
-    return {"src": Vocab.from_plain(plain["src"]), "tgt": Vocab.from_plain(plain["tgt"]),
-            "src_feats": [Vocab.from_plain(words) for words in plain.get("src_feats") or []]}
+    return {
+        "src": Vocab.from_plain(plain["src"]),
+        "tgt": Vocab.from_plain(plain["tgt"]),
+        "src_feats": [Vocab.from_plain(words) for words in plain.get("src_feats") or []],
+    }

@@ -29,11 +29,33 @@ its own (``loss/options.py``). ``docs/research.md`` walks through writing one (a
 ``examples/focal_loss.py``) and testing it; ``tests/unit/test_loss.py`` shows a token-weighted NLL.
 """
 
-from onmt_lite.loss.compute import (CopyGeneratorLossCompute, LossComputeBase, NMTLossCompute, SparsemaxLossCompute,
-                                    build_loss_compute, coverage_loss, filter_shard_state, load_loss_class, shards)
+from onmt_lite.loss.compute import (
+    CopyGeneratorLossCompute,
+    LossComputeBase,
+    NMTLossCompute,
+    SparsemaxLossCompute,
+    build_loss_compute,
+    coverage_loss,
+    filter_shard_state,
+    load_loss_class,
+    shards,
+)
 from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCriterion, smoothed
 from onmt_lite.loss.statistics import Statistics
 
-__all__ = ["CopyGeneratorLoss", "CopyGeneratorLossCompute", "LossComputeBase", "NMTCriterion", "NMTLossCompute",
-           "SparsemaxCriterion", "SparsemaxLossCompute", "Statistics", "build_loss_compute", "coverage_loss",
-           "filter_shard_state", "load_loss_class", "shards", "smoothed"]
+__all__ = [
+    "CopyGeneratorLoss",
+    "CopyGeneratorLossCompute",
+    "LossComputeBase",
+    "NMTCriterion",
+    "NMTLossCompute",
+    "SparsemaxCriterion",
+    "SparsemaxLossCompute",
+    "Statistics",
+    "build_loss_compute",
+    "coverage_loss",
+    "filter_shard_state",
+    "load_loss_class",
+    "shards",
+    "smoothed",
+]

@@ -2,6 +2,7 @@
 
 See the package's doc (``onmt_lite.loss``) for the API that subclasses implement.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,18 @@ def _lambda_align(opt, train):
 
 def _refuse_sparsemax(cls, opt):
     """A -generator_function sparsemax model's loss must take the raw scores (``SparsemaxLossCompute``)."""
-    if getattr(opt, "generator_function", "softmax") == "sparsemax" and not issubclass(cls, SparsemaxLossCompute):
-        raise UserError(f"-loss_class {cls.__name__}: a -generator_function sparsemax model needs a loss built "
-                        "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the support)")
+    if getattr(opt, "generator_function", "softmax") == "sparsemax" and not issubclass(
+        cls, SparsemaxLossCompute
+    ):
+        raise UserError(
+            f"-loss_class {cls.__name__}: a -generator_function sparsemax model needs a loss built "
+            "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the support)"
+        )
 
 
-def filter_shard_state(state: dict[str, Tensor | None], shard_size: int | None = None) -> Iterator[tuple]:
+def filter_shard_state(
+    state: dict[str, Tensor | None], shard_size: int | None = None
+) -> Iterator[tuple]:
     """Yield the entries of ``state`` whose value is not None.
 
     Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks are
@@ -57,12 +64,16 @@ def filter_shard_state(state: dict[str, Tensor | None], shard_size: int | None =
         if shard_size is None:
             yield key, value
             continue
-        chunks = [chunk.detach().requires_grad_(value.requires_grad)
-                  for chunk in torch.split(value, shard_size)]
+        chunks = [
+            chunk.detach().requires_grad_(value.requires_grad)
+            for chunk in torch.split(value, shard_size)
+        ]
         yield key, (value, chunks)
 
 
-def shards(state: dict[str, Tensor | None], shard_size: int, eval_only: bool = False) -> Iterator[dict[str, Tensor]]:
+def shards(
+    state: dict[str, Tensor | None], shard_size: int, eval_only: bool = False
+) -> Iterator[dict[str, Tensor]]:
     """Yield ``state`` one shard of ``shard_size`` target positions at a time, as dicts.
 
     After the last shard (the caller has called ``backward`` on every shard's loss) the chunks'
@@ -114,7 +125,9 @@ class LossComputeBase(nn.Module):
         generator: the module mapping decoder outputs to log-probabilities.
     """
 
-    lambda_align = 0.0  # the weight of the alignment loss (-lambda_align); 0: none, no alignment computed
+    lambda_align = (
+        0.0  # the weight of the alignment loss (-lambda_align); 0: none, no alignment computed
+    )
 
     def __init__(self, criterion: nn.Module, generator: nn.Module):
         super().__init__()
@@ -133,14 +146,17 @@ class LossComputeBase(nn.Module):
         reads them from ``opt`` (see ``loss/options.py``)."""
 
     @classmethod
-    def from_options(cls, model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
-                     train: bool = True) -> LossComputeBase:
+    def from_options(
+        cls, model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace, train: bool = True
+    ) -> LossComputeBase:
         """The loss compute for ``model`` and the training options ``opt``: by default
         ``cls(NMTCriterion(label smoothing if train else 0), model.generator)``. Override it when
         ``__init__`` takes other arguments (a copy model's generator needs a copy-aware loss)."""
         if opt.copy_attn:
-            raise UserError(f"-loss_class {cls.__name__}: a copy-attention model needs a loss built on "
-                            f"CopyGeneratorLossCompute (or a from_options that builds one)")
+            raise UserError(
+                f"-loss_class {cls.__name__}: a copy-attention model needs a loss built on "
+                f"CopyGeneratorLossCompute (or a from_options that builds one)"
+            )
         _refuse_sparsemax(cls, opt)
         return cls(NMTCriterion(_smoothing(opt, train)), model.generator)
 
@@ -148,8 +164,13 @@ class LossComputeBase(nn.Module):
     def padding_idx(self):
         return PAD_ID
 
-    def _make_shard_state(self, batch: Batch, output: Tensor, range_: tuple[int, int],
-                          attns: dict[str, Tensor] | None = None) -> dict[str, Tensor | None]:
+    def _make_shard_state(
+        self,
+        batch: Batch,
+        output: Tensor,
+        range_: tuple[int, int],
+        attns: dict[str, Tensor] | None = None,
+    ) -> dict[str, Tensor | None]:
         """The tensors of the loss for prediction positions ``range_``, each ``[end - start x ...]``."""
         raise NotImplementedError
 
@@ -157,9 +178,16 @@ class LossComputeBase(nn.Module):
         """``(summed loss, Statistics)`` of one shard of ``_make_shard_state``'s dict."""
         raise NotImplementedError
 
-    def forward(self, batch: Batch, output: Tensor, attns: dict[str, Tensor], normalization: float = 1.0,
-                shard_size: int = 0, trunc_start: int = 0,
-                trunc_size: int | None = None) -> tuple[Tensor | None, Statistics]:
+    def forward(
+        self,
+        batch: Batch,
+        output: Tensor,
+        attns: dict[str, Tensor],
+        normalization: float = 1.0,
+        shard_size: int = 0,
+        trunc_start: int = 0,
+        trunc_size: int | None = None,
+    ) -> tuple[Tensor | None, Statistics]:
         """Loss of ``output`` (prediction positions ``trunc_start ..``) against ``batch.tgt``.
 
         Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when ``shard_size``
@@ -169,15 +197,21 @@ class LossComputeBase(nn.Module):
             trunc_size = batch.tgt.size(0) - 1 - trunc_start
         if output.size(0) != trunc_size:
             raise ValueError(f"output has {output.size(0)} positions, the range has {trunc_size}")
-        state = self._make_shard_state(batch, output, (trunc_start, trunc_start + trunc_size), attns)
+        state = self._make_shard_state(
+            batch, output, (trunc_start, trunc_start + trunc_size), attns
+        )
         if shard_size == 0:
             loss, stats = self._compute_loss(batch, **state)
             return loss / float(normalization), stats
         total = Statistics()
         device_type = output.device.type
-        autocast = torch.is_autocast_enabled(device_type)  # -model_dtype: losses under autocast, backward not
+        autocast = torch.is_autocast_enabled(
+            device_type
+        )  # -model_dtype: losses under autocast, backward not
         dtype = torch.get_autocast_dtype(device_type)
-        with torch.autocast(device_type, enabled=False):  # the gathered backward runs after the last shard
+        with torch.autocast(
+            device_type, enabled=False
+        ):  # the gathered backward runs after the last shard
             for shard in shards(state, shard_size):
                 with torch.autocast(device_type, dtype=dtype, enabled=autocast):
                     loss, stats = self._compute_loss(batch, **shard)
@@ -185,32 +219,44 @@ class LossComputeBase(nn.Module):
                 total.update(stats)
         return None, total
 
-    def _alignment_state(self, batch: Batch, attns: dict[str, Tensor], range_: tuple[int, int]) -> dict[str, Tensor]:
+    def _alignment_state(
+        self, batch: Batch, attns: dict[str, Tensor], range_: tuple[int, int]
+    ) -> dict[str, Tensor]:
         """With ``lambda_align``: ``align_head``, the decoder's alignment ``[end - start x B x S]``, and
         ``align_ref``, the reference alignment of the same positions: the output at position t predicts
         target token t (``batch.tgt[t + 1]``) and is aligned as that token is."""
         if not self.needs_alignment:
             return {}
         if batch.align is None:
-            raise ValueError("-lambda_align needs batches with alignments (preprocess with -train_align)")
+            raise ValueError(
+                "-lambda_align needs batches with alignments (preprocess with -train_align)"
+            )
         if "align" not in attns:
-            raise ValueError("-lambda_align needs the decoder's alignment (decode with need_alignment=True)")
-        ref = reference_alignment(batch.align, batch.tgt.size(0) - 1, batch.batch_size, batch.src.size(0))
-        return {"align_head": attns["align"], "align_ref": ref[range_[0]: range_[1]]}
+            raise ValueError(
+                "-lambda_align needs the decoder's alignment (decode with need_alignment=True)"
+            )
+        ref = reference_alignment(
+            batch.align, batch.tgt.size(0) - 1, batch.batch_size, batch.src.size(0)
+        )
+        return {"align_head": attns["align"], "align_ref": ref[range_[0] : range_[1]]}
 
-    def _alignment_loss(self, align_head: Tensor | None, align_ref: Tensor | None) -> Tensor | float:
+    def _alignment_loss(
+        self, align_head: Tensor | None, align_ref: Tensor | None
+    ) -> Tensor | float:
         """``lambda_align`` times the alignment loss of one shard (0 without alignment)."""
-        return 0.0 if align_head is None else self.lambda_align * alignment_loss(align_head, align_ref)
+        return (
+            0.0 if align_head is None else self.lambda_align * alignment_loss(align_head, align_ref)
+        )
 
     def _target(self, batch: Batch, range_: tuple[int, int]) -> Tensor:
         """The target words predicted at positions ``range_``: ``[end - start x B]``."""
-        return batch.tgt[range_[0] + 1: range_[1] + 1]
+        return batch.tgt[range_[0] + 1 : range_[1] + 1]
 
     def _host_target(self, batch: Batch, range_: tuple[int, int]) -> Tensor | None:
         """``_target`` from the batch's host copy of its targets (``batch.tgt_cpu``), or None for a
         batch without one: where the real words are is then known without reading the device."""
         host = getattr(batch, "tgt_cpu", None)
-        return None if host is None else host[range_[0] + 1: range_[1] + 1]
+        return None if host is None else host[range_[0] + 1 : range_[1] + 1]
 
     def _target_rows(self, target: Tensor, target_host: Tensor | None = None) -> Tensor:
         """``[M]`` indices of the non-padding entries of ``target`` ``[T x B]`` flattened
@@ -249,24 +295,48 @@ class NMTLossCompute(LossComputeBase):
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
         _refuse_sparsemax(cls, opt)
-        return cls(NMTCriterion(_smoothing(opt, train)), model.generator, opt.lambda_coverage,
-                   _lambda_align(opt, train))
+        return cls(
+            NMTCriterion(_smoothing(opt, train)),
+            model.generator,
+            opt.lambda_coverage,
+            _lambda_align(opt, train),
+        )
 
     def _make_shard_state(self, batch, output, range_, attns=None):
-        return {"output": output, "target": self._target(batch, range_),
-                "target_host": self._host_target(batch, range_),
-                **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
+        return {
+            "output": output,
+            "target": self._target(batch, range_),
+            "target_host": self._host_target(batch, range_),
+            **_coverage_state(attns, self.lambda_coverage),
+            **self._alignment_state(batch, attns, range_),
+        }
 
-    def _compute_loss(self, batch, output, target, target_host=None, std_attn=None,
-                      coverage_attn=None, align_head=None, align_ref=None):
+    def _compute_loss(
+        self,
+        batch,
+        output,
+        target,
+        target_host=None,
+        std_attn=None,
+        coverage_attn=None,
+        align_head=None,
+        align_ref=None,
+    ):
         # the generator runs on real target words only
         rows = self._target_rows(target, target_host)
         gold = target.reshape(-1)[rows]
         loss, nll, best = self._generator_loss(output.reshape(-1, output.size(2))[rows], gold)
         if std_attn is not None:
-            loss = loss + self.lambda_coverage * coverage_loss(
-                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows].sum()
-        return loss + self._alignment_loss(align_head, align_ref), self._stats(nll.sum(), best, gold)
+            loss = (
+                loss
+                + self.lambda_coverage
+                * coverage_loss(std_attn, coverage_attn, target != self.padding_idx)
+                .reshape(-1)[rows]
+                .sum()
+            )
+        return loss + self._alignment_loss(align_head, align_ref), self._stats(
+            nll.sum(), best, gold
+        )
 
     def _generator_loss(self, hidden, gold):
         """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``.
@@ -290,10 +360,14 @@ class SparsemaxLossCompute(NMTLossCompute):
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
         if opt.label_smoothing > 0:
-            raise UserError(f"-label_smoothing {opt.label_smoothing} cannot be used with -generator_function "
-                            "sparsemax: the sparsemax loss has no smoothed form (the log-probabilities outside "
-                            "the support are -inf)")
-        return cls(SparsemaxCriterion(), model.generator, opt.lambda_coverage, _lambda_align(opt, train))
+            raise UserError(
+                f"-label_smoothing {opt.label_smoothing} cannot be used with -generator_function "
+                "sparsemax: the sparsemax loss has no smoothed form (the log-probabilities outside "
+                "the support are -inf)"
+            )
+        return cls(
+            SparsemaxCriterion(), model.generator, opt.lambda_coverage, _lambda_align(opt, train)
+        )
 
     def _generator_loss(self, hidden, gold):
         scores = self.generator.scores(hidden)
@@ -305,8 +379,15 @@ class CopyGeneratorLossCompute(LossComputeBase):
     """The copy loss (see ``CopyGeneratorLoss``) plus ``lambda_coverage`` times the coverage loss of
     each target token. With ``normalize_by_length`` each sentence's loss is divided by its length."""
 
-    def __init__(self, criterion, generator, vocab_size, normalize_by_length=False, lambda_coverage=0.0,
-                 lambda_align=0.0):
+    def __init__(
+        self,
+        criterion,
+        generator,
+        vocab_size,
+        normalize_by_length=False,
+        lambda_coverage=0.0,
+        lambda_align=0.0,
+    ):
         super().__init__(criterion, generator)
         self.vocab_size, self.normalize_by_length = vocab_size, normalize_by_length
         self.lambda_coverage, self.lambda_align = lambda_coverage, lambda_align
@@ -314,31 +395,66 @@ class CopyGeneratorLossCompute(LossComputeBase):
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
         criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, _smoothing(opt, train))
-        return cls(criterion, model.generator, len(tgt_vocab), opt.copy_loss_by_seqlength, opt.lambda_coverage,
-                   _lambda_align(opt, train))
+        return cls(
+            criterion,
+            model.generator,
+            len(tgt_vocab),
+            opt.copy_loss_by_seqlength,
+            opt.lambda_coverage,
+            _lambda_align(opt, train),
+        )
 
     def _make_shard_state(self, batch, output, range_, attns=None):
         if batch.alignment is None:
-            raise ValueError("copy attention needs batches with alignment (preprocess with -dynamic_dict)")
-        return {"output": output, "target": self._target(batch, range_), "copy_attn": attns["copy"],
-                "target_host": self._host_target(batch, range_),
-                "align": batch.alignment[range_[0] + 1: range_[1] + 1],
-                **_coverage_state(attns, self.lambda_coverage), **self._alignment_state(batch, attns, range_)}
+            raise ValueError(
+                "copy attention needs batches with alignment (preprocess with -dynamic_dict)"
+            )
+        return {
+            "output": output,
+            "target": self._target(batch, range_),
+            "copy_attn": attns["copy"],
+            "target_host": self._host_target(batch, range_),
+            "align": batch.alignment[range_[0] + 1 : range_[1] + 1],
+            **_coverage_state(attns, self.lambda_coverage),
+            **self._alignment_state(batch, attns, range_),
+        }
 
-    def _compute_loss(self, batch, output, target, copy_attn, align, target_host=None,
-                      std_attn=None, coverage_attn=None, align_head=None, align_ref=None):
+    def _compute_loss(
+        self,
+        batch,
+        output,
+        target,
+        copy_attn,
+        align,
+        target_host=None,
+        std_attn=None,
+        coverage_attn=None,
+        align_head=None,
+        align_ref=None,
+    ):
         n_pos, n_batch = target.shape
         # the generator runs on real target words only
         rows = self._target_rows(target, target_host)
         example = rows % n_batch  # rows are time-major: row t * B + b is example b
-        log_probs = self.generator(output.reshape(n_pos * n_batch, -1),
-                                   copy_attn.reshape(n_pos * n_batch, -1), batch.src_map, rows)
+        log_probs = self.generator(
+            output.reshape(n_pos * n_batch, -1),
+            copy_attn.reshape(n_pos * n_batch, -1),
+            batch.src_map,
+            rows,
+        )
         gold, gold_align = target.reshape(-1)[rows], align.reshape(-1)[rows]
         loss, nll = self.criterion(log_probs, gold_align, gold)
         if std_attn is not None:
-            loss = loss + self.lambda_coverage * coverage_loss(
-                std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[rows]
-        stats = self._copy_stats(nll, log_probs.detach(), gold, gold_align, batch.src_ex_tgt_ids[example])
+            loss = (
+                loss
+                + self.lambda_coverage
+                * coverage_loss(std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[
+                    rows
+                ]
+            )
+        stats = self._copy_stats(
+            nll, log_probs.detach(), gold, gold_align, batch.src_ex_tgt_ids[example]
+        )
         if self.normalize_by_length:
             lengths = (batch.tgt[1:] != self.padding_idx).sum(0).to(loss.dtype)  # whole sentences
             loss = loss / lengths[example]
@@ -362,8 +478,9 @@ def load_loss_class(spec):
         if location.endswith(".py"):
             if not os.path.isfile(location):
                 raise UserError(f"-loss_class {spec}: {location} not found")
-            module_spec = importlib.util.spec_from_file_location(f"onmt_lite_user_loss_{abs(hash(location))}",
-                                                                 location)
+            module_spec = importlib.util.spec_from_file_location(
+                f"onmt_lite_user_loss_{abs(hash(location))}", location
+            )
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
         else:
@@ -372,7 +489,9 @@ def load_loss_class(spec):
         raise UserError(f"-loss_class {spec}: cannot import {location} ({err})") from None
     cls = getattr(module, name, None)
     if not (isinstance(cls, type) and issubclass(cls, LossComputeBase)):
-        raise UserError(f"-loss_class {spec}: {location} has no LossComputeBase subclass named {name}")
+        raise UserError(
+            f"-loss_class {spec}: {location} has no LossComputeBase subclass named {name}"
+        )
     return cls
 
 
@@ -383,8 +502,9 @@ def loss_option_defaults(cls: type[LossComputeBase]) -> dict:
     return {action.dest: action.default for action in parser._actions}
 
 
-def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace,
-                       train: bool = True) -> LossComputeBase:
+def build_loss_compute(
+    model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace, train: bool = True
+) -> LossComputeBase:
     """The loss compute for ``model`` from the options: ``-loss_class`` if given, else the copy loss
     for copy models and the NLL otherwise (label smoothing only when ``train``)."""
     if getattr(opt, "loss_class", ""):
@@ -392,10 +512,20 @@ def build_loss_compute(model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespa
         # the class's own options that ``opt`` lacks (a library caller's) at their defaults
         opt = argparse.Namespace(**{**loss_option_defaults(cls), **vars(opt)})
     else:
-        sparse = getattr(opt, "generator_function", "softmax") == "sparsemax"  # refused with -copy_attn
-        cls = CopyGeneratorLossCompute if opt.copy_attn else SparsemaxLossCompute if sparse else NMTLossCompute
+        sparse = (
+            getattr(opt, "generator_function", "softmax") == "sparsemax"
+        )  # refused with -copy_attn
+        cls = (
+            CopyGeneratorLossCompute
+            if opt.copy_attn
+            else SparsemaxLossCompute
+            if sparse
+            else NMTLossCompute
+        )
     compute = cls.from_options(model, tgt_vocab, opt, train)
     if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
-        raise UserError(f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "
-                        f"(give it a lambda_align, see LossComputeBase._alignment_state)")
+        raise UserError(
+            f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "
+            f"(give it a lambda_align, see LossComputeBase._alignment_state)"
+        )
     return compute

@@ -4,6 +4,7 @@
 generator's ``[N x V + n]``; both optionally label-smoothed over the fixed vocabulary, and both return
 ``(loss, nll)``, ``[N]`` each, 0 on padding: ``loss`` is what is optimised, ``nll`` what is reported.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -24,13 +25,15 @@ class UniformNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_probs, pad_idx):
         ctx.shape, ctx.pad_idx = log_probs.shape, pad_idx
-        total = log_probs[:, :pad_idx].sum(1) + log_probs[:, pad_idx + 1:].sum(1)
+        total = log_probs[:, :pad_idx].sum(1) + log_probs[:, pad_idx + 1 :].sum(1)
         return -total / (log_probs.size(1) - 1)
 
     @staticmethod
     def backward(ctx, grad):
         rows, vocab_size = ctx.shape
-        grad_log_probs = (grad / -(vocab_size - 1)).unsqueeze(1).expand(rows, vocab_size).contiguous()
+        grad_log_probs = (
+            (grad / -(vocab_size - 1)).unsqueeze(1).expand(rows, vocab_size).contiguous()
+        )
         grad_log_probs[:, ctx.pad_idx] = 0
         return grad_log_probs, None
 
@@ -39,13 +42,19 @@ def smoothed(nll, fixed_log_probs, label_smoothing, pad_idx=PAD_ID):
     """``(1 - eps) * nll + eps * (mean of -log p over the fixed vocabulary, padding excluded)``."""
     if label_smoothing == 0:
         return nll
-    return (1 - label_smoothing) * nll + label_smoothing * UniformNLL.apply(fixed_log_probs, pad_idx)
+    return (1 - label_smoothing) * nll + label_smoothing * UniformNLL.apply(
+        fixed_log_probs, pad_idx
+    )
 
 
 def smoothed_nll(log_probs, target, label_smoothing, pad_idx=PAD_ID):
     """(loss, nll), ``[N]`` each, of ``log_probs`` ``[N x V]`` against ``target`` ``[N]``, 0 on padding."""
     pad = target == pad_idx
-    nll = -log_probs.gather(1, target.masked_fill(pad, UNK_ID).unsqueeze(1)).squeeze(1).masked_fill(pad, 0)
+    nll = (
+        -log_probs.gather(1, target.masked_fill(pad, UNK_ID).unsqueeze(1))
+        .squeeze(1)
+        .masked_fill(pad, 0)
+    )
     return smoothed(nll, log_probs, label_smoothing, pad_idx).masked_fill(pad, 0), nll
 
 
@@ -64,8 +73,11 @@ def _score_gradient_(log_probs, gold, label_smoothing, pad_idx):
         share = label_smoothing / (log_probs.size(1) - 1)
         grad.sub_(share)
         grad[:, pad_idx] += share
-    grad.scatter_add_(1, gold.masked_fill(pad, UNK_ID).unsqueeze(1),
-                      grad.new_full((grad.size(0), 1), label_smoothing - 1))
+    grad.scatter_add_(
+        1,
+        gold.masked_fill(pad, UNK_ID).unsqueeze(1),
+        grad.new_full((grad.size(0), 1), label_smoothing - 1),
+    )
     return grad.masked_fill_(pad.unsqueeze(1), 0)
 
 
@@ -82,8 +94,12 @@ class LentBuffer:
     def take(self, like):
         if self.lent or like.grad_fn is not None:
             return torch.zeros_like(like)
-        if self.tensor is None or self.tensor.shape != like.shape or self.tensor.dtype != like.dtype \
-                or self.tensor.device != like.device:
+        if (
+            self.tensor is None
+            or self.tensor.shape != like.shape
+            or self.tensor.dtype != like.dtype
+            or self.tensor.device != like.device
+        ):
             self.tensor = torch.zeros_like(like)
         else:
             self.tensor.zero_()
@@ -128,13 +144,18 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
             chunk = F.pad(hidden[start:end], (0, 0, 0, rows - (end - start)))
             chunk_gold = F.pad(gold[start:end], (0, rows - (end - start)), value=pad_idx)
             scores = F.linear(chunk, weight, bias)
-            log_probs = torch.log_softmax(scores.to(dtype), -1, out=scores if scores.dtype == dtype else None)
+            log_probs = torch.log_softmax(
+                scores.to(dtype), -1, out=scores if scores.dtype == dtype else None
+            )
             chunk_loss, chunk_nll = smoothed_nll(log_probs, chunk_gold, label_smoothing, pad_idx)
             loss += chunk_loss.sum()
-            nll[start:end], best[start:end] = chunk_nll[:end - start], row_argmax(log_probs)[:end - start]
+            nll[start:end], best[start:end] = (
+                chunk_nll[: end - start],
+                row_argmax(log_probs)[: end - start],
+            )
             grad = _score_gradient_(log_probs, chunk_gold, label_smoothing, pad_idx)
             if want_hidden:
-                grad_hidden[start:end] = (grad @ weight)[:end - start]
+                grad_hidden[start:end] = (grad @ weight)[: end - start]
             if want_weight:
                 grad_weight += grad.t() @ chunk
             if want_bias:
@@ -147,10 +168,14 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss, _nll, _best):
         if ctx.weight_grad_buffer is None:
-            raise RuntimeError("LinearLogSoftmaxNLL's graph can be backpropagated once (retain_graph is not "
-                               "supported: its gradients are scaled in place)")
+            raise RuntimeError(
+                "LinearLogSoftmaxNLL's graph can be backpropagated once (retain_graph is not "
+                "supported: its gradients are scaled in place)"
+            )
         grads = [None if grad is None else grad.mul_(grad_loss) for grad in ctx.saved_tensors]
-        ctx.weight_grad_buffer.give_back(grads[1])  # autograd adds it to weight.grad before any next call
+        ctx.weight_grad_buffer.give_back(
+            grads[1]
+        )  # autograd adds it to weight.grad before any next call
         ctx.weight_grad_buffer = None
         return (*grads, None, None, None, None)
 
@@ -168,8 +193,15 @@ class NMTCriterion(nn.Module):
         """``hidden`` ``[N x H]``, ``linear`` the generator's projection, ``target`` ``[N]`` -> (summed
         loss, nll ``[N]``, best word ``[N]``): ``forward(log_softmax(linear(hidden)), target)`` a chunk of
         rows at a time (``LinearLogSoftmaxNLL``), for training."""
-        return LinearLogSoftmaxNLL.apply(hidden, linear.weight, linear.bias, target, self.label_smoothing,
-                                         self.pad_idx, self.weight_grad_buffer)
+        return LinearLogSoftmaxNLL.apply(
+            hidden,
+            linear.weight,
+            linear.bias,
+            target,
+            self.label_smoothing,
+            self.pad_idx,
+            self.weight_grad_buffer,
+        )
 
     def forward(self, log_probs, target):
         """``log_probs`` ``[N x V]``, ``target`` ``[N]`` -> (loss ``[N]``, nll ``[N]``).
@@ -192,7 +224,9 @@ class SparsemaxCriterion(nn.Module):
     def forward(self, scores, target):
         """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss ``[N]``)."""
         pad = target == self.pad_idx
-        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16/fp16 scores: in float32
+        scores = scores.to(
+            torch.promote_types(scores.dtype, torch.float32)
+        )  # bf16/fp16 scores: in float32
         loss = sparsemax_loss(scores, target.masked_fill(pad, UNK_ID)).masked_fill(pad, 0)
         return loss, loss.detach()
 
@@ -206,20 +240,30 @@ class CopyGeneratorLoss(nn.Module):
     gets the copy term alone. Label smoothing spreads its mass over the fixed vocabulary.
     """
 
-    def __init__(self, vocab_size, force_copy=False, label_smoothing=0.0, pad_idx=PAD_ID, unk_idx=UNK_ID):
+    def __init__(
+        self, vocab_size, force_copy=False, label_smoothing=0.0, pad_idx=PAD_ID, unk_idx=UNK_ID
+    ):
         super().__init__()
-        self.vocab_size, self.force_copy, self.label_smoothing = vocab_size, force_copy, label_smoothing
+        self.vocab_size, self.force_copy, self.label_smoothing = (
+            vocab_size,
+            force_copy,
+            label_smoothing,
+        )
         self.pad_idx, self.unk_idx = pad_idx, unk_idx
 
     def forward(self, log_probs, align, target):
         """``log_probs`` ``[N x V + n]``, ``align`` ``[N]``, ``target`` ``[N]`` -> (loss, nll), ``[N]`` each."""
         pad = target == self.pad_idx
-        vocab_lp = log_probs.gather(1, target.masked_fill(pad, self.unk_idx).unsqueeze(1)).squeeze(1)
+        vocab_lp = log_probs.gather(1, target.masked_fill(pad, self.unk_idx).unsqueeze(1)).squeeze(
+            1
+        )
         copy_lp = log_probs.gather(1, (align + self.vocab_size).unsqueeze(1)).squeeze(1)
         copyable = align != self.unk_idx
         use_vocab = ~copyable if self.force_copy else ~copyable | (target != self.unk_idx)
         neg_inf = torch.full_like(vocab_lp, float("-inf"))
-        both = torch.stack([torch.where(use_vocab, vocab_lp, neg_inf), torch.where(copyable, copy_lp, neg_inf)])
+        both = torch.stack(
+            [torch.where(use_vocab, vocab_lp, neg_inf), torch.where(copyable, copy_lp, neg_inf)]
+        )
         nll = -torch.logsumexp(both, dim=0).masked_fill(pad, 0)
         fixed = log_probs[:, : self.vocab_size]
         loss = smoothed(nll, fixed, self.label_smoothing, self.pad_idx).masked_fill(pad, 0)

@@ -8,6 +8,7 @@ add its options, with no default in the parsed namespace, so that ``fill_loss_op
 value given now from one to restore: given, it is used; else the resumed checkpoint's, else the
 class's default.
 """
+
 from __future__ import annotations
 
 import argparse

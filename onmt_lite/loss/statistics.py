@@ -5,6 +5,7 @@ shard, so ``Statistics.on_device`` keeps them there: adding statistics up adds t
 first read of ``loss``, ``n_words`` or ``n_correct`` (or ``settle``, which the trainer calls once a
 step, reading the gradient norm in the same go) brings them to the host in one read.
 """
+
 from __future__ import annotations
 
 import math
@@ -107,8 +108,13 @@ class Statistics:
         return time.time() - self.start_time
 
     def __eq__(self, other):
-        return (isinstance(other, Statistics) and math.isclose(self.loss, other.loss, rel_tol=1e-9, abs_tol=1e-9)
-                and (self.n_words, self.n_correct) == (other.n_words, other.n_correct))
+        return (
+            isinstance(other, Statistics)
+            and math.isclose(self.loss, other.loss, rel_tol=1e-9, abs_tol=1e-9)
+            and (self.n_words, self.n_correct) == (other.n_words, other.n_correct)
+        )
 
     def __repr__(self):
-        return f"Statistics(loss={self.loss:.6g}, n_words={self.n_words}, n_correct={self.n_correct})"
+        return (
+            f"Statistics(loss={self.loss:.6g}, n_words={self.n_words}, n_correct={self.n_correct})"
+        )

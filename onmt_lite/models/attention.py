@@ -2,6 +2,7 @@
 
 Shapes: B batch, T query positions, S source positions, H hidden size.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -28,7 +29,9 @@ class GlobalAttention(nn.Module):
     positions are exactly 0.
     """
 
-    def __init__(self, dim, attn_type="general", coverage=False, output_layer=True, attn_func="softmax"):
+    def __init__(
+        self, dim, attn_type="general", coverage=False, output_layer=True, attn_func="softmax"
+    ):
         super().__init__()
         if attn_type not in ("dot", "general", "mlp"):
             raise ValueError(f"unknown attention type {attn_type}")
@@ -41,7 +44,9 @@ class GlobalAttention(nn.Module):
             self.linear_memory = nn.Linear(dim, dim, bias=False)
             self.linear_query = nn.Linear(dim, dim, bias=True)
             self.v = nn.Linear(dim, 1, bias=False)
-        self.linear_cover = nn.Linear(1, dim if attn_type == "mlp" else 1, bias=False) if coverage else None
+        self.linear_cover = (
+            nn.Linear(1, dim if attn_type == "mlp" else 1, bias=False) if coverage else None
+        )
         self.linear_out = nn.Linear(dim * 2, dim, bias=attn_type == "mlp") if output_layer else None
 
     @property
@@ -87,7 +92,9 @@ class GlobalAttention(nn.Module):
         scores = self.score(query, keys, coverage)
         mask = length_mask(memory_lengths, memory.size(1)) if mask is None else mask
         normalise = ATTENTION_FUNCTIONS[self.attn_func]
-        align = normalise(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)  # mask [B x 1 x S]
+        align = normalise(
+            scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1
+        )  # mask [B x 1 x S]
         if self.linear_out is None:
             return None, align
         context = torch.bmm(align, memory)

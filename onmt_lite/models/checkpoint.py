@@ -11,6 +11,7 @@ moving average (``-average_decay``), ``model`` and ``generator`` hold the averag
 Training and translation both read and write checkpoints here only, and both turn a checkpoint's
 options into the options that rebuild its model with ``model_options``.
 """
+
 import argparse
 import contextlib
 import glob
@@ -58,7 +59,7 @@ def split_state(model, state=None):
     model_state, generator_state = {}, {}
     for key, value in (model.state_dict() if state is None else state).items():
         if key.startswith(GENERATOR_PREFIX):
-            generator_state[key[len(GENERATOR_PREFIX):]] = value.detach().cpu()
+            generator_state[key[len(GENERATOR_PREFIX) :]] = value.detach().cpu()
         else:
             model_state[key] = value.detach().cpu()
     return model_state, generator_state
@@ -92,17 +93,34 @@ def set_rng_state(state):
 PREPROCESS_KEYS = ("lower", "src_spm", "tgt_spm", "dynamic_dict")
 
 
-def build_checkpoint(model, vocabs, opt_dict, step, optim_state, data_state, trainer_state, preprocess=None,
-                     averaged=None):
+def build_checkpoint(
+    model,
+    vocabs,
+    opt_dict,
+    step,
+    optim_state,
+    data_state,
+    trainer_state,
+    preprocess=None,
+    averaged=None,
+):
     """The checkpoint of ``model`` with the training state given. With ``averaged`` (a state dict like
     ``model.state_dict()``, a moving average's weights), those are its weights and ``model``'s own
     are kept beside them as ``raw_weights``."""
     model_state, generator_state = split_state(model, averaged)
-    checkpoint = {"format": CHECKPOINT_FORMAT, "model": model_state, "generator": generator_state,
-                  "vocab": vocabs_to_plain(vocabs), "opt": dict(opt_dict),
-                  "optim": optim_state, "step": step, "rng": rng_state(), "data": data_state,
-                  "trainer": trainer_state,
-                  "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS}}
+    checkpoint = {
+        "format": CHECKPOINT_FORMAT,
+        "model": model_state,
+        "generator": generator_state,
+        "vocab": vocabs_to_plain(vocabs),
+        "opt": dict(opt_dict),
+        "optim": optim_state,
+        "step": step,
+        "rng": rng_state(),
+        "data": data_state,
+        "trainer": trainer_state,
+        "preprocess": {k: (preprocess or {}).get(k) for k in PREPROCESS_KEYS},
+    }
     if averaged is not None:
         checkpoint["raw_weights"] = dict(zip(("model", "generator"), split_state(model)))
     return checkpoint
@@ -126,9 +144,11 @@ class CheckpointWriter:
         self._lock = try_lock(lock_path(prefix))
         if self._lock is None:
             holder = lock_holder(lock_path(prefix))
-            raise UserError(f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
-                            f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
-                            f"-save_model")
+            raise UserError(
+                f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
+                f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
+                f"-save_model"
+            )
         if not overwrite:
             try:
                 refuse_an_earlier_run(prefix, train_from)
@@ -136,8 +156,9 @@ class CheckpointWriter:
                 self.close()  # no lock file left behind by a refused run
                 raise
         # only now, under the lock: a temporary here is not another live run's
-        for stale in remove_stale_temporaries(checkpoint_path(prefix, "*")) + remove_stale_temporaries(
-                best_path(prefix)):
+        for stale in remove_stale_temporaries(
+            checkpoint_path(prefix, "*")
+        ) + remove_stale_temporaries(best_path(prefix)):
             logger.info(f"removed {stale}, left by an interrupted checkpoint write")
 
     def close(self):
@@ -172,9 +193,11 @@ class CheckpointWriter:
         wrote them (never ``PREFIX_best.pt``). Newest is by step, with this run's checkpoints newer than
         any earlier run's, so that a new run over older, higher steps never deletes what it just wrote."""
         mine = set(self.written)
-        on_disk = sorted(saved_checkpoints(self.prefix), key=lambda step: (checkpoint_path(self.prefix, step) in mine,
-                                                                          step))
-        for step in on_disk[:-self.keep]:
+        on_disk = sorted(
+            saved_checkpoints(self.prefix),
+            key=lambda step: (checkpoint_path(self.prefix, step) in mine, step),
+        )
+        for step in on_disk[: -self.keep]:
             old = checkpoint_path(self.prefix, step)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(old)
@@ -206,9 +229,11 @@ def refuse_an_earlier_run(prefix: str, train_from: str) -> None:
     more = f" and {len(earlier) - 3} more" if len(earlier) > 3 else ""
     shown = ", ".join(earlier[:3]) + more
     newest = [path for path in earlier if path != best_path(prefix)] or earlier
-    raise UserError(f"-save_model {prefix}: an earlier run's checkpoints are there ({shown}); "
-                    f"continue that run with -train_from {newest[-1]}, replace them with "
-                    f"-overwrite, or choose another -save_model")
+    raise UserError(
+        f"-save_model {prefix}: an earlier run's checkpoints are there ({shown}); "
+        f"continue that run with -train_from {newest[-1]}, replace them with "
+        f"-overwrite, or choose another -save_model"
+    )
 
 
 def _same_file(path: str, other: str) -> bool:
@@ -228,15 +253,26 @@ def load_checkpoint(path):
     _check_tensors(checkpoint, "", path)
     if "raw_weights" in checkpoint:
         if not isinstance(checkpoint["raw_weights"], dict):
-            raise UserError(f"{path}: checkpoint's raw_weights is not a dict of model and generator weights")
+            raise UserError(
+                f"{path}: checkpoint's raw_weights is not a dict of model and generator weights"
+            )
         _check_tensors(checkpoint["raw_weights"], "raw_weights ", path)
     vocab = checkpoint["vocab"]
-    if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), list) and
-                                            all(isinstance(w, str) for w in vocab[side]) for side in ("src", "tgt"))):
+    if not (
+        isinstance(vocab, dict)
+        and all(
+            isinstance(vocab.get(side), list) and all(isinstance(w, str) for w in vocab[side])
+            for side in ("src", "tgt")
+        )
+    ):
         raise UserError(f"{path}: checkpoint's vocab is not a src and a tgt list of words")
     feats = vocab.get("src_feats", [])
-    if not (isinstance(feats, list) and all(isinstance(words, list) and all(isinstance(w, str) for w in words)
-                                            for words in feats)):
+    if not (
+        isinstance(feats, list)
+        and all(
+            isinstance(words, list) and all(isinstance(w, str) for w in words) for words in feats
+        )
+    ):
         raise UserError(f"{path}: checkpoint's src_feats vocabularies are not lists of words")
     if not isinstance(checkpoint["opt"], dict):
         raise UserError(f"{path}: checkpoint's opt is not a dict of options")
@@ -249,11 +285,16 @@ def _check_tensors(weights, what, path):
     """A UserError unless ``weights["model"]`` and ``weights["generator"]`` are dicts of tensors."""
     for key in ("model", "generator"):
         state = weights.get(key)
-        wrong = [name for name, value in state.items() if not isinstance(value, torch.Tensor)] \
-            if isinstance(state, dict) else [key]
+        wrong = (
+            [name for name, value in state.items() if not isinstance(value, torch.Tensor)]
+            if isinstance(state, dict)
+            else [key]
+        )
         if wrong:
-            raise UserError(f"{path}: checkpoint's {what}{key} weights hold entries that are not tensors "
-                            f"({wrong[0]})")
+            raise UserError(
+                f"{path}: checkpoint's {what}{key} weights hold entries that are not tensors "
+                f"({wrong[0]})"
+            )
 
 
 REQUIRED_OPTIONS = ("rnn_size", "encoder_type", "copy_attn")
@@ -271,8 +312,11 @@ def model_options(saved, path, onto=None, also=()):
         missing = [k for k in REQUIRED_OPTIONS if k not in saved]
         if missing:
             raise UserError(f"{path}: checkpoint options lack {', '.join(missing)}")
-        return _dropout_lists(argparse.Namespace(**{**option_defaults([model_opts, train_opts]), **saved,
-                                                    "dropout": [0.0]}))
+        return _dropout_lists(
+            argparse.Namespace(
+                **{**option_defaults([model_opts, train_opts]), **saved, "dropout": [0.0]}
+            )
+        )
     opt = argparse.Namespace(**vars(onto))
     for name in [*option_defaults([model_opts]), *also]:
         if name in saved:
@@ -298,14 +342,20 @@ def restore_model(model, checkpoint, path):
     unknown = sorted(set(state) - set(expected))
     absent = sorted(set(expected) - set(state))
     if unknown or absent:
-        raise UserError(f"{path}: weights do not match the model its options describe "
-                        f"(unexpected: {unknown[:3]}, missing: {absent[:3]})")
+        raise UserError(
+            f"{path}: weights do not match the model its options describe "
+            f"(unexpected: {unknown[:3]}, missing: {absent[:3]})"
+        )
     for key, value in state.items():
         if value.shape != expected[key].shape:
-            raise UserError(f"{path}: {key} has shape {tuple(value.shape)}, the model's options give "
-                            f"{tuple(expected[key].shape)}")
+            raise UserError(
+                f"{path}: {key} has shape {tuple(value.shape)}, the model's options give "
+                f"{tuple(expected[key].shape)}"
+            )
         if value.is_floating_point() and not torch.isfinite(value).all():
-            raise UserError(f"{path}: {key} holds NaN or infinite values (a diverged training run?)")
+            raise UserError(
+                f"{path}: {key} holds NaN or infinite values (a diverged training run?)"
+            )
     model.load_state_dict(state)
 
 
@@ -318,6 +368,8 @@ def model_from_checkpoint(opt, vocabs, checkpoint, path):
     try:
         model = build_model(opt, vocabs)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
-        raise UserError(f"{path}: its options do not describe a model ({type(err).__name__}: {err})") from None
+        raise UserError(
+            f"{path}: its options do not describe a model ({type(err).__name__}: {err})"
+        ) from None
     restore_model(model, checkpoint, path)
     return model

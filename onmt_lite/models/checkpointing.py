@@ -9,6 +9,7 @@ recomputes, so dropout draws the same masks. Only the module's ``forward`` is re
 instance: the parameters and their names (the checkpoint files) do not change, and inference
 (no gradient) runs the plain forward.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,11 +27,13 @@ CHOICES = (*PARTS, "lora")
 
 def recomputed(forward):
     """``forward`` run under ``checkpoint`` while its module trains with gradients."""
+
     @functools.wraps(forward)
     def run(*args, **kwargs):
         if not (forward.__self__.training and torch.is_grad_enabled()):
             return forward(*args, **kwargs)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
     return run
 
 
@@ -43,9 +46,11 @@ def use_checkpointing(model: nn.Module, parts: list[str]) -> int:
     kinds = tuple(PARTS[part] for part in dict.fromkeys(parts))
     modules = [m for m in model.modules() if isinstance(m, kinds)]
     if parts and not modules:
-        raise UserError(f"-use_ckpting {' '.join(parts)}: the model has no Transformer layers "
-                        "(activation checkpointing applies to -encoder_type/-decoder_type "
-                        "transformer)")
+        raise UserError(
+            f"-use_ckpting {' '.join(parts)}: the model has no Transformer layers "
+            "(activation checkpointing applies to -encoder_type/-decoder_type "
+            "transformer)"
+        )
     for module in modules:
         module.forward = recomputed(module.forward)
     return len(modules)

@@ -10,6 +10,7 @@ attentional output ``a`` weighs a source projection ``S a`` against a target pro
 
 Shapes: ``[N x input]``, ``[N x H]``, ``[N x H]`` -> ``[N x H]`` (N any number of rows).
 """
+
 import torch
 import torch.nn as nn
 

@@ -4,6 +4,7 @@ collapse onto the fixed vocabulary. The criteria that score their output are in 
 Shapes: N rows (target positions x batch, time-major), H hidden, V target vocabulary,
 S source length, B batch, n words in the largest per-example source vocabulary.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -110,13 +111,15 @@ class CopyGenerator(nn.Module):
         log_copy = torch.log(copy_prob.clamp_min(TINY))  # [M x n]
         if torch.is_grad_enabled():  # training: a differentiable concatenation
             log_vocab = F.log_softmax(logits, dim=-1)
-            return torch.cat([log_vocab + F.logsigmoid(-gate), log_copy + F.logsigmoid(gate)], dim=1)
+            return torch.cat(
+                [log_vocab + F.logsigmoid(-gate), log_copy + F.logsigmoid(gate)], dim=1
+            )
         log_vocab = log_softmax_(logits.contiguous())
         # inference: the same sums written straight into their halves of the output, a pass over
         # [N x V] fewer
         out = logits.new_empty(logits.size(0), logits.size(1) + n_words)
         torch.add(log_vocab, F.logsigmoid(-gate), out=out[:, : logits.size(1)])
-        torch.add(log_copy, F.logsigmoid(gate), out=out[:, logits.size(1):])
+        torch.add(log_copy, F.logsigmoid(gate), out=out[:, logits.size(1) :])
         return out
 
 

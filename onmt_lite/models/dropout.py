@@ -6,6 +6,7 @@ training step. Here each element gets 16 random bits (four per 64-bit draw of th
 ``1 - p`` rounded to a multiple of 1/65,536 (p = 0.1 keeps 0.899994), and kept values are scaled by
 the inverse of that probability, so the expectation is exact. Off the CPU, PyTorch's fused dropout.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -18,9 +19,13 @@ def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
     the scale of the kept values (the inverse of that probability)."""
     kept = round((1 - p) * LEVELS)
     numel = shape.numel()
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)  # every bit random
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(
+        -(1 << 63), None
+    )  # every bit random
     bits = words.view(torch.int16)[:numel]
-    return (bits >= LEVELS // 2 - kept).view(shape), LEVELS / kept  # int16 runs from -32768: `kept` reach it
+    return (bits >= LEVELS // 2 - kept).view(
+        shape
+    ), LEVELS / kept  # int16 runs from -32768: `kept` reach it
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors, freezing and
 source word features (1.x's ``-feat_merge``, ``-feat_vec_size``, ``-feat_vec_exponent``)."""
+
 import dataclasses
 import math
 
@@ -38,7 +39,7 @@ class FeatureSpec:
             return [word_dim] * len(self.vocab_sizes)
         if self.vec_size > 0:
             return [self.vec_size] * len(self.vocab_sizes)
-        return [int(size ** self.exponent) for size in self.vocab_sizes]
+        return [int(size**self.exponent) for size in self.vocab_sizes]
 
     def output_size(self, word_dim):
         """The merged embedding's size: the word and feature sizes together with ``concat``, the word
@@ -56,19 +57,30 @@ class Embeddings(nn.Module):
     by ``sqrt(embedding_size)`` and each position's ``sinusoids`` added before the dropout.
     """
 
-    def __init__(self, vocab_size, dim, dropout=0.0, padding_idx=PAD_ID, position_encoding=False,
-                 features=FeatureSpec()):
+    def __init__(
+        self,
+        vocab_size,
+        dim,
+        dropout=0.0,
+        padding_idx=PAD_ID,
+        position_encoding=False,
+        features=FeatureSpec(),
+    ):
         super().__init__()
         if features.merge not in FEAT_MERGES:
             raise ValueError(f"unknown feature merge {features.merge!r}")
         self.word_vec_size, self.position_encoding = dim, position_encoding
         self.embedding_size = features.output_size(dim)
         if position_encoding and self.embedding_size % 2:
-            raise ValueError(f"position encoding needs an even embedding size (got {self.embedding_size})")
+            raise ValueError(
+                f"position encoding needs an even embedding size (got {self.embedding_size})"
+            )
         self.lut = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.feat_merge = features.merge
-        self.feat_luts = nn.ModuleList(nn.Embedding(size, feat_dim, padding_idx=padding_idx)
-                                       for size, feat_dim in zip(features.vocab_sizes, features.dims(dim)))
+        self.feat_luts = nn.ModuleList(
+            nn.Embedding(size, feat_dim, padding_idx=padding_idx)
+            for size, feat_dim in zip(features.vocab_sizes, features.dims(dim))
+        )
         self.feat_mlp = None
         if features.vocab_sizes and features.merge == "mlp":
             self.feat_mlp = nn.Sequential(nn.Linear(dim + sum(features.dims(dim)), dim), nn.ReLU())
@@ -117,8 +129,10 @@ class Embeddings(nn.Module):
             raise UserError(f"{path}: pretrained embeddings must be a [vocab x dim] tensor")
         rows, cols = vectors.shape
         if rows != self.lut.num_embeddings or cols > self.word_vec_size:
-            raise UserError(f"{path}: pretrained embeddings are {rows} x {cols}; the model needs "
-                            f"{self.lut.num_embeddings} rows and at most {self.word_vec_size} columns")
+            raise UserError(
+                f"{path}: pretrained embeddings are {rows} x {cols}; the model needs "
+                f"{self.lut.num_embeddings} rows and at most {self.word_vec_size} columns"
+            )
         with torch.no_grad():
             self.lut.weight[:, :cols] = vectors.to(self.lut.weight.dtype)
 

@@ -1,5 +1,6 @@
 """The mean encoder (OpenNMT-py 1.x's ``-encoder_type mean``): no recurrence; the memory bank is the
 source embeddings and the decoder starts from their mean."""
+
 import torch.nn as nn
 
 from onmt_lite.models.attention import length_mask
@@ -34,7 +35,9 @@ class MeanEncoder(nn.Module):
         self.embeddings, self.num_layers = embeddings, num_layers
         self.n_states = 2 if rnn_type == "LSTM" else 1
         dim = embeddings.embedding_size
-        self.bridge = Bridge(self.n_states, num_layers, bridge_layers, dim) if bridge_layers else None
+        self.bridge = (
+            Bridge(self.n_states, num_layers, bridge_layers, dim) if bridge_layers else None
+        )
 
     def forward(self, src, lengths, src_feats=None):
         """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,

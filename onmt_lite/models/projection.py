@@ -13,6 +13,7 @@ ones too) gets it.
 
 In float32 (MKL, no kernel cache) and off the CPU the projection runs unpadded.
 """
+
 import torch
 import torch.nn.functional as F
 

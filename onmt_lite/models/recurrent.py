@@ -19,6 +19,7 @@ On the CPU, bf16 autocast runs recurrent layers in bfloat16 through oneDNN, whic
 LSTM on CPUs without AVX-512 BF16 or AMX (an AVX2 machine stops with "could not create a primitive
 descriptor"): there they run in float32 with CPU autocast off.
 """
+
 import functools
 
 import torch
@@ -159,8 +160,9 @@ def run_rnn(rnn: nn.RNNBase, inputs, hx=None):
     weight = getattr(rnn, "weight_ih_l0", None)  # None: an int8 layer (-quantize int8)
     weights = data.dtype if weight is None else weight.dtype
     if data.dtype != weights and not torch.is_autocast_enabled(data.device.type):
-        outputs, final = run_rnn(rnn, inputs.to(weights),
-                                 None if hx is None else map_state(hx, lambda h: h.to(weights)))
+        outputs, final = run_rnn(
+            rnn, inputs.to(weights), None if hx is None else map_state(hx, lambda h: h.to(weights))
+        )
         return outputs.to(data.dtype), map_state(final, lambda h: h.to(data.dtype))
     precision = low_precision_dtype()
     if precision is None:

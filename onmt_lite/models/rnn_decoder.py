@@ -5,6 +5,7 @@ Both take and return an explicit ``DecoderState``; nothing about a sequence is s
 so beam search can reorder a state with ``state.map`` and truncated BPTT can cut it with
 ``state.detach``. Shapes: T target positions, B batch, S source positions, H hidden size.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -28,14 +29,21 @@ class DecoderState:
         coverage: ``[B x S]``, the sum of the attention of all earlier steps, or None.
     """
 
-    def __init__(self, hidden: Iterable[Tensor], input_feed: Tensor | None = None, coverage: Tensor | None = None):
+    def __init__(
+        self,
+        hidden: Iterable[Tensor],
+        input_feed: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ):
         self.hidden, self.input_feed, self.coverage = tuple(hidden), input_feed, coverage
 
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> DecoderState:
         """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
-        return DecoderState(tuple(fn(h, 1) for h in self.hidden),
-                            None if self.input_feed is None else fn(self.input_feed, 0),
-                            None if self.coverage is None else fn(self.coverage, 0))
+        return DecoderState(
+            tuple(fn(h, 1) for h in self.hidden),
+            None if self.input_feed is None else fn(self.input_feed, 0),
+            None if self.coverage is None else fn(self.coverage, 0),
+        )
 
     def detach(self) -> DecoderState:
         """The same state cut from the graph (between truncated BPTT windows)."""
@@ -46,10 +54,14 @@ class DecoderState:
         coverage = None
         if self.coverage is not None:
             width = max(self.coverage.size(1), other.coverage.size(1))
-            coverage = torch.cat([pad_to(self.coverage, 1, width), pad_to(other.coverage, 1, width)])
-        return DecoderState(tuple(torch.cat([h, g], 1) for h, g in zip(self.hidden, other.hidden)),
-                            None if self.input_feed is None else torch.cat([self.input_feed, other.input_feed]),
-                            coverage)
+            coverage = torch.cat(
+                [pad_to(self.coverage, 1, width), pad_to(other.coverage, 1, width)]
+            )
+        return DecoderState(
+            tuple(torch.cat([h, g], 1) for h, g in zip(self.hidden, other.hidden)),
+            None if self.input_feed is None else torch.cat([self.input_feed, other.input_feed]),
+            coverage,
+        )
 
     def compact(self, unused: int) -> DecoderState:
         """The state itself: it holds nothing per past position (see ``TransformerState.compact``)."""
@@ -81,7 +93,8 @@ class StackedCells(nn.Module):
         cell = nn.LSTMCell if rnn_type == "LSTM" else nn.GRUCell
         self.is_lstm = rnn_type == "LSTM"
         self.cells = nn.ModuleList(
-            cell(input_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers))
+            cell(input_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
+        )
 
     def forward(self, x, hidden, masks=None):
         """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``; ``masks``
@@ -119,28 +132,50 @@ class RNNDecoderBase(nn.Module):
 
     input_feed = False  # whether the RNN's input holds the previous output besides the embedding
 
-    def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings,
-                 coverage_attn=False, copy_attn=False, reuse_copy_attn=False, copy_attn_type=None,
-                 attn_func="softmax", context_gate=None):
+    def __init__(
+        self,
+        rnn_type,
+        num_layers,
+        hidden_size,
+        attn_type,
+        dropout,
+        embeddings,
+        coverage_attn=False,
+        copy_attn=False,
+        reuse_copy_attn=False,
+        copy_attn_type=None,
+        attn_func="softmax",
+        context_gate=None,
+    ):
         super().__init__()
         if attn_type == "none" and (coverage_attn or reuse_copy_attn):
-            raise ValueError("coverage and a reused copy attention need attention "
-                             "(attn_type is none)")
+            raise ValueError(
+                "coverage and a reused copy attention need attention (attn_type is none)"
+            )
         if attn_type == "none" and copy_attn and copy_attn_type is None:
             raise ValueError("copy attention without attention needs its own type (copy_attn_type)")
         self.embeddings, self.hidden_size = embeddings, hidden_size
         self.dropout = nn.Dropout(dropout)
-        self.attn = None if attn_type == "none" else GlobalAttention(
-            hidden_size, attn_type, coverage=coverage_attn, attn_func=attn_func)
+        self.attn = (
+            None
+            if attn_type == "none"
+            else GlobalAttention(
+                hidden_size, attn_type, coverage=coverage_attn, attn_func=attn_func
+            )
+        )
         self.coverage_attn = coverage_attn
         self.copy_attn = copy_attn
         self.copy_attention = None
         if copy_attn and not reuse_copy_attn:
-            self.copy_attention = GlobalAttention(hidden_size, copy_attn_type or attn_type, output_layer=False,
-                                                  attn_func=attn_func)
+            self.copy_attention = GlobalAttention(
+                hidden_size, copy_attn_type or attn_type, output_layer=False, attn_func=attn_func
+            )
         self.rnn_input_size = embeddings.embedding_size + (hidden_size if self.input_feed else 0)
-        self.context_gate = None if context_gate is None else ContextGate(
-            context_gate, self.rnn_input_size, hidden_size)
+        self.context_gate = (
+            None
+            if context_gate is None
+            else ContextGate(context_gate, self.rnn_input_size, hidden_size)
+        )
 
     @property
     def attentional(self):
@@ -151,8 +186,11 @@ class RNNDecoderBase(nn.Module):
         """The first state: the encoder's final states, a zero input feed, zero coverage."""
         src_len, batch, _ = memory_bank.shape
         zeros = memory_bank.new_zeros
-        return DecoderState(encoder_final, zeros(batch, self.hidden_size),
-                            zeros(batch, src_len) if self.coverage_attn else None)
+        return DecoderState(
+            encoder_final,
+            zeros(batch, self.hidden_size),
+            zeros(batch, src_len) if self.coverage_attn else None,
+        )
 
     memory_keys_dims = (0, 1)  # the batch and source dimensions of memory_keys's output
 
@@ -184,7 +222,9 @@ class RNNDecoderBase(nn.Module):
         outs, aligns, covs = [], [], []
         for t in range(query.size(1)):
             covs.append(coverage)
-            attn_h, align = self.attn(query[:, t:t + 1], memory, lengths, coverage.unsqueeze(1), keys, mask)
+            attn_h, align = self.attn(
+                query[:, t : t + 1], memory, lengths, coverage.unsqueeze(1), keys, mask
+            )
             coverage = coverage + align.squeeze(1)
             outs.append(attn_h)
             aligns.append(align)
@@ -212,17 +252,23 @@ class InputFeedRNNDecoder(RNNDecoderBase):
     input_feed = True
 
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
-        super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
+        super().__init__(
+            rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs
+        )
         self.rnn = StackedCells(rnn_type, num_layers, self.rnn_input_size, hidden_size)
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
+    def forward(
+        self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True
+    ):
         """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
         if already computed; ``need_attention`` changes nothing: the attention makes the output).
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
         memory = memory_bank.transpose(0, 1)
-        keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys  # once, not per position
+        keys = (
+            self.memory_keys(memory_bank) if memory_keys is None else memory_keys
+        )  # once, not per position
         mask = length_mask(memory_lengths, memory.size(1))
         hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
         outs, aligns, covs = [], [], []
@@ -233,7 +279,8 @@ class InputFeedRNNDecoder(RNNDecoderBase):
             rnn_input = torch.cat([emb_t, feed], 1)
             rnn_out, hidden = self.rnn(rnn_input, hidden, step_masks)
             attn_h, align, cov_before, coverage = self._attend(
-                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask)
+                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask
+            )
             out = attn_h.squeeze(1)
             if self.context_gate is not None:
                 out = self.context_gate(rnn_input, rnn_out, out)
@@ -253,12 +300,20 @@ class StdRNNDecoder(RNNDecoderBase):
     (position by position only when coverage makes the attention sequential)."""
 
     def __init__(self, rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs):
-        super().__init__(rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs)
+        super().__init__(
+            rnn_type, num_layers, hidden_size, attn_type, dropout, embeddings, **kwargs
+        )
         self.is_lstm = rnn_type == "LSTM"
-        self.rnn = getattr(nn, rnn_type)(embeddings.embedding_size, hidden_size, num_layers,
-                                         dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn = getattr(nn, rnn_type)(
+            embeddings.embedding_size,
+            hidden_size,
+            num_layers,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True):
+    def forward(
+        self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True
+    ):
         """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
         emb = self.embeddings(tgt)
         rnn_out, hidden = run_rnn(self.rnn, emb, state.hidden if self.is_lstm else state.hidden[0])
@@ -266,8 +321,12 @@ class StdRNNDecoder(RNNDecoderBase):
         memory = memory_bank.transpose(0, 1)
         rnn_out = rnn_out.transpose(0, 1)  # [B x T x H]
         attn_h, align, covs, coverage = self._attend(
-            rnn_out, memory, memory_lengths,
-            self.memory_keys(memory_bank) if memory_keys is None else memory_keys, state.coverage)
+            rnn_out,
+            memory,
+            memory_lengths,
+            self.memory_keys(memory_bank) if memory_keys is None else memory_keys,
+            state.coverage,
+        )
         if self.context_gate is not None:
             attn_h = self.context_gate(emb.transpose(0, 1), rnn_out, attn_h)
         dec_out = self.dropout(attn_h)

@@ -1,4 +1,5 @@
 """The RNN encoder: LSTM or GRU, stacked, optionally bidirectional, on packed sequences."""
+
 import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
@@ -10,7 +11,11 @@ from onmt_lite.utils.tensors import to_device
 def concat_directions(state, num_layers):
     """``[layers*2 x B x h]`` -> ``[layers x B x 2h]``: each layer's forward and backward states."""
     _, batch, hidden = state.shape
-    return state.view(num_layers, 2, batch, hidden).permute(0, 2, 1, 3).reshape(num_layers, batch, 2 * hidden)
+    return (
+        state.view(num_layers, 2, batch, hidden)
+        .permute(0, 2, 1, 3)
+        .reshape(num_layers, batch, 2 * hidden)
+    )
 
 
 class Bridge(nn.Module):
@@ -23,7 +28,9 @@ class Bridge(nn.Module):
     def __init__(self, n_states, enc_layers, dec_layers, hidden):
         super().__init__()
         self.dec_layers, self.hidden = dec_layers, hidden
-        self.maps = nn.ModuleList(nn.Linear(enc_layers * hidden, dec_layers * hidden) for _ in range(n_states))
+        self.maps = nn.ModuleList(
+            nn.Linear(enc_layers * hidden, dec_layers * hidden) for _ in range(n_states)
+        )
 
     def forward(self, states):
         out = []
@@ -46,17 +53,31 @@ class RNNEncoder(nn.Module):
         bridge_layers: decoder layers for a learned bridge, or None for no bridge.
     """
 
-    def __init__(self, rnn_type, bidirectional, num_layers, hidden_size, dropout, embeddings,
-                 bridge_layers=None):
+    def __init__(
+        self,
+        rnn_type,
+        bidirectional,
+        num_layers,
+        hidden_size,
+        dropout,
+        embeddings,
+        bridge_layers=None,
+    ):
         super().__init__()
         if bidirectional and hidden_size % 2:
             raise ValueError("a bidirectional encoder needs an even -rnn_size")
         self.embeddings, self.num_layers, self.bidirectional = embeddings, num_layers, bidirectional
         self.rnn = getattr(nn, rnn_type)(
-            input_size=embeddings.embedding_size, hidden_size=hidden_size // (2 if bidirectional else 1),
-            num_layers=num_layers, dropout=dropout if num_layers > 1 else 0.0, bidirectional=bidirectional)
+            input_size=embeddings.embedding_size,
+            hidden_size=hidden_size // (2 if bidirectional else 1),
+            num_layers=num_layers,
+            dropout=dropout if num_layers > 1 else 0.0,
+            bidirectional=bidirectional,
+        )
         n_states = 2 if rnn_type == "LSTM" else 1
-        self.bridge = Bridge(n_states, num_layers, bridge_layers, hidden_size) if bridge_layers else None
+        self.bridge = (
+            Bridge(n_states, num_layers, bridge_layers, hidden_size) if bridge_layers else None
+        )
 
     def forward(self, src, lengths, src_feats=None):
         """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,

@@ -7,6 +7,7 @@ to 1: with ``z`` sorted in decreasing order, the support is the first ``k`` entr
 ``k`` with ``1 + k z_(k) > sum_{i <= k} z_(i)``, and ``tau = (sum_{i <= k} z_(i) - 1) / k``. Scores
 of ``-inf`` (masked positions) get exactly 0. Shapes: ``[... x n]``, normalised along ``dim``.
 """
+
 import torch
 
 

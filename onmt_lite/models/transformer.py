@@ -9,6 +9,7 @@ Shapes: B batch, S source positions, T new target positions, P cached target pos
 H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks tensors are batch-first
 (``[B x T x H]``); what crosses the model's interface is time-major, as for the RNNs.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -33,8 +34,10 @@ def relative_positions(query_len: int, key_len: int, max_distance: int, device) 
     key's position minus the query's, clipped to ``±max_distance``, plus ``max_distance``. The queries
     are the last ``query_len`` of the ``key_len`` positions (the new ones, after the cached ones)."""
     keys = torch.arange(key_len, device=device)
-    queries = keys[key_len - query_len:]
-    return (keys.unsqueeze(0) - queries.unsqueeze(1)).clamp(-max_distance, max_distance) + max_distance
+    queries = keys[key_len - query_len :]
+    return (keys.unsqueeze(0) - queries.unsqueeze(1)).clamp(
+        -max_distance, max_distance
+    ) + max_distance
 
 
 class MultiHeadAttention(nn.Module):
@@ -59,16 +62,20 @@ class MultiHeadAttention(nn.Module):
         self.dropout_p = dropout
         self.out = nn.Linear(dim, dim)
         self.max_relative_positions = max_relative_positions
-        self.relative = nn.Embedding(2 * max_relative_positions + 1, self.head_dim) \
-            if max_relative_positions > 0 else None
+        self.relative = (
+            nn.Embedding(2 * max_relative_positions + 1, self.head_dim)
+            if max_relative_positions > 0
+            else None
+        )
 
     def split(self, x: Tensor) -> Tensor:
         """``[B x T x H]`` -> ``[B x h x T x d]``."""
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
         ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
         p = self.dropout_p if self.training else 0.0
@@ -83,8 +90,9 @@ class MultiHeadAttention(nn.Module):
         merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         return self.out(merged), weights
 
-    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
-                p: float) -> tuple[Tensor, Tensor]:
+    def _attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, p: float
+    ) -> tuple[Tensor, Tensor]:
         """The same attention written out, for the weights and for relative positions: ``query``
         ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]`` -> context ``[B x h x T x d]``,
         weights ``[B x h x T x K]`` (before dropout)."""
@@ -94,14 +102,15 @@ class MultiHeadAttention(nn.Module):
             table = self.relative.weight  # [2k+1 x d]
             # the clipped distance of each key from each query; with a cache (T new positions after
             # P cached ones) the queries are the last T of the K columns, so steps see the same ids
-            rows = relative_positions(query.size(2), keys.size(2), self.max_relative_positions,
-                                      query.device)  # [T x K]
+            rows = relative_positions(
+                query.size(2), keys.size(2), self.max_relative_positions, query.device
+            )  # [T x K]
             ids = rows.expand(scores.shape)  # [B x h x T x K], a view: nothing copied
             # q · r: each query against the 2k+1 table rows, then each key picks its row, so no
             # [T x K x d] tensor of gathered vectors is ever made
             by_bucket = torch.matmul(query, table.t())  # [B x h x T x 2k+1]
             scores = scores + by_bucket.gather(-1, ids)  # [B x h x T x K]
-        scores = scores / self.head_dim ** 0.5
+        scores = scores / self.head_dim**0.5
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         dropped = dropout(weights, p)
         context = torch.matmul(dropped, values)  # [B x h x T x d]
@@ -169,8 +178,10 @@ class SelfAttention(nn.Module):
         query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
         if cache is not None:
             key_buffer, value_buffer, used = cache
-            (key_buffer, keys), (value_buffer, values) = appended(key_buffer, used, keys), \
-                appended(value_buffer, used, values)
+            (key_buffer, keys), (value_buffer, values) = (
+                appended(key_buffer, used, keys),
+                appended(value_buffer, used, values),
+            )
         else:
             key_buffer, value_buffer = keys, values
         out, _ = self.attention(query, keys, values, mask)
@@ -204,13 +215,26 @@ class TransformerEncoder(nn.Module):
             no final state (a Transformer decoder needs none).
     """
 
-    def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
-                 max_relative_positions=0, final_layers=None):
+    def __init__(
+        self,
+        num_layers,
+        dim,
+        heads,
+        ff_size,
+        dropout,
+        attention_dropout,
+        embeddings,
+        max_relative_positions=0,
+        final_layers=None,
+    ):
         super().__init__()
         self.embeddings, self.final_layers = embeddings, final_layers
         self.layers = nn.ModuleList(
-            TransformerEncoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
-            for _ in range(num_layers))
+            TransformerEncoderLayer(
+                dim, heads, ff_size, dropout, attention_dropout, max_relative_positions
+            )
+            for _ in range(num_layers)
+        )
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
 
     def forward(self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None):
@@ -261,11 +285,15 @@ class TransformerState:
         width = max(self.cached, other.cached)
 
         def left_padded(state):
-            return (tuple(pad_to(t[:, :, :state.cached], 2, width, left=True) for t in state.cache),
-                    state.start + width - state.cached)
+            return (
+                tuple(pad_to(t[:, :, : state.cached], 2, width, left=True) for t in state.cache),
+                state.start + width - state.cached,
+            )
 
         (a, a_start), (b, b_start) = left_padded(self), left_padded(other)
-        return TransformerState(tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start]))
+        return TransformerState(
+            tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start])
+        )
 
     def compact(self, unused: int) -> TransformerState:
         """The same state without its first ``unused`` columns, which no row uses any more (rows
@@ -273,8 +301,9 @@ class TransformerState:
         example's first): reading ``start`` here would wait for the device."""
         if unused == 0:
             return self
-        return TransformerState(tuple(t[:, :, unused:] for t in self.cache), self.start - unused,
-                                self.cached - unused)
+        return TransformerState(
+            tuple(t[:, :, unused:] for t in self.cache), self.start - unused, self.cached - unused
+        )
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -291,7 +320,9 @@ class TransformerDecoderLayer(nn.Module):
         self.feed_forward = FeedForward(dim, ff_size, dropout)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False):
+    def forward(
+        self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False
+    ):
         """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys and
         values buffers and P (see ``SelfAttention``); ``memory_keys``/``memory_values`` ``[B x h x S x d]``;
         ``memory_mask`` ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new cache, the context attention weights
@@ -299,7 +330,9 @@ class TransformerDecoderLayer(nn.Module):
         attended, cache = self.self_attn(self.self_attn_norm(x), self_mask, cache)
         x = x + self.dropout(attended)
         query = self.context_attn.split(self.context_query(self.context_norm(x)))
-        context, weights = self.context_attn(query, memory_keys, memory_values, memory_mask, need_weights)
+        context, weights = self.context_attn(
+            query, memory_keys, memory_values, memory_mask, need_weights
+        )
         return self.feed_forward(x + self.dropout(context)), cache, weights
 
 
@@ -320,13 +353,27 @@ class TransformerDecoder(nn.Module):
 
     attentional = True  # it always attends to the source (see RNNDecoderBase.attentional)
 
-    def __init__(self, num_layers, dim, heads, ff_size, dropout, attention_dropout, embeddings,
-                 max_relative_positions=0, copy_attn=False, alignment=DEFAULT_ALIGNMENT):
+    def __init__(
+        self,
+        num_layers,
+        dim,
+        heads,
+        ff_size,
+        dropout,
+        attention_dropout,
+        embeddings,
+        max_relative_positions=0,
+        copy_attn=False,
+        alignment=DEFAULT_ALIGNMENT,
+    ):
         super().__init__()
         self.embeddings, self.copy_attn, self.alignment = embeddings, copy_attn, alignment
         self.layers = nn.ModuleList(
-            TransformerDecoderLayer(dim, heads, ff_size, dropout, attention_dropout, max_relative_positions)
-            for _ in range(num_layers))
+            TransformerDecoderLayer(
+                dim, heads, ff_size, dropout, attention_dropout, max_relative_positions
+            )
+            for _ in range(num_layers)
+        )
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         # every layer's keys and values of the memory bank, in one product once per source
         self.memory_projection = nn.Linear(dim, 2 * dim * num_layers)
@@ -340,8 +387,10 @@ class TransformerDecoder(nn.Module):
         batch = memory_bank.size(1)
         layer = self.layers[0].self_attn.attention
         empty = memory_bank.new_zeros(batch, layer.heads, 0, layer.head_dim)
-        return TransformerState((empty,) * (2 * len(self.layers)),
-                                torch.zeros(batch, dtype=torch.long, device=memory_bank.device))
+        return TransformerState(
+            (empty,) * (2 * len(self.layers)),
+            torch.zeros(batch, dtype=torch.long, device=memory_bank.device),
+        )
 
     def memory_keys(self, memory_bank: Tensor) -> Tensor:
         """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``: ``[layers*2 x B x h x S x d]``,
@@ -349,11 +398,20 @@ class TransformerDecoder(nn.Module):
         src_len, batch, _ = memory_bank.shape
         attention = self.layers[0].context_attn
         projected = self.memory_projection(memory_bank).view(
-            src_len, batch, 2 * len(self.layers), attention.heads, attention.head_dim)
+            src_len, batch, 2 * len(self.layers), attention.heads, attention.head_dim
+        )
         return projected.permute(2, 1, 3, 0, 4).contiguous()
 
-    def forward(self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True,
-                need_alignment=False):
+    def forward(
+        self,
+        tgt,
+        memory_bank,
+        state,
+        memory_lengths,
+        memory_keys=None,
+        need_attention=True,
+        need_alignment=False,
+    ):
         """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when ``need_attention`` is
@@ -365,10 +423,16 @@ class TransformerDecoder(nn.Module):
         positions = cached - state.start  # [B]: each row's position of tgt[0]
         x = self.embeddings(tgt, positions).transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        memory_mask = length_mask(memory_lengths.to(x.device), memory_bank.size(0))[:, None, None, :]
+        memory_mask = length_mask(memory_lengths.to(x.device), memory_bank.size(0))[
+            :, None, None, :
+        ]
         columns = torch.arange(cached + length, device=x.device)
-        started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[:, None, None, :]  # [B x 1 x 1 x P+T]
-        causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(1)
+        started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[
+            :, None, None, :
+        ]  # [B x 1 x 1 x P+T]
+        causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(
+            1
+        )
         self_mask = started & causal  # [B x 1 x T x P+T]
         align_layer = self._alignment_layer() if need_alignment else None
         cache, attns = [], {}
@@ -376,13 +440,29 @@ class TransformerDecoder(nn.Module):
             layer_cache = (state.cache[2 * i], state.cache[2 * i + 1], cached)
             layer_in, top = x, i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context
-            x, (layer_k, layer_v), weights = layer(x, self_mask, layer_cache, keys[2 * i], keys[2 * i + 1],
-                                                   memory_mask, need_weights=(need_weights and top) or aligning)
+            x, (layer_k, layer_v), weights = layer(
+                x,
+                self_mask,
+                layer_cache,
+                keys[2 * i],
+                keys[2 * i + 1],
+                memory_mask,
+                need_weights=(need_weights and top) or aligning,
+            )
             if i == align_layer:
                 align_weights = weights
-                if self.alignment.full_context:  # the same layer again, its self-attention seeing every position
-                    _, _, align_weights = layer(layer_in, self._full_context_mask(tgt, started, cached), layer_cache,
-                                                keys[2 * i], keys[2 * i + 1], memory_mask, need_weights=True)
+                if (
+                    self.alignment.full_context
+                ):  # the same layer again, its self-attention seeing every position
+                    _, _, align_weights = layer(
+                        layer_in,
+                        self._full_context_mask(tgt, started, cached),
+                        layer_cache,
+                        keys[2 * i],
+                        keys[2 * i + 1],
+                        memory_mask,
+                        need_weights=True,
+                    )
                 attns["align"] = self._alignment_of(align_weights)
             cache += [layer_k, layer_v]
         dec_out = self.norm(x).transpose(0, 1).contiguous()
@@ -404,7 +484,9 @@ class TransformerDecoder(nn.Module):
     def _full_context_mask(tgt: Tensor, started: Tensor, cached: int) -> Tensor:
         """The self-attention mask ``[B x 1 x 1 x P+T]`` of the full-context alignment pass: every cached
         and new position of each row, but not padding (``tgt`` ``[T x B]``)."""
-        real = torch.cat([tgt.new_ones(tgt.size(1), cached, dtype=torch.bool), (tgt != PAD_ID).t()], 1)
+        real = torch.cat(
+            [tgt.new_ones(tgt.size(1), cached, dtype=torch.bool), (tgt != PAD_ID).t()], 1
+        )
         return started & real[:, None, None, :]
 
     def _alignment_of(self, weights: Tensor) -> Tensor:

@@ -4,6 +4,7 @@
 They are read from ``opennmt_py_1x_options.txt`` beside this module (OpenNMT-py 1.2.0, the last 1.x
 release; the file says where each name comes from), installed with the package.
 """
+
 import os
 
 from onmt_lite.utils.errors import UserError, where
@@ -18,7 +19,9 @@ def read_reference(path=REFERENCE):
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read the option list ({getattr(err, 'strerror', None) or err})") from None
+        raise UserError(
+            f"{path}: cannot read the option list ({getattr(err, 'strerror', None) or err})"
+        ) from None
     reference = {command: [] for command in COMMANDS}
     for lineno, line in enumerate(lines, 1):
         line = line.strip()
@@ -26,8 +29,10 @@ def read_reference(path=REFERENCE):
             continue
         fields = line.split()
         if len(fields) != 2 or fields[0] not in COMMANDS:
-            raise UserError(f"{where(path, lineno)}: expected 'COMMAND NAME' with COMMAND one of "
-                            f"{', '.join(COMMANDS)}, got {line!r}")
+            raise UserError(
+                f"{where(path, lineno)}: expected 'COMMAND NAME' with COMMAND one of "
+                f"{', '.join(COMMANDS)}, got {line!r}"
+            )
         command, name = fields[0], fields[1].lstrip("-")
         if name in reference[command]:
             raise UserError(f"{where(path, lineno)}: {command} {name} is listed twice")

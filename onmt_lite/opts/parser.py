@@ -1,5 +1,6 @@
 """The option parser: -name and --name spellings, 1.x abbreviations, YAML configs, one-line errors,
 unsupported options."""
+
 import argparse
 import math
 import re
@@ -18,18 +19,29 @@ from onmt_lite.utils.logging import log_when_ready
 # checks that unrelated options do not share a reason).
 UNSUPPORTED_OPTIONS = {
     **dict.fromkeys(
-        ["src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
-         "n_stft", "audio_enc_pooling"],
-        "image and audio input are not supported (text only)"),
+        [
+            "src_dir",
+            "image_channel_size",
+            "sample_rate",
+            "window_size",
+            "window_stride",
+            "window",
+            "n_stft",
+            "audio_enc_pooling",
+        ],
+        "image and audio input are not supported (text only)",
+    ),
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); use -tensorboard",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
-        "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported"),
+        "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported",
+    ),
     **dict.fromkeys(
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
-        "a GGNN option: the GGNN (graph) encoder is not implemented"),
+        "a GGNN option: the GGNN (graph) encoder is not implemented",
+    ),
     "src_vocab": "the vocabularies come from -data (in training this is the GGNN encoder's option)",
 }
 
@@ -59,8 +71,11 @@ def choice(option, allowed, unsupported=None):
         if value in unsupported:
             raise argparse.ArgumentTypeError(
                 f"onmt_lite does not support -{option} {value} ({unsupported[value]}); "
-                f"choose from {', '.join(allowed)}")
-        raise argparse.ArgumentTypeError(f"invalid value {value!r}; choose from {', '.join(allowed)}")
+                f"choose from {', '.join(allowed)}"
+            )
+        raise argparse.ArgumentTypeError(
+            f"invalid value {value!r}; choose from {', '.join(allowed)}"
+        )
 
     parse.__name__ = option
     return parse
@@ -69,6 +84,7 @@ def choice(option, allowed, unsupported=None):
 def only_value(option, allowed, reason):
     """A ``type=`` that accepts the one value ``allowed`` (a string; None accepts none) and refuses any
     other with ``reason`` (for 1.x's deprecated options, which 1.x accepted at their default only)."""
+
     def parse(value):
         if value == allowed:
             return value
@@ -94,6 +110,7 @@ def int_at_least(minimum):
 
 def int_in(low, high):
     """A ``type=`` for a whole number in ``[low, high]``."""
+
     def parse(value):
         number = int_at_least(low)(value)
         if number > high:
@@ -105,19 +122,19 @@ def int_in(low, high):
     return parse
 
 
-SEED = int_in(-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes
+SEED = int_in(-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 
 # The upper bounds of the numeric options: values the code can represent and run with, checked
 # when the option is read (a one-line error naming the option and the bound, exit 2). Each says why.
 # Step numbers and counts that grow with a run or its data (steps, lines, word counts): Python ints
 # that reach int64 (torch, TensorBoard's step) with room left for step + N.
-MAX_STEPS = 2 ** 62
+MAX_STEPS = 2**62
 # A size or count of things held at once (a layer's width, a vocabulary, a batch, a shard): a matrix
 # dimension, which BLAS (MKL's LP64, cuBLAS) takes as a 32-bit int.
-MAX_SIZE = 2 ** 31 - 1
+MAX_SIZE = 2**31 - 1
 # Tokens of a sequence (lengths, positions, n-grams): positions are float32 in the position
 # encodings and the length penalties, which hold every whole number up to 2 ** 24 only.
-MAX_LENGTH = 2 ** 24
+MAX_LENGTH = 2**24
 # Layers of an encoder or decoder: deeper than any published model (DeepNet, 1,000 layers).
 MAX_LAYERS = 1024
 # Beam size (and -n_best, at most the beam): each search step scores beam x vocabulary candidates of
@@ -125,13 +142,13 @@ MAX_LAYERS = 1024
 MAX_BEAM = 1000
 # -vocab_size_multiple: matrix shapes want multiples of 8 to 128; a larger multiple only adds up
 # to that many unused words to the vocabulary.
-MAX_VOCAB_MULTIPLE = 2 ** 16
+MAX_VOCAB_MULTIPLE = 2**16
 # Processes started on one machine: Linux's PID_MAX_LIMIT, the most processes a 64-bit kernel runs.
-MAX_PROCESSES = 2 ** 22
+MAX_PROCESSES = 2**22
 # A CUDA device index: torch keeps it in an int8 (torch.device("cuda", 128) is cuda:-128).
 MAX_CUDA_DEVICE = 127
 # A TCP port is 16 bits.
-MAX_PORT = 2 ** 16 - 1
+MAX_PORT = 2**16 - 1
 # Weights, losses, gradients and scores are float32: a larger factor would be infinite there.
 FLOAT32_MAX = 3.4028234663852886e38
 LOG_LEVELS = {"CRITICAL": 50, "ERROR": 40, "WARNING": 30, "INFO": 20, "DEBUG": 10, "NOTSET": 0}
@@ -143,21 +160,29 @@ def log_level(value):
         return LOG_LEVELS[value]
     if value in map(str, LOG_LEVELS.values()):
         return int(value)
-    raise argparse.ArgumentTypeError(f"invalid level {value!r}; choose from {', '.join(LOG_LEVELS)} or "
-                                     f"{', '.join(map(str, LOG_LEVELS.values()))}")
+    raise argparse.ArgumentTypeError(
+        f"invalid level {value!r}; choose from {', '.join(LOG_LEVELS)} or "
+        f"{', '.join(map(str, LOG_LEVELS.values()))}"
+    )
 
 
 def log_file_opts(group):
     """``-log_file`` and ``-log_file_level``, as every command has them."""
     add(group, "log_file", default="", help="Also write the log to this file")
-    add(group, "log_file_level", type=log_level, default=0,
+    add(
+        group,
+        "log_file_level",
+        type=log_level,
+        default=0,
         help="The least level the log file records (CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET or "
-             "50 ... 0); the log records INFO and above")
+        "50 ... 0); the log records INFO and above",
+    )
 
 
 def float_in(low, high, infinite=False):
     """A ``type=`` for a number in ``[low, high]``; an infinite one only with ``infinite`` (``high``
     of ``inf`` means no upper bound, not that infinity is a value)."""
+
     def parse(value):
         try:
             number = float(value)
@@ -177,9 +202,11 @@ def float_in(low, high, infinite=False):
 def opennmt_py_1x_command(command):
     """Mark an option group (a function such as ``train_opts``) as part of OpenNMT-py 1.x's ``command``
     (preprocess, train or translate): a parser built with it matches that command's abbreviations."""
+
     def mark(add_group):
         add_group.opennmt_py_1x_command = command
         return add_group
+
     return mark
 
 
@@ -208,8 +235,12 @@ class OptionParser(configargparse.ArgumentParser):
             allow_abbrev=False,
         )
         self.opennmt_py_1x_command = opennmt_py_1x_command
-        self.add_argument("-debug", "--debug", action="store_true",
-                          help="On an error, print the Python traceback as well as the one-line message")
+        self.add_argument(
+            "-debug",
+            "--debug",
+            action="store_true",
+            help="On an error, print the Python traceback as well as the one-line message",
+        )
 
     def _get_option_tuples(self, option_string):
         # argparse (3.11) matches single-dash abbreviations even with allow_abbrev=False:
@@ -227,16 +258,24 @@ class OptionParser(configargparse.ArgumentParser):
         exits (status 2) when it is ambiguous."""
         names = OPENNMT_PY_1X_OPTIONS.get(self.opennmt_py_1x_command, ())
         option = token.split("=", 1)[0]
-        if (not names or not option.startswith("-") or option in ("-", "--") or " " in token
-                or option in self._option_string_actions or NEGATIVE_NUMBER.match(token)):
+        if (
+            not names
+            or not option.startswith("-")
+            or option in ("-", "--")
+            or " " in token
+            or option in self._option_string_actions
+            or NEGATIVE_NUMBER.match(token)
+        ):
             return None
         bare = option[2:] if option.startswith("--") else option[1:]
         if bare in names:
             return None
         matches = [name for name in names if name.startswith(bare)]
         if len(matches) > 1:
-            self.error(f"ambiguous option: -{bare} could match {', '.join('-' + m for m in matches)} "
-                       f"(OpenNMT-py 1.x option names); give more of the name")
+            self.error(
+                f"ambiguous option: -{bare} could match {', '.join('-' + m for m in matches)} "
+                f"(OpenNMT-py 1.x option names); give more of the name"
+            )
         return matches[0] if matches else None
 
     def expand_abbreviations(self, args):
@@ -252,8 +291,10 @@ class OptionParser(configargparse.ArgumentParser):
             option, sep, value = token.partition("=")
             if f"-{name}" not in self._option_string_actions:
                 if name in UNSUPPORTED_OPTIONS:
-                    self.error(f"option {option} (read as -{name}) is not supported by onmt_lite: "
-                               f"{UNSUPPORTED_OPTIONS[name]}")
+                    self.error(
+                        f"option {option} (read as -{name}) is not supported by onmt_lite: "
+                        f"{UNSUPPORTED_OPTIONS[name]}"
+                    )
                 expanded.append(token)
                 continue
             dashes = "--" if option.startswith("--") else "-"
@@ -266,7 +307,9 @@ class OptionParser(configargparse.ArgumentParser):
         return expanded
 
     def error(self, message):
-        message = " ".join(line.strip() for line in str(message).splitlines() if line.strip())  # one line
+        message = " ".join(
+            line.strip() for line in str(message).splitlines() if line.strip()
+        )  # one line
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -281,15 +324,25 @@ def compatibility_group(parser):
     for group in parser._action_groups:
         if group.title == COMPATIBILITY_GROUP:
             return group
-    return parser.add_argument_group(COMPATIBILITY_GROUP, "Accepted for OpenNMT-py 1.x compatibility; no effect.")
+    return parser.add_argument_group(
+        COMPATIBILITY_GROUP, "Accepted for OpenNMT-py 1.x compatibility; no effect."
+    )
 
 
 def config_opts(parser):
     group = parser.add_argument_group("Config")
-    group.add_argument("-config", "--config", is_config_file_arg=True,
-                       help="Read options from this YAML file (keys are option names)")
-    add(group, "save_config", default=None,
-        help="Write the options as a YAML config to this file and exit")
+    group.add_argument(
+        "-config",
+        "--config",
+        is_config_file_arg=True,
+        help="Read options from this YAML file (keys are option names)",
+    )
+    add(
+        group,
+        "save_config",
+        default=None,
+        help="Write the options as a YAML config to this file and exit",
+    )
 
 
 def build_parser(prog, groups, description=None):
@@ -317,23 +370,37 @@ def check_values(groups, values, source):
         value = values[action.dest]
         for item in value if isinstance(value, (list, tuple)) else [value]:
             try:
-                parsed = action.type(item if isinstance(item, str) else str(item)) if action.type else item
+                parsed = (
+                    action.type(item if isinstance(item, str) else str(item))
+                    if action.type
+                    else item
+                )
             except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
-                raise UserError(f"{source}: option -{action.dest} {item!r} is not valid ({err})") from None
+                raise UserError(
+                    f"{source}: option -{action.dest} {item!r} is not valid ({err})"
+                ) from None
             if action.choices is not None and parsed not in action.choices:
-                raise UserError(f"{source}: option -{action.dest} {item!r} is not one of {list(action.choices)}")
+                raise UserError(
+                    f"{source}: option -{action.dest} {item!r} is not one of {list(action.choices)}"
+                )
 
 
 def _refuse_unknown(parser, unknown):
     for token in unknown:
         name = token.lstrip("-").split("=", 1)[0]
         if token.startswith("-") and name in UNSUPPORTED_OPTIONS:
-            parser.error(f"option -{name} is not supported by onmt_lite: {UNSUPPORTED_OPTIONS[name]}")
-    for token in unknown:  # the command line's abbreviations are expanded: these come from a -config file
+            parser.error(
+                f"option -{name} is not supported by onmt_lite: {UNSUPPORTED_OPTIONS[name]}"
+            )
+    for (
+        token
+    ) in unknown:  # the command line's abbreviations are expanded: these come from a -config file
         full = parser.abbreviated_name(token)
         if full is not None:
-            parser.error(f"-{token.lstrip('-').split('=', 1)[0]} in a -config file: keys must be full "
-                         f"option names (-{full}?)")
+            parser.error(
+                f"-{token.lstrip('-').split('=', 1)[0]} in a -config file: keys must be full "
+                f"option names (-{full}?)"
+            )
     parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
 
@@ -356,7 +423,9 @@ def parse(parser, args=None):
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
         # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back as "None"
-        values = {k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]}
+        values = {
+            k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]
+        }
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")
         sys.exit(0)

@@ -12,6 +12,7 @@
 Unlike 1.x, a bad request is answered with a 4xx status (1.x: 200), its JSON body still 1.x's
 ``{"status": "error", "error": MESSAGE}``. Every request is logged as one JSON line.
 """
+
 import asyncio
 import logging
 import re
@@ -48,8 +49,9 @@ async def read_json(request, limit):
     declared = int(length) if length.isdigit() else 0
     too_long = f"has {declared} bytes, more than" if declared > limit else ""
     if too_long and "100-continue" in request.headers.get("expect", "").lower():
-        raise HTTPError(413, f"the body {too_long} this server's limit of {limit} bytes "
-                             f"(--max_request_bytes)")
+        raise HTTPError(
+            413, f"the body {too_long} this server's limit of {limit} bytes (--max_request_bytes)"
+        )
     body = bytearray()
     read = 0
     async for chunk in request.stream():
@@ -59,8 +61,11 @@ async def read_json(request, limit):
         if read <= limit and not too_long:
             body += chunk
     if too_long or read > limit:
-        raise HTTPError(413, f"the body {too_long or 'is longer than'} this server's limit of "
-                             f"{limit} bytes (--max_request_bytes)")
+        raise HTTPError(
+            413,
+            f"the body {too_long or 'is longer than'} this server's limit of "
+            f"{limit} bytes (--max_request_bytes)",
+        )
     if not body:
         raise HTTPError(400, "the body is empty; expected JSON")
     try:
@@ -76,13 +81,21 @@ def translation_inputs(inputs):
     ids = set()
     for i, item in enumerate(inputs):
         if not isinstance(item, dict):
-            raise HTTPError(400, f"item {i}: expected an object {{\"src\": text, \"id\": model id}}")
+            raise HTTPError(
+                400, f"item {i}: expected an object {{\"src\": text, \"id\": model id}}"
+            )
         unknown = set(item) - REQUEST_KEYS
         if unknown:
-            raise HTTPError(400, f"item {i}: unknown key(s) {', '.join(sorted(map(repr, unknown)))} "
-                                 f"(this server reads \"src\" and \"id\")")
+            raise HTTPError(
+                400,
+                f"item {i}: unknown key(s) {', '.join(sorted(map(repr, unknown)))} "
+                f"(this server reads \"src\" and \"id\")",
+            )
         if not isinstance(item.get("src"), str):
-            raise HTTPError(400, f"item {i}: \"src\" must be a string" if "src" in item else f"item {i}: no \"src\"")
+            raise HTTPError(
+                400,
+                f"item {i}: \"src\" must be a string" if "src" in item else f"item {i}: no \"src\"",
+            )
         model_id = item.get("id", 0)  # 1.x's default
         if isinstance(model_id, bool) or not isinstance(model_id, int):
             raise HTTPError(400, f"item {i}: \"id\" must be a whole number")
@@ -95,12 +108,13 @@ def translation_inputs(inputs):
 def _spaces(text):
     """The leading and trailing white space of ``text`` (1.x puts them around the translation)."""
     head = re.match(r"\s*", text).group(0)
-    return head, text[len(head):][len(text[len(head):].rstrip()):]
+    return head, text[len(head) :][len(text[len(head) :].rstrip()) :]
 
 
 def endpoint(handler):
     """An endpoint running ``handler(request, fields)`` for a JSON answer: errors become a JSON error
     with their status; one log line a request, with the ``fields`` the handler filled in."""
+
     async def wrapped(request):
         start, status, fields, response = time.perf_counter(), 200, {}, None
         try:
@@ -114,14 +128,29 @@ def endpoint(handler):
         except ClientDisconnect:
             status, fields["error"] = 499, "the client disconnected"
             response = Response(status_code=499)
-        except Exception as err:  # a bug or a failed model: the client hears of it, the server goes on
+        except (
+            Exception
+        ) as err:  # a bug or a failed model: the client hears of it, the server goes on
             logger.exception("internal error")
             status, fields["error"] = 500, f"internal error: {type(err).__name__}: {err}"
         if response is None:
-            response = JSONResponse({"status": "error", "error": fields["error"]}, status_code=status)
-        logger.info("request", extra={"fields": {"method": request.method, "path": request.url.path, "status": status,
-                                                 "ms": round(1000 * (time.perf_counter() - start), 1), **fields}})
+            response = JSONResponse(
+                {"status": "error", "error": fields["error"]}, status_code=status
+            )
+        logger.info(
+            "request",
+            extra={
+                "fields": {
+                    "method": request.method,
+                    "path": request.url.path,
+                    "status": status,
+                    "ms": round(1000 * (time.perf_counter() - start), 1),
+                    **fields,
+                }
+            },
+        )
         return response
+
     return wrapped
 
 
@@ -132,8 +161,14 @@ def answer(sources, results, n_best):
         rank = []
         for source, result in zip(sources, results):
             head, tail = _spaces(source)
-            rank.append({"src": source, "tgt": head + result.hypotheses[k] + tail, "n_best": n_best,
-                         "pred_score": result.scores[k]})
+            rank.append(
+                {
+                    "src": source,
+                    "tgt": head + result.hypotheses[k] + tail,
+                    "n_best": n_best,
+                    "pred_score": result.scores[k],
+                }
+            )
         out.append(rank)
     return out
 
@@ -157,8 +192,10 @@ class Endpoints:
             results = await asyncio.wait_for(asyncio.wrap_future(future), self.request_timeout)
         except asyncio.TimeoutError:
             model.service.cancel(future)  # its sentences leave the search: the model serves on
-            raise HTTPError(503, f"the translation took longer than {self.request_timeout:g} s "
-                                 f"(--request_timeout)") from None
+            raise HTTPError(
+                503,
+                f"the translation took longer than {self.request_timeout:g} s (--request_timeout)",
+            ) from None
         except asyncio.CancelledError:  # the server is stopping and no longer waits for it
             model.service.cancel(future)
             raise
@@ -175,18 +212,27 @@ class Endpoints:
 
     def control(self, action):
         """The handler of ``action`` (unload, to_cpu, to_gpu) on the model of the path's id."""
+
         async def handler(request, fields):
             model_id = fields["model_id"] = request.path_params["model_id"]
             await asyncio.wrap_future(self.registry.get(model_id).service.control(action))
             return {"status": "ok", "model_id": model_id}
+
         return handler
 
     async def clone_model(self, request, fields):
         data = await read_json(request, self.max_request_bytes)
         if not isinstance(data, dict) or set(data) - {"opt", "timeout"}:
-            raise HTTPError(400, "expected {\"opt\": {translation options}, \"timeout\": seconds}, both optional")
-        clone = await asyncio.to_thread(self.registry.clone, request.path_params["model_id"], data.get("opt"),
-                                        data.get("timeout", -1))
+            raise HTTPError(
+                400,
+                "expected {\"opt\": {translation options}, \"timeout\": seconds}, both optional",
+            )
+        clone = await asyncio.to_thread(
+            self.registry.clone,
+            request.path_params["model_id"],
+            data.get("opt"),
+            data.get("timeout", -1),
+        )
         try:
             await asyncio.wrap_future(clone.service.control("load"))
         except BaseException:  # a clone that did not load leaves nothing behind
@@ -198,20 +244,37 @@ class Endpoints:
 
 async def not_found(request, exc):
     status = getattr(exc, "status_code", 404)
-    message = "no such endpoint" if status == 404 else "method not allowed" if status == 405 else str(exc)
-    return JSONResponse({"status": "error", "error": f"{message}: {request.method} {request.url.path}"},
-                        status_code=status)
+    message = (
+        "no such endpoint" if status == 404 else "method not allowed" if status == 405 else str(exc)
+    )
+    return JSONResponse(
+        {"status": "error", "error": f"{message}: {request.method} {request.url.path}"},
+        status_code=status,
+    )
 
 
-def create_app(registry, url_root="/translator", max_request_bytes=1_000_000, request_timeout=300.0,
-               debug=False):
+def create_app(
+    registry,
+    url_root="/translator",
+    max_request_bytes=1_000_000,
+    request_timeout=300.0,
+    debug=False,
+):
     """The Starlette application serving ``registry`` (a ModelRegistry) under ``url_root``."""
     root = "/" + url_root.strip("/") if url_root.strip("/") else ""
     api = Endpoints(registry, max_request_bytes, request_timeout, debug)
-    routes = [Route(f"{root}/translate", endpoint(api.translate), methods=["POST"]),
-              Route(f"{root}/models", endpoint(api.models), methods=["GET"]),
-              Route(f"{root}/health", endpoint(api.health), methods=["GET"]),
-              Route(f"{root}/clone_model/{{model_id:int}}", endpoint(api.clone_model), methods=["POST"])]
+    routes = [
+        Route(f"{root}/translate", endpoint(api.translate), methods=["POST"]),
+        Route(f"{root}/models", endpoint(api.models), methods=["GET"]),
+        Route(f"{root}/health", endpoint(api.health), methods=["GET"]),
+        Route(f"{root}/clone_model/{{model_id:int}}", endpoint(api.clone_model), methods=["POST"]),
+    ]
     for action, name in (("unload", "unload_model"), ("to_cpu", "to_cpu"), ("to_gpu", "to_gpu")):
-        routes.append(Route(f"{root}/{name}/{{model_id:int}}", endpoint(api.control(action)), methods=["GET", "POST"]))
+        routes.append(
+            Route(
+                f"{root}/{name}/{{model_id:int}}",
+                endpoint(api.control(action)),
+                methods=["GET", "POST"],
+            )
+        )
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})

@@ -11,6 +11,7 @@ refused by name. Paths in the file are relative to ``models_root`` (or the model
 which is relative to the current directory as in 1.x. Everything is checked when the server starts,
 before it listens: a bad file is one line naming the file, the model and the problem.
 """
+
 import dataclasses
 import math
 import os
@@ -21,7 +22,17 @@ from onmt_lite.opts.parser import NEGATIVE_NUMBER, OptionParser
 from onmt_lite.serve.json_text import loads_strict
 from onmt_lite.utils.errors import UserError
 
-MODEL_KEYS = {"id", "model", "models", "model_root", "timeout", "on_timeout", "load", "opt", "tokenizer"}
+MODEL_KEYS = {
+    "id",
+    "model",
+    "models",
+    "model_root",
+    "timeout",
+    "on_timeout",
+    "load",
+    "opt",
+    "tokenizer",
+}
 # 1.x's keys that onmt_lite's server does not have, with the reason
 UNSUPPORTED_KEYS = {
     "preprocess": "custom preprocessing functions are not supported",
@@ -35,7 +46,9 @@ UNSUPPORTED_KEYS = {
 # translation options with no meaning in the server, and why
 SERVER_REFUSES = {
     "model": "the model's \"model\" key names its checkpoints",
-    "src": "requests carry the text", "tgt": "requests carry the text", "output": "answers carry the text",
+    "src": "requests carry the text",
+    "tgt": "requests carry the text",
+    "output": "answers carry the text",
     "attn_plot": "the file command writes plots; the server answers requests",
     "attn_debug": "the file command logs attention; the server answers requests",
     "verbose": "the file command logs sentences; the server logs requests (--debug: their bodies)",
@@ -46,19 +59,26 @@ SERVER_REFUSES = {
     "dump_beam": "the file command writes beam dumps; the server answers requests",
     "log_file": "the server logs to its standard error",
     "threads": "the server uses PyTorch's threads for all models (set OMP_NUM_THREADS)",
-    "config": "put the options in \"opt\" itself", "save_config": "put the options in \"opt\" itself",
+    "config": "put the options in \"opt\" itself",
+    "save_config": "put the options in \"opt\" itself",
 }
-PATH_OPTIONS = ("src_spm", "tgt_spm", "phrase_table")  # read from the model's root, as its checkpoints
+PATH_OPTIONS = (
+    "src_spm",
+    "tgt_spm",
+    "phrase_table",
+)  # read from the model's root, as its checkpoints
 OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 MAX_TIMEOUT = 1e9  # seconds (31 years); Python's waits take at most threading.TIMEOUT_MAX
-MAX_MODEL_ID = 2 ** 31 - 1
+MAX_MODEL_ID = 2**31 - 1
 
 
 class _RaisingParser(OptionParser):
     """The translate parser, whose errors are a UserError (a request's or the config's) instead of an exit."""
 
     def error(self, message):
-        raise UserError(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+        raise UserError(
+            " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        )
 
 
 @dataclasses.dataclass
@@ -66,6 +86,7 @@ class ModelSpec:
     """One model of the server: its id, checkpoint paths (an ensemble for several), the user's
     translation options as given (``user_opt``) and parsed (``opt``), its tokenizer settings,
     whether to load it at start-up, and what to do after ``timeout`` idle seconds (-1: nothing)."""
+
     model_id: int
     paths: list
     root: str
@@ -78,8 +99,13 @@ class ModelSpec:
 
     def to_dict(self, loaded):
         """What ``GET /models`` says of it (1.x's fields)."""
-        out = {"model_id": self.model_id, "opt": self.user_opt, "models": self.paths, "loaded": loaded,
-               "timeout": self.timeout}
+        out = {
+            "model_id": self.model_id,
+            "opt": self.user_opt,
+            "models": self.paths,
+            "loaded": loaded,
+            "timeout": self.timeout,
+        }
         if self.tokenizer is not None:
             out["tokenizer"] = self.tokenizer
         return out
@@ -88,10 +114,16 @@ class ModelSpec:
 def seconds(value, name: str, where: str) -> float:
     """A config's or a clone's ``timeout``: -1 (never) or a finite number of seconds up to
     ``MAX_TIMEOUT``; a UserError naming ``where`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not (value == -1 or 0 <= value <= MAX_TIMEOUT):
-        raise UserError(f"{where}: \"{name}\" must be -1 (never) or a number of seconds from 0 to "
-                        f"{MAX_TIMEOUT:g} (got {value!r})")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not (value == -1 or 0 <= value <= MAX_TIMEOUT)
+    ):
+        raise UserError(
+            f"{where}: \"{name}\" must be -1 (never) or a number of seconds from 0 to "
+            f"{MAX_TIMEOUT:g} (got {value!r})"
+        )
     return value
 
 
@@ -136,10 +168,14 @@ def translation_options(user_opt, paths, root, where):
         action = parser._option_string_actions.get(f"-{key}") if known else None
         if action is None or action.dest in ("help", "debug"):
             raise UserError(f"{where}: unknown translation option {key!r}")
-        if not isinstance(value, (str, int, float, bool, list)) or isinstance(value, list) and not all(
-                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-            raise UserError(f"{where}: option {key!r} must be a string, a number, true/false or a "
-                            f"list of them")
+        if (
+            not isinstance(value, (str, int, float, bool, list))
+            or isinstance(value, list)
+            and not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
+        ):
+            raise UserError(
+                f"{where}: option {key!r} must be a string, a number, true/false or a list of them"
+            )
         if key in PATH_OPTIONS and isinstance(value, str) and value:
             value = os.path.join(root, value)
         args += _option_arguments(key, value, action, where)
@@ -165,12 +201,16 @@ def _tokenizer(conf, root, where):
         raise UserError(f"{where}: \"tokenizer\" must be an object")
     if "src" in conf or "tgt" in conf:
         if set(conf) != {"src", "tgt"}:
-            raise UserError(f"{where}: \"tokenizer\" with \"src\" needs \"tgt\" too, and nothing else")
+            raise UserError(
+                f"{where}: \"tokenizer\" with \"src\" needs \"tgt\" too, and nothing else"
+            )
         return _tokenizer(conf["src"], root, where)[0], _tokenizer(conf["tgt"], root, where)[0]
     kind = conf.get("type")
     if kind != "sentencepiece":
         reason = " (pyonmttok is not supported)" if kind == "pyonmttok" else ""
-        raise UserError(f"{where}: tokenizer type {kind!r} is not supported{reason}; use \"sentencepiece\"")
+        raise UserError(
+            f"{where}: tokenizer type {kind!r} is not supported{reason}; use \"sentencepiece\""
+        )
     if not isinstance(conf.get("model"), str):
         raise UserError(f"{where}: a sentencepiece tokenizer needs \"model\" (a file)")
     path = os.path.join(root, conf["model"])
@@ -187,12 +227,16 @@ def model_spec(conf, model_id, models_root, where):
         if key in UNSUPPORTED_KEYS:
             raise UserError(f"{where}: {key!r} is not supported: {UNSUPPORTED_KEYS[key]}")
         if key not in MODEL_KEYS:
-            raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(MODEL_KEYS))})")
+            raise UserError(
+                f"{where}: unknown key {key!r} (known: {', '.join(sorted(MODEL_KEYS))})"
+            )
     root = conf.get("model_root", models_root)
     names = conf.get("models", conf.get("model"))
     names = [names] if isinstance(names, str) else names
     if not names or not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-        raise UserError(f"{where}: \"model\" must name a checkpoint file (or a list of them: an ensemble)")
+        raise UserError(
+            f"{where}: \"model\" must name a checkpoint file (or a list of them: an ensemble)"
+        )
     paths = [os.path.join(root, name) for name in names]
     for path in paths:
         if not os.path.isfile(path):
@@ -200,15 +244,26 @@ def model_spec(conf, model_id, models_root, where):
     timeout = seconds(conf.get("timeout", -1), "timeout", where)
     on_timeout = conf.get("on_timeout", "to_cpu")
     if on_timeout not in ("to_cpu", "unload"):
-        raise UserError(f"{where}: \"on_timeout\" must be \"to_cpu\" or \"unload\" (got {on_timeout!r})")
+        raise UserError(
+            f"{where}: \"on_timeout\" must be \"to_cpu\" or \"unload\" (got {on_timeout!r})"
+        )
     if not isinstance(conf.get("load", False), bool):
         raise UserError(f"{where}: \"load\" must be true or false")
     user_opt = conf.get("opt", {})
     opt = translation_options(user_opt, paths, root, where)
     src_spm, tgt_spm = _tokenizer(conf.get("tokenizer"), root, where)
     opt.src_spm, opt.tgt_spm = src_spm or opt.src_spm, tgt_spm or opt.tgt_spm
-    return ModelSpec(model_id, names, root, dict(user_opt), opt, conf.get("tokenizer"), conf.get("load", False),
-                     timeout, on_timeout)
+    return ModelSpec(
+        model_id,
+        names,
+        root,
+        dict(user_opt),
+        opt,
+        conf.get("tokenizer"),
+        conf.get("load", False),
+        timeout,
+        on_timeout,
+    )
 
 
 def read_config(path):
@@ -224,7 +279,9 @@ def read_config(path):
         raise UserError(f"{path}: expected an object with a non-empty list \"models\"")
     unknown = set(conf) - {"models_root", "models"}
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (known: models_root, models)")
+        raise UserError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))} (known: models_root, models)"
+        )
     models_root = conf.get("models_root", "./available_models")
     if not isinstance(models_root, str):
         raise UserError(f"{path}: \"models_root\" must be a directory")
@@ -236,8 +293,11 @@ def read_config(path):
             while next_id in specs:
                 next_id += 1
             model_id = next_id
-        elif isinstance(model_id, bool) or not isinstance(model_id, int) \
-                or not 0 <= model_id <= MAX_MODEL_ID:
+        elif (
+            isinstance(model_id, bool)
+            or not isinstance(model_id, int)
+            or not 0 <= model_id <= MAX_MODEL_ID
+        ):
             raise UserError(f"{where}: \"id\" must be a whole number from 0 to {MAX_MODEL_ID}")
         if model_id in specs:
             raise UserError(f"{where}: id {model_id} is already taken")

@@ -6,6 +6,7 @@ deep nesting with a RecursionError; each of these is a ValueError here, with its
 as OpenNMT-py 1.x's server writes it: a non-finite number (a sparsemax model's ``-inf`` score) as
 ``-Infinity``, which Python's and most other JSON readers take; the command line prints ``-inf``.
 """
+
 import json
 import math
 import re

@@ -1,4 +1,5 @@
 """The server's models: each ModelSpec with its TranslationService, found by id; clones."""
+
 import copy
 import os
 import threading
@@ -21,8 +22,14 @@ class ServedModel:
 
     def __init__(self, spec: ModelSpec, max_tokens: int):
         self.spec, self.load_time = spec, None
-        self.service = TranslationService(self._load, spec.opt.gpu, max_tokens, spec.timeout, spec.on_timeout,
-                                          name=f"model {spec.model_id}")
+        self.service = TranslationService(
+            self._load,
+            spec.opt.gpu,
+            max_tokens,
+            spec.timeout,
+            spec.on_timeout,
+            name=f"model {spec.model_id}",
+        )
 
     def _load(self, device):
         """A Translator of the spec's options, on ``device`` (None: the one configured)."""
@@ -52,7 +59,9 @@ class ModelRegistry:
     def get(self, model_id) -> ServedModel:
         model = self.models.get(model_id)
         if model is None:
-            raise UnknownModel(f"no model with id {model_id!r} (this server has {sorted(self.models)})")
+            raise UnknownModel(
+                f"no model with id {model_id!r} (this server has {sorted(self.models)})"
+            )
         return model
 
     def clone(self, model_id, user_opt=None, timeout=-1) -> ServedModel:
@@ -64,18 +73,33 @@ class ModelRegistry:
                 raise UserError("\"opt\" must be an object of translation options")
             named = sorted(set(user_opt) & set(PATH_OPTIONS))
             if named:
-                raise UserError(f"a clone's options may not name files ({', '.join(named)}): only the "
-                                f"configuration does")
+                raise UserError(
+                    f"a clone's options may not name files ({', '.join(named)}): only the "
+                    f"configuration does"
+                )
         user_opt = dict(source.user_opt if user_opt is None else user_opt)
         timeout = seconds(timeout, "timeout", f"clone of model {model_id}")
         with self._lock:
             new_id = max(self.models) + 1
-            opt = translation_options(user_opt, [os.path.join(source.root, p) for p in source.paths], source.root,
-                                      f"clone of model {model_id}")
+            opt = translation_options(
+                user_opt,
+                [os.path.join(source.root, p) for p in source.paths],
+                source.root,
+                f"clone of model {model_id}",
+            )
             if source.tokenizer is not None:  # the clone tokenizes as its model does
                 opt.src_spm, opt.tgt_spm = source.opt.src_spm, source.opt.tgt_spm
-            spec = ModelSpec(new_id, source.paths, source.root, user_opt, opt, source.tokenizer, True, timeout,
-                             source.on_timeout)
+            spec = ModelSpec(
+                new_id,
+                source.paths,
+                source.root,
+                user_opt,
+                opt,
+                source.tokenizer,
+                True,
+                timeout,
+                source.on_timeout,
+            )
             self.models[new_id] = ServedModel(spec, self.max_tokens)
         return self.models[new_id]
 

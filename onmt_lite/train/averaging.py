@@ -12,6 +12,7 @@ The steps are counted globally (not from the start of each run, as 1.x did), so 
 averages at the steps the uninterrupted run does. With several processes the parameters are the same
 in every process after each step, so only the process that validates and saves keeps an average.
 """
+
 import contextlib
 
 import torch
@@ -59,8 +60,10 @@ class MovingAverage:
         """``model.state_dict()`` with each parameter replaced by its average (in the parameter's dtype):
         the weights that ``applied`` puts into the model, without touching it."""
         averages = {id(param): average for param, average in zip(self.params, self.average or [])}
-        return {name: averages[id(value)].to(value.dtype) if id(value) in averages else value.detach()
-                for name, value in model.state_dict(keep_vars=True).items()}
+        return {
+            name: averages[id(value)].to(value.dtype) if id(value) in averages else value.detach()
+            for name, value in model.state_dict(keep_vars=True).items()
+        }
 
     @contextlib.contextmanager
     def applied(self):

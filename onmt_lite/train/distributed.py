@@ -22,6 +22,7 @@ micro-batch but the last. The initial weights are broadcast from rank 0. Only ra
 validates and writes checkpoints; its decisions (stop early, the plateau schedule) and any rank's
 stop signal reach every process, so they all stop at the same step.
 """
+
 import datetime
 import itertools
 import logging
@@ -34,7 +35,9 @@ import torch.distributed as dist
 
 from onmt_lite.utils.errors import Stopped, UserError
 
-TIMEOUT = datetime.timedelta(minutes=30)  # a collective waiting longer than this fails (rank 0 validating, ...)
+TIMEOUT = datetime.timedelta(
+    minutes=30
+)  # a collective waiting longer than this fails (rank 0 validating, ...)
 
 
 class Distributed:
@@ -58,7 +61,9 @@ class Distributed:
 
     def _tensor(self, values, dtype=torch.float64):
         # gloo reduces CPU tensors, nccl CUDA tensors
-        return torch.tensor(values, dtype=dtype, device=self.device if dist.get_backend() == "nccl" else "cpu")
+        return torch.tensor(
+            values, dtype=dtype, device=self.device if dist.get_backend() == "nccl" else "cpu"
+        )
 
     def sum(self, values):
         """The sums over the processes of a list of numbers (float64: exact for counts)."""
@@ -79,8 +84,9 @@ class Distributed:
 
     def sum_statistics(self, stats):
         """``stats`` (a Statistics) with its counts summed over the processes."""
-        stats.loss, n_words, n_correct, n_src = self.sum([stats.loss, stats.n_words, stats.n_correct,
-                                                          stats.n_src_words])
+        stats.loss, n_words, n_correct, n_src = self.sum(
+            [stats.loss, stats.n_words, stats.n_correct, stats.n_src_words]
+        )
         stats.n_words, stats.n_correct, stats.n_src_words = int(n_words), int(n_correct), int(n_src)
         return stats
 
@@ -95,7 +101,7 @@ class Distributed:
         dist.all_reduce(flat)
         offset = 0
         for g in grads:
-            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
     def broadcast_parameters(self, module):
@@ -115,18 +121,22 @@ def step_share(batches, accum_count, dist_context):
         return None
     if dist_context is None:
         return drawn
-    return drawn[dist_context.rank * accum_count: (dist_context.rank + 1) * accum_count]
+    return drawn[dist_context.rank * accum_count : (dist_context.rank + 1) * accum_count]
 
 
 def check_options(opt):
     """-world_size and -gpu_ranks must describe the processes of this machine."""
     if opt.world_size > 1 and opt.gpu_ranks and len(opt.gpu_ranks) != opt.world_size:
-        raise UserError(f"-world_size {opt.world_size} but -gpu_ranks lists {len(opt.gpu_ranks)} device(s) "
-                        f"({' '.join(map(str, opt.gpu_ranks))}): give one device per process (for several "
-                        f"machines start onmt_lite with torchrun)")
+        raise UserError(
+            f"-world_size {opt.world_size} but -gpu_ranks lists {len(opt.gpu_ranks)} device(s) "
+            f"({' '.join(map(str, opt.gpu_ranks))}): give one device per process (for several "
+            f"machines start onmt_lite with torchrun)"
+        )
     if opt.world_size == 1 and len(opt.gpu_ranks) > 1:
-        raise UserError(f"-gpu_ranks lists {len(opt.gpu_ranks)} devices but -world_size is 1: set -world_size "
-                        f"{len(opt.gpu_ranks)} to train on all of them")
+        raise UserError(
+            f"-gpu_ranks lists {len(opt.gpu_ranks)} devices but -world_size is 1: set -world_size "
+            f"{len(opt.gpu_ranks)} to train on all of them"
+        )
 
 
 def launched_by_torchrun():
@@ -141,8 +151,10 @@ def cuda_index(gpu_ranks, gpu, local_rank, local_world_size):
     ``-gpu`` 0 or more, each process takes the CUDA device of its local rank (a 1.x habit: every
     process on one device would fail in nccl, or share it under gloo); neither: the CPU."""
     if gpu_ranks and len(gpu_ranks) not in (1, local_world_size):
-        raise UserError(f"-gpu_ranks {' '.join(map(str, gpu_ranks))}: torchrun started {local_world_size} "
-                        f"processes on this machine; give one device each, or one entry to use the local ranks")
+        raise UserError(
+            f"-gpu_ranks {' '.join(map(str, gpu_ranks))}: torchrun started {local_world_size} "
+            f"processes on this machine; give one device each, or one entry to use the local ranks"
+        )
     if len(gpu_ranks) == local_world_size and gpu_ranks:
         return gpu_ranks[local_rank]
     return local_rank if gpu_ranks or gpu >= 0 else None
@@ -155,10 +167,12 @@ def check_spawn_devices(opt, cuda_count):
     wanted = [cuda_index(opt.gpu_ranks, opt.gpu, rank, opt.world_size) for rank in ranks]
     missing = " ".join(str(index) for index in wanted if index is not None and index >= cuda_count)
     if missing:
-        raise UserError(f"-world_size {opt.world_size} asks for CUDA device(s) {missing} "
-                        f"(-gpu_ranks/-gpu) but this machine has {cuda_count or 'no'} CUDA "
-                        "devices; no process was started (leave out -gpu_ranks and -gpu to train "
-                        "on the CPU)")
+        raise UserError(
+            f"-world_size {opt.world_size} asks for CUDA device(s) {missing} "
+            f"(-gpu_ranks/-gpu) but this machine has {cuda_count or 'no'} CUDA "
+            "devices; no process was started (leave out -gpu_ranks and -gpu to train "
+            "on the CPU)"
+        )
 
 
 def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, rank=0):
@@ -168,8 +182,10 @@ def torchrun_device(gpu_ranks, gpu, local_rank, local_world_size, cuda_count, ra
     if index is None:
         return torch.device("cpu")
     if index >= cuda_count:
-        raise UserError(f"rank {rank}: CUDA device {index} requested (-gpu_ranks/-gpu) but this machine has "
-                        f"{cuda_count or 'no'} CUDA devices")
+        raise UserError(
+            f"rank {rank}: CUDA device {index} requested (-gpu_ranks/-gpu) but this machine has "
+            f"{cuda_count or 'no'} CUDA devices"
+        )
     return torch.device("cuda", index)
 
 
@@ -181,7 +197,9 @@ def from_environment(opt):
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if opt.world_size not in (1, world_size):
-        raise UserError(f"-world_size {opt.world_size} but {world_size} processes were started (by torchrun)")
+        raise UserError(
+            f"-world_size {opt.world_size} but {world_size} processes were started (by torchrun)"
+        )
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     device = torchrun_device(opt.gpu_ranks, opt.gpu, local_rank, local_world_size, cuda_count, rank)
@@ -189,7 +207,13 @@ def from_environment(opt):
         torch.cuda.set_device(device)
     elif "OMP_NUM_THREADS" not in os.environ:  # share the cores among this machine's processes
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
-    backend = opt.gpu_backend if opt.gpu_backend != "auto" else "nccl" if device.type == "cuda" else "gloo"
+    backend = (
+        opt.gpu_backend
+        if opt.gpu_backend != "auto"
+        else "nccl"
+        if device.type == "cuda"
+        else "gloo"
+    )
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=TIMEOUT)
     return Distributed(rank, world_size, device)
@@ -202,29 +226,42 @@ def spawn(opt, worker):
     processes (they save a checkpoint and stop); SIGINT from a terminal reaches them directly."""
     import torch.multiprocessing as mp
 
-    os.environ.update({"MASTER_ADDR": opt.master_ip, "MASTER_PORT": str(opt.master_port),
-                       "WORLD_SIZE": str(opt.world_size), "LOCAL_WORLD_SIZE": str(opt.world_size)})
-    context = mp.start_processes(_spawned, args=(opt, worker), nprocs=opt.world_size, join=False,
-                                 start_method="spawn")
+    os.environ.update(
+        {
+            "MASTER_ADDR": opt.master_ip,
+            "MASTER_PORT": str(opt.master_port),
+            "WORLD_SIZE": str(opt.world_size),
+            "LOCAL_WORLD_SIZE": str(opt.world_size),
+        }
+    )
+    context = mp.start_processes(
+        _spawned, args=(opt, worker), nprocs=opt.world_size, join=False, start_method="spawn"
+    )
 
     def forward(signum, frame):
         for process in context.processes:
             if process.is_alive():
                 os.kill(process.pid, signum)
 
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-                signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    }
     try:
         while not context.join():
             pass
     except mp.ProcessExitedException as err:
         if not err.signal_name and (err.exit_code == 2 or err.exit_code >= 128):
             raise Stopped("", err.exit_code) from None  # bad input or a signal: rank 0 said why
-        raise Stopped(f"rank {err.error_index} ended ({_how(err)}); the other processes were stopped",
-                      err.exit_code if err.exit_code and err.exit_code > 0 else 1) from None
+        raise Stopped(
+            f"rank {err.error_index} ended ({_how(err)}); the other processes were stopped",
+            err.exit_code if err.exit_code and err.exit_code > 0 else 1,
+        ) from None
     except mp.ProcessRaisedException as err:
         last = str(err).strip().splitlines()[-1] if str(err).strip() else "an error"
-        raise Stopped(f"rank {err.error_index} failed: {last}; the other processes were stopped", 1) from None
+        raise Stopped(
+            f"rank {err.error_index} failed: {last}; the other processes were stopped", 1
+        ) from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

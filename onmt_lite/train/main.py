@@ -5,6 +5,7 @@ On ``-train_from``, the model's architecture comes from the checkpoint; ``-reset
 whether the optimizer settings, moments and schedule position come from it too. A checkpoint that
 keeps raw weights beside its averaged ones (``-average_decay``) trains on from the raw weights.
 """
+
 import argparse
 import contextlib
 import os
@@ -17,8 +18,15 @@ from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.loss.options import fill_loss_options
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
-from onmt_lite.models.checkpoint import (CheckpointWriter, build_checkpoint, load_checkpoint, model_from_checkpoint,
-                                         model_options, restore_model, set_rng_state)
+from onmt_lite.models.checkpoint import (
+    CheckpointWriter,
+    build_checkpoint,
+    load_checkpoint,
+    model_from_checkpoint,
+    model_options,
+    restore_model,
+    set_rng_state,
+)
 from onmt_lite.train.averaging import MovingAverage
 from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping
@@ -30,9 +38,20 @@ from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
-OPTIM_OPTIONS = ("optim", "learning_rate", "adam_beta1", "adam_beta2", "adagrad_accumulator_init", "weight_decay",
-                 "max_grad_norm", "decay_method", "warmup_steps", "learning_rate_decay", "start_decay_steps",
-                 "decay_steps")
+OPTIM_OPTIONS = (
+    "optim",
+    "learning_rate",
+    "adam_beta1",
+    "adam_beta2",
+    "adagrad_accumulator_init",
+    "weight_decay",
+    "max_grad_norm",
+    "decay_method",
+    "warmup_steps",
+    "learning_rate_decay",
+    "start_decay_steps",
+    "decay_steps",
+)
 
 # model options that a run resumed with -train_from takes from its command line, not the checkpoint
 RESUME_FROM_COMMAND_LINE = ("lambda_align", "attention_dropout")
@@ -41,7 +60,9 @@ RESUME_FROM_COMMAND_LINE = ("lambda_align", "attention_dropout")
 def tensorboard_dir(opt):
     """-tensorboard_log_dir, or its run EXP with -exp."""
     if opt.exp and not opt.tensorboard:
-        logger.warning(f"-exp {opt.exp} names a TensorBoard run: without -tensorboard nothing is written")
+        logger.warning(
+            f"-exp {opt.exp} names a TensorBoard run: without -tensorboard nothing is written"
+        )
     return os.path.join(opt.tensorboard_log_dir, opt.exp) if opt.exp else opt.tensorboard_log_dir
 
 
@@ -52,14 +73,20 @@ def choose_device(opt, dist=None):
     else:
         gpu = opt.gpu_ranks[0] if opt.gpu_ranks else opt.gpu
         if gpu >= 0 and (not torch.cuda.is_available() or gpu >= torch.cuda.device_count()):
-            raise UserError(f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
+            raise UserError(
+                f"CUDA device {gpu} requested (-gpu_ranks/-gpu) but this machine has "
+                f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices"
+            )
         device = torch.device("cuda", gpu) if gpu >= 0 else torch.device("cpu")
-        if device.type == "cuda":  # device-less CUDA calls (the random generator's state) mean this one
+        if (
+            device.type == "cuda"
+        ):  # device-less CUDA calls (the random generator's state) mean this one
             torch.cuda.set_device(device)
     if device.type == "cpu" and opt.model_dtype == "fp16":
-        raise UserError("-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
-                        "kernels); on the CPU use -model_dtype bf16")
+        raise UserError(
+            "-model_dtype fp16 needs a CUDA device (the CPU's recurrent layers have no float16 "
+            "kernels); on the CPU use -model_dtype bf16"
+        )
     return device
 
 
@@ -75,21 +102,27 @@ def resolve_options(opt, checkpoint, record):
         opt.seed = checkpoint["opt"]["seed"]
         vars(opt).update(given)
     elif opt.seed <= 0:
-        opt.seed = random.SystemRandom().randint(1, 2 ** 31 - 1)
+        opt.seed = random.SystemRandom().randint(1, 2**31 - 1)
     # -loss_class's options not given now: the checkpoint's, else the class's defaults
     fill_loss_options(opt, checkpoint["opt"] if checkpoint is not None else None)
     if opt.copy_attn and not record.get("dynamic_dict"):
-        raise UserError(f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)")
+        raise UserError(
+            f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)"
+        )
     if opt.lambda_align > 0 and not record.get("train_align"):
-        raise UserError(f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has none)")
+        raise UserError(
+            f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has none)"
+        )
     return opt
 
 
 def check_resume(checkpoint, vocabs, path):
     for side in ("src", "tgt"):
         if checkpoint["vocab"][side] != vocabs[side].to_plain():
-            raise UserError(f"{path}: its {side} vocabulary ({len(checkpoint['vocab'][side])} words) differs "
-                            f"from the one of -data ({len(vocabs[side])} words)")
+            raise UserError(
+                f"{path}: its {side} vocabulary ({len(checkpoint['vocab'][side])} words) differs "
+                f"from the one of -data ({len(vocabs[side])} words)"
+            )
     if checkpoint["vocab"].get("src_feats", []) != vocabs_to_plain(vocabs).get("src_feats", []):
         raise UserError(f"{path}: its source word feature vocabularies differ from those of -data")
 
@@ -101,7 +134,9 @@ def plain_options(opt):
 def restore_optimizer(optim, checkpoint, reset_optim):
     if reset_optim == "all" or "optim" not in checkpoint:
         return
-    optim.load_state_dict(checkpoint["optim"], moments=reset_optim in ("none", "keep_states"), schedule=True)
+    optim.load_state_dict(
+        checkpoint["optim"], moments=reset_optim in ("none", "keep_states"), schedule=True
+    )
 
 
 def check_options(opt):
@@ -111,22 +146,32 @@ def check_options(opt):
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
     if opt.average_every != 1 and opt.average_decay == 0:
-        logger.warning(f"-average_every {opt.average_every} has no effect without -average_decay above 0")
+        logger.warning(
+            f"-average_every {opt.average_every} has no effect without -average_decay above 0"
+        )
 
 
 def prepare_model(opt, vocabs, checkpoint, device, is_main):
     """``(model, average)``: the model on ``device``, new or with the checkpoint's weights (see
     ``resume_weights``), and the run's MovingAverage with -average_decay, else None. Only the process
     that validates and saves keeps an average: the weights are the same in all processes."""
-    model = build_model(opt, vocabs) if checkpoint is None else model_from_checkpoint(opt, vocabs, checkpoint,
-                                                                                       opt.train_from)
+    model = (
+        build_model(opt, vocabs)
+        if checkpoint is None
+        else model_from_checkpoint(opt, vocabs, checkpoint, opt.train_from)
+    )
     model.to(device)
     if opt.use_ckpting:
         count = use_checkpointing(model, opt.use_ckpting)
-        logger.info(f"-use_ckpting {' '.join(opt.use_ckpting)}: {count} modules recompute their "
-                    "activations in the backward pass")
-    average = MovingAverage(model, opt.average_decay, opt.average_every) if opt.average_decay > 0 and is_main \
+        logger.info(
+            f"-use_ckpting {' '.join(opt.use_ckpting)}: {count} modules recompute their "
+            "activations in the backward pass"
+        )
+    average = (
+        MovingAverage(model, opt.average_decay, opt.average_every)
+        if opt.average_decay > 0 and is_main
         else None
+    )
     if checkpoint is not None:
         resume_weights(checkpoint, model, average, opt.train_from)
     return model, average
@@ -139,11 +184,16 @@ def resume_weights(checkpoint, model, average, path):
     raw = checkpoint.get("raw_weights")
     if average is not None:
         average.start()
-        logger.info(f"-average_decay: the moving average continues from {path}'s weights" if raw is not None else
-                    f"-average_decay: {path} holds no average; the moving average starts afresh from its weights")
+        logger.info(
+            f"-average_decay: the moving average continues from {path}'s weights"
+            if raw is not None
+            else f"-average_decay: {path} holds no average; the moving average starts afresh from its weights"
+        )
     if raw is not None:
         restore_model(model, raw, path)
-        logger.info(f"training continues from the raw weights that {path} keeps beside its averaged ones")
+        logger.info(
+            f"training continues from the raw weights that {path} keeps beside its averaged ones"
+        )
 
 
 def resume(checkpoint, opt, trainer, train_iter, early_stopping):
@@ -151,8 +201,10 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
     stopping, loss scale, random generators); returns its step."""
     step = checkpoint["step"]
     if not all(key in checkpoint for key in ("optim", "data", "trainer", "rng")):
-        logger.info(f"{opt.train_from} holds weights only (a released or averaged model): continuing from "
-                    f"step {step} with a new optimizer and the data from its start")
+        logger.info(
+            f"{opt.train_from} holds weights only (a released or averaged model): continuing from "
+            f"step {step} with a new optimizer and the data from its start"
+        )
         return step
     restore_optimizer(trainer.optim, checkpoint, opt.reset_optim)
     restore_position(train_iter, checkpoint["data"])
@@ -166,7 +218,9 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
 def train(opt, dist=None):
     """Train as the options say (as one of several processes with ``dist``, a ``Distributed``);
     returns the step reached."""
-    with contextlib.ExitStack() as held:  # the checkpoint writer's lock on -save_model, released at the end
+    with (
+        contextlib.ExitStack() as held
+    ):  # the checkpoint writer's lock on -save_model, released at the end
         return _train(opt, dist, held)
 
 
@@ -175,7 +229,9 @@ def _train(opt, dist, held):
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
-    seeded = opt.seed > 0 or checkpoint is not None  # asked for reproducible results: before a seed is drawn
+    seeded = (
+        opt.seed > 0 or checkpoint is not None
+    )  # asked for reproducible results: before a seed is drawn
     opt = resolve_options(opt, checkpoint, record)
     check_options(opt)
     device = choose_device(opt, dist)
@@ -184,15 +240,18 @@ def _train(opt, dist, held):
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
     writer = None
     if is_main:  # before any training: a refused -save_model costs no step
-        writer = CheckpointWriter(opt.save_model, opt.keep_checkpoint, opt.overwrite,
-                                  opt.train_from)
+        writer = CheckpointWriter(
+            opt.save_model, opt.keep_checkpoint, opt.overwrite, opt.train_from
+        )
         held.enter_context(writer)
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
-    logger.info(f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
-                f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid shard(s); "
-                f"vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}")
+    logger.info(
+        f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
+        f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid shard(s); "
+        f"vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}"
+    )
     model, average = prepare_model(opt, vocabs, checkpoint, device, is_main)
     if dist is not None:
         dist.broadcast_parameters(model)
@@ -201,32 +260,67 @@ def _train(opt, dist, held):
     trainer = Trainer.from_opt(opt, model, vocabs["tgt"], optim, device, dist)
     train_iter = training_batches(opt, corpora, record, vocabs["src"])
     early_stopping = EarlyStopping(opt.early_stopping, opt.early_stopping_criteria)
-    step = resume(checkpoint, opt, trainer, train_iter, early_stopping) if checkpoint is not None else 0
+    step = (
+        resume(checkpoint, opt, trainer, train_iter, early_stopping)
+        if checkpoint is not None
+        else 0
+    )
     if dist is not None and dist.rank > 0:
         torch.manual_seed(opt.seed + dist.rank + step)  # its own dropout masks
     if step >= opt.train_steps:
-        logger.info(f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}")
+        logger.info(
+            f"nothing to do: the checkpoint is at step {step}, -train_steps is {opt.train_steps}"
+        )
         return step
 
     def make_checkpoint(at_step):
-        return build_checkpoint(model, vocabs, plain_options(opt), at_step, optim.state_dict(),
-                                train_iter.state_dict(), {"early_stopping": early_stopping.state_dict(),
-                                                          "precision": trainer.precision.state_dict()}, record,
-                                averaged=average.state_dict(model) if average is not None else None)
+        return build_checkpoint(
+            model,
+            vocabs,
+            plain_options(opt),
+            at_step,
+            optim.state_dict(),
+            train_iter.state_dict(),
+            {
+                "early_stopping": early_stopping.state_dict(),
+                "precision": trainer.precision.state_dict(),
+            },
+            record,
+            averaged=average.state_dict(model) if average is not None else None,
+        )
 
     def valid_batches():
-        return BatchIterator(valid_paths, opt.valid_batch_size, opt.batch_type, opt.pool_factor,
-                             vocab=record.get("vocab_id"), multiple=opt.batch_size_multiple)
+        return BatchIterator(
+            valid_paths,
+            opt.valid_batch_size,
+            opt.batch_type,
+            opt.pool_factor,
+            vocab=record.get("vocab_id"),
+            multiple=opt.batch_size_multiple,
+        )
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
     board = tensorboard_dir(opt)
     reporter = Reporter(opt.train_steps, board if opt.tensorboard and is_main else None)
-    scorer = MetricScorer(model, vocabs, record, opt.valid_metrics, device) if opt.valid_metrics and is_main else None
-    run = TrainingRun(trainer, opt, reporter, writer, early_stopping, make_checkpoint,
-                      valid_batches if valid_paths else None, scorer, average)
+    scorer = (
+        MetricScorer(model, vocabs, record, opt.valid_metrics, device)
+        if opt.valid_metrics and is_main
+        else None
+    )
+    run = TrainingRun(
+        trainer,
+        opt,
+        reporter,
+        writer,
+        early_stopping,
+        make_checkpoint,
+        valid_batches if valid_paths else None,
+        scorer,
+        average,
+    )
     last = run.run(train_iter, step)
     if device.type == "cuda":  # bench/gpu_speed.py reads it
-        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
         logger.info(f"peak GPU memory allocated: {peak:.0f} MiB (torch.cuda.max_memory_allocated)")
     return last

@@ -3,6 +3,7 @@
 The optimizer state is saved by parameter name, so a checkpoint restores into a model whose groups
 were cut differently (fine-tuning with another -freeze or -lr_mult).
 """
+
 import fnmatch
 import math
 
@@ -44,8 +45,10 @@ def parameter_groups(model, lr_mult=(), freeze=()):
     for option, patterns in (("-freeze", list(freeze)), ("-lr_mult", [p for p, _ in lr_mult])):
         for pattern in patterns:
             if not any(fnmatch.fnmatchcase(name, pattern) for name, _ in named):
-                raise UserError(f"{option} {pattern}: no parameter name matches (names look like "
-                                f"{named[0][0]}, {named[-1][0]})")
+                raise UserError(
+                    f"{option} {pattern}: no parameter name matches (names look like "
+                    f"{named[0][0]}, {named[-1][0]})"
+                )
     groups = {}
     for name, param in named:
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in freeze):
@@ -71,13 +74,18 @@ class Schedule:
     """
 
     def __init__(self, method, decay, start_decay_steps, decay_steps, warmup_steps, model_size):
-        self.method, self.decay, self.start, self.every = method, decay, start_decay_steps, decay_steps
+        self.method, self.decay, self.start, self.every = (
+            method,
+            decay,
+            start_decay_steps,
+            decay_steps,
+        )
         self.warmup, self.model_size = max(warmup_steps, 1), model_size
         self.plateau_scale = 1.0
 
     def __call__(self, step):
         if self.method == "noam":
-            return self.model_size ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
+            return self.model_size**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
         if self.method == "rsqrt":
             return 1.0 / math.sqrt(max(step, self.warmup))
         if self.method == "plateau":
@@ -94,12 +102,17 @@ def make_torch_optimizer(name, param_groups, lr, opt):
     if name == "sgd":
         return torch.optim.SGD(param_groups, lr=lr, **kwargs)
     if name == "adagrad":
-        return torch.optim.Adagrad(param_groups, lr=lr, initial_accumulator_value=opt.adagrad_accumulator_init,
-                                   **kwargs)
+        return torch.optim.Adagrad(
+            param_groups, lr=lr, initial_accumulator_value=opt.adagrad_accumulator_init, **kwargs
+        )
     if name == "adadelta":
         return torch.optim.Adadelta(param_groups, lr=lr, **kwargs)
-    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW  # fused: one kernel, CPU or GPU
-    return optimizer_class(param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, fused=True, **kwargs)
+    optimizer_class = (
+        torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    )  # fused: one kernel, CPU or GPU
+    return optimizer_class(
+        param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, fused=True, **kwargs
+    )
 
 
 class Optimizer:
@@ -115,13 +128,23 @@ class Optimizer:
         self.groups = parameter_groups(model, parse_lr_mult(opt.lr_mult), opt.freeze)
         for group in self.groups:  # checked before step 1: the optimizer holds its rates as float32
             if not opt.learning_rate * group["lr_mult"] <= FLOAT32_MAX:
-                raise UserError(f"-learning_rate {opt.learning_rate:g} times -lr_mult {group['lr_mult']:g} "
-                                f"({group['names'][0]}, ...) is beyond float32's range")
+                raise UserError(
+                    f"-learning_rate {opt.learning_rate:g} times -lr_mult {group['lr_mult']:g} "
+                    f"({group['names'][0]}, ...) is beyond float32's range"
+                )
         self.base_lr, self.max_grad_norm = opt.learning_rate, opt.max_grad_norm
-        self.schedule = Schedule(opt.decay_method, opt.learning_rate_decay, opt.start_decay_steps,
-                                 opt.decay_steps, opt.warmup_steps, model_size)
+        self.schedule = Schedule(
+            opt.decay_method,
+            opt.learning_rate_decay,
+            opt.start_decay_steps,
+            opt.decay_steps,
+            opt.warmup_steps,
+            model_size,
+        )
         self.decay_step = 0
-        torch_groups = [{"params": g["params"], "lr": self.base_lr * g["lr_mult"]} for g in self.groups]
+        torch_groups = [
+            {"params": g["params"], "lr": self.base_lr * g["lr_mult"]} for g in self.groups
+        ]
         self.optimizer = make_torch_optimizer(opt.optim, torch_groups, self.base_lr, opt)
         self.names = {id(p): n for g in self.groups for n, p in zip(g["names"], g["params"])}
         self.params = [p for g in self.groups for p in g["params"]]
@@ -167,14 +190,25 @@ class Optimizer:
     def state_dict(self):
         """Plain data: the schedule position and each parameter's optimizer state by name, as CPU
         tensors (a checkpoint holds CPU tensors; loading moves them to each parameter's device)."""
-        state = {self.names[id(p)]: {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in s.items()}
-                 for p, s in self.optimizer.state.items()}
-        return {"decay_step": self.decay_step, "plateau_scale": self.schedule.plateau_scale, "state": state}
+        state = {
+            self.names[id(p)]: {
+                k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in s.items()
+            }
+            for p, s in self.optimizer.state.items()
+        }
+        return {
+            "decay_step": self.decay_step,
+            "plateau_scale": self.schedule.plateau_scale,
+            "state": state,
+        }
 
     def load_state_dict(self, saved, moments=True, schedule=True):
         """Restore the schedule position and/or the per-parameter moments."""
         if schedule:
-            self.decay_step, self.schedule.plateau_scale = saved["decay_step"], saved["plateau_scale"]
+            self.decay_step, self.schedule.plateau_scale = (
+                saved["decay_step"],
+                saved["plateau_scale"],
+            )
         if not moments:
             return
         by_name = {self.names[id(p)]: p for p in self.params}
@@ -184,16 +218,25 @@ class Optimizer:
                 continue  # frozen now, or not in this model
             for key, value in state.items():
                 if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
-                    raise UserError(f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
-                                    f"the parameter {tuple(param.shape)}")
+                    raise UserError(
+                        f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
+                        f"the parameter {tuple(param.shape)}"
+                    )
             # moments go to the parameter's device; Adam's scalar step count too when it is fused, else
             # it stays a CPU tensor
-            scalar_device = param.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
+            scalar_device = (
+                param.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
+            )
             self.optimizer.state[param] = {
-                k: v.to(param.device if v.dim() > 0 else scalar_device, copy=True) if torch.is_tensor(v) else v
-                for k, v in state.items()}
+                k: v.to(param.device if v.dim() > 0 else scalar_device, copy=True)
+                if torch.is_tensor(v)
+                else v
+                for k, v in state.items()
+            }
 
     def log_groups(self, log):
         for group in self.groups:
             n_values = sum(p.numel() for p in group["params"])
-            log(f"parameter group: lr x {group['lr_mult']:g}, {len(group['params'])} tensors, {n_values} values")
+            log(
+                f"parameter group: lr x {group['lr_mult']:g}, {len(group['params'])} tensors, {n_values} values"
+            )

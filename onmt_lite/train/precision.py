@@ -16,12 +16,13 @@ double it. The scale never goes below ``MIN_SCALE``: a step that is not finite e
 overflow but a model gone wrong, and stops training as in float32 (halving on would reach 0 and a
 division by it). bf16 has float32's range and needs no scaling (``scale`` stays 1).
 """
+
 import contextlib
 
 import torch
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-INITIAL_SCALE, GROWTH_INTERVAL, MIN_SCALE = 2.0 ** 16, 2000, 1.0
+INITIAL_SCALE, GROWTH_INTERVAL, MIN_SCALE = 2.0**16, 2000, 1.0
 
 
 class Precision:
@@ -64,4 +65,3 @@ class Precision:
     def load_state_dict(self, state):
         if self.scaled and state:
             self.scale, self.good_steps = state["scale"], state["good_steps"]
-

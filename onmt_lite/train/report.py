@@ -1,4 +1,5 @@
 """Progress reports: OpenNMT-style log lines, and TensorBoard scalars when asked for."""
+
 import time
 
 from onmt_lite.utils.logging import logger
@@ -13,21 +14,27 @@ class Reporter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                logger.warning("-tensorboard: the tensorboard package is not installed "
-                               "(pip install tensorboard); no scalars are written")
+                logger.warning(
+                    "-tensorboard: the tensorboard package is not installed "
+                    "(pip install tensorboard); no scalars are written"
+                )
             else:
                 self.writer = SummaryWriter(tensorboard_dir)
 
     def training(self, step, stats, lr):
         elapsed = max(stats.elapsed_time(), 1e-9)
-        logger.info(f"Step {step}/{self.train_steps}; acc: {stats.accuracy():6.2f}; ppl: {stats.ppl():8.2f}; "
-                    f"xent: {stats.xent():5.2f}; lr: {lr:.5g}; {stats.n_src_words / elapsed:5.0f}/"
-                    f"{stats.n_words / elapsed:5.0f} tok/s; {time.time() - self.start:6.0f} sec")
+        logger.info(
+            f"Step {step}/{self.train_steps}; acc: {stats.accuracy():6.2f}; ppl: {stats.ppl():8.2f}; "
+            f"xent: {stats.xent():5.2f}; lr: {lr:.5g}; {stats.n_src_words / elapsed:5.0f}/"
+            f"{stats.n_words / elapsed:5.0f} tok/s; {time.time() - self.start:6.0f} sec"
+        )
         self._scalars("train", step, stats, lr=lr, tgt_per_sec=stats.n_words / elapsed)
 
     def validation(self, step, stats, extra=""):
-        logger.info(f"Validation at step {step}: perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, "
-                    f"xent {stats.xent():.4f}{extra}")
+        logger.info(
+            f"Validation at step {step}: perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, "
+            f"xent {stats.xent():.4f}{extra}"
+        )
         self._scalars("valid", step, stats)
 
     def _scalars(self, prefix, step, stats, **more):

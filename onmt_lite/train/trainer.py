@@ -13,6 +13,7 @@ Faults: a NaN or infinite loss or gradient stops training before the step is app
 and the checkpoints on disk stay good). SIGINT or SIGTERM ends the current step, saves a checkpoint
 and exits with 128 + the signal number; a second signal stops at once.
 """
+
 import contextlib
 import math
 import signal
@@ -44,7 +45,9 @@ def check_schedule(values, steps, name, steps_name):
     """Option ``name``'s values and ``steps_name`` must make a schedule: a step per value (or one
     value for all), from 0, increasing."""
     if len(values) not in (1, len(steps)) or (name == "-accum_count" and len(values) != len(steps)):
-        raise UserError(f"{name} has {len(values)} value(s) but {steps_name} {len(steps)}: give a step for each value")
+        raise UserError(
+            f"{name} has {len(values)} value(s) but {steps_name} {len(steps)}: give a step for each value"
+        )
     if steps[0] != 0 or any(a >= b for a, b in zip(steps, steps[1:])):
         raise UserError(f"{steps_name} {' '.join(map(str, steps))}: must start at 0 and increase")
 
@@ -72,10 +75,25 @@ class Trainer:
         dist: a ``Distributed`` when training with several processes, else None.
     """
 
-    def __init__(self, model: nn.Module, *, loss_compute: LossComputeBase, valid_loss_compute: LossComputeBase = None,
-                 optim: Optimizer = None, device="cpu", shard_size: int = 0, trunc_size: int = 0,
-                 norm_method: str = "sents", precision: Precision = None, dist=None):
-        self.model, self.loss_compute, self.valid_loss_compute = model, loss_compute, valid_loss_compute
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        loss_compute: LossComputeBase,
+        valid_loss_compute: LossComputeBase = None,
+        optim: Optimizer = None,
+        device="cpu",
+        shard_size: int = 0,
+        trunc_size: int = 0,
+        norm_method: str = "sents",
+        precision: Precision = None,
+        dist=None,
+    ):
+        self.model, self.loss_compute, self.valid_loss_compute = (
+            model,
+            loss_compute,
+            valid_loss_compute,
+        )
         self.optim, self.device = optim, torch.device(device)
         self.shard_size, self.trunc_size = shard_size, trunc_size
         self.norm_method = norm_method
@@ -83,14 +101,23 @@ class Trainer:
         self.dist = dist
 
     @classmethod
-    def from_opt(cls, opt, model: nn.Module, tgt_vocab, optim: Optimizer, device, dist=None) -> "Trainer":
+    def from_opt(
+        cls, opt, model: nn.Module, tgt_vocab, optim: Optimizer, device, dist=None
+    ) -> "Trainer":
         """The Trainer of ``onmt_lite_train``'s options: its loss computes (``-loss_class``, copy or NLL),
         accumulation, sharding, truncation, normalisation and precision."""
-        return cls(model, loss_compute=build_loss_compute(model, tgt_vocab, opt),
-                   valid_loss_compute=build_loss_compute(model, tgt_vocab, opt, train=False), optim=optim,
-                   device=device, shard_size=opt.max_generator_batches,
-                   trunc_size=opt.truncated_decoder, norm_method=opt.normalization,
-                   precision=Precision(opt.model_dtype, device), dist=dist)
+        return cls(
+            model,
+            loss_compute=build_loss_compute(model, tgt_vocab, opt),
+            valid_loss_compute=build_loss_compute(model, tgt_vocab, opt, train=False),
+            optim=optim,
+            device=device,
+            shard_size=opt.max_generator_batches,
+            trunc_size=opt.truncated_decoder,
+            norm_method=opt.normalization,
+            precision=Precision(opt.model_dtype, device),
+            dist=dist,
+        )
 
     def forward_backward(self, batch, norm):
         """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
@@ -102,13 +129,19 @@ class Trainer:
             with self.precision.autocast():
                 # the host's lengths: an RNN encoder packs with them without reading the device
                 memory_bank, lengths, first_state = self.model.encode(
-                    batch.src, batch.src_lengths_cpu, batch.src_feats)
-                tgt_in = batch.tgt[start: min(start + window, n_positions)]
-                dec_out, attns, state = self.model.decode(tgt_in, memory_bank, lengths,
-                                                          first_state if state is None else state,
-                                                          need_alignment=self.loss_compute.needs_alignment)
-                loss, window_stats = self.loss_compute(batch, dec_out, attns, norm, self.shard_size, start,
-                                                       tgt_in.size(0))
+                    batch.src, batch.src_lengths_cpu, batch.src_feats
+                )
+                tgt_in = batch.tgt[start : min(start + window, n_positions)]
+                dec_out, attns, state = self.model.decode(
+                    tgt_in,
+                    memory_bank,
+                    lengths,
+                    first_state if state is None else state,
+                    need_alignment=self.loss_compute.needs_alignment,
+                )
+                loss, window_stats = self.loss_compute(
+                    batch, dec_out, attns, norm, self.shard_size, start, tgt_in.size(0)
+                )
             if loss is not None:
                 loss.backward()
             stats.update(window_stats)
@@ -125,7 +158,9 @@ class Trainer:
             norm = self.dist.sum([norm])[0]
         self.optim.zero_grad()
         stats = Statistics()
-        for batch in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
+        for (
+            batch
+        ) in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
             stats.update(self.forward_backward(batch, norm / self.precision.scale))
         if self.dist is not None:
             self.dist.sum_gradients(self.optim.params)
@@ -140,7 +175,9 @@ class Trainer:
             if not self.precision.can_skip_overflow:
                 raise
             self.precision.update(overflow=True)
-            logger.info(f"fp16 gradients overflowed: step skipped, loss scale now {self.precision.scale:g}")
+            logger.info(
+                f"fp16 gradients overflowed: step skipped, loss scale now {self.precision.scale:g}"
+            )
             return stats
         self.precision.update(overflow=False)
         return stats
@@ -152,8 +189,9 @@ class Trainer:
         with torch.no_grad(), self.precision.autocast():
             for batch in batches:
                 batch = batch.to(self.device)
-                dec_out, attns = self.model(batch.src, batch.tgt, batch.src_lengths_cpu,
-                                            batch.src_feats)
+                dec_out, attns = self.model(
+                    batch.src, batch.tgt, batch.src_lengths_cpu, batch.src_feats
+                )
                 _, batch_stats = self.valid_loss_compute(batch, dec_out, attns)
                 stats.update(batch_stats)
         self.model.train()
@@ -164,10 +202,24 @@ class TrainingRun:
     """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints; with
     ``average`` (a MovingAverage), its update after each step and validation with its weights."""
 
-    def __init__(self, trainer, opt, reporter, writer, early_stopping, make_checkpoint, valid_batches=None,
-                 metric_scorer=None, average=None):
+    def __init__(
+        self,
+        trainer,
+        opt,
+        reporter,
+        writer,
+        early_stopping,
+        make_checkpoint,
+        valid_batches=None,
+        metric_scorer=None,
+        average=None,
+    ):
         self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
-        self.early_stopping, self.make_checkpoint, self.valid_batches = early_stopping, make_checkpoint, valid_batches
+        self.early_stopping, self.make_checkpoint, self.valid_batches = (
+            early_stopping,
+            make_checkpoint,
+            valid_batches,
+        )
         self.metric_scorer, self.average = metric_scorer, average
         self.dist = trainer.dist
         self.is_main = self.dist is None or self.dist.is_main  # logs, validates, writes checkpoints
@@ -184,7 +236,9 @@ class TrainingRun:
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
             self._schedule_dropout(step + 1)
-            share = step_share(batches, scheduled(step + 1, opt.accum_count, opt.accum_steps), self.dist)
+            share = step_share(
+                batches, scheduled(step + 1, opt.accum_count, opt.accum_steps), self.dist
+            )
             if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
                 break
@@ -192,8 +246,10 @@ class TrainingRun:
                 stats = self.trainer.train_step(share)
             except NonFiniteError as err:
                 last = self._last_checkpoint() or opt.train_from or "none was written"
-                raise UserError(f"step {step + 1}: {err}; training stopped without applying this step "
-                                f"(last good checkpoint: {last})") from None
+                raise UserError(
+                    f"step {step + 1}: {err}; training stopped without applying this step "
+                    f"(last good checkpoint: {last})"
+                ) from None
             step += 1
             if self.average is not None:
                 self.average.update(step)
@@ -204,10 +260,16 @@ class TrainingRun:
                 report_stats = Statistics()
             validating = self.valid_batches is not None and step % opt.valid_steps == 0
             if validating:
-                self._check_weights(step)  # nothing is validated or saved from weights out of float range
+                self._check_weights(
+                    step
+                )  # nothing is validated or saved from weights out of float range
             stop = validating and self.validate(step)
-            received = signals.received if self.dist is None else int(self.dist.max(signals.received))
-            save = step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or received
+            received = (
+                signals.received if self.dist is None else int(self.dist.max(signals.received))
+            )
+            save = (
+                step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or received
+            )
             if save and not validating:
                 self._check_weights(step)
             if save and self.is_main:
@@ -215,21 +277,30 @@ class TrainingRun:
             saved = step if save else saved
             if received:
                 name = signal.Signals(received).name
-                raise Stopped(f"stopped by {name} at step {step}; resume with -train_from "
-                              f"{self._last_checkpoint()}", 128 + received)
+                raise Stopped(
+                    f"stopped by {name} at step {step}; resume with -train_from "
+                    f"{self._last_checkpoint()}",
+                    128 + received,
+                )
             if stop:
-                logger.info(f"early stopping at step {step}: no improvement in {opt.early_stopping} validations")
+                logger.info(
+                    f"early stopping at step {step}: no improvement in {opt.early_stopping} validations"
+                )
                 break
         return step
 
     def _schedule_dropout(self, step):
         """Set the dropouts of step number ``step`` (-dropout, -attention_dropout, -dropout_steps)."""
         opt = self.opt
-        rates = (scheduled(step, opt.dropout, opt.dropout_steps), scheduled(step, opt.attention_dropout,
-                                                                             opt.dropout_steps))
+        rates = (
+            scheduled(step, opt.dropout, opt.dropout_steps),
+            scheduled(step, opt.attention_dropout, opt.dropout_steps),
+        )
         if rates != self.dropout_rates:
             if self.dropout_rates is not None and self.is_main:
-                logger.info(f"dropout {rates[0]:g}, attention dropout {rates[1]:g} from step {step}")
+                logger.info(
+                    f"dropout {rates[0]:g}, attention dropout {rates[1]:g} from step {step}"
+                )
             set_dropout(self.trainer.model, *rates)
             self.dropout_rates = rates
 
@@ -237,7 +308,9 @@ class TrainingRun:
         """-single_pass or -epochs: the training data has ended at ``step``: save it unless just saved."""
         if self.is_main:
             passes = self.opt.epochs if not self.opt.single_pass else 1
-            logger.info(f"{passes} pass(es) over the training data end at step {step} (-single_pass, -epochs)")
+            logger.info(
+                f"{passes} pass(es) over the training data end at step {step} (-single_pass, -epochs)"
+            )
             if saved != step:
                 self._check_weights(step)
                 logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
@@ -246,13 +319,17 @@ class TrainingRun:
         """A UserError if a weight is NaN or infinite (a learning rate or an update out of float
         range): the checkpoints on disk stay the last good ones."""
         named = list(self.trainer.model.named_parameters())
-        finite = torch.stack([torch.isfinite(p).all() for _, p in named])  # one read of the device below
+        finite = torch.stack(
+            [torch.isfinite(p).all() for _, p in named]
+        )  # one read of the device below
         if not finite.all():
             bad = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
             last = self._last_checkpoint() or self.opt.train_from or "none was written"
-            raise UserError(f"step {step}: {len(bad)} weight tensor(s) hold NaN or infinite values "
-                            f"({', '.join(bad[:3])}); training stopped without saving them (last good "
-                            f"checkpoint: {last})")
+            raise UserError(
+                f"step {step}: {len(bad)} weight tensor(s) hold NaN or infinite values "
+                f"({', '.join(bad[:3])}); training stopped without saving them (last good "
+                f"checkpoint: {last})"
+            )
 
     def _last_checkpoint(self):
         return self.writer.last_path() if self.writer is not None else None
@@ -262,7 +339,9 @@ class TrainingRun:
         plateau schedule (every rank) and the best checkpoint; returns True to stop."""
         improved = stop = False
         if self.is_main:
-            with averaged(self.average):  # the raw weights are back for the checkpoint and the next step
+            with averaged(
+                self.average
+            ):  # the raw weights are back for the checkpoint and the next step
                 stats = self.trainer.validate(self.valid_batches())
                 scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
                 if self.metric_scorer is not None:

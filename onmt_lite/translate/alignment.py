@@ -6,6 +6,7 @@ output at position t predicts token t+1, so its row of the alignment is token t+
 is aligned to its most attended source token; the Pharaoh pairs ``src-tgt`` (0-based) are sorted by
 source, then target index. With an ensemble the models' alignments are averaged.
 """
+
 import torch
 
 from onmt_lite.data.vocab import BOS_ID, PAD_ID, UNK_ID
@@ -18,9 +19,13 @@ def check_alignment_models(models, option="-report_align"):
     for model in models:
         decoder = model.decoder
         if not isinstance(decoder, TransformerDecoder):
-            raise UserError(f"{option} needs a Transformer decoder (-decoder_type transformer): the alignment is "
-                            f"a decoder layer's attention over the source, and an RNN decoder has no layers of it")
-        problem = decoder.alignment.problem(len(decoder.layers), decoder.layers[0].context_attn.heads)
+            raise UserError(
+                f"{option} needs a Transformer decoder (-decoder_type transformer): the alignment is "
+                f"a decoder layer's attention over the source, and an RNN decoder has no layers of it"
+            )
+        problem = decoder.alignment.problem(
+            len(decoder.layers), decoder.layers[0].context_attn.heads
+        )
         if problem:
             raise UserError(f"{option}: the model's {problem}")
 
@@ -32,7 +37,7 @@ def decoder_inputs(hypotheses, vocab_size):
     inputs = torch.full((length, len(hypotheses)), PAD_ID, dtype=torch.long)
     inputs[0] = BOS_ID
     for row, tokens in enumerate(hypotheses):
-        inputs[1: len(tokens) + 1, row] = torch.tensor(tokens, dtype=torch.long)
+        inputs[1 : len(tokens) + 1, row] = torch.tensor(tokens, dtype=torch.long)
     return inputs.masked_fill(inputs >= vocab_size, UNK_ID)
 
 
@@ -40,18 +45,29 @@ def decoder_inputs(hypotheses, vocab_size):
 def alignment_matrices(models, batch, hypotheses, vocab_size):
     """The alignment ``[n_tokens x src_len]`` of each hypothesis: ``hypotheses`` is a list of ``(example
     in batch, token ids)`` pairs; every model's alignment head, averaged, one teacher-forced pass for all."""
-    rows = torch.tensor([example for example, _ in hypotheses], dtype=torch.long, device=batch.src.device)
+    rows = torch.tensor(
+        [example for example, _ in hypotheses], dtype=torch.long, device=batch.src.device
+    )
     inputs = decoder_inputs([tokens for _, tokens in hypotheses], vocab_size).to(batch.src.device)
     total = None
     for model in models:
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths, batch.src_feats)
         state = state.map(lambda t, dim: t.index_select(dim, rows))
-        _, attns, _ = model.decode(inputs, memory_bank.index_select(1, rows), lengths.index_select(0, rows), state,
-                                   need_attention=False, need_alignment=True)
+        _, attns, _ = model.decode(
+            inputs,
+            memory_bank.index_select(1, rows),
+            lengths.index_select(0, rows),
+            state,
+            need_attention=False,
+            need_alignment=True,
+        )
         total = attns["align"] if total is None else total + attns["align"]
     align = (total / len(models)).float().cpu()  # [T x R x S]
     src_lengths = batch.src_lengths_cpu[rows.cpu()]
-    return [align[:len(tokens), row, :int(src_lengths[row])] for row, (_, tokens) in enumerate(hypotheses)]
+    return [
+        align[: len(tokens), row, : int(src_lengths[row])]
+        for row, (_, tokens) in enumerate(hypotheses)
+    ]
 
 
 def pharaoh(matrix):
@@ -60,7 +76,11 @@ def pharaoh(matrix):
     empty line)."""
     if matrix is None:
         return ""
-    pairs = sorted((int(src), tgt) for tgt, src in enumerate(matrix.argmax(1).tolist())) if matrix.numel() else []
+    pairs = (
+        sorted((int(src), tgt) for tgt, src in enumerate(matrix.argmax(1).tolist()))
+        if matrix.numel()
+        else []
+    )
     return " ".join(f"{src}-{tgt}" for src, tgt in pairs)
 
 

@@ -9,6 +9,7 @@ an optional p_copy strip::
     width  = LEFT + h * (side(src_len) + GAP) + (STRIP + GAP if p_copy) + COLORBAR + RIGHT
     height = BOTTOM + side(rows) + TOP
 """
+
 import math
 import os
 
@@ -29,7 +30,9 @@ def side(n):
 
 def figure_size(src_len, rows, heatmaps=1, strip=False):
     """``(width, height)`` in pixels of the figure (see the module docstring)."""
-    width = LEFT + heatmaps * (side(src_len) + GAP) + (STRIP + GAP if strip else 0) + COLORBAR + RIGHT
+    width = (
+        LEFT + heatmaps * (side(src_len) + GAP) + (STRIP + GAP if strip else 0) + COLORBAR + RIGHT
+    )
     return width, BOTTOM + side(rows) + TOP
 
 
@@ -37,7 +40,11 @@ def _array(values, src_len=None):
     """A float numpy array of a tensor (or nested list); columns cut to ``src_len``."""
     import numpy as np
 
-    array = values.detach().float().cpu().numpy() if hasattr(values, "detach") else np.asarray(values, dtype=float)
+    array = (
+        values.detach().float().cpu().numpy()
+        if hasattr(values, "detach")
+        else np.asarray(values, dtype=float)
+    )
     return array[:, :src_len] if src_len is not None else array
 
 
@@ -46,7 +53,7 @@ def _labels(axis, tokens):
     step = math.ceil(len(tokens) / MAX_LABELS)
     ticks = range(0, len(tokens), step)
     axis.set_ticks(list(ticks))
-    cut = [t if len(t) <= LABEL_CHARS else t[:LABEL_CHARS - 1] + "…" for t in tokens]
+    cut = [t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…" for t in tokens]
     axis.set_ticklabels([cut[i] for i in ticks], fontsize=8)
 
 
@@ -59,7 +66,9 @@ def _axes(figure, x, width, height):
 def _heatmap(figure, x, matrix, source, rows, title, first):
     """One heatmap ``[rows x src_len]``; the output tokens are labelled on the ``first`` one only."""
     axes = _axes(figure, x, side(len(source)), side(len(rows)))
-    image = axes.imshow(matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    image = axes.imshow(
+        matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
+    )
     axes.set_title(title, fontsize=10)
     _labels(axes.xaxis, source)
     axes.tick_params(axis="x", labelrotation=90)
@@ -93,8 +102,14 @@ def plot_attention(result, path, copy_attention=None, p_copy=None):
         x += side(len(source)) + GAP
     if p_copy is not None:
         strip = _axes(figure, x, STRIP, side(len(rows)))
-        strip.imshow(_array(p_copy).reshape(-1, 1), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0,
-                     interpolation="nearest")
+        strip.imshow(
+            _array(p_copy).reshape(-1, 1),
+            aspect="auto",
+            cmap="viridis",
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="nearest",
+        )
         strip.set_title("p_copy", fontsize=10)
         strip.set_xticks([])
         strip.set_yticks([])
@@ -110,7 +125,9 @@ def prepare_directory(directory):
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as err:
-        raise UserError(f"-attn_plot {directory}: cannot create the directory ({err.strerror})") from None
+        raise UserError(
+            f"-attn_plot {directory}: cannot create the directory ({err.strerror})"
+        ) from None
     if not os.access(directory, os.W_OK):
         raise UserError(f"-attn_plot {directory}: the directory is not writable")
 
@@ -127,7 +144,11 @@ def write_attention_plots(results, directory, first=1):
     with Progress(len(lines), "plots", "attn_plot") as progress:
         for line in lines:
             result = results[line - first]
-            plot_attention(result, plot_path(directory, line), (result.copy_attention or [None])[0],
-                           (result.p_copy or [None])[0])
+            plot_attention(
+                result,
+                plot_path(directory, line),
+                (result.copy_attention or [None])[0],
+                (result.p_copy or [None])[0],
+            )
             progress.update(1)
     return len(lines)

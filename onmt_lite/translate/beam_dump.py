@@ -5,6 +5,7 @@ The search tells a ``BeamRecorder`` every step's kept hypotheses (``Search(..., 
 the format). A candidate that is no live hypothesis (its cumulative score -inf: the beam had fewer
 live hypotheses than places, as inside a target prefix, or one that already ended) is ``null``.
 """
+
 import json
 import math
 
@@ -44,10 +45,18 @@ def line_entry(steps, nbest, word):
         entry["predicted_tokens"].append([word(i) if ok else None for i, ok in zip(ids, live)])
         entry["beam_parent_ids"].append([p if ok else None for p, ok in zip(parents, live)])
         entry["scores"].append([s if ok else None for s, ok in zip(scores, live)])
-        entry["log_probs"].append([lp if ok and math.isfinite(lp) else None for lp, ok in zip(log_probs, live)])
+        entry["log_probs"].append(
+            [lp if ok and math.isfinite(lp) else None for lp, ok in zip(log_probs, live)]
+        )
     # a hypothesis that never ended (search.completed's filler of an n-best list) has no place
-    entry["n_best"] = [{"step": h.end[0] if h.end else None, "beam": h.end[1] if h.end else None,
-                        "score": h.score if math.isfinite(h.score) else None} for h in nbest]
+    entry["n_best"] = [
+        {
+            "step": h.end[0] if h.end else None,
+            "beam": h.end[1] if h.end else None,
+            "score": h.score if math.isfinite(h.score) else None,
+        }
+        for h in nbest
+    ]
     return entry
 
 

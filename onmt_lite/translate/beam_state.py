@@ -15,6 +15,7 @@ joined and not yet stepped, ``stepped`` names the rows the stepper holds, and ``
 ``of_stepped`` and ``advance`` read and write through it; nothing outside this class sees it but
 ``Search._select`` (which skips the rows that are not there).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +57,9 @@ class BeamState:
     Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths.
     """
 
-    def __init__(self, beam_size: int, n_best: int, bos: int, device, with_attention=True,
-                 with_coverage=True):
+    def __init__(
+        self, beam_size: int, n_best: int, bos: int, device, with_attention=True, with_coverage=True
+    ):
         self.K = beam_size
         self.bos = bos
         self.device = device

@@ -22,6 +22,7 @@ sparsemax) are ``nn.Linear`` modules like the others, packed or quantised with t
 sparsemax of the attention and generator runs unchanged on their outputs; a decoder without
 attention has fewer layers to pack. So no variant needs to fall back to the general path.
 """
+
 import torch
 
 from onmt_lite.models.recurrent import cpu_bf16_rnn
@@ -47,7 +48,9 @@ def decoding_rows(batch_size: int, batch_type: str = "sents", beam_width: int = 
     padded to the beam width, they are padded only then."""
     if batch_type != "sents":
         return 64, ROW_BUCKET
-    return min(batch_size * beam_width, MAX_PACKED_ROWS), beam_width if beam_width > 1 else ROW_BUCKET
+    return min(
+        batch_size * beam_width, MAX_PACKED_ROWS
+    ), beam_width if beam_width > 1 else ROW_BUCKET
 
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -63,11 +66,14 @@ def decoding_dtype(precision: str, device) -> torch.dtype:
     if precision == "fp32" or not on_cpu(device):
         return PRECISIONS[precision]
     if precision == "fp16":
-        raise UserError("-precision fp16 is for CUDA devices (-gpu); on the CPU use "
-                        "-precision bf16")
+        raise UserError(
+            "-precision fp16 is for CUDA devices (-gpu); on the CPU use -precision bf16"
+        )
     if not cpu_bf16_rnn():  # oneDNN's test for AVX-512 BF16 or AMX
-        logger.info("-precision bf16: this CPU has no bfloat16 instructions (AVX-512 BF16 or "
-                    "AMX); decoding in float32, which is faster here")
+        logger.info(
+            "-precision bf16: this CPU has no bfloat16 instructions (AVX-512 BF16 or "
+            "AMX); decoding in float32, which is faster here"
+        )
         return torch.float32
     return torch.bfloat16
 
@@ -102,7 +108,9 @@ def prepare_model(model, device, quantize: str = "none", rows=None, precision: s
     return model
 
 
-def decoding_streams(threads: int, device, sampling: bool, batches: int, fork: bool = False) -> tuple:
+def decoding_streams(
+    threads: int, device, sampling: bool, batches: int, fork: bool = False
+) -> tuple:
     """``(thread counts, in_processes)``: the decoding streams for ``batches`` batches on ``threads``.
 
     On a CPU with at least 2 threads: one stream per thread (but no more than batches) in forked

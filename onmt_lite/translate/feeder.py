@@ -1,4 +1,5 @@
 """Continuous batching for translation: examples join a running search as rows free up."""
+
 import torch
 
 from onmt_lite.translate.beam_state import Joining

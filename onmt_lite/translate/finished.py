@@ -7,6 +7,7 @@ which from the step's one read, ``Search.stream``) and starts their copies to th
 ``settle``, called after the next step's read (by which the device has done the copies), turns
 them into Hypothesis lists.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,13 +74,24 @@ class FinishedHypotheses:
         index = from_host(rows, state.device)
         K = state.K
         lengths = state.host_lengths()
-        where = [(state.ids[row // K], state.cols[row // K], state.source_lengths[row // K],
-                  lengths[row // K] - 1, row % K) for row in rows]
+        where = [
+            (
+                state.ids[row // K],
+                state.cols[row // K],
+                state.source_lengths[row // K],
+                lengths[row // K] - 1,
+                row % K,
+            )
+            for row in rows
+        ]
         scores = torch.stack([final.reshape(-1), log_probs.reshape(-1).to(final.dtype)])
-        copies = _Copies(where, host_copy(state.seqs.index_select(0, index)),
-                         host_copy(scores.index_select(1, index)),
-                         {name: host_copy(value.index_select(1, index))
-                          for name, value in state.attn.items()}, None)
+        copies = _Copies(
+            where,
+            host_copy(state.seqs.index_select(0, index)),
+            host_copy(scores.index_select(1, index)),
+            {name: host_copy(value.index_select(1, index)) for name, value in state.attn.items()},
+            None,
+        )
         if index.device.type == "cuda":
             copies.done = torch.cuda.Event()
             copies.done.record()
@@ -96,13 +108,14 @@ class FinishedHypotheses:
             seqs = copies.seqs.tolist()
             finals, log_probs = copies.scores.tolist()
             for i, (example, col, src_length, step, beam) in enumerate(copies.where):
-                tokens = seqs[i][col + 1:]
+                tokens = seqs[i][col + 1 :]
                 if tokens[-1] == self.eos:
                     tokens.pop()
                 # a copy: a view would keep every row's attention alive (and be pickled whole by a
                 # decoding stream); a Result's attention is read on the host (-replace_unk, plots)
-                attention = {name: value[col:, i, :src_length].clone()
-                             for name, value in copies.attn.items()}
+                attention = {
+                    name: value[col:, i, :src_length].clone() for name, value in copies.attn.items()
+                }
                 hyps = self.lists[example]
                 hyps.append(Hypothesis(tokens, finals[i], log_probs[i], attention, (step, beam)))
                 hyps.sort(key=lambda h: -h.score)

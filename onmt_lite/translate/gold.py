@@ -1,4 +1,5 @@
 """Gold scores: the log-probability the models give each reference target (``-tgt``)."""
+
 from __future__ import annotations
 
 import torch
@@ -19,10 +20,12 @@ def gold_scores(models: list, batch: Batch, results: list[Result], vocab_size: i
         dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths, batch.src_feats)
         rows = dec_out.size(0) * dec_out.size(1)
         if copy:
-            log_probs = model.generator(dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1),
-                                        batch.src_map)
-            _, nll = CopyGeneratorLoss(vocab_size)(log_probs, batch.alignment[1:].reshape(-1),
-                                                   target.reshape(-1))
+            log_probs = model.generator(
+                dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map
+            )
+            _, nll = CopyGeneratorLoss(vocab_size)(
+                log_probs, batch.alignment[1:].reshape(-1), target.reshape(-1)
+            )
         else:
             _, nll = NMTCriterion()(model.generator(dec_out.reshape(rows, -1)), target.reshape(-1))
         totals -= nll.view_as(target).sum(0).cpu() / len(models)

@@ -1,4 +1,5 @@
 """Text to translate: read, tokenized as in training, batched by length, empty lines set aside."""
+
 from onmt_lite.data.batch import ShardView
 from onmt_lite.data.copy import EX_UNK_ID
 from onmt_lite.data.corpus import Tokenizer, read_lines
@@ -48,8 +49,17 @@ class TextBatches:
     ``src_tokens`` are each line's words, without their features.
     """
 
-    def __init__(self, sources, targets, vocabs, tokenizers, copy, first_index=0, prefixes=False,
-                 where=("the source", 1)):
+    def __init__(
+        self,
+        sources,
+        targets,
+        vocabs,
+        tokenizers,
+        copy,
+        first_index=0,
+        prefixes=False,
+        where=("the source", 1),
+    ):
         if targets is not None and len(targets) != len(sources):
             raise UserError(f"-src has {len(sources)} lines but -tgt has {len(targets)}")
         self.n_lines = len(sources)
@@ -62,13 +72,24 @@ class TextBatches:
         examples, self.lines = [], []
         for i, tokens in enumerate(self.src_tokens):
             if tokens:  # an empty source gives an empty output line, without running the model
-                examples.append(make_example(first_index + i, tokens, tgt_tokens[i] if tgt_tokens else [],
-                                             vocabs["src"], vocabs["tgt"], copy))
+                examples.append(
+                    make_example(
+                        first_index + i,
+                        tokens,
+                        tgt_tokens[i] if tgt_tokens else [],
+                        vocabs["src"],
+                        vocabs["tgt"],
+                        copy,
+                    )
+                )
                 if feat_vocabs:
                     examples[-1]["src_feats"] = feature_ids(split[i][1], feat_vocabs)
                 self.lines.append(i)
-        self.prefixes = {example["index"]: prefix_ids(example, len(vocabs["tgt"])) for example in examples} \
-            if prefixes else None
+        self.prefixes = (
+            {example["index"]: prefix_ids(example, len(vocabs["tgt"])) for example in examples}
+            if prefixes
+            else None
+        )
         self.view = ShardView(make_shard(examples)) if examples else None
         self._cuts = {}  # (batch_size, batch_type) -> the batches' example positions
 
@@ -78,8 +99,13 @@ class TextBatches:
             return []
         key = (batch_size, batch_type)
         if key not in self._cuts:
-            self._cuts[key] = pooled_batches(self.view.src_lengths.tolist(), self.view.tgt_lengths.tolist(),
-                                             batch_size, batch_type, pool_factor=64)
+            self._cuts[key] = pooled_batches(
+                self.view.src_lengths.tolist(),
+                self.view.tgt_lengths.tolist(),
+                batch_size,
+                batch_type,
+                pool_factor=64,
+            )
         return self._cuts[key]
 
     def count(self, batch_size, batch_type):
@@ -96,5 +122,7 @@ class TextBatches:
 def build_tokenizers(preprocess, src_spm="", tgt_spm=""):
     """Source and target tokenizers as in training, sentencepiece models overridable."""
     lower = bool(preprocess.get("lower"))
-    return (Tokenizer(src_spm or preprocess.get("src_spm") or "", lower),
-            Tokenizer(tgt_spm or preprocess.get("tgt_spm") or "", lower))
+    return (
+        Tokenizer(src_spm or preprocess.get("src_spm") or "", lower),
+        Tokenizer(tgt_spm or preprocess.get("tgt_spm") or "", lower),
+    )

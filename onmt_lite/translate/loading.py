@@ -1,6 +1,7 @@
 """From checkpoints and options to what a Translator is built of: the models (prepared for
 decoding), the search's options, the phrase table; and the checks that the models can do what is
 asked."""
+
 from __future__ import annotations
 
 from onmt_lite.data.vocab import vocabs_from_plain
@@ -11,8 +12,13 @@ from onmt_lite.translate.search import SearchOptions
 from onmt_lite.utils.errors import UserError
 
 
-def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | None = None,
-                precision: str = "fp32") -> tuple[list, dict, dict]:
+def load_models(
+    paths: list[str],
+    device,
+    quantize: str = "none",
+    rows: tuple | None = None,
+    precision: str = "fp32",
+) -> tuple[list, dict, dict]:
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each
     model is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with
     ``quantize``, cast to ``precision``, else packed for ``rows`` on the CPU)."""
@@ -22,8 +28,9 @@ def load_models(paths: list[str], device, quantize: str = "none", rows: tuple | 
         if first is None:
             first = checkpoint
         elif checkpoint["vocab"] != first["vocab"]:
-            raise UserError(f"{path}: its vocabularies differ from those of {paths[0]}; an "
-                            "ensemble needs one")
+            raise UserError(
+                f"{path}: its vocabularies differ from those of {paths[0]}; an ensemble needs one"
+            )
         vocabs = vocabs_from_plain(checkpoint["vocab"])
         options = model_options(checkpoint["opt"], path)
         model = model_from_checkpoint(options, vocabs, checkpoint, path)
@@ -45,14 +52,20 @@ def require_attention(models, wanted, names=None):
         reading = [name for name in wanted if not (name == "replace_unk" and copy_attention)]
         if reading:
             name = names[i] if names is not None else f"model {i + 1} of the ensemble"
-            raise UserError(f"-{reading[0]} needs the model's attention, but {name} was trained "
-                            "with -global_attention none")
+            raise UserError(
+                f"-{reading[0]} needs the model's attention, but {name} was trained "
+                "with -global_attention none"
+            )
 
 
 def attention_options(opt):
     """The options of ``onmt_lite_translate`` given in ``opt`` that read the models' attention."""
-    asked = {"replace_unk": opt.replace_unk, "attn_debug": opt.attn_debug,
-             "attn_plot": opt.attn_plot, "coverage_penalty": opt.coverage_penalty != "none"}
+    asked = {
+        "replace_unk": opt.replace_unk,
+        "attn_debug": opt.attn_debug,
+        "attn_plot": opt.attn_plot,
+        "coverage_penalty": opt.coverage_penalty != "none",
+    }
     return [name for name, given in asked.items() if given]
 
 
@@ -81,7 +94,8 @@ def search_options(opt, tgt_vocab):
         sampling_temp=opt.random_sampling_temp,
         sampling=sampling,
         # only these read it: else not kept
-        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot))
+        attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot),
+    )
 
 
 def read_phrase_table(path):

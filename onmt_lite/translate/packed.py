@@ -11,17 +11,23 @@ each ``nn.LSTMCell`` and ``nn.GRUCell`` of products of ``nn.Linear`` modules; ``
 quantises those same linear modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU``
 run whole sequences and keep PyTorch's kernels.
 """
+
 import torch
 import torch.nn as nn
 
-ROW_BUCKET = 16  # rows are padded to a multiple of this unless the caller knows better (see PackedLinear)
+ROW_BUCKET = (
+    16  # rows are padded to a multiple of this unless the caller knows better (see PackedLinear)
+)
 
 
 def packing_available():
     """oneDNN (mkldnn) is built into this PyTorch, with the linear-weight reorder it needs."""
     try:
-        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") and \
-            callable(torch.ops.mkldnn._reorder_linear_weight)
+        return (
+            torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and callable(torch.ops.mkldnn._reorder_linear_weight)
+        )
     except (AttributeError, RuntimeError):
         return False
 
@@ -46,7 +52,9 @@ class PackedLinear(nn.Module):
         padding = -rows % self.multiple
         if padding:
             flat = torch.cat([flat, flat.new_zeros(padding, flat.size(1))])
-        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), self.packed, self.bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(
+            flat.contiguous(), self.packed, self.bias, "none", [], ""
+        )
         return out[:rows].view(*x.shape[:-1], self.out_features)
 
 
@@ -83,7 +91,9 @@ class FusedLSTMCell(nn.Module):
 
     def forward(self, x, state):
         h, c = state
-        i, f, g, o = self.gates(torch.cat([x, h], 1)).sigmoid_().chunk(4, 1)  # in place: fewer allocations
+        i, f, g, o = (
+            self.gates(torch.cat([x, h], 1)).sigmoid_().chunk(4, 1)
+        )  # in place: fewer allocations
         c = (f * c).addcmul_(i, g.mul(2).sub_(1))  # g is a view of a split: not modified in place
         return tanh_by_sigmoid(c).mul_(o), c
 
@@ -127,11 +137,17 @@ def pack_for_cpu(model, rows, multiple=ROW_BUCKET):
     ``multiple``; returns the model (unchanged when this PyTorch has no oneDNN)."""
     if not packing_available():
         return model
-    return _swap(fuse_cells(model),
-                 lambda m: PackedLinear(m.weight, m.bias, rows, multiple) if isinstance(m, nn.Linear) else None)
+    return _swap(
+        fuse_cells(model),
+        lambda m: (
+            PackedLinear(m.weight, m.bias, rows, multiple) if isinstance(m, nn.Linear) else None
+        ),
+    )
 
 
-WIDE_INT8_OUTPUTS = 2048  # int8 layers with at least this many outputs run on oneDNN (see quantize_int8)
+WIDE_INT8_OUTPUTS = (
+    2048  # int8 layers with at least this many outputs run on oneDNN (see quantize_int8)
+)
 
 
 def _has_vnni():
@@ -158,8 +174,11 @@ def quantize_int8(model):
     from torch.ao.quantization import quantize_dynamic
 
     fuse_cells(model)
-    wide = {name for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and m.out_features >= WIDE_INT8_OUTPUTS}
+    wide = {
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and m.out_features >= WIDE_INT8_OUTPUTS
+    }
     with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
         warnings.simplefilter("ignore")
         if wide and "onednn" in torch.backends.quantized.supported_engines and _has_vnni():
@@ -168,4 +187,6 @@ def quantize_int8(model):
                 quantize_dynamic(model, wide, dtype=torch.qint8, inplace=True)
             finally:
                 torch.backends.quantized.engine = default
-        return quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8, inplace=True)
+        return quantize_dynamic(
+            model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8, inplace=True
+        )

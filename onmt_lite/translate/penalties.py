@@ -2,6 +2,7 @@
 
 A finished hypothesis scores ``log_prob / length_penalty(length) - coverage_penalty(coverage)``.
 """
+
 import torch
 
 from onmt_lite.utils.errors import UserError
@@ -35,8 +36,10 @@ def check_penalties(coverage_kind: str, beta: float) -> None:
     reach, which holds for any ``alpha`` (the length penalty is positive) but only while the
     coverage penalty never raises a score: ``beta`` at least 0."""
     if coverage_kind != "none" and beta < 0:
-        raise UserError(f"beta must be at least 0 with a coverage penalty (got {beta}): a "
-                        "negative one would raise scores, and no search could stop early")
+        raise UserError(
+            f"beta must be at least 0 with a coverage penalty (got {beta}): a "
+            "negative one would raise scores, and no search could stop early"
+        )
 
 
 class Penalties:

@@ -1,4 +1,5 @@
 """Result: what ``Translator.translate`` gives for one input line."""
+
 from __future__ import annotations
 
 import dataclasses

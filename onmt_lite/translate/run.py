@@ -12,6 +12,7 @@ when the run succeeds, or none does. Standard output, devices and FIFOs are writ
 translations come (nothing there can be taken back). A killed run's temporaries are removed by the
 next run on the same files; a live run's are locked, and kept.
 """
+
 import gc
 import glob
 import itertools
@@ -51,11 +52,15 @@ def pieces(src, tgt, size):
         piece = list(itertools.islice(sources, size or None))
         piece_targets = list(itertools.islice(targets, len(piece))) if targets is not None else None
         if piece_targets is not None and len(piece_targets) < len(piece):
-            raise UserError(f"-src has {first + len(piece) + sum(1 for _ in sources)} lines but -tgt has "
-                            f"{first + len(piece_targets)}")
+            raise UserError(
+                f"-src has {first + len(piece) + sum(1 for _ in sources)} lines but -tgt has "
+                f"{first + len(piece_targets)}"
+            )
         if not piece:
             if targets is not None and next(targets, None) is not None:
-                raise UserError(f"-src has {first} lines but -tgt has {first + 1 + sum(1 for _ in targets)}")
+                raise UserError(
+                    f"-src has {first} lines but -tgt has {first + 1 + sum(1 for _ in targets)}"
+                )
             return
         yield first, piece, piece_targets
         first += len(piece)
@@ -66,7 +71,9 @@ def output_lines(result, report_align=False):
     ``report_align`` (OpenNMT-py 1.x's format)."""
     if not report_align:
         return result.hypotheses
-    return [f"{hyp} ||| {pharaoh(align)}" for hyp, align in zip(result.hypotheses, result.alignment)]
+    return [
+        f"{hyp} ||| {pharaoh(align)}" for hyp, align in zip(result.hypotheses, result.alignment)
+    ]
 
 
 PLOT_NAME = re.compile(r"\d{5,}\.png")  # attn_plot.plot_path's names: DIR/00001.png for line 1
@@ -86,10 +93,13 @@ def check_outputs(opt, output: str) -> list[tuple[str, str]]:
         plots = os.path.realpath(opt.attn_plot)
         for option, path in outputs:
             target = os.path.realpath(path)
-            if target == plots or (os.path.dirname(target) == plots
-                                   and PLOT_NAME.fullmatch(os.path.basename(target))):
-                raise UserError(f"{option} {path}: -attn_plot {opt.attn_plot} writes there; give "
-                                f"each output a file of its own")
+            if target == plots or (
+                os.path.dirname(target) == plots and PLOT_NAME.fullmatch(os.path.basename(target))
+            ):
+                raise UserError(
+                    f"{option} {path}: -attn_plot {opt.attn_plot} writes there; give "
+                    f"each output a file of its own"
+                )
         prepare_directory(opt.attn_plot)  # last: it makes the directory
     return outputs
 
@@ -132,8 +142,14 @@ def translate(opt):
     return summary
 
 
-def translate_pieces(opt, translator: Translator, summary: "Summary", write: Callable[[str], None],
-                     plots: str | None, total: int) -> list:
+def translate_pieces(
+    opt,
+    translator: Translator,
+    summary: "Summary",
+    write: Callable[[str], None],
+    plots: str | None,
+    total: int,
+) -> list:
     """Translate -src piece by piece (-shard_size), writing the output lines with ``write`` and the
     attention plots into ``plots``; returns the beam dumps of all lines (with -dump_beam)."""
     beams = []
@@ -144,9 +160,15 @@ def translate_pieces(opt, translator: Translator, summary: "Summary", write: Cal
         with Progress(total, "lines", "translate") as progress:
             for first, sources, targets in pieces(opt.src, opt.tgt, opt.shard_size):
                 start = time.time()
-                results = translator.translate(sources, targets, progress.update, where=(opt.src, first + 1))
+                results = translator.translate(
+                    sources, targets, progress.update, where=(opt.src, first + 1)
+                )
                 summary.elapsed += time.time() - start
-                write("".join(line + "\n" for r in results for line in output_lines(r, opt.report_align)))
+                write(
+                    "".join(
+                        line + "\n" for r in results for line in output_lines(r, opt.report_align)
+                    )
+                )
                 if plots is not None:
                     write_attention_plots(results, plots, first + 1)
                 summary.add(results, targets, first)
@@ -176,14 +198,20 @@ class Summary:
                 for hyp, score in zip(result.hypotheses, result.scores):
                     logger.info(f"PRED {i}: {hyp}\nPRED SCORE: {score:.4f}")
                 if result.gold_score is not None:
-                    logger.info(f"GOLD {i}: {targets[i - first - 1].strip()}\nGOLD SCORE: {result.gold_score:.4f}")
+                    logger.info(
+                        f"GOLD {i}: {targets[i - first - 1].strip()}\nGOLD SCORE: {result.gold_score:.4f}"
+                    )
             if opt.attn_debug and result.attention[0] is not None:
-                rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row[: len(result.source)].tolist())
-                                 for w, row in zip(result.tokens[0] + ["</s>"], result.attention[0]))
+                rows = "\n".join(
+                    f"{w}\t" + " ".join(f"{a:.2f}" for a in row[: len(result.source)].tolist())
+                    for w, row in zip(result.tokens[0] + ["</s>"], result.attention[0])
+                )
                 logger.info(f"ATTENTION {i} ({' '.join(result.source)}):\n{rows}")
             if opt.align_debug and result.alignment[0] is not None:
-                rows = "\n".join(f"{w}\t" + " ".join(f"{a:.2f}" for a in row.tolist())
-                                 for w, row in zip(result.tokens[0], result.alignment[0]))
+                rows = "\n".join(
+                    f"{w}\t" + " ".join(f"{a:.2f}" for a in row.tolist())
+                    for w, row in zip(result.tokens[0], result.alignment[0])
+                )
                 logger.info(f"ALIGNMENT {i} ({' '.join(result.source)}):\n{rows}")
         self.lines += len(results)
         if targets is not None:
@@ -201,5 +229,7 @@ class Summary:
             logger.info("; ".join(str(score) for score in scores))
         if self.opt.report_time:
             elapsed = max(self.elapsed, 1e-9)
-            logger.info(f"translated {self.lines} lines in {self.elapsed:.2f} s: {self.lines / elapsed:.1f} "
-                        f"sentences/s, {self.pred_words / elapsed:.1f} tokens/s")
+            logger.info(
+                f"translated {self.lines} lines in {self.elapsed:.2f} s: {self.lines / elapsed:.1f} "
+                f"sentences/s, {self.pred_words / elapsed:.1f} tokens/s"
+            )

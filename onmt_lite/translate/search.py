@@ -18,6 +18,7 @@ prefix ends; the search then goes on freely. The prefix counts in the output, it
 length (-min_length, -max_length, -ratio), but an example's maximum is never shorter than its prefix.
 A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses (``-dump_beam``).
 """
+
 import dataclasses
 import math
 
@@ -58,8 +59,14 @@ class SearchOptions:
 
     def __post_init__(self):
         """The checks the command line makes, for the library too: a UserError naming the field."""
-        whole = {"beam_size": 1, "n_best": 1, "min_length": 0, "max_length": 1, "block_ngram_repeat": 0,
-                 "sampling_topk": 0}
+        whole = {
+            "beam_size": 1,
+            "n_best": 1,
+            "min_length": 0,
+            "max_length": 1,
+            "block_ngram_repeat": 0,
+            "sampling_topk": 0,
+        }
         for name, least in whole.items():
             require_whole(name, getattr(self, name), least)
         for name in ("ratio", "alpha", "beta", "sampling_temp"):
@@ -67,14 +74,20 @@ class SearchOptions:
             if not isinstance(value, (int, float)) or math.isnan(value):
                 raise UserError(f"{name} must be a number (got {value!r})")
         if self.ratio < 0 or self.sampling_temp <= 0:
-            raise UserError(f"ratio must be at least 0 and sampling_temp above 0 (got {self.ratio}, "
-                            f"{self.sampling_temp})")
+            raise UserError(
+                f"ratio must be at least 0 and sampling_temp above 0 (got {self.ratio}, "
+                f"{self.sampling_temp})"
+            )
         if not all(math.isfinite(getattr(self, name)) for name in ("alpha", "beta")):
             raise UserError(f"alpha and beta must be finite (got {self.alpha}, {self.beta})")
-        for name, allowed in (("length_penalty", ("none", "wu", "avg")),
-                              ("coverage_penalty", ("none", "wu", "summary"))):
+        for name, allowed in (
+            ("length_penalty", ("none", "wu", "avg")),
+            ("coverage_penalty", ("none", "wu", "summary")),
+        ):
             if getattr(self, name) not in allowed:
-                raise UserError(f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})")
+                raise UserError(
+                    f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})"
+                )
         check_penalties(self.coverage_penalty, self.beta)
         if not self.sampling and self.n_best > self.beam_size:
             raise UserError(f"n_best {self.n_best} is larger than beam_size {self.beam_size}")
@@ -94,7 +107,7 @@ def block_ngrams(log_probs, seqs, n, ignore, first=None):
     if seqs.size(1) < n:
         return log_probs
     grams = seqs.unfold(1, n, 1)  # [R x (t - n + 1) x n]
-    current = seqs[:, seqs.size(1) - n + 1:]  # the last n - 1 tokens: [R x n - 1]
+    current = seqs[:, seqs.size(1) - n + 1 :]  # the last n - 1 tokens: [R x n - 1]
     if n > 1:
         repeated = (grams[:, :, :-1] == current.unsqueeze(1)).all(2)
     else:
@@ -103,7 +116,9 @@ def block_ngrams(log_probs, seqs, n, ignore, first=None):
         ignored = torch.tensor(sorted(ignore), device=seqs.device)
         repeated &= ~torch.isin(grams, ignored).any(2)
     if first is not None:
-        repeated &= torch.arange(grams.size(1), device=seqs.device).unsqueeze(0) >= first.unsqueeze(1)
+        repeated &= torch.arange(grams.size(1), device=seqs.device).unsqueeze(0) >= first.unsqueeze(
+            1
+        )
     # several n-grams can end in the same token: count the hits (a plain scatter_ would let any one win)
     hits = torch.zeros(log_probs.shape, dtype=torch.long, device=log_probs.device)
     hits.scatter_add_(1, grams[:, :, -1], repeated.long())
@@ -115,7 +130,9 @@ def force_tokens(log_probs, model_log_probs, rows, tokens):
     their log-probability in ``model_log_probs`` (before any blocking: a prefix is taken whatever it
     repeats)."""
     kept = model_log_probs[rows].gather(1, tokens)
-    only = torch.full((rows.numel(), log_probs.size(1)), NEG_INF, dtype=log_probs.dtype, device=log_probs.device)
+    only = torch.full(
+        (rows.numel(), log_probs.size(1)), NEG_INF, dtype=log_probs.dtype, device=log_probs.device
+    )
     return log_probs.index_copy(0, rows, only.scatter_(1, tokens, kept))
 
 
@@ -126,8 +143,6 @@ def sample(log_probs, topk, temperature):
         kth = logits.topk(topk, dim=1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, NEG_INF)
     return torch.multinomial(torch.softmax(logits, dim=1), 1)
-
-
 
 
 class Search:
@@ -144,8 +159,9 @@ class Search:
         self.recorder = recorder
         self.penalties = Penalties(opts)
 
-    def run(self, stepper, batch_size: int, src_lengths, prefix: list | None = None,
-            device=None) -> list[list[Hypothesis]]:
+    def run(
+        self, stepper, batch_size: int, src_lengths, prefix: list | None = None, device=None
+    ) -> list[list[Hypothesis]]:
         """Decode one batch whose rows ``stepper`` holds; n-best lists in batch order.
         ``src_lengths``: the examples' source lengths, a list (or a tensor, read here);
         ``prefix``: each example's target prefix ids (lists), or None; ``device``: the
@@ -247,8 +263,9 @@ class Search:
         if o.block_ngram_repeat > 0:
             first = state.of_stepped(state.col.repeat_interleave(state.K))
             seqs = state.of_stepped(state.seqs[:, 1:])
-            log_probs = block_ngrams(log_probs, seqs, o.block_ngram_repeat, o.ignore_when_blocking,
-                                     first)
+            log_probs = block_ngrams(
+                log_probs, seqs, o.block_ngram_repeat, o.ignore_when_blocking, first
+            )
         forced = state.forced()
         if forced is not None:
             log_probs = force_tokens(log_probs, model_log_probs, *forced)
@@ -285,8 +302,13 @@ class Search:
         batch, K = tokens.shape
         parents = torch.zeros_like(tokens) if select is None else select.view(batch, K) % K
         stepped = log_probs if rows is None else log_probs.index_select(0, rows)
-        self.recorder.record(state.ids, tokens, parents, state.scores,
-                             stepped.gather(1, tokens.view(-1, 1)).view(batch, K))
+        self.recorder.record(
+            state.ids,
+            tokens,
+            parents,
+            state.scores,
+            stepped.gather(1, tokens.view(-1, 1)).view(batch, K),
+        )
 
 
 class OneBatch:

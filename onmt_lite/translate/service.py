@@ -11,6 +11,7 @@ One thread decodes; callers hand it work through a queue and wait on a ``concurr
 Loading, unloading and moving the model between devices go through the same queue, so they happen
 between searches, never under one.
 """
+
 import collections
 import concurrent.futures
 import gc
@@ -52,8 +53,14 @@ class _ArrivalFeeder(RowFeeder):
     callers who gave up (``TranslationService.cancel``) leave the search at its next step."""
 
     def __init__(self, service, translator):
-        super().__init__([], translator.make_stepper, translator.search_options.beam_width,
-                         translator.batch_size, translator.batch_type, translator.device)
+        super().__init__(
+            [],
+            translator.make_stepper,
+            translator.search_options.beam_width,
+            translator.batch_size,
+            translator.batch_type,
+            translator.device,
+        )
         self.service = service
 
     def _next_batch(self):
@@ -89,7 +96,15 @@ class TranslationService:
         name: the decoding thread's name.
     """
 
-    def __init__(self, load, gpu=-1, max_tokens=1000, idle_timeout=-1, on_timeout="to_cpu", name="translation"):
+    def __init__(
+        self,
+        load,
+        gpu=-1,
+        max_tokens=1000,
+        idle_timeout=-1,
+        on_timeout="to_cpu",
+        name="translation",
+    ):
         if on_timeout not in ("to_cpu", "unload"):
             raise UserError(f"on_timeout must be to_cpu or unload (got {on_timeout!r})")
         self._load, self.gpu, self.max_tokens = load, gpu, max_tokens
@@ -162,7 +177,9 @@ class TranslationService:
                     item = self._inbox.get(timeout=self.idle_timeout if timed else None)
                 except queue.Empty:
                     self._idled = True
-                    self._settle(concurrent.futures.Future(), self._do, self.on_timeout)  # errors: logged
+                    self._settle(
+                        concurrent.futures.Future(), self._do, self.on_timeout
+                    )  # errors: logged
                     continue
             self._idled = False
             if item is _STOP:
@@ -253,12 +270,20 @@ class TranslationService:
             return  # its caller gave up while it waited
         translator = self.translator
         try:
-            inputs = TextBatches(job.sources, None, translator.vocabs, translator.tokenizers, translator.copy,
-                                 first_index=self._next_index)
+            inputs = TextBatches(
+                job.sources,
+                None,
+                translator.vocabs,
+                translator.tokenizers,
+                translator.copy,
+                first_index=self._next_index,
+            )
             for line, tokens in enumerate(inputs.src_tokens):
                 if len(tokens) > self.max_tokens:
-                    raise UserError(f"sentence {line + 1} has {len(tokens)} tokens, more than this server's "
-                                    f"limit of {self.max_tokens} (--max_sentence_tokens)")
+                    raise UserError(
+                        f"sentence {line + 1} has {len(tokens)} tokens, more than this server's "
+                        f"limit of {self.max_tokens} (--max_sentence_tokens)"
+                    )
         except Exception as err:
             job.future.set_exception(err)
             return

@@ -10,6 +10,7 @@ only what the copy needs when the search keeps no attention (``keep_attention=Fa
 from one stepper to another: examples encoded in one batch join a search that is already running
 (the source width S of the attention then grows to the longest; it never shrinks).
 """
+
 import copy
 import math
 
@@ -41,7 +42,11 @@ class ModelStepper:
         self.memory = memory_bank.transpose(0, 1).contiguous()
         # what the attention computes of the memory (mlp attention's projection, the Transformer's keys and
         # values): once per example here, not at every step for every beam
-        self.keys = model.decoder.memory_keys(memory_bank) if model.decoder.precomputes_memory_keys else None
+        self.keys = (
+            model.decoder.memory_keys(memory_bank)
+            if model.decoder.precomputes_memory_keys
+            else None
+        )
         self.keys_batch_dim, self.keys_source_dim = model.decoder.memory_keys_dims
         self.lengths, self.state = lengths, state
         if self.copy:
@@ -49,18 +54,30 @@ class ModelStepper:
 
     def step(self, tokens):
         inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
-        dec_out, attns, self.state = self.model.decode(inputs, self.memory.transpose(0, 1), self.lengths, self.state,
-                                                       self.keys, need_attention=self.keep_attention)
+        dec_out, attns, self.state = self.model.decode(
+            inputs,
+            self.memory.transpose(0, 1),
+            self.lengths,
+            self.state,
+            self.keys,
+            need_attention=self.keep_attention,
+        )
         if not self.copy:
             log_probs = self.model.generator(dec_out[0])
         else:
-            log_probs = collapse_copy_log_probs(self.model.generator(dec_out[0], attns["copy"][0], self.src_map),
-                                                self.ex_ids, self.vocab_size)
+            log_probs = collapse_copy_log_probs(
+                self.model.generator(dec_out[0], attns["copy"][0], self.src_map),
+                self.ex_ids,
+                self.vocab_size,
+            )
         if not self.keep_attention:
             return log_probs, {}
         # the search keeps attention in float32 whatever the model's precision (-precision)
-        attns = {name: at_least_float32(value[0]) for name, value in attns.items()
-                 if name in ("std", "copy")}
+        attns = {
+            name: at_least_float32(value[0])
+            for name, value in attns.items()
+            if name in ("std", "copy")
+        }
         if self.copy:
             gate = self.model.generator.linear_copy(dec_out[0])
             attns["p_copy"] = torch.sigmoid(at_least_float32(gate))

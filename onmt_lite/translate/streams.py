@@ -18,6 +18,7 @@ asked for more of them after its parent had used some hung. A child sends what i
 pickled, through a pipe; ``consume`` runs in the calling process, one item at a time. The child
 ends with ``os._exit``, so it never flushes its copies of the parent's buffers.
 """
+
 import ctypes
 import os
 import pickle
@@ -120,7 +121,9 @@ def _child(i, work, writer, autocast, parent):
     code = 1
     try:
         _die_with_parent(parent)
-        _run_stream(i, 1, work, lambda item: writer.send_bytes(pickle.dumps(("item", item), -1)), autocast)
+        _run_stream(
+            i, 1, work, lambda item: writer.send_bytes(pickle.dumps(("item", item), -1)), autocast
+        )
         writer.send_bytes(pickle.dumps(("done", None), -1))
         code = 0
     except BaseException as error:
@@ -128,7 +131,9 @@ def _child(i, work, writer, autocast, parent):
         try:
             message = pickle.dumps(("error", (error, text)), -1)
         except Exception:  # an error that does not pickle: its text
-            message = pickle.dumps(("error", (RuntimeError(f"{type(error).__name__}: {error}"), text)), -1)
+            message = pickle.dumps(
+                ("error", (RuntimeError(f"{type(error).__name__}: {error}"), text)), -1
+            )
         try:
             writer.send_bytes(message)
         except OSError:
@@ -157,7 +162,9 @@ def _run_in_processes(threads, work, consume):
                     errors.append(error)
                 return
         except EOFError:
-            errors.append(RuntimeError(f"decoding stream {i} (process {pid}) ended without its results"))
+            errors.append(
+                RuntimeError(f"decoding stream {i} (process {pid}) ended without its results")
+            )
         except BaseException as error:
             errors.append(error)
 
@@ -169,7 +176,9 @@ def _run_in_processes(threads, work, consume):
                 # Python 3.12+ warns of forking a process with threads (here OpenMP's, idle): a
                 # child could find a lock another thread held. Ours runs one thread of PyTorch
                 # (OpenMP's pool is not used) and takes no lock of the other threads' making.
-                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                warnings.filterwarnings(
+                    "ignore", "This process .* is multi-threaded", DeprecationWarning
+                )
                 pid = os.fork()
             if pid == 0:
                 reader.close()

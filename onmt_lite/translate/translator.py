@@ -1,10 +1,11 @@
 """Translator: load checkpoints once, translate lists of strings, with scores and attention.
 
-    from onmt_lite import Translator
-    translator = Translator.load(["model_step_1000.pt"], beam_size=5)
-    for result in translator.translate(["h e l l o"]):
-        print(result.hypotheses[0], result.scores[0])
+from onmt_lite import Translator
+translator = Translator.load(["model_step_1000.pt"], beam_size=5)
+for result in translator.translate(["h e l l o"]):
+    print(result.hypotheses[0], result.scores[0])
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,13 @@ from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.finished import Hypothesis
 from onmt_lite.translate.gold import gold_scores
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
-from onmt_lite.translate.loading import (attention_options, load_models, read_phrase_table,
-                                         require_attention, search_options)
+from onmt_lite.translate.loading import (
+    attention_options,
+    load_models,
+    read_phrase_table,
+    require_attention,
+    search_options,
+)
 from onmt_lite.translate.result import Result
 from onmt_lite.translate.search import Search, SearchOptions, require_whole
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
@@ -33,6 +39,7 @@ from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 
 __all__ = ["Translator", "Result", "load_models", "search_options"]
+
 
 class Translator:
     """Translate with one model or an ensemble.
@@ -49,11 +56,26 @@ class Translator:
             (``-tgt_prefix``). dump_beam: record each line's search steps in ``Result.beam``.
     """
 
-    def __init__(self, models: list, vocabs: dict, *, preprocess: dict = None, search: SearchOptions = None,
-                 replace_unk: bool = False, phrase_table: dict = None, batch_size: int = 30,
-                 batch_type: str = "sents", avg_raw_probs: bool = False, src_spm: str = "", tgt_spm: str = "",
-                 device="cpu", fork_streams: bool = False, report_align: bool = False, tgt_prefix: bool = False,
-                 dump_beam: bool = False):
+    def __init__(
+        self,
+        models: list,
+        vocabs: dict,
+        *,
+        preprocess: dict = None,
+        search: SearchOptions = None,
+        replace_unk: bool = False,
+        phrase_table: dict = None,
+        batch_size: int = 30,
+        batch_type: str = "sents",
+        avg_raw_probs: bool = False,
+        src_spm: str = "",
+        tgt_spm: str = "",
+        device="cpu",
+        fork_streams: bool = False,
+        report_align: bool = False,
+        tgt_prefix: bool = False,
+        dump_beam: bool = False,
+    ):
         require_whole("batch_size", batch_size, 1)
         if report_align:
             check_alignment_models(models)
@@ -62,16 +84,27 @@ class Translator:
         self.models = models
         self.vocabs = vocabs
         self.search_options = search if search is not None else SearchOptions()
-        require_attention(models, [name for name, given in (
-            ("replace_unk", replace_unk), ("coverage_penalty", self.search_options.coverage_penalty != "none"))
-            if given])
+        require_attention(
+            models,
+            [
+                name
+                for name, given in (
+                    ("replace_unk", replace_unk),
+                    ("coverage_penalty", self.search_options.coverage_penalty != "none"),
+                )
+                if given
+            ],
+        )
         self.copy = models[0].decoder.copy_attn
         self.tokenizers = build_tokenizers(preprocess or {}, src_spm, tgt_spm)
         if report_align and any(tokenizer.spm_model for tokenizer in self.tokenizers):
-            raise UserError("-report_align with a sentencepiece model: the alignment would index the pieces, "
-                            "not the words of the input and output lines")
-        self.words = OutputWords(vocabs["tgt"], self.tokenizers[1], self.copy, replace_unk,
-                                 phrase_table)
+            raise UserError(
+                "-report_align with a sentencepiece model: the alignment would index the pieces, "
+                "not the words of the input and output lines"
+            )
+        self.words = OutputWords(
+            vocabs["tgt"], self.tokenizers[1], self.copy, replace_unk, phrase_table
+        )
         self.batch_size = batch_size
         self.batch_type = batch_type
         self.avg_raw_probs = avg_raw_probs
@@ -82,18 +115,26 @@ class Translator:
         self.dump_beam = dump_beam
 
     @classmethod
-    def load(cls, paths, device="cpu", quantize: str = "none", precision: str = "fp32",
-             **kwargs) -> "Translator":
+    def load(
+        cls, paths, device="cpu", quantize: str = "none", precision: str = "fp32", **kwargs
+    ) -> "Translator":
         """A Translator of the checkpoints ``paths`` (a list: several make an ensemble; or one path).
         ``quantize`` and ``precision``: as -quantize and -precision (``fast_paths.prepare_model``).
         ``kwargs`` are ``SearchOptions`` fields (``beam_size=5``, ``n_best``, ...) and the keyword
         arguments of ``__init__``."""
-        paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+        paths = (
+            [paths]
+            if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__")
+            else list(paths)
+        )
         search_keys = {f.name for f in dataclasses.fields(SearchOptions)}
         search = SearchOptions(**{k: v for k, v in kwargs.items() if k in search_keys})
-        rows = decoding_rows(kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width)
-        models, vocabs, preprocess = load_models(paths, torch.device(device), quantize, rows,
-                                                 precision)
+        rows = decoding_rows(
+            kwargs.get("batch_size", 30), kwargs.get("batch_type", "sents"), search.beam_width
+        )
+        models, vocabs, preprocess = load_models(
+            paths, torch.device(device), quantize, rows, precision
+        )
         rest = {k: v for k, v in kwargs.items() if k not in search_keys}
         return cls(models, vocabs, preprocess=preprocess, search=search, device=device, **rest)
 
@@ -109,19 +150,36 @@ class Translator:
         if opt.fp32 and opt.precision != "fp32":  # 1.x's -fp32: decode in float32
             raise UserError(f"-fp32 and -precision {opt.precision} contradict each other")
         rows = decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size)
-        models, vocabs, preprocess = load_models(opt.model, device, opt.quantize, rows,
-                                                 opt.precision)
+        models, vocabs, preprocess = load_models(
+            opt.model, device, opt.quantize, rows, opt.precision
+        )
         require_attention(models, attention_options(opt), opt.model)
-        return cls(models, vocabs, preprocess=preprocess, search=search_options(opt, vocabs["tgt"]),
-                   replace_unk=opt.replace_unk,
-                   phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
-                   batch_size=opt.batch_size, batch_type=opt.batch_type, avg_raw_probs=opt.avg_raw_probs,
-                   src_spm=opt.src_spm, tgt_spm=opt.tgt_spm, device=device, fork_streams=True,
-                   report_align=opt.report_align or opt.align_debug, tgt_prefix=opt.tgt_prefix,
-                   dump_beam=bool(opt.dump_beam))
+        return cls(
+            models,
+            vocabs,
+            preprocess=preprocess,
+            search=search_options(opt, vocabs["tgt"]),
+            replace_unk=opt.replace_unk,
+            phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
+            batch_size=opt.batch_size,
+            batch_type=opt.batch_type,
+            avg_raw_probs=opt.avg_raw_probs,
+            src_spm=opt.src_spm,
+            tgt_spm=opt.tgt_spm,
+            device=device,
+            fork_streams=True,
+            report_align=opt.report_align or opt.align_debug,
+            tgt_prefix=opt.tgt_prefix,
+            dump_beam=bool(opt.dump_beam),
+        )
 
-    def translate(self, sources: list[str], targets: list[str] | None = None,
-                  progress: Callable[[int], None] | None = None, where: tuple = ("the source", 1)) -> list[Result]:
+    def translate(
+        self,
+        sources: list[str],
+        targets: list[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+        where: tuple = ("the source", 1),
+    ) -> list[Result]:
         """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
         references (gold scores), or the prefixes of the translations with ``tgt_prefix``. ``where``:
         ``(name, line number)`` of the first source, for errors naming a line (word features).
@@ -133,25 +191,50 @@ class Translator:
         are the same.
         """
         for name, lines in (("sources", sources), ("targets", targets)):
-            if isinstance(lines, str) or (lines is not None and not all(isinstance(x, str) for x in lines)):
-                raise TypeError(f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})")
+            if isinstance(lines, str) or (
+                lines is not None and not all(isinstance(x, str) for x in lines)
+            ):
+                raise TypeError(
+                    f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})"
+                )
         if self.tgt_prefix and targets is None:
             raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
-        inputs = TextBatches(sources, targets, self.vocabs, self.tokenizers, self.copy, prefixes=self.tgt_prefix,
-                             where=where)
+        inputs = TextBatches(
+            sources,
+            targets,
+            self.vocabs,
+            self.tokenizers,
+            self.copy,
+            prefixes=self.tgt_prefix,
+            where=where,
+        )
         results = [Result(tokens_src) for tokens_src in inputs.src_tokens]
         if progress is not None and inputs.n_lines > len(inputs.lines):
             progress(inputs.n_lines - len(inputs.lines))
-        streams, in_processes = decoding_streams(torch.get_num_threads(), self.device, self.search_options.sampling,
-                                                 inputs.count(self.batch_size, self.batch_type), self.fork_streams)
+        streams, in_processes = decoding_streams(
+            torch.get_num_threads(),
+            self.device,
+            self.search_options.sampling,
+            inputs.count(self.batch_size, self.batch_type),
+            self.fork_streams,
+        )
 
         def decode_stream(i):
             """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)`` each."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
-            feeder = RowFeeder(batches, self.make_stepper, self.search_options.beam_width,
-                               self.batch_size, self.batch_type, self.device, inputs.prefixes)
+            feeder = RowFeeder(
+                batches,
+                self.make_stepper,
+                self.search_options.beam_width,
+                self.batch_size,
+                self.batch_type,
+                self.device,
+                inputs.prefixes,
+            )
             recorder = BeamRecorder() if self.dump_beam else None
-            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(feeder):
+            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(
+                feeder
+            ):
                 line, ex_words = feeder.examples.pop(example)
                 yield line, nbest, ex_words, recorder.pop(example) if recorder is not None else None
 
@@ -177,8 +260,9 @@ class Translator:
         return results
 
     @torch.no_grad()
-    def _teacher_forced(self, inputs: TextBatches, results: list[Result],
-                        hypothesis_ids: dict) -> None:
+    def _teacher_forced(
+        self, inputs: TextBatches, results: list[Result], hypothesis_ids: dict
+    ) -> None:
         """The passes after the search: gold scores of the targets, alignments of the n-best
         (``hypothesis_ids``: ``{line: token ids of its n-best}``), into ``results``."""
         vocab_size = len(self.vocabs["tgt"])
@@ -187,23 +271,32 @@ class Translator:
                 gold_scores(self.models, batch.to(self.device), results, vocab_size)
         if self.report_align:
             for batch in inputs.batches(self.batch_size, self.batch_type):
-                align_results(self.models, batch.to(self.device), hypothesis_ids, results,
-                              vocab_size)
+                align_results(
+                    self.models, batch.to(self.device), hypothesis_ids, results, vocab_size
+                )
 
     def make_stepper(self, batch: Batch) -> EnsembleStepper:
         """The stepper of ``batch`` (on the device): its examples encoded by every model, a row
         each (what a search's feeder calls for each batch it lets in)."""
         vocab_size = len(self.vocabs["tgt"])
         options = self.search_options
-        keep_attention = options.attention or options.coverage_penalty != "none"  # the penalty sums it
+        keep_attention = (
+            options.attention or options.coverage_penalty != "none"
+        )  # the penalty sums it
         steppers = [ModelStepper(m, batch, vocab_size, keep_attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 
-    def decode_batch(self, batch: Batch, search: Search | None = None, sources: list | None = None) -> list[list]:
+    def decode_batch(
+        self, batch: Batch, search: Search | None = None, sources: list | None = None
+    ) -> list[list]:
         """n-best ``(words, Hypothesis)`` lists of the examples of ``batch``, in batch order."""
         search = search or Search(self.search_options, BOS_ID, EOS_ID)
-        nbest = search.run(self.make_stepper(batch), batch.batch_size,
-                           batch.src_lengths_cpu.tolist(), device=batch.src.device)
+        nbest = search.run(
+            self.make_stepper(batch),
+            batch.batch_size,
+            batch.src_lengths_cpu.tolist(),
+            device=batch.src.device,
+        )
         out = []
         for b, hyps in enumerate(nbest):
             ex_words = batch.src_ex_vocab[b] if self.copy else None

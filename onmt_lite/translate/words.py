@@ -1,5 +1,6 @@
 """OutputWords: a search's token ids made words and text (copied words, ``-replace_unk``,
 ``-phrase_table``, sentencepiece), and written into a ``Result``."""
+
 from __future__ import annotations
 
 from onmt_lite.data.corpus import Tokenizer
@@ -15,8 +16,14 @@ class OutputWords:
     the source word it attends to most (through ``phrase_table``, ``{source word: target}``, when
     there)."""
 
-    def __init__(self, vocab, tokenizer: Tokenizer, copy: bool = False, replace_unk: bool = False,
-                 phrase_table: dict | None = None):
+    def __init__(
+        self,
+        vocab,
+        tokenizer: Tokenizer,
+        copy: bool = False,
+        replace_unk: bool = False,
+        phrase_table: dict | None = None,
+    ):
         self.vocab = vocab
         self.tokenizer = tokenizer
         self.copy = copy
@@ -36,7 +43,7 @@ class OutputWords:
         words = []
         for position, token in enumerate(hyp.tokens):
             if token == UNK_ID and replacing:
-                source_word = src_tokens[int(align[position, :len(src_tokens)].argmax())]
+                source_word = src_tokens[int(align[position, : len(src_tokens)].argmax())]
                 words.append(self.phrase_table.get(source_word, source_word))
             else:
                 words.append(self.word(token, ex_words))

@@ -8,6 +8,7 @@ may then use TF32; there is no option of its own for TF32). ``onmt_lite_train`` 
 ``onmt_lite_translate`` call ``configure_cuda`` when they run on a CUDA device; the library
 (``Trainer``, ``Translator.load``) never changes these process-wide flags by itself.
 """
+
 import torch
 
 

@@ -5,6 +5,7 @@ file that cannot be written) prints ``NAME: error: MESSAGE`` and exits 2; a sign
 training cleanly (``Stopped``) exits 128 + the signal number; any other exception is an internal
 error: one line and exit 1. ``-debug`` (or ``set_debug(True)``) shows the Python traceback instead.
 """
+
 import functools
 import sys
 import traceback

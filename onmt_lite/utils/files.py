@@ -16,6 +16,7 @@ a regular file (a character device such as /dev/null, a FIFO, a socket) and a na
 descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written straight into, with
 no temporary and no rename, as a shell's ``>`` would.
 """
+
 import contextlib
 import io
 import os
@@ -28,7 +29,6 @@ from collections.abc import Callable, Sequence
 
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.locks import _UMASK, TEMP_SUFFIX, locked_temporary
-
 
 
 _DESCRIPTOR_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
@@ -103,8 +103,9 @@ def _identities(kind: str, where) -> set:
     return names | {(found.st_dev, found.st_ino)}
 
 
-def require_distinct_outputs(outputs: Sequence[tuple[str, str]],
-                             appended: Sequence[tuple[str, str]] = ()) -> None:
+def require_distinct_outputs(
+    outputs: Sequence[tuple[str, str]], appended: Sequence[tuple[str, str]] = ()
+) -> None:
     """A UserError naming both options when two of ``outputs`` (``(option, path)`` pairs, the files
     one command writes) are one file (links followed) and one of them is replaced by a rename (a
     regular file or a new path): the content written first would be lost. Two names of one device,
@@ -117,8 +118,10 @@ def require_distinct_outputs(outputs: Sequence[tuple[str, str]],
         names = _identities(kind, where)
         for other_option, other_path, other_replaced, other_names in seen:
             if (replaced or other_replaced) and names & other_names:
-                raise UserError(f"{option} {path}: the same file as {other_option} {other_path}; "
-                                f"give each output a file of its own")
+                raise UserError(
+                    f"{option} {path}: the same file as {other_option} {other_path}; "
+                    f"give each output a file of its own"
+                )
         seen.append((option, path, replaced, names))
 
 
@@ -233,12 +236,16 @@ def load_tensors(path, what):
         code = re.search(r"GLOBAL (\S+)|unrecognized function (\S+)", str(err))
         if code:
             found = code.group(1) or code.group(2)
-            raise UserError(f"{path}: refused: the {what} holds pickled Python objects ({found}), not only "
-                            f"tensors and plain data (onmt_lite never unpickles code)") from None
+            raise UserError(
+                f"{path}: refused: the {what} holds pickled Python objects ({found}), not only "
+                f"tensors and plain data (onmt_lite never unpickles code)"
+            ) from None
         reason = str(err).split("WeightsUnpickler error:")[-1]
     except Exception as err:  # noqa: BLE001  (torch raises several types for corrupt files)
         reason = str(err) or type(err).__name__
-    raise UserError(f"{path}: cannot load {what}: corrupt or truncated ({reason.strip().splitlines()[0]})")
+    raise UserError(
+        f"{path}: cannot load {what}: corrupt or truncated ({reason.strip().splitlines()[0]})"
+    )
 
 
 def write_text(path, text):
@@ -249,13 +256,15 @@ def write_text(path, text):
 def _text_writer(f, final: str) -> Callable[[str], None]:
     """``write(text)``: UTF-8 text into the unbuffered binary file ``f``; a UserError naming
     ``final`` on failure."""
+
     def write(text: str) -> None:
         data = memoryview(text.encode("utf-8"))
         try:
             while data:  # an unbuffered write may write part (a file size limit): the next fails
-                data = data[f.write(data):]
+                data = data[f.write(data) :]
         except OSError as err:
             raise UserError(f"{final}: cannot write ({err.strerror})") from None
+
     return write
 
 

@@ -18,6 +18,7 @@ through every operation whose tensor inputs are all host tensors; a packed seque
 ``batch_sizes`` is one by PyTorch's contract. Reads of host tensors are counted apart
 (``host_reads``).
 """
+
 from __future__ import annotations
 
 import collections

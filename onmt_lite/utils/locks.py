@@ -2,6 +2,7 @@
 (``try_lock``: one training or preprocessing run on one output prefix at a time) and the locked
 temporaries of writers whose runs may overlap, so that the temporaries a killed writer left are
 removed at the next run and a live writer's are kept (``remove_stale_temporaries``)."""
+
 import contextlib
 import errno
 import fcntl

@@ -1,5 +1,6 @@
 """One logger for the toolkit: ``[time LEVEL] message`` on stderr and, with -log_file, in a file
 (the server: one JSON object a line)."""
+
 import json
 import logging
 import sys
@@ -24,18 +25,29 @@ class JsonLines(logging.Formatter):
     ``extra={"fields": {...}}`` (a traceback too, if any)."""
 
     def format(self, record):
-        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
-               "message": record.getMessage(), **getattr(record, "fields", {})}
+        out = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "message": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-def init_logger(log_file=None, level=logging.INFO, json_lines=False, file_level=logging.NOTSET, prefix=""):
+def init_logger(
+    log_file=None, level=logging.INFO, json_lines=False, file_level=logging.NOTSET, prefix=""
+):
     """(Re)configure the ``onmt_lite`` logger; returns it. ``file_level``: the least level the log
     file records (-log_file_level); ``prefix`` starts every message (another training process's rank)."""
-    fmt = JsonLines() if json_lines else logging.Formatter(f"[%(asctime)s %(levelname)s] {prefix}%(message)s",
-                                                           "%Y-%m-%d %H:%M:%S")
+    fmt = (
+        JsonLines()
+        if json_lines
+        else logging.Formatter(
+            f"[%(asctime)s %(levelname)s] {prefix}%(message)s", "%Y-%m-%d %H:%M:%S"
+        )
+    )
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
@@ -50,7 +62,9 @@ def init_logger(log_file=None, level=logging.INFO, json_lines=False, file_level=
         file_handler.setFormatter(fmt)
         file_handler.setLevel(file_level)
         logger.addHandler(file_handler)
-    logging.raiseExceptions = False  # a log line that cannot be written (disk full) is dropped, not dumped
+    logging.raiseExceptions = (
+        False  # a log line that cannot be written (disk full) is dropped, not dumped
+    )
     logger.setLevel(level)
     logger.propagate = False
     while _waiting:

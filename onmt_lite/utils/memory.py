@@ -9,13 +9,14 @@ highest it reached instead of shrinking between steps. It is one of the CPU-only
 (``onmt_lite/translate/fast_paths.py``): the commands set it for a CPU run, never for a CUDA device,
 and the library never sets it by itself.
 """
+
 import ctypes
 
 import torch
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
 M_MMAP_MAX = -4
-LARGEST_INT = 2 ** 31 - 1
+LARGEST_INT = 2**31 - 1
 
 
 def reuse_freed_memory(device="cpu"):

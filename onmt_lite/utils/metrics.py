@@ -3,6 +3,7 @@
 Translation (``-tgt``), validation (``-valid_metrics``) and ``tools/bleu.py`` score through here, so a
 score always comes with sacrebleu's signature and reads the same in every log.
 """
+
 import dataclasses
 
 METRICS = ("BLEU", "chrF", "TER")
@@ -39,8 +40,9 @@ class CorpusScore:
         return self.result.format(signature=self.signature)
 
 
-def corpus_scores(names, hypotheses: list, references: list, tokenize: str = "13a",
-                  lowercase: bool = False) -> list:
+def corpus_scores(
+    names, hypotheses: list, references: list, tokenize: str = "13a", lowercase: bool = False
+) -> list:
     """A ``CorpusScore`` per metric name, of ``hypotheses`` (strings) against ``references``: a list of
     reference sets, each a list of strings line-aligned with the hypotheses."""
     scores = []

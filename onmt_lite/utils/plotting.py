@@ -3,6 +3,7 @@
 matplotlib is optional (``pip install -e '.[plot]'``): it is imported only when a figure is drawn,
 on the Agg backend of a bare ``Figure`` (no pyplot, no global backend switch).
 """
+
 import io
 
 from onmt_lite.utils.errors import UserError
@@ -18,7 +19,9 @@ def require_matplotlib(what):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise UserError(f"{what} needs matplotlib (pip install matplotlib, or pip install -e '.[plot]')") from None
+        raise UserError(
+            f"{what} needs matplotlib (pip install matplotlib, or pip install -e '.[plot]')"
+        ) from None
     return Figure, FigureCanvasAgg
 
 

@@ -14,6 +14,7 @@ in both cases; leaving the ``with`` block on an exception only erases the bar. A
 (None) drops the percentage, the bar and the time left. ``stream`` (default ``sys.stderr`` at the
 time of the call) is only written on a terminal.
 """
+
 import sys
 import time
 

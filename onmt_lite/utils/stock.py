@@ -6,6 +6,7 @@ The fused training loss (``loss.criteria.LinearLogSoftmaxNLL``) computes what
 A researcher who edits one of them (in the file, by a monkeypatch, on an instance, or in a
 subclass) must see the edit train: ``is_stock`` says whether the fast path may run.
 """
+
 from __future__ import annotations
 
 _STOCK: dict[type, object] = {}  # class: its forward as the package defines it
@@ -21,5 +22,9 @@ def is_stock(instance: object, cls: type) -> bool:
     """Whether ``instance`` is a ``cls`` itself (no subclass) whose ``forward`` is the one
     ``cls`` was defined with: not replaced on the class, nor set on the instance."""
     defined = _STOCK.get(cls)
-    return (type(instance) is cls and defined is not None and cls.forward is defined
-            and "forward" not in vars(instance))
+    return (
+        type(instance) is cls
+        and defined is not None
+        and cls.forward is defined
+        and "forward" not in vars(instance)
+    )

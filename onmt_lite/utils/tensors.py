@@ -1,4 +1,5 @@
 """Small tensor helpers shared by the models and the search."""
+
 import torch
 
 

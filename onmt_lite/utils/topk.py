@@ -14,6 +14,7 @@ and the k best values all lie in the kept chunks. Only the order of equal values
 ``torch.topk``'s (which does not specify it either). ``row_argmax`` does the same for the accuracy of
 a training step (the first best of each of some thousand rows of the vocabulary).
 """
+
 import torch
 
 CHUNK = 256
@@ -53,7 +54,7 @@ def row_argmax(scores):
         return scores.argmax(1)
     maxima = scores[:, : full * CHUNK].view(rows, full, CHUNK).amax(2)  # [rows x chunks]
     if full * CHUNK < width:  # the last, partial chunk
-        maxima = torch.cat([maxima, scores[:, full * CHUNK:].amax(1, keepdim=True)], 1)
+        maxima = torch.cat([maxima, scores[:, full * CHUNK :].amax(1, keepdim=True)], 1)
     first = maxima.argmax(1, keepdim=True)
     # the columns of that chunk; past the last column, the last again (later, so never the first best)
     columns = (first * CHUNK + torch.arange(CHUNK, device=scores.device)).clamp_(max=width - 1)
@@ -91,7 +92,9 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     width = scores.size(1)
     groups, n = offsets.shape
     total, n_chunks, device = groups * n, width // CHUNK, scores.device
-    row_offsets = offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]  # [len(rows) x 1]
+    row_offsets = (
+        offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]
+    )  # [len(rows) x 1]
     if n_chunks * n <= k or not chunked(scores):
         return top_k(_spread(scores + row_offsets, rows, total).view(groups, n * width), k)
     maxima = scores[:, : n_chunks * CHUNK].view(-1, n_chunks, CHUNK).amax(2) + row_offsets
@@ -99,17 +102,24 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     kept = _spread(maxima, rows, total).view(groups, n * n_chunks).topk(k, dim=1).indices
     row = torch.div(kept, n_chunks, rounding_mode="floor")
     column = (kept - row * n_chunks) * CHUNK  # [groups x k]: each kept chunk's first column
-    candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(groups, k * CHUNK)
-    flat_row = row + torch.arange(groups, device=device).unsqueeze(1) * n  # [groups x k]: into groups*n
+    candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(
+        groups, k * CHUNK
+    )
+    flat_row = (
+        row + torch.arange(groups, device=device).unsqueeze(1) * n
+    )  # [groups x k]: into groups*n
     # where each kept row is in ``scores`` (a row not there: 0; its offset is -inf)
     source = flat_row if rows is None else row_positions(rows, total)[flat_row]
     # each candidate plus its own row's offset, broadcast per kept chunk (no division per candidate)
-    picked = scores.take((source * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device))
+    picked = scores.take(
+        (source * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)
+    )
     sums = (picked + offsets.view(-1)[flat_row].unsqueeze(2)).view(groups, k * CHUNK)
     if n_chunks * CHUNK < width:  # the last, partial chunk of every row is always a candidate
-        tail = _spread(scores[:, n_chunks * CHUNK:] + row_offsets, rows, total).view(groups, -1)
-        tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(n_chunks * CHUNK, width,
-                                                                                device=device)
+        tail = _spread(scores[:, n_chunks * CHUNK :] + row_offsets, rows, total).view(groups, -1)
+        tails = torch.arange(n, device=device).unsqueeze(1) * width + torch.arange(
+            n_chunks * CHUNK, width, device=device
+        )
         candidates = torch.cat([candidates, tails.view(1, -1).expand(groups, -1)], 1)
         sums = torch.cat([sums, tail], 1)
     values, positions = sums.topk(k, dim=1)

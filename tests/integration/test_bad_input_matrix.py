@@ -1,6 +1,7 @@
 """Bad input to every command and tool: exit status 2, one line naming the problem, no traceback,
 no output file. Commands run in this process (fast); the read-only-directory cases run as a process
 without the power to override file permissions."""
+
 import os
 import shutil
 import subprocess
@@ -8,11 +9,26 @@ import sys
 
 import pytest
 
-from tests.helpers import (COMMAND_NAMES, TINY_MODEL, invoke, preprocess_in_process,
-                           train_in_process, write_lines)
+from tests.helpers import (
+    COMMAND_NAMES,
+    TINY_MODEL,
+    invoke,
+    preprocess_in_process,
+    train_in_process,
+    write_lines,
+)
 
-TOOLS = ("bleu", "average_models", "release_model", "extract_embeddings", "embeddings_to_torch",
-         "create_vocabulary", "spm_train", "g2p_scores", "prepare_cmudict")
+TOOLS = (
+    "bleu",
+    "average_models",
+    "release_model",
+    "extract_embeddings",
+    "embeddings_to_torch",
+    "create_vocabulary",
+    "spm_train",
+    "g2p_scores",
+    "prepare_cmudict",
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +37,26 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("matrix")
     data = preprocess_in_process(str(d))
     train_in_process(data, str(d / "m"), *TINY_MODEL, "-train_steps", 2)
-    f = {"dir": d, "data": data, "model": str(d / "m_step_2.pt"), "src": str(d / "src-train.txt"),
-         "tgt": str(d / "tgt-train.txt"), "vocab": f"{data}.vocab.pt", "missing": str(d / "missing.txt"),
-         "empty": write_lines(d / "empty.txt", []), "blank": write_lines(d / "blank.txt", ["", "  ", "\t"]),
-         "short": write_lines(d / "short.txt", ["w1 w2"] * 3), "nodir": str(d / "no" / "such" / "out")}
+    f = {
+        "dir": d,
+        "data": data,
+        "model": str(d / "m_step_2.pt"),
+        "src": str(d / "src-train.txt"),
+        "tgt": str(d / "tgt-train.txt"),
+        "vocab": f"{data}.vocab.pt",
+        "missing": str(d / "missing.txt"),
+        "empty": write_lines(d / "empty.txt", []),
+        "blank": write_lines(d / "blank.txt", ["", "  ", "\t"]),
+        "short": write_lines(d / "short.txt", ["w1 w2"] * 3),
+        "nodir": str(d / "no" / "such" / "out"),
+    }
     (d / "utf8.txt").write_bytes(b"w1 w2\nw3 \xc3\x28 w4\n")
     (d / "nul.txt").write_bytes(b"w1 w2\nw3\x00w4\n")
     (d / "empty.pt").write_bytes(b"")
     f.update(utf8=str(d / "utf8.txt"), nul=str(d / "nul.txt"), empty_pt=str(d / "empty.pt"))
-    f["long"] = write_lines(d / "long.txt", ["w1 w2 w3", " ".join(f"w{i % 20}" for i in range(100_000)), "w4"])
+    f["long"] = write_lines(
+        d / "long.txt", ["w1 w2 w3", " ".join(f"w{i % 20}" for i in range(100_000)), "w4"]
+    )
     f["glove"] = write_lines(d / "glove.txt", ["w1 0.1 0.2", "w2 0.3"])
     (d / "glove_utf8.txt").write_bytes(b"w1 0.1 0.2\nw2 0.3 \xff\n")
     f["glove_utf8"] = str(d / "glove_utf8.txt")
@@ -43,97 +70,351 @@ def out(f, name):
 
 
 # (case id, command, arguments given the files ``f``, expected message, outputs that must not exist)
-PREPROCESS = lambda f, src, tgt, *more: ["-train_src", src, "-train_tgt", tgt, "-save_data", out(f, "p"), *more]  # noqa: E731
-TRAIN = lambda f, *more: ["-data", f["data"], "-save_model", out(f, "t"), *TINY_MODEL, "-train_steps", 1, *more]  # noqa: E731
-TRANSLATE = lambda f, src, *more: ["-model", f["model"], "-src", src, "-output", out(f, "o.txt"), *more]  # noqa: E731
+def PREPROCESS(f, src, tgt, *more):
+    return [
+        "-train_src",
+        src,
+        "-train_tgt",
+        tgt,
+        "-save_data",
+        out(f, "p"),
+        *more,
+    ]
+
+
+def TRAIN(f, *more):
+    return [
+        "-data",
+        f["data"],
+        "-save_model",
+        out(f, "t"),
+        *TINY_MODEL,
+        "-train_steps",
+        1,
+        *more,
+    ]
+
+
+def TRANSLATE(f, src, *more):
+    return [
+        "-model",
+        f["model"],
+        "-src",
+        src,
+        "-output",
+        out(f, "o.txt"),
+        *more,
+    ]
+
+
 CASES = [
-    ("missing file", "preprocess", lambda f: PREPROCESS(f, f["missing"], f["tgt"]), r"missing\.txt: cannot open"),
-    ("empty files", "preprocess", lambda f: PREPROCESS(f, f["empty"], f["empty"]),
-     r"empty\.txt: no training pairs left \(0 pairs read"),
-    ("only empty lines", "preprocess", lambda f: PREPROCESS(f, f["blank"], f["blank"]),
-     r"blank\.txt: no training pairs left \(3 pairs read, 0 kept, 3 with an empty side skipped"),
-    ("invalid UTF-8", "preprocess", lambda f: PREPROCESS(f, f["utf8"], f["utf8"]),
-     r"utf8\.txt:2: not valid UTF-8 \(byte 0xc3 at column 4\)"),
-    ("NUL byte", "preprocess", lambda f: PREPROCESS(f, f["src"], f["nul"]), r"nul\.txt:2: contains a NUL byte"),
-    ("mismatched files", "preprocess", lambda f: PREPROCESS(f, f["src"], f["short"]),
-     r"differ in length: .*src-train\.txt has 300 lines, .*short\.txt has 3"),
-    ("unknown option", "preprocess", lambda f: PREPROCESS(f, f["src"], f["tgt"], "-frobnicate", 1),
-     r"unrecognized arguments: -frobnicate 1"),
-    ("out of range", "preprocess", lambda f: PREPROCESS(f, f["src"], f["tgt"], "-src_seq_length", 0),
-     r"-src_seq_length.*0 is below the minimum 1"),
-    ("missing output directory", "preprocess", lambda f: ["-train_src", f["src"], "-train_tgt", f["tgt"],
-                                                          "-save_data", f["nodir"]], r"does not exist"),
-    ("missing -data", "train", lambda f: ["-data", f["missing"], "-save_model", out(f, "t")], r"no training shards"),
-    ("empty checkpoint", "train", lambda f: TRAIN(f, "-train_from", f["empty_pt"]),
-     r"empty\.pt: cannot load checkpoint: corrupt or truncated"),
-    ("zero batch size", "train", lambda f: TRAIN(f, "-batch_size", 0), r"-batch_size.*0 is below the minimum 1"),
-    ("dropout 1.5", "train", lambda f: TRAIN(f, "-dropout", 1.5), r"-dropout.*1\.5 is outside \[0, 1\]"),
-    ("unknown option", "train", lambda f: TRAIN(f, "-frobnicate"), r"unrecognized arguments: -frobnicate"),
-    ("unsupported option", "train", lambda f: TRAIN(f, "-encoder_type", "cnn"),
-     r"does not support -encoder_type cnn"),
-    ("meaningless combination", "train", lambda f: TRAIN(f, "-decoder_type", "transformer", "-coverage_attn"),
-     r"-coverage_attn is for RNN decoders"),
-    ("missing output directory", "train", lambda f: ["-data", f["data"], "-save_model", f["nodir"]],
-     r"does not exist"),
-    ("missing file", "translate", lambda f: TRANSLATE(f, f["missing"]), r"missing\.txt: cannot open"),
-    ("missing model", "translate", lambda f: ["-model", f["missing"], "-src", f["src"], "-output", out(f, "o.txt")],
-     r"missing\.txt: checkpoint not found"),
-    ("empty model file", "translate", lambda f: ["-model", f["empty_pt"], "-src", f["src"], "-output",
-                                                 out(f, "o.txt")], r"empty\.pt: cannot load checkpoint"),
-    ("invalid UTF-8", "translate", lambda f: TRANSLATE(f, f["utf8"]), r"utf8\.txt:2: not valid UTF-8"),
+    (
+        "missing file",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["missing"], f["tgt"]),
+        r"missing\.txt: cannot open",
+    ),
+    (
+        "empty files",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["empty"], f["empty"]),
+        r"empty\.txt: no training pairs left \(0 pairs read",
+    ),
+    (
+        "only empty lines",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["blank"], f["blank"]),
+        r"blank\.txt: no training pairs left \(3 pairs read, 0 kept, 3 with an empty side skipped",
+    ),
+    (
+        "invalid UTF-8",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["utf8"], f["utf8"]),
+        r"utf8\.txt:2: not valid UTF-8 \(byte 0xc3 at column 4\)",
+    ),
+    (
+        "NUL byte",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["src"], f["nul"]),
+        r"nul\.txt:2: contains a NUL byte",
+    ),
+    (
+        "mismatched files",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["src"], f["short"]),
+        r"differ in length: .*src-train\.txt has 300 lines, .*short\.txt has 3",
+    ),
+    (
+        "unknown option",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["src"], f["tgt"], "-frobnicate", 1),
+        r"unrecognized arguments: -frobnicate 1",
+    ),
+    (
+        "out of range",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["src"], f["tgt"], "-src_seq_length", 0),
+        r"-src_seq_length.*0 is below the minimum 1",
+    ),
+    (
+        "missing output directory",
+        "preprocess",
+        lambda f: ["-train_src", f["src"], "-train_tgt", f["tgt"], "-save_data", f["nodir"]],
+        r"does not exist",
+    ),
+    (
+        "missing -data",
+        "train",
+        lambda f: ["-data", f["missing"], "-save_model", out(f, "t")],
+        r"no training shards",
+    ),
+    (
+        "empty checkpoint",
+        "train",
+        lambda f: TRAIN(f, "-train_from", f["empty_pt"]),
+        r"empty\.pt: cannot load checkpoint: corrupt or truncated",
+    ),
+    (
+        "zero batch size",
+        "train",
+        lambda f: TRAIN(f, "-batch_size", 0),
+        r"-batch_size.*0 is below the minimum 1",
+    ),
+    (
+        "dropout 1.5",
+        "train",
+        lambda f: TRAIN(f, "-dropout", 1.5),
+        r"-dropout.*1\.5 is outside \[0, 1\]",
+    ),
+    (
+        "unknown option",
+        "train",
+        lambda f: TRAIN(f, "-frobnicate"),
+        r"unrecognized arguments: -frobnicate",
+    ),
+    (
+        "unsupported option",
+        "train",
+        lambda f: TRAIN(f, "-encoder_type", "cnn"),
+        r"does not support -encoder_type cnn",
+    ),
+    (
+        "meaningless combination",
+        "train",
+        lambda f: TRAIN(f, "-decoder_type", "transformer", "-coverage_attn"),
+        r"-coverage_attn is for RNN decoders",
+    ),
+    (
+        "missing output directory",
+        "train",
+        lambda f: ["-data", f["data"], "-save_model", f["nodir"]],
+        r"does not exist",
+    ),
+    (
+        "missing file",
+        "translate",
+        lambda f: TRANSLATE(f, f["missing"]),
+        r"missing\.txt: cannot open",
+    ),
+    (
+        "missing model",
+        "translate",
+        lambda f: ["-model", f["missing"], "-src", f["src"], "-output", out(f, "o.txt")],
+        r"missing\.txt: checkpoint not found",
+    ),
+    (
+        "empty model file",
+        "translate",
+        lambda f: ["-model", f["empty_pt"], "-src", f["src"], "-output", out(f, "o.txt")],
+        r"empty\.pt: cannot load checkpoint",
+    ),
+    (
+        "invalid UTF-8",
+        "translate",
+        lambda f: TRANSLATE(f, f["utf8"]),
+        r"utf8\.txt:2: not valid UTF-8",
+    ),
     ("NUL byte", "translate", lambda f: TRANSLATE(f, f["nul"]), r"nul\.txt:2: contains a NUL byte"),
-    ("mismatched -tgt", "translate", lambda f: TRANSLATE(f, f["src"], "-tgt", f["short"]),
-     r"-src has 300 lines but -tgt has 3"),
-    ("negative beam", "translate", lambda f: TRANSLATE(f, f["src"], "-beam_size", -1),
-     r"-beam_size.*-1 is below the minimum 1"),
-    ("zero batch size", "translate", lambda f: TRANSLATE(f, f["src"], "-batch_size", 0),
-     r"-batch_size.*0 is below the minimum 1"),
-    ("fp16 on the CPU", "translate", lambda f: TRANSLATE(f, f["src"], "-precision", "fp16"),
-     r"-precision fp16 is for CUDA devices \(-gpu\)"),
-    ("-fp32 against -precision", "translate",
-     lambda f: TRANSLATE(f, f["src"], "-fp32", "-precision", "bf16"),
-     r"-fp32 and -precision bf16 contradict each other"),
-    ("negative coverage weight", "translate",
-     lambda f: TRANSLATE(f, f["src"], "-coverage_penalty", "wu", "-beta", -0.2),
-     r"beta must be at least 0 with a coverage penalty \(got -0.2\)"),
-    ("unknown option", "translate", lambda f: TRANSLATE(f, f["src"], "-frobnicate"), r"unrecognized arguments"),
-    ("missing output directory", "translate", lambda f: ["-model", f["model"], "-src", f["src"], "-output",
-                                                         f["nodir"]], r"cannot write|does not exist"),
-    ("output is a directory", "translate", lambda f: ["-model", f["model"], "-src", f["src"], "-output",
-                                                      f["dir"] / "readonly"], r"-output .*readonly: is a directory"),
-    ("missing file", "bleu", lambda f: ["-hyp", f["missing"], "-ref", f["src"]], r"missing\.txt: cannot open"),
-    ("invalid UTF-8", "bleu", lambda f: ["-hyp", f["utf8"], "-ref", f["short"]], r"utf8\.txt:2: not valid UTF-8"),
-    ("mismatched files", "bleu", lambda f: ["-hyp", f["src"], "-ref", f["short"]], r"300 lines.*3|3 lines.*300"),
-    ("unknown metric", "bleu", lambda f: ["-hyp", f["src"], "-ref", f["src"], "-metrics", "METEOR"],
-     r"invalid value 'METEOR'"),
-    ("missing model", "average_models", lambda f: ["-models", f["model"], f["missing"], "-output", out(f, "a.pt")],
-     r"missing\.txt: checkpoint not found"),
-    ("missing output directory", "average_models", lambda f: ["-models", f["model"], "-output", f["nodir"]],
-     r"does not exist"),
-    ("empty model file", "release_model", lambda f: ["-model", f["empty_pt"], "-output", out(f, "r.pt")],
-     r"empty\.pt: cannot load checkpoint"),
-    ("missing model", "extract_embeddings", lambda f: ["-model", f["missing"], "-output_dir", out(f, "emb")],
-     r"checkpoint not found"),
-    ("bad vectors", "embeddings_to_torch", lambda f: ["-emb_file_enc", f["glove"], "-emb_file_dec", f["glove"],
-                                                      "-dict_file", f["vocab"], "-output_file", out(f, "e")],
-     r"glove\.txt:2: 1 values, the first vector has 2"),
-    ("invalid UTF-8", "embeddings_to_torch", lambda f: ["-emb_file_enc", f["glove_utf8"], "-emb_file_dec",
-                                                        f["glove"], "-dict_file", f["vocab"], "-output_file",
-                                                        out(f, "e")], r"glove_utf8\.txt:2: not valid UTF-8"),
-    ("invalid UTF-8", "create_vocabulary", lambda f: ["-file", f["utf8"], "-out_file", out(f, "v.txt")],
-     r"utf8\.txt:2: not valid UTF-8"),
-    ("NUL byte", "create_vocabulary", lambda f: ["-file", f["nul"], "-out_file", out(f, "v.txt")],
-     r"nul\.txt:2: contains a NUL byte"),
-    ("missing output directory", "create_vocabulary", lambda f: ["-file", f["src"], "-out_file", f["nodir"]],
-     r"does not exist"),
-    ("empty file", "spm_train", lambda f: ["-input", f["empty"], "-model_prefix", out(f, "spm"), "-vocab_size", 8],
-     r"empty\.txt: no text to train on"),
-    ("invalid UTF-8", "spm_train", lambda f: ["-input", f["utf8"], "-model_prefix", out(f, "spm"), "-vocab_size", 8],
-     r"utf8\.txt:2: not valid UTF-8"),
-    ("mismatched files", "g2p_scores", lambda f: ["-hyp", f["src"], "-ref", f["short"]], r"300.*3|3.*300"),
-    ("missing file", "g2p_scores", lambda f: ["-hyp", f["missing"], "-ref", f["short"]], r"missing\.txt"),
-    ("out of range", "prepare_cmudict", lambda f: ["-output_dir", out(f, "cmu"), "-valid_size", -5],
-     r"-valid_size.*-5 is below the minimum 0"),
+    (
+        "mismatched -tgt",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-tgt", f["short"]),
+        r"-src has 300 lines but -tgt has 3",
+    ),
+    (
+        "negative beam",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-beam_size", -1),
+        r"-beam_size.*-1 is below the minimum 1",
+    ),
+    (
+        "zero batch size",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-batch_size", 0),
+        r"-batch_size.*0 is below the minimum 1",
+    ),
+    (
+        "fp16 on the CPU",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-precision", "fp16"),
+        r"-precision fp16 is for CUDA devices \(-gpu\)",
+    ),
+    (
+        "-fp32 against -precision",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-fp32", "-precision", "bf16"),
+        r"-fp32 and -precision bf16 contradict each other",
+    ),
+    (
+        "negative coverage weight",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-coverage_penalty", "wu", "-beta", -0.2),
+        r"beta must be at least 0 with a coverage penalty \(got -0.2\)",
+    ),
+    (
+        "unknown option",
+        "translate",
+        lambda f: TRANSLATE(f, f["src"], "-frobnicate"),
+        r"unrecognized arguments",
+    ),
+    (
+        "missing output directory",
+        "translate",
+        lambda f: ["-model", f["model"], "-src", f["src"], "-output", f["nodir"]],
+        r"cannot write|does not exist",
+    ),
+    (
+        "output is a directory",
+        "translate",
+        lambda f: ["-model", f["model"], "-src", f["src"], "-output", f["dir"] / "readonly"],
+        r"-output .*readonly: is a directory",
+    ),
+    (
+        "missing file",
+        "bleu",
+        lambda f: ["-hyp", f["missing"], "-ref", f["src"]],
+        r"missing\.txt: cannot open",
+    ),
+    (
+        "invalid UTF-8",
+        "bleu",
+        lambda f: ["-hyp", f["utf8"], "-ref", f["short"]],
+        r"utf8\.txt:2: not valid UTF-8",
+    ),
+    (
+        "mismatched files",
+        "bleu",
+        lambda f: ["-hyp", f["src"], "-ref", f["short"]],
+        r"300 lines.*3|3 lines.*300",
+    ),
+    (
+        "unknown metric",
+        "bleu",
+        lambda f: ["-hyp", f["src"], "-ref", f["src"], "-metrics", "METEOR"],
+        r"invalid value 'METEOR'",
+    ),
+    (
+        "missing model",
+        "average_models",
+        lambda f: ["-models", f["model"], f["missing"], "-output", out(f, "a.pt")],
+        r"missing\.txt: checkpoint not found",
+    ),
+    (
+        "missing output directory",
+        "average_models",
+        lambda f: ["-models", f["model"], "-output", f["nodir"]],
+        r"does not exist",
+    ),
+    (
+        "empty model file",
+        "release_model",
+        lambda f: ["-model", f["empty_pt"], "-output", out(f, "r.pt")],
+        r"empty\.pt: cannot load checkpoint",
+    ),
+    (
+        "missing model",
+        "extract_embeddings",
+        lambda f: ["-model", f["missing"], "-output_dir", out(f, "emb")],
+        r"checkpoint not found",
+    ),
+    (
+        "bad vectors",
+        "embeddings_to_torch",
+        lambda f: [
+            "-emb_file_enc",
+            f["glove"],
+            "-emb_file_dec",
+            f["glove"],
+            "-dict_file",
+            f["vocab"],
+            "-output_file",
+            out(f, "e"),
+        ],
+        r"glove\.txt:2: 1 values, the first vector has 2",
+    ),
+    (
+        "invalid UTF-8",
+        "embeddings_to_torch",
+        lambda f: [
+            "-emb_file_enc",
+            f["glove_utf8"],
+            "-emb_file_dec",
+            f["glove"],
+            "-dict_file",
+            f["vocab"],
+            "-output_file",
+            out(f, "e"),
+        ],
+        r"glove_utf8\.txt:2: not valid UTF-8",
+    ),
+    (
+        "invalid UTF-8",
+        "create_vocabulary",
+        lambda f: ["-file", f["utf8"], "-out_file", out(f, "v.txt")],
+        r"utf8\.txt:2: not valid UTF-8",
+    ),
+    (
+        "NUL byte",
+        "create_vocabulary",
+        lambda f: ["-file", f["nul"], "-out_file", out(f, "v.txt")],
+        r"nul\.txt:2: contains a NUL byte",
+    ),
+    (
+        "missing output directory",
+        "create_vocabulary",
+        lambda f: ["-file", f["src"], "-out_file", f["nodir"]],
+        r"does not exist",
+    ),
+    (
+        "empty file",
+        "spm_train",
+        lambda f: ["-input", f["empty"], "-model_prefix", out(f, "spm"), "-vocab_size", 8],
+        r"empty\.txt: no text to train on",
+    ),
+    (
+        "invalid UTF-8",
+        "spm_train",
+        lambda f: ["-input", f["utf8"], "-model_prefix", out(f, "spm"), "-vocab_size", 8],
+        r"utf8\.txt:2: not valid UTF-8",
+    ),
+    (
+        "mismatched files",
+        "g2p_scores",
+        lambda f: ["-hyp", f["src"], "-ref", f["short"]],
+        r"300.*3|3.*300",
+    ),
+    (
+        "missing file",
+        "g2p_scores",
+        lambda f: ["-hyp", f["missing"], "-ref", f["short"]],
+        r"missing\.txt",
+    ),
+    (
+        "out of range",
+        "prepare_cmudict",
+        lambda f: ["-output_dir", out(f, "cmu"), "-valid_size", -5],
+        r"-valid_size.*-5 is below the minimum 0",
+    ),
 ]
 
 
@@ -145,8 +426,12 @@ def assert_one_line_error(code, lines, expected):
     assert re.search(expected, lines[-1]), lines[-1]
 
 
-@pytest.mark.parametrize("case,command,make_args,expected", CASES, ids=[f"{c[1]}: {c[0]}" for c in CASES])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(files, capsys, case, command, make_args, expected):
+@pytest.mark.parametrize(
+    "case,command,make_args,expected", CASES, ids=[f"{c[1]}: {c[0]}" for c in CASES]
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    files, capsys, case, command, make_args, expected
+):
     outputs = files["dir"] / "outputs"
     shutil.rmtree(outputs, ignore_errors=True)
     os.makedirs(outputs)
@@ -170,7 +455,9 @@ FULL_DISK = [
 
 
 @pytest.mark.parametrize("command,make_args,limit", FULL_DISK, ids=[c[0] for c in FULL_DISK])
-def test_a_full_disk_is_one_line_exit_2_and_leaves_no_partial_file(files, capsys, command, make_args, limit):
+def test_a_full_disk_is_one_line_exit_2_and_leaves_no_partial_file(
+    files, capsys, command, make_args, limit
+):
     outputs = files["dir"] / "outputs"
     shutil.rmtree(outputs, ignore_errors=True)
     os.makedirs(outputs)
@@ -179,13 +466,19 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_no_partial_file(files, capsys
     assert os.listdir(outputs) == []
 
 
-def test_lines_of_100000_tokens_are_filtered_by_preprocess_and_translated_by_translate(files, capsys):
+def test_lines_of_100000_tokens_are_filtered_by_preprocess_and_translated_by_translate(
+    files, capsys
+):
     outputs = files["dir"] / "outputs"
     shutil.rmtree(outputs, ignore_errors=True)
     os.makedirs(outputs)
     code, lines = invoke("preprocess", PREPROCESS(files, files["long"], files["long"]), capsys)
-    assert code == 0 and any("train: 3 lines, 2 kept" in line or "2 kept" in line for line in lines), lines
-    code, lines = invoke("translate", TRANSLATE(files, files["long"], "-beam_size", 2, "-max_length", 5), capsys)
+    assert code == 0 and any(
+        "train: 3 lines, 2 kept" in line or "2 kept" in line for line in lines
+    ), lines
+    code, lines = invoke(
+        "translate", TRANSLATE(files, files["long"], "-beam_size", 2, "-max_length", 5), capsys
+    )
     assert code == 0, lines
     with open(out(files, "o.txt"), encoding="utf-8") as f:
         assert len(f.read().split("\n")) == 3 + 1
@@ -210,7 +503,10 @@ def unprivileged():
 
 READ_ONLY = [
     ("preprocess", lambda f, d: PREPROCESS(f, f["src"], f["tgt"])[:-1] + [f"{d}/p"]),
-    ("train", lambda f, d: ["-data", f["data"], "-save_model", f"{d}/t", *TINY_MODEL, "-train_steps", 1]),
+    (
+        "train",
+        lambda f, d: ["-data", f["data"], "-save_model", f"{d}/t", *TINY_MODEL, "-train_steps", 1],
+    ),
     ("translate", lambda f, d: ["-model", f["model"], "-src", f["src"], "-output", f"{d}/o.txt"]),
 ]
 
@@ -221,8 +517,21 @@ def test_a_read_only_output_directory_is_refused_before_any_work(files, command,
     if prefix is None:
         pytest.skip("running as root without setpriv: a read-only directory cannot be simulated")
     readonly = files["dir"] / "readonly"
-    result = subprocess.run([*prefix, sys.executable, "-m", f"onmt_lite.bin.{command}",
-                             *map(str, make_args(files, readonly))], capture_output=True, text=True)
-    assert_one_line_error(result.returncode, result.stderr.strip().splitlines(), r"readonly.*not writable|"
-                          r"readonly.*Permission denied")
+    result = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            f"onmt_lite.bin.{command}",
+            *map(str, make_args(files, readonly)),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert_one_line_error(
+        result.returncode,
+        result.stderr.strip().splitlines(),
+        r"readonly.*not writable|"
+        r"readonly.*Permission denied",
+    )
     assert os.listdir(readonly) == []

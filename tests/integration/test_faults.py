@@ -1,4 +1,5 @@
 """Faults during training: SIGKILL at any moment, SIGINT/SIGTERM, NaN losses, files carrying code."""
+
 import glob
 import os
 import random
@@ -12,12 +13,35 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import (TINY_MODEL, invoke, one_line_error, preprocess_in_process, run_cli,
-                           step_losses, train_in_process)
+from tests.helpers import (
+    TINY_MODEL,
+    invoke,
+    one_line_error,
+    preprocess_in_process,
+    run_cli,
+    step_losses,
+    train_in_process,
+)
 
 # Big enough that writing a checkpoint (with Adam's moments, every step) takes a few milliseconds.
-MODEL = ["-rnn_size", 128, "-word_vec_size", 64, "-layers", 1, "-batch_size", 8, "-optim", "adam",
-         "-learning_rate", 0.01, "-report_every", 1, "-seed", 5]
+MODEL = [
+    "-rnn_size",
+    128,
+    "-word_vec_size",
+    64,
+    "-layers",
+    1,
+    "-batch_size",
+    8,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.01,
+    "-report_every",
+    1,
+    "-seed",
+    5,
+]
 STEPS = 30
 
 
@@ -29,8 +53,19 @@ def data(tmp_path_factory):
 def start_train(data, prefix, *args):
     """Start onmt_lite_train in the background, logging to PREFIX.log."""
     log = f"{prefix}.log"
-    command = [sys.executable, "-m", "onmt_lite.bin.train", "-data", data, "-save_model", prefix, "-log_file", log,
-               *map(str, MODEL), *map(str, args)]
+    command = [
+        sys.executable,
+        "-m",
+        "onmt_lite.bin.train",
+        "-data",
+        data,
+        "-save_model",
+        prefix,
+        "-log_file",
+        log,
+        *map(str, MODEL),
+        *map(str, args),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -69,8 +104,14 @@ def temporaries(prefix):
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
     """The losses of an uninterrupted run of STEPS steps, checkpointing every step."""
-    return train(data, str(tmp_path_factory.mktemp("reference") / "m"), "-train_steps", STEPS,
-                 "-save_checkpoint_steps", 1)
+    return train(
+        data,
+        str(tmp_path_factory.mktemp("reference") / "m"),
+        "-train_steps",
+        STEPS,
+        "-save_checkpoint_steps",
+        1,
+    )
 
 
 def check_after_kill_and_resume(data, prefix, reference):
@@ -82,15 +123,27 @@ def check_after_kill_and_resume(data, prefix, reference):
     if not saved or max(saved) == STEPS:
         return None
     newest = max(saved)
-    resumed = train(data, prefix, "-train_steps", STEPS, "-save_checkpoint_steps", 1, "-train_from", saved[newest])
-    assert {s: resumed[s] for s in range(newest + 1, STEPS + 1)} == \
-        {s: reference[s] for s in range(newest + 1, STEPS + 1)}
+    resumed = train(
+        data,
+        prefix,
+        "-train_steps",
+        STEPS,
+        "-save_checkpoint_steps",
+        1,
+        "-train_from",
+        saved[newest],
+    )
+    assert {s: resumed[s] for s in range(newest + 1, STEPS + 1)} == {
+        s: reference[s] for s in range(newest + 1, STEPS + 1)
+    }
     assert temporaries(prefix) == []  # what the killed writer left was cleaned up
     return newest
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_leaves_loadable_checkpoints_and_an_exact_resume(data, tmp_path, reference):
+def test_sigkill_at_random_moments_leaves_loadable_checkpoints_and_an_exact_resume(
+    data, tmp_path, reference
+):
     rng = random.Random(1)
     resumed_from = []
     for trial in range(3):
@@ -124,16 +177,21 @@ def test_sigkill_during_a_checkpoint_write_leaves_no_partial_checkpoint(data, tm
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(data, tmp_path, signum):
+def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(
+    data, tmp_path, signum
+):
     prefix = str(tmp_path / "m")
-    proc = start_train(data, prefix, "-train_steps", 10 ** 6, "-save_checkpoint_steps", 10 ** 6)
+    proc = start_train(data, prefix, "-train_steps", 10**6, "-save_checkpoint_steps", 10**6)
     wait_for_step(prefix, 3, proc)
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum, stderr
     last = stderr.strip().splitlines()[-1]
-    match = re.fullmatch(rf"onmt_lite_train: stopped by {signal.Signals(signum).name} at step (\d+); "
-                         rf"resume with -train_from (\S+)", last)
+    match = re.fullmatch(
+        rf"onmt_lite_train: stopped by {signal.Signals(signum).name} at step (\d+); "
+        rf"resume with -train_from (\S+)",
+        last,
+    )
     assert match, last
     step, path = int(match.group(1)), match.group(2)
     assert path == f"{prefix}_step_{step}.pt" and load_checkpoint(path)["step"] == step
@@ -143,15 +201,30 @@ def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(
     assert (resumed[step + 1], resumed[step + 2]) == (full[step + 1], full[step + 2])
 
 
-def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_checkpoints(data, tmp_path):
+def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_checkpoints(
+    data, tmp_path
+):
     prefix = str(tmp_path / "m")
-    proc = start_train(data, prefix, "-train_steps", 50, "-save_checkpoint_steps", 1, "-optim", "sgd",
-                       "-learning_rate", 1e37)
+    proc = start_train(
+        data,
+        prefix,
+        "-train_steps",
+        50,
+        "-save_checkpoint_steps",
+        1,
+        "-optim",
+        "sgd",
+        "-learning_rate",
+        1e37,
+    )
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2, stderr
     last = stderr.strip().splitlines()[-1]
-    match = re.fullmatch(r"onmt_lite_train: error: step (\d+): the (loss|gradient norm) is (nan|inf); training "
-                         r"stopped without applying this step \(last good checkpoint: (.+)\)", last)
+    match = re.fullmatch(
+        r"onmt_lite_train: error: step (\d+): the (loss|gradient norm) is (nan|inf); training "
+        r"stopped without applying this step \(last good checkpoint: (.+)\)",
+        last,
+    )
     assert match, last
     bad_step = int(match.group(1))
     saved = checkpoints(prefix)
@@ -162,7 +235,9 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_check
         assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
 
 
-def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(data, tmp_path, monkeypatch):
+def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(
+    data, tmp_path, monkeypatch
+):
     """An update that leaves a weight infinite while the step's loss was finite (here an optimizer
     step made to do so at step 3): training stops before saving those weights, naming the last
     checkpoint written, which holds finite weights."""
@@ -180,9 +255,13 @@ def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(
     monkeypatch.setattr(Optimizer, "step", overflowing_step)
     prefix = str(tmp_path / "m")
     with pytest.raises(UserError) as error:
-        train_in_process(data, prefix, *TINY_MODEL, "-train_steps", 6, "-save_checkpoint_steps", 1, "-seed", 1)
-    expected = (rf"step 3: 1 weight tensor\(s\) hold NaN or infinite values \(\S+\); training stopped "
-                rf"without saving them \(last good checkpoint: {re.escape(prefix)}_step_2.pt\)")
+        train_in_process(
+            data, prefix, *TINY_MODEL, "-train_steps", 6, "-save_checkpoint_steps", 1, "-seed", 1
+        )
+    expected = (
+        rf"step 3: 1 weight tensor\(s\) hold NaN or infinite values \(\S+\); training stopped "
+        rf"without saving them \(last good checkpoint: {re.escape(prefix)}_step_2.pt\)"
+    )
     assert re.fullmatch(expected, str(error.value)), str(error.value)
     assert sorted(checkpoints(prefix)) == [1, 2]
     for path in checkpoints(prefix).values():
@@ -190,13 +269,30 @@ def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(
 
 
 def test_a_learning_rate_beyond_float_range_is_refused_before_step_1(data, tmp_path):
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-train_steps", 2,
-                     "-learning_rate", 1e10, "-lr_mult", "*=1e38")
+    result = run_cli(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *TINY_MODEL,
+        "-train_steps",
+        2,
+        "-learning_rate",
+        1e10,
+        "-lr_mult",
+        "*=1e38",
+    )
     assert result.returncode == 2
     assert "times -lr_mult 1e+38" in result.stderr and "beyond float32's range" in result.stderr
     assert "Traceback" not in result.stderr and not glob.glob(str(tmp_path / "m*"))
-    nan_mult = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-lr_mult", "*=nan")
-    assert nan_mult.returncode == 2 and "expected PATTERN=FACTOR with a finite factor" in nan_mult.stderr
+    nan_mult = run_cli(
+        "train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-lr_mult", "*=nan"
+    )
+    assert (
+        nan_mult.returncode == 2
+        and "expected PATTERN=FACTOR with a finite factor" in nan_mult.stderr
+    )
 
 
 def test_a_checkpoint_holding_nan_weights_is_refused_by_translation(data, tmp_path):
@@ -208,7 +304,9 @@ def test_a_checkpoint_holding_nan_weights_is_refused_by_translation(data, tmp_pa
     torch.save(checkpoint, tmp_path / "nan.pt")
     source = tmp_path / "src.txt"
     source.write_text("a b c\n", encoding="utf-8")
-    result = run_cli("translate", "-model", tmp_path / "nan.pt", "-src", source, "-output", tmp_path / "out.txt")
+    result = run_cli(
+        "translate", "-model", tmp_path / "nan.pt", "-src", source, "-output", tmp_path / "out.txt"
+    )
     assert result.returncode == 2
     assert f"nan.pt: {name} holds NaN or infinite values" in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out.txt").exists()
@@ -227,7 +325,9 @@ class _MakesAFile:
 def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data, tmp_path, capsys):
     marker = tmp_path / "marker"
     crafted = str(tmp_path / "crafted.pt")
-    torch.save({"format": "onmt_lite.checkpoint.v1", "step": 1, "model": _MakesAFile(str(marker))}, crafted)
+    torch.save(
+        {"format": "onmt_lite.checkpoint.v1", "step": 1, "model": _MakesAFile(str(marker))}, crafted
+    )
     src = tmp_path / "src.txt"
     src.write_text("w1 w2\n")
     # A -data prefix whose vocabulary file is the crafted file.
@@ -236,18 +336,34 @@ def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data,
     # in this process: code the pickle ran would make the marker here as well as in a new one
     runs = {
         "translate": ("translate", ["-model", crafted, "-src", src, "-output", tmp_path / "o.txt"]),
-        "train -train_from": ("train", ["-data", data, "-save_model", tmp_path / "t", "-train_from",
-                                        crafted]),
+        "train -train_from": (
+            "train",
+            ["-data", data, "-save_model", tmp_path / "t", "-train_from", crafted],
+        ),
         "train -data": ("train", ["-data", tmp_path / "evil", "-save_model", tmp_path / "t"]),
-        "train -pre_word_vecs_enc": ("train", ["-data", data, "-save_model", tmp_path / "t",
-                                               "-pre_word_vecs_enc", crafted]),
-        "average_models": ("average_models", ["-models", crafted, crafted, "-output",
-                                              tmp_path / "a.pt"]),
+        "train -pre_word_vecs_enc": (
+            "train",
+            ["-data", data, "-save_model", tmp_path / "t", "-pre_word_vecs_enc", crafted],
+        ),
+        "average_models": (
+            "average_models",
+            ["-models", crafted, crafted, "-output", tmp_path / "a.pt"],
+        ),
         "release_model": ("release_model", ["-model", crafted, "-output", tmp_path / "r.pt"]),
         "extract_embeddings": ("extract_embeddings", ["-model", crafted, "-output_dir", tmp_path]),
-        "embeddings_to_torch": ("embeddings_to_torch", ["-emb_file_enc", src, "-emb_file_dec", src,
-                                                        "-dict_file", crafted, "-output_file",
-                                                        tmp_path / "e"]),
+        "embeddings_to_torch": (
+            "embeddings_to_torch",
+            [
+                "-emb_file_enc",
+                src,
+                "-emb_file_dec",
+                src,
+                "-dict_file",
+                crafted,
+                "-output_file",
+                tmp_path / "e",
+            ],
+        ),
     }
     for name, (command, args) in runs.items():
         code, lines = invoke(command, args, capsys)
@@ -263,10 +379,12 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
     checkpoint = load_checkpoint(str(tmp_path / "m_step_1.pt"))
     src = tmp_path / "src.txt"
     src.write_text("w1 w2\n")
-    for change, expected in ((("rnn_size", 64), r"has shape \(\d+, \d+\), the model's options give \(\d+, \d+\)"),
-                             (("encoder_type", "ggnn"), r"option -encoder_type .ggnn. is not valid"),
-                             (("encoder_type", "mean"), r"-encoder_type mean needs -src_word_vec_size \(64\)"),
-                             (("rnn_type", "GRU"), r"has shape")):
+    for change, expected in (
+        (("rnn_size", 64), r"has shape \(\d+, \d+\), the model's options give \(\d+, \d+\)"),
+        (("encoder_type", "ggnn"), r"option -encoder_type .ggnn. is not valid"),
+        (("encoder_type", "mean"), r"-encoder_type mean needs -src_word_vec_size \(64\)"),
+        (("rnn_type", "GRU"), r"has shape"),
+    ):
         bad = dict(checkpoint, opt={**checkpoint["opt"], change[0]: change[1]})
         torch.save(bad, tmp_path / "bad.pt")
         args = ["-model", tmp_path / "bad.pt", "-src", src, "-output", tmp_path / "o.txt"]
@@ -278,8 +396,14 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
 def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(data, tmp_path):
     prefix = str(tmp_path / "tiny")
     train_in_process(data, prefix, *TINY_MODEL, "-train_steps", 2)
-    args = ["-model", f"{prefix}_step_2.pt", "-src", os.path.join(os.path.dirname(data), "src-valid.txt"),
-            "-min_length", 2]  # words, not empty lines, from a model trained for 2 steps
+    args = [
+        "-model",
+        f"{prefix}_step_2.pt",
+        "-src",
+        os.path.join(os.path.dirname(data), "src-valid.txt"),
+        "-min_length",
+        2,
+    ]  # words, not empty lines, from a model trained for 2 steps
     to_file = run_cli("translate", *args, "-output", tmp_path / "out.txt")
     assert to_file.returncode == 0, to_file.stderr
     expected = (tmp_path / "out.txt").read_text(encoding="utf-8")

@@ -2,6 +2,7 @@
 unchanged but for the command names, the file names and the scale (steps, sizes), on the shared corpora:
 the documented ones (1.x's FAQ), and for the groups its documentation has no command line for, one as a
 1.x user writes it."""
+
 import json
 
 from onmt_lite.models.checkpoint import load_checkpoint
@@ -16,7 +17,9 @@ def read(path):
 def halves(tmp_path, name):
     """The two halves of toy-ende's training file ``name``, as two corpora."""
     lines = read(f"{shared_data('toy-ende')}/{name}")
-    return [write_lines(tmp_path / f"{name}.{part}", lines[i::2]) for part, i in (("1", 0), ("2", 1))]
+    return [
+        write_lines(tmp_path / f"{name}.{part}", lines[i::2]) for part, i in (("1", 0), ("2", 1))
+    ]
 
 
 def test_faq_weighting_corpora(tmp_path):
@@ -24,13 +27,50 @@ def test_faq_weighting_corpora(tmp_path):
     -data_ids and -data_weights 1 7 at training."""
     data = shared_data("toy-ende")
     src, tgt = halves(tmp_path, "src-train.txt"), halves(tmp_path, "tgt-train.txt")
-    result = run_cli("preprocess", "-train_src", *src, "-train_tgt", *tgt, "-train_ids", "A", "B",
-                     "-valid_src", f"{data}/src-val.txt", "-valid_tgt", f"{data}/tgt-val.txt",
-                     "-save_data", tmp_path / "mydata", "-src_vocab_size", 2000, "-tgt_vocab_size", 2000)
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        *src,
+        "-train_tgt",
+        *tgt,
+        "-train_ids",
+        "A",
+        "B",
+        "-valid_src",
+        f"{data}/src-val.txt",
+        "-valid_tgt",
+        f"{data}/tgt-val.txt",
+        "-save_data",
+        tmp_path / "mydata",
+        "-src_vocab_size",
+        2000,
+        "-tgt_vocab_size",
+        2000,
+    )
     assert result.returncode == 0, result.stderr
-    result = run_cli("train", "-data", tmp_path / "mydata", "-save_model", tmp_path / "mymodel",
-                     "-data_ids", "A", "B", "-data_weights", 1, 7,
-                     "-layers", 1, "-rnn_size", 16, "-word_vec_size", 8, "-batch_size", 16, "-train_steps", 16)
+    result = run_cli(
+        "train",
+        "-data",
+        tmp_path / "mydata",
+        "-save_model",
+        tmp_path / "mymodel",
+        "-data_ids",
+        "A",
+        "B",
+        "-data_weights",
+        1,
+        7,
+        "-layers",
+        1,
+        "-rnn_size",
+        16,
+        "-word_vec_size",
+        8,
+        "-batch_size",
+        16,
+        "-train_steps",
+        16,
+    )
     assert result.returncode == 0, result.stderr
     position = load_checkpoint(str(tmp_path / "mymodel_step_16.pt"))["data"]
     assert position["round"] == [["A", 1], ["B", 7]]
@@ -52,22 +92,84 @@ def test_faq_word_alignments_while_translating(tmp_path):
     -lambda_align 0.05 -alignment_layer 3 -alignment_heads 0 -full_context_alignment, preprocessing
     with -train_align, translation with -report_align (Pharaoh pairs after ' ||| ')."""
     data = shared_data("toy-ende")
-    src, tgt = (write_lines(tmp_path / f"{side}.txt", lines[:400]) for side, lines in
-                (("src", read(f"{data}/src-train.txt")), ("tgt", read(f"{data}/tgt-train.txt"))))
+    src, tgt = (
+        write_lines(tmp_path / f"{side}.txt", lines[:400])
+        for side, lines in (
+            ("src", read(f"{data}/src-train.txt")),
+            ("tgt", read(f"{data}/tgt-train.txt")),
+        )
+    )
     align = diagonal_alignments(src, tgt, tmp_path / "align.txt", 400)
-    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-train_align", align,
-                     "-save_data", tmp_path / "data")
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        src,
+        "-train_tgt",
+        tgt,
+        "-train_align",
+        align,
+        "-save_data",
+        tmp_path / "data",
+    )
     assert result.returncode == 0, result.stderr
-    result = run_cli("train", "-data", tmp_path / "data", "-save_model", tmp_path / "model",
-                     "-layers", 4, "-rnn_size", 16, "-word_vec_size", 16, "-transformer_ff", 32, "-heads", 2,
-                     "-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding",
-                     "-train_steps", 10, "-batch_size", 512, "-batch_type", "tokens", "-normalization", "tokens",
-                     "-optim", "adam", "-learning_rate", 0.001, "-param_init", 0, "-param_init_glorot",
-                     "-lambda_align", 0.05, "-alignment_layer", 3, "-alignment_heads", 0, "-full_context_alignment")
+    result = run_cli(
+        "train",
+        "-data",
+        tmp_path / "data",
+        "-save_model",
+        tmp_path / "model",
+        "-layers",
+        4,
+        "-rnn_size",
+        16,
+        "-word_vec_size",
+        16,
+        "-transformer_ff",
+        32,
+        "-heads",
+        2,
+        "-encoder_type",
+        "transformer",
+        "-decoder_type",
+        "transformer",
+        "-position_encoding",
+        "-train_steps",
+        10,
+        "-batch_size",
+        512,
+        "-batch_type",
+        "tokens",
+        "-normalization",
+        "tokens",
+        "-optim",
+        "adam",
+        "-learning_rate",
+        0.001,
+        "-param_init",
+        0,
+        "-param_init_glorot",
+        "-lambda_align",
+        0.05,
+        "-alignment_layer",
+        3,
+        "-alignment_heads",
+        0,
+        "-full_context_alignment",
+    )
     assert result.returncode == 0, result.stderr
     test_src = write_lines(tmp_path / "test.txt", read(f"{data}/src-test.txt")[:5])
-    result = run_cli("translate", "-model", tmp_path / "model_step_10.pt", "-src", test_src,
-                     "-output", tmp_path / "pred.txt", "-report_align", "-max_length", 8)
+    result = run_cli(
+        "translate",
+        "-model",
+        tmp_path / "model_step_10.pt",
+        "-src",
+        test_src,
+        "-output",
+        tmp_path / "pred.txt",
+        "-report_align",
+        "-max_length",
+        8,
+    )
     assert result.returncode == 0, result.stderr
     for source, line in zip(read(test_src), read(tmp_path / "pred.txt")):
         words, pairs = line.split(" ||| ")
@@ -86,8 +188,20 @@ def small_toy_ende(tmp_path, n=200, *preprocess_args, src_lines=None):
     data = shared_data("toy-ende")
     src = write_lines(tmp_path / "src.txt", src_lines or read(f"{data}/src-train.txt")[:n])
     tgt = write_lines(tmp_path / "tgt.txt", read(f"{data}/tgt-train.txt")[:n])
-    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-valid_src", src, "-valid_tgt", tgt,
-                     "-save_data", tmp_path / "data", *preprocess_args)
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        src,
+        "-train_tgt",
+        tgt,
+        "-valid_src",
+        src,
+        "-valid_tgt",
+        tgt,
+        "-save_data",
+        tmp_path / "data",
+        *preprocess_args,
+    )
     assert result.returncode == 0, result.stderr
     return tmp_path / "data"
 
@@ -100,24 +214,72 @@ def case_feature(line):
 def test_source_word_features_from_preprocess_to_translate(tmp_path):
     lines = [case_feature(line) for line in read(f"{shared_data('toy-ende')}/src-train.txt")[:200]]
     data = small_toy_ende(tmp_path, 200, src_lines=lines)
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 4,
-                     "-feat_merge", "mlp", "-feat_vec_size", 4)
+    result = run_cli(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *SMALL_RNN,
+        "-train_steps",
+        4,
+        "-feat_merge",
+        "mlp",
+        "-feat_vec_size",
+        4,
+    )
     assert result.returncode == 0, result.stderr
     checkpoint = load_checkpoint(str(tmp_path / "m_step_4.pt"))
     assert checkpoint["vocab"]["src_feats"][0][4:] in (["l", "C"], ["C", "l"])
     assert tuple(checkpoint["model"]["encoder.embeddings.feat_luts.0.weight"].shape) == (6, 4)
     test = write_lines(tmp_path / "test.txt", lines[:3])
-    result = run_cli("translate", "-model", tmp_path / "m_step_4.pt", "-src", test, "-output", tmp_path / "p.txt",
-                     "-max_length", 5)
+    result = run_cli(
+        "translate",
+        "-model",
+        tmp_path / "m_step_4.pt",
+        "-src",
+        test,
+        "-output",
+        tmp_path / "p.txt",
+        "-max_length",
+        5,
+    )
     assert result.returncode == 0, result.stderr
     assert len(read(tmp_path / "p.txt")) == 3
 
 
 def test_averaging_and_schedules(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 100,
-                     "-average_decay", 1e-4, "-average_every", 2, "-dropout", 0.3, 0.1, "-attention_dropout", 0.1,
-                     0.0, "-dropout_steps", 0, 4, "-accum_count", 1, 2, "-accum_steps", 0, 4, "-single_pass")
+    result = run_cli(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *SMALL_RNN,
+        "-train_steps",
+        100,
+        "-average_decay",
+        1e-4,
+        "-average_every",
+        2,
+        "-dropout",
+        0.3,
+        0.1,
+        "-attention_dropout",
+        0.1,
+        0.0,
+        "-dropout_steps",
+        0,
+        4,
+        "-accum_count",
+        1,
+        2,
+        "-accum_steps",
+        0,
+        4,
+        "-single_pass",
+    )
     assert result.returncode == 0, result.stderr
     # one pass of 13 batches of 16 (200 examples): steps 1-4 take a batch each, 5-8 two, 9 the last one
     saved = sorted(tmp_path.glob("m_step_*.pt"))
@@ -130,53 +292,167 @@ def test_averaging_and_schedules(tmp_path):
 
 def test_translation_options(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 2)
+    result = run_cli(
+        "train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 2
+    )
     assert result.returncode == 0, result.stderr
     src = write_lines(tmp_path / "s.txt", read(tmp_path / "src.txt")[:5])
-    prefixes = write_lines(tmp_path / "t.txt", [" ".join(t.split()[:2]) for t in read(tmp_path / "tgt.txt")[:5]])
-    result = run_cli("translate", "-model", tmp_path / "m_step_2.pt", "-src", src, "-tgt", prefixes,
-                     "-tgt_prefix", "-shard_size", 2, "-fp32", "-max_sent_length", 6,
-                     "-dump_beam", tmp_path / "beam.json", "-beam_size", 3, "-output", tmp_path / "p.txt")
+    prefixes = write_lines(
+        tmp_path / "t.txt", [" ".join(t.split()[:2]) for t in read(tmp_path / "tgt.txt")[:5]]
+    )
+    result = run_cli(
+        "translate",
+        "-model",
+        tmp_path / "m_step_2.pt",
+        "-src",
+        src,
+        "-tgt",
+        prefixes,
+        "-tgt_prefix",
+        "-shard_size",
+        2,
+        "-fp32",
+        "-max_sent_length",
+        6,
+        "-dump_beam",
+        tmp_path / "beam.json",
+        "-beam_size",
+        3,
+        "-output",
+        tmp_path / "p.txt",
+    )
     assert result.returncode == 0, result.stderr
     for prefix, output in zip(read(prefixes), read(tmp_path / "p.txt"), strict=True):
         assert output.split()[:2] == prefix.split() and len(output.split()) <= 6
     with open(tmp_path / "beam.json", encoding="utf-8") as f:
-        assert [entry["line"] for entry in json.load(f)] == [1, 2, 3, 4, 5]  # one entry per line, over the shards
+        assert [entry["line"] for entry in json.load(f)] == [
+            1,
+            2,
+            3,
+            4,
+            5,
+        ]  # one entry per line, over the shards
 
 
 def test_attention_variants(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 3,
-                     "-global_attention", "mlp", "-global_attention_function", "sparsemax", "-generator_function",
-                     "sparsemax", "-context_gate", "both")
+    result = run_cli(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *SMALL_RNN,
+        "-train_steps",
+        3,
+        "-global_attention",
+        "mlp",
+        "-global_attention_function",
+        "sparsemax",
+        "-generator_function",
+        "sparsemax",
+        "-context_gate",
+        "both",
+    )
     assert result.returncode == 0, result.stderr
     checkpoint = load_checkpoint(str(tmp_path / "m_step_3.pt"))
     assert any(".context_gate." in name for name in checkpoint["model"])
-    assert {checkpoint["opt"][k] for k in ("global_attention_function", "generator_function")} == {"sparsemax"}
+    assert {checkpoint["opt"][k] for k in ("global_attention_function", "generator_function")} == {
+        "sparsemax"
+    }
     test = write_lines(tmp_path / "test.txt", read(tmp_path / "src.txt")[:3])
-    result = run_cli("translate", "-model", tmp_path / "m_step_3.pt", "-src", test, "-output", tmp_path / "p.txt",
-                     "-max_length", 5, "-replace_unk")
+    result = run_cli(
+        "translate",
+        "-model",
+        tmp_path / "m_step_3.pt",
+        "-src",
+        test,
+        "-output",
+        tmp_path / "p.txt",
+        "-max_length",
+        5,
+        "-replace_unk",
+    )
     assert result.returncode == 0, result.stderr
     assert len(read(tmp_path / "p.txt")) == 3
 
 
 def test_the_rest(tmp_path):
-    data = small_toy_ende(tmp_path, 200, "-vocab_size_multiple", 8, "-num_threads", 2, "-train_ids", "news",
-                         "-subword_prefix", "")  # infilling's word starts: every word (1.x's default is ▁)
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-data_ids", "news",
-                     "-brnn", "-epochs", 1, "-batch_size_multiple", 8, "-gpu_verbose_level", 0, "-queue_size", 40,
-                     "-log_file", tmp_path / "train.log", "-log_file_level", "DEBUG")
+    data = small_toy_ende(
+        tmp_path,
+        200,
+        "-vocab_size_multiple",
+        8,
+        "-num_threads",
+        2,
+        "-train_ids",
+        "news",
+        "-subword_prefix",
+        "",
+    )  # infilling's word starts: every word (1.x's default is ▁)
+    result = run_cli(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *SMALL_RNN,
+        "-data_ids",
+        "news",
+        "-brnn",
+        "-epochs",
+        1,
+        "-batch_size_multiple",
+        8,
+        "-gpu_verbose_level",
+        0,
+        "-queue_size",
+        40,
+        "-log_file",
+        tmp_path / "train.log",
+        "-log_file_level",
+        "DEBUG",
+    )
     assert result.returncode == 0, result.stderr
-    checkpoint = load_checkpoint(str(tmp_path / "m_step_13.pt"))  # one epoch: 13 batches of 16 (200 examples)
+    checkpoint = load_checkpoint(
+        str(tmp_path / "m_step_13.pt")
+    )  # one epoch: 13 batches of 16 (200 examples)
     assert checkpoint["opt"]["encoder_type"] == "brnn"
     assert all(len(checkpoint["vocab"][side]) % 8 == 0 for side in ("src", "tgt"))
-    assert "1 pass(es) over the training data end at step 13" in "".join(read(tmp_path / "train.log"))
+    assert "1 pass(es) over the training data end at step 13" in "".join(
+        read(tmp_path / "train.log")
+    )
     losses = {}
-    for noise in ([], ["-data_to_noise", "news", "-src_noise", "sen_shuffling", "infilling", "-src_noise_prob",
-                       0.5, 0.3]):
-        result = run_cli("train", "-data", data, "-save_model", tmp_path / f"n{len(losses)}",
-                         *SMALL_RNN, "-data_ids", "news",
-                         "-train_steps", 2, "-report_every", 1, "-seed", 5, *noise)
+    for noise in (
+        [],
+        [
+            "-data_to_noise",
+            "news",
+            "-src_noise",
+            "sen_shuffling",
+            "infilling",
+            "-src_noise_prob",
+            0.5,
+            0.3,
+        ],
+    ):
+        result = run_cli(
+            "train",
+            "-data",
+            data,
+            "-save_model",
+            tmp_path / f"n{len(losses)}",
+            *SMALL_RNN,
+            "-data_ids",
+            "news",
+            "-train_steps",
+            2,
+            "-report_every",
+            1,
+            "-seed",
+            5,
+            *noise,
+        )
         assert result.returncode == 0, result.stderr
         losses[bool(noise)] = step_losses(result.stderr.splitlines())
     assert losses[True][1] != losses[False][1]  # the same batch, its sources noised

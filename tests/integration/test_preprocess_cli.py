@@ -1,4 +1,5 @@
 """onmt_lite_preprocess end to end: outputs, counts, and every bad input of the foundation issue."""
+
 import os
 
 import pytest
@@ -23,14 +24,41 @@ def corpus(tmp_path):
 
 def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
     src, tgt, out = corpus
-    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-valid_src", src, "-valid_tgt", tgt,
-                     "-save_data", out / "d", "-dynamic_dict", "-shard_size", 2)
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        src,
+        "-train_tgt",
+        tgt,
+        "-valid_src",
+        src,
+        "-valid_tgt",
+        tgt,
+        "-save_data",
+        out / "d",
+        "-dynamic_dict",
+        "-shard_size",
+        2,
+    )
     assert result.returncode == 0, result.stderr
     assert "4 pairs read, 3 kept, 1 with an empty side skipped" in result.stderr
-    assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.valid.0.pt",
-                                       "d.valid.1.pt", "d.vocab.pt"]
+    assert sorted(os.listdir(out)) == [
+        "d.train.0.pt",
+        "d.train.1.pt",
+        "d.valid.0.pt",
+        "d.valid.1.pt",
+        "d.vocab.pt",
+    ]
     vocab = load(out / "d.vocab.pt")
-    assert vocab["src"][4:] == ["cat", "the", "Zed", "a", "dog", "ran", "sat"]  # by count, then alphabet
+    assert vocab["src"][4:] == [
+        "cat",
+        "the",
+        "Zed",
+        "a",
+        "dog",
+        "ran",
+        "sat",
+    ]  # by count, then alphabet
     assert "" not in vocab["src"] and "" not in vocab["tgt"]
     shard = load(out / "d.train.1.pt")
     assert shard["indices"].tolist() == [4]
@@ -52,18 +80,21 @@ def bad_utf8(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("missing", "missing.txt: cannot open"),
-    ("line_counts", "src.txt has 4 lines, {tmp}/short.txt has 2"),
-    ("utf8_train", "bad.txt:2: not valid UTF-8 (byte 0xe9 at column 5)"),
-    ("utf8_valid", "bad.txt:2: not valid UTF-8"),
-    ("no_directory", "does not exist"),
-    ("unknown_option", "unrecognized arguments: -frobnicate 3"),
-    ("unsupported_option", "option -src_dir is not supported"),
-    ("unsupported_value", "does not support -data_type img"),
-    ("valid_without_tgt", "-valid_src and -valid_tgt go together"),
-    ("all_filtered", "no training pairs left"),
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("missing", "missing.txt: cannot open"),
+        ("line_counts", "src.txt has 4 lines, {tmp}/short.txt has 2"),
+        ("utf8_train", "bad.txt:2: not valid UTF-8 (byte 0xe9 at column 5)"),
+        ("utf8_valid", "bad.txt:2: not valid UTF-8"),
+        ("no_directory", "does not exist"),
+        ("unknown_option", "unrecognized arguments: -frobnicate 3"),
+        ("unsupported_option", "option -src_dir is not supported"),
+        ("unsupported_value", "does not support -data_type img"),
+        ("valid_without_tgt", "-valid_src and -valid_tgt go together"),
+        ("all_filtered", "no training pairs left"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path, case, expected):
     src, tgt, out = corpus
     args = {"-train_src": src, "-train_tgt": tgt, "-save_data": out / "d"}
@@ -98,7 +129,9 @@ def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(cor
     base = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"]
     assert run_cli("preprocess", *base, "-shard_size", 1).returncode == 0
     before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
-    assert "d.vocab.pt already exists (use -overwrite to replace)" in error_of(run_cli("preprocess", *base))
+    assert "d.vocab.pt already exists (use -overwrite to replace)" in error_of(
+        run_cli("preprocess", *base)
+    )
     assert {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)} == before
     result = run_cli("preprocess", *base, "-shard_size", 2, "-overwrite")
     assert result.returncode == 0, result.stderr
@@ -109,28 +142,61 @@ def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(cor
 def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
     src, tgt, out = corpus
     config = tmp_path / "run.yaml"
-    config.write_text(f"train_src: {src}\ntrain_tgt: {tgt}\nsave_data: {out}/c\nlower: true\n"
-                      "dynamic_dict: true\nsrc_vocab_size: 3\n")
+    config.write_text(
+        f"train_src: {src}\ntrain_tgt: {tgt}\nsave_data: {out}/c\nlower: true\n"
+        "dynamic_dict: true\nsrc_vocab_size: 3\n"
+    )
     assert run_cli("preprocess", "-config", config).returncode == 0
-    assert run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "l", "-lower",
-                   "-dynamic_dict", "-src_vocab_size", 3).returncode == 0
+    assert (
+        run_cli(
+            "preprocess",
+            "-train_src",
+            src,
+            "-train_tgt",
+            tgt,
+            "-save_data",
+            out / "l",
+            "-lower",
+            "-dynamic_dict",
+            "-src_vocab_size",
+            3,
+        ).returncode
+        == 0
+    )
     assert load(out / "c.vocab.pt") == load(out / "l.vocab.pt")
     from_config, from_line = load(out / "c.train.0.pt"), load(out / "l.train.0.pt")
     assert from_config.keys() == from_line.keys()
     for key, value in from_config.items():
-        assert torch.equal(value, from_line[key]) if torch.is_tensor(value) else value == from_line[key]
+        assert (
+            torch.equal(value, from_line[key])
+            if torch.is_tensor(value)
+            else value == from_line[key]
+        )
 
 
 def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
     data = shared_data("toy-ende")
-    base = ["-train_src", f"{data}/src-train.txt", "-train_tgt", f"{data}/tgt-train.txt",
-            "-valid_src", f"{data}/src-val.txt", "-valid_tgt", f"{data}/tgt-val.txt",
-            "-src_vocab_size", 1000, "-tgt_vocab_size", 1000]
+    base = [
+        "-train_src",
+        f"{data}/src-train.txt",
+        "-train_tgt",
+        f"{data}/tgt-train.txt",
+        "-valid_src",
+        f"{data}/src-val.txt",
+        "-valid_tgt",
+        f"{data}/tgt-val.txt",
+        "-src_vocab_size",
+        1000,
+        "-tgt_vocab_size",
+        1000,
+    ]
     result = run_cli("preprocess", *base, "-save_data", tmp_path / "q")
     assert result.returncode == 0, result.stderr
     vocab = load(tmp_path / "q.vocab.pt")
     assert len(vocab["src"]) == len(vocab["tgt"]) == 1004
-    result = run_cli("preprocess", *base, "-save_data", tmp_path / "c", "-dynamic_dict", "-shard_size", 1000)
+    result = run_cli(
+        "preprocess", *base, "-save_data", tmp_path / "c", "-dynamic_dict", "-shard_size", 1000
+    )
     assert result.returncode == 0, result.stderr
     train = shard_paths(str(tmp_path / "c"), "train")
     assert len(train) == 10
@@ -140,9 +206,19 @@ def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
 
 def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):
     data = shared_data("g2p-sr")
-    result = run_cli("preprocess", "-train_src", f"{data}/src.train", "-train_tgt", f"{data}/tgt.train",
-                     "-valid_src", f"{data}/src.valid", "-valid_tgt", f"{data}/tgt.valid",
-                     "-save_data", tmp_path / "g")
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        f"{data}/src.train",
+        "-train_tgt",
+        f"{data}/tgt.train",
+        "-valid_src",
+        f"{data}/src.valid",
+        "-valid_tgt",
+        f"{data}/tgt.valid",
+        "-save_data",
+        tmp_path / "g",
+    )
     assert result.returncode == 0, result.stderr
     vocab = load(tmp_path / "g.vocab.pt")
     assert all(word and not word.isspace() for word in vocab["src"] + vocab["tgt"])
@@ -154,8 +230,13 @@ def test_shards_are_numbered_from_0_as_opennmt_py_1x_names_them(tmp_path):
     1.x user's scripts name PREFIX.train.0.pt and PREFIX.valid.0.pt."""
     prefix = preprocess_in_process(str(tmp_path), "-shard_size", 100, n_train=300, n_valid=40)
     names = sorted(name for name in os.listdir(tmp_path) if name.startswith("data."))
-    assert names == ["data.train.0.pt", "data.train.1.pt", "data.train.2.pt", "data.valid.0.pt",
-                     "data.vocab.pt"]
+    assert names == [
+        "data.train.0.pt",
+        "data.train.1.pt",
+        "data.train.2.pt",
+        "data.valid.0.pt",
+        "data.vocab.pt",
+    ]
     assert shard_paths(prefix, "train") == [f"{prefix}.train.{n}.pt" for n in range(3)]
 
 
@@ -165,9 +246,25 @@ def test_data_an_earlier_version_numbered_from_1_still_trains(tmp_path):
         for n in reversed(range(count)):  # the names an earlier onmt_lite wrote: from 1
             os.replace(f"{prefix}.{corpus_type}.{n}.pt", f"{prefix}.{corpus_type}.{n + 1}.pt")
     assert shard_paths(prefix, "train") == [f"{prefix}.train.1.pt", f"{prefix}.train.2.pt"]
-    result = run_cli("train", "-data", prefix, "-save_model", tmp_path / "m", "-rnn_size", 8,
-                     "-word_vec_size", 4, "-layers", 1, "-batch_size", 8, "-train_steps", 2,
-                     "-valid_steps", 2)
+    result = run_cli(
+        "train",
+        "-data",
+        prefix,
+        "-save_model",
+        tmp_path / "m",
+        "-rnn_size",
+        8,
+        "-word_vec_size",
+        4,
+        "-layers",
+        1,
+        "-batch_size",
+        8,
+        "-train_steps",
+        2,
+        "-valid_steps",
+        2,
+    )
     assert result.returncode == 0, result.stderr
     assert "training corpus: 2 shard(s), 300 examples; 1 valid shard(s)" in result.stderr
 
@@ -181,25 +278,49 @@ def test_shard_size_0_writes_one_shard_as_in_1x(tmp_path):
 
 def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_nothing_else(corpus):
     src, tgt, out = corpus
-    stale = [out / ".d.vocab.pt.k1ll3d.tmp", out / ".d.train.1.pt.abc.tmp", out / ".d.valid.12.pt.x_y.tmp"]
+    stale = [
+        out / ".d.vocab.pt.k1ll3d.tmp",
+        out / ".d.train.1.pt.abc.tmp",
+        out / ".d.valid.12.pt.x_y.tmp",
+    ]
     kept = [out / ".other.train.1.pt.abc.tmp", out / ".d.notes.txt.abc.tmp", out / "d.txt"]
     for path in stale + kept:
         path.write_bytes(b"half")
     result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "d")
     assert result.returncode == 0, result.stderr
     for path in stale:
-        assert not path.exists() and f"removed {path}, left by an interrupted preprocess" in result.stderr
+        assert (
+            not path.exists()
+            and f"removed {path}, left by an interrupted preprocess" in result.stderr
+        )
     expected = [p.name for p in kept] + ["d.train.0.pt", "d.vocab.pt"]
     assert sorted(os.listdir(out)) == sorted(expected)
 
 
-@pytest.mark.parametrize("level,file_has_info", [("WARNING", False), ("INFO", True), ("20", True), ("ERROR", False)])
+@pytest.mark.parametrize(
+    "level,file_has_info", [("WARNING", False), ("INFO", True), ("20", True), ("ERROR", False)]
+)
 def test_log_file_level_filters_the_log_file_not_the_console(corpus, level, file_has_info):
     """1.x's -log_file_level: the least level the log file records; the console still logs INFO."""
     src, tgt, out = corpus
     log = out / "preprocess.log"
-    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-valid_src", src, "-valid_tgt", tgt,
-                     "-save_data", out / "d", "-log_file", log, "-log_file_level", level)
+    result = run_cli(
+        "preprocess",
+        "-train_src",
+        src,
+        "-train_tgt",
+        tgt,
+        "-valid_src",
+        src,
+        "-valid_tgt",
+        tgt,
+        "-save_data",
+        out / "d",
+        "-log_file",
+        log,
+        "-log_file_level",
+        level,
+    )
     assert result.returncode == 0, result.stderr
     assert " INFO] " in result.stderr
     written = log.read_text(encoding="utf-8")
@@ -210,13 +331,19 @@ def test_vocab_size_multiple_pads_both_vocabularies_and_keeps_their_words(tmp_pa
     for name in ("plain", "padded", "shared"):
         (tmp_path / name).mkdir()
     plain = load(preprocess_in_process(str(tmp_path / "plain"), "-src_vocab_size", 9) + ".vocab.pt")
-    padded = load(preprocess_in_process(str(tmp_path / "padded"), "-src_vocab_size", 9, "-vocab_size_multiple", 8)
-                  + ".vocab.pt")
+    padded = load(
+        preprocess_in_process(
+            str(tmp_path / "padded"), "-src_vocab_size", 9, "-vocab_size_multiple", 8
+        )
+        + ".vocab.pt"
+    )
     for side in ("src", "tgt"):
         assert len(padded[side]) % 8 == 0 and len(padded[side]) - len(plain[side]) < 8
-        assert padded[side][:len(plain[side])] == plain[side]
-    shared = load(preprocess_in_process(str(tmp_path / "shared"), "-share_vocab", "-vocab_size_multiple", 16)
-                  + ".vocab.pt")
+        assert padded[side][: len(plain[side])] == plain[side]
+    shared = load(
+        preprocess_in_process(str(tmp_path / "shared"), "-share_vocab", "-vocab_size_multiple", 16)
+        + ".vocab.pt"
+    )
     assert shared["src"] == shared["tgt"] and len(shared["src"]) % 16 == 0
 
 
@@ -224,19 +351,54 @@ def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
     """-num_threads: 10,000 lines in chunks over 3 worker processes give byte-identical vocab and shards
     (shuffled, with copy data and validation references) to one process."""
     data = shared_data("toy-ende")
-    base = ["-train_src", f"{data}/src-train.txt", "-train_tgt", f"{data}/tgt-train.txt",
-            "-valid_src", f"{data}/src-val.txt", "-valid_tgt", f"{data}/tgt-val.txt", "-src_vocab_size", 1000,
-            "-src_seq_length", 20, "-dynamic_dict", "-shuffle", 1, "-shard_size", 3000, "-report_every", 2500]
+    base = [
+        "-train_src",
+        f"{data}/src-train.txt",
+        "-train_tgt",
+        f"{data}/tgt-train.txt",
+        "-valid_src",
+        f"{data}/src-val.txt",
+        "-valid_tgt",
+        f"{data}/tgt-val.txt",
+        "-src_vocab_size",
+        1000,
+        "-src_seq_length",
+        20,
+        "-dynamic_dict",
+        "-shuffle",
+        1,
+        "-shard_size",
+        3000,
+        "-report_every",
+        2500,
+    ]
     outputs = {}
     for threads in (1, 3):
         (tmp_path / str(threads)).mkdir()
-        result = run_cli("preprocess", *base, "-save_data", tmp_path / str(threads) / "d", "-num_threads", threads)
+        result = run_cli(
+            "preprocess",
+            *base,
+            "-save_data",
+            tmp_path / str(threads) / "d",
+            "-num_threads",
+            threads,
+        )
         assert result.returncode == 0, result.stderr
-        outputs[threads] = {name: (tmp_path / str(threads) / name).read_bytes()
-                            for name in sorted(os.listdir(tmp_path / str(threads)))}
-        read = [int(line.split("train: ")[1].split()[0]) for line in result.stderr.splitlines()
-                if "train: " in line and "lines read" in line]
-        assert [n // 2500 for n in read] == [1, 2, 3, 4]  # each multiple of -report_every logged once
+        outputs[threads] = {
+            name: (tmp_path / str(threads) / name).read_bytes()
+            for name in sorted(os.listdir(tmp_path / str(threads)))
+        }
+        read = [
+            int(line.split("train: ")[1].split()[0])
+            for line in result.stderr.splitlines()
+            if "train: " in line and "lines read" in line
+        ]
+        assert [n // 2500 for n in read] == [
+            1,
+            2,
+            3,
+            4,
+        ]  # each multiple of -report_every logged once
     assert list(outputs[3])[:2] == ["d.train.0.pt", "d.train.1.pt"]
     assert list(outputs[3])[-1] == "d.vocab.pt"
     assert outputs[3] == outputs[1]

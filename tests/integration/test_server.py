@@ -2,6 +2,7 @@
 translating each sentence alone (also when clients' sentences share one search), the model
 endpoints, bad requests answered 4xx while the server goes on, a bounded load test, start-up errors,
 and a graceful SIGTERM."""
+
 import json
 import os
 import random
@@ -19,18 +20,40 @@ from onmt_lite.translate.service import TranslationService
 from tests.helpers import REPO, assert_same_translation, lines, scores_agree, trained_reversal_model
 from tests.server_helpers import Server
 
-SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
-         "-learning_rate", 0.01, "-seed", 1]
+SMALL = [
+    "-rnn_size",
+    64,
+    "-word_vec_size",
+    32,
+    "-layers",
+    1,
+    "-batch_size",
+    32,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.01,
+    "-seed",
+    1,
+]
 PLAIN, COPY, SPM = 100, 7, 8
-OPTIONS = {PLAIN: {"beam_size": 5, "n_best": 2}, COPY: {"beam_size": 3, "max_length": 20}, SPM: {"beam_size": 2}}
+OPTIONS = {
+    PLAIN: {"beam_size": 5, "n_best": 2},
+    COPY: {"beam_size": 3, "max_length": 20},
+    SPM: {"beam_size": 2},
+}
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """A plain model and a copy model whose target vocabulary lacks most words (trained on reversal)."""
-    return {kind: trained_reversal_model(tmp_path_factory, f"server_{kind}", pre, [*SMALL, *extra], 300)
-            for kind, pre, extra in (("plain", [], []),
-                                     ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn"]))}
+    return {
+        kind: trained_reversal_model(tmp_path_factory, f"server_{kind}", pre, [*SMALL, *extra], 300)
+        for kind, pre, extra in (
+            ("plain", [], []),
+            ("copy", ["-dynamic_dict", "-tgt_vocab_size", 6], ["-copy_attn"]),
+        )
+    }
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +61,13 @@ def sentencepiece_model(models, tmp_path_factory):
     import sentencepiece
 
     prefix = str(tmp_path_factory.mktemp("spm") / "sp")
-    sentencepiece.SentencePieceTrainer.train(input=models["plain"]["src"], model_prefix=prefix, vocab_size=24,
-                                             model_type="bpe", minloglevel=2)
+    sentencepiece.SentencePieceTrainer.train(
+        input=models["plain"]["src"],
+        model_prefix=prefix,
+        vocab_size=24,
+        model_type="bpe",
+        minloglevel=2,
+    )
     return prefix + ".model"
 
 
@@ -48,11 +76,21 @@ def write_config(directory, models, sentencepiece_model, **changes):
     first use), the plain model behind a sentencepiece tokenizer (id 8)."""
     root = os.path.dirname(models["plain"]["model"])
     entries = [
-        {"id": PLAIN, "model": os.path.basename(models["plain"]["model"]), "timeout": 600, "on_timeout": "to_cpu",
-         "load": True, "opt": OPTIONS[PLAIN]},
+        {
+            "id": PLAIN,
+            "model": os.path.basename(models["plain"]["model"]),
+            "timeout": 600,
+            "on_timeout": "to_cpu",
+            "load": True,
+            "opt": OPTIONS[PLAIN],
+        },
         {"id": COPY, "model": models["copy"]["model"], "opt": OPTIONS[COPY]},
-        {"id": SPM, "model": os.path.basename(models["plain"]["model"]), "opt": OPTIONS[SPM],
-         "tokenizer": {"type": "sentencepiece", "model": sentencepiece_model}},
+        {
+            "id": SPM,
+            "model": os.path.basename(models["plain"]["model"]),
+            "opt": OPTIONS[SPM],
+            "tokenizer": {"type": "sentencepiece", "model": sentencepiece_model},
+        },
     ]
     conf = {"models_root": root, "models": entries, **changes}
     path = os.path.join(str(directory), "conf.json")
@@ -70,10 +108,16 @@ def server(models, sentencepiece_model, tmp_path_factory):
 
 def translators(models, sentencepiece_model):
     """Each served model's Translator, to translate sentences alone."""
-    return {PLAIN: Translator.load(models["plain"]["model"], **OPTIONS[PLAIN]),
-            COPY: Translator.load(models["copy"]["model"], **OPTIONS[COPY]),
-            SPM: Translator.load(models["plain"]["model"], src_spm=sentencepiece_model,
-                                 tgt_spm=sentencepiece_model, **OPTIONS[SPM])}
+    return {
+        PLAIN: Translator.load(models["plain"]["model"], **OPTIONS[PLAIN]),
+        COPY: Translator.load(models["copy"]["model"], **OPTIONS[COPY]),
+        SPM: Translator.load(
+            models["plain"]["model"],
+            src_spm=sentencepiece_model,
+            tgt_spm=sentencepiece_model,
+            **OPTIONS[SPM],
+        ),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +129,17 @@ def alone(models, sentencepiece_model):
         if (model_id, sentence) not in cache:
             cache[model_id, sentence] = by_id[model_id].translate([sentence])[0]
         return cache[model_id, sentence]
+
     return translate
 
 
 def in_threads(function, n):
     """``[function(0), ..., function(n - 1)]``, each call in a thread of its own, all started at once."""
     out = [None] * n
-    threads = [threading.Thread(target=lambda i: out.__setitem__(i, function(i)), args=(i,)) for i in range(n)]
+    threads = [
+        threading.Thread(target=lambda i: out.__setitem__(i, function(i)), args=(i,))
+        for i in range(n)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -109,18 +157,26 @@ def check_answer(answer, model_id, sources, alone):
         for source, item in zip(sources, rank):
             assert set(item) == {"src", "tgt", "n_best", "pred_score"} and item["src"] == source
             expected = alone(model_id, source)
-            head, tail = source[:len(source) - len(source.lstrip())], source[len(source.rstrip()):]
+            head, tail = (
+                source[: len(source) - len(source.lstrip())],
+                source[len(source.rstrip()) :],
+            )
             assert item["tgt"] == head + expected.hypotheses[k] + tail and item["n_best"] == n_best
             assert scores_agree(item["pred_score"], expected.scores[k], len(expected.tokens[k]) + 1)
 
 
 def test_translate_answers_in_1x_shape_what_each_sentence_gets_alone(server, models, alone):
     sources = lines(models["plain"]["src"])[:12]
-    sources[3], sources[5] = "  " + sources[3] + " ", ""  # 1.x keeps the white space around; empty stays empty
+    sources[3], sources[5] = (
+        "  " + sources[3] + " ",
+        "",
+    )  # 1.x keeps the white space around; empty stays empty
     status, answer = server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in sources])
     assert status == 200
     check_answer(answer, PLAIN, sources, alone)
-    assert answer[0][0]["tgt"] == " ".join(reversed(sources[0].split()))  # the model has learnt to reverse
+    assert answer[0][0]["tgt"] == " ".join(
+        reversed(sources[0].split())
+    )  # the model has learnt to reverse
 
 
 def test_the_copy_model_and_the_sentencepiece_tokenizer(server, models, alone):
@@ -136,31 +192,46 @@ def test_the_copy_model_and_the_sentencepiece_tokenizer(server, models, alone):
 def test_concurrent_clients_each_get_what_their_sentences_get_alone(server, models, alone):
     sources = lines(models["plain"]["src"]) + lines(models["copy"]["src"])
     rng = random.Random(0)
-    requests = [(rng.choice([PLAIN, COPY]), rng.sample(sources, rng.randint(1, 6))) for _ in range(48)]
-    answers = in_threads(lambda i: server.call("POST", "/translate", [{"src": s, "id": requests[i][0]}
-                                                                     for s in requests[i][1]]), len(requests))
+    requests = [
+        (rng.choice([PLAIN, COPY]), rng.sample(sources, rng.randint(1, 6))) for _ in range(48)
+    ]
+    answers = in_threads(
+        lambda i: server.call(
+            "POST", "/translate", [{"src": s, "id": requests[i][0]} for s in requests[i][1]]
+        ),
+        len(requests),
+    )
     for (model_id, batch), (status, answer) in zip(requests, answers):
         assert status == 200
         check_answer(answer, model_id, batch, alone)
 
 
-def test_sentences_arriving_during_a_search_join_it_and_translate_as_alone(models, alone, monkeypatch):
+def test_sentences_arriving_during_a_search_join_it_and_translate_as_alone(
+    models, alone, monkeypatch
+):
     """The library under the server: requests from 16 threads, while a long one decodes, run in fewer
     searches than requests; every request's Results are its sentences' alone."""
     searches = []
     stream = Search.stream
-    monkeypatch.setattr(Search, "stream", lambda self, feeder: searches.append(1) or stream(self, feeder))
+    monkeypatch.setattr(
+        Search, "stream", lambda self, feeder: searches.append(1) or stream(self, feeder)
+    )
     for kind, model_id in (("plain", PLAIN), ("copy", COPY)):
-        service = TranslationService(lambda device, kind=kind, model_id=model_id: Translator.load(
-            models[kind]["model"], device=device or "cpu", batch_size=8, **OPTIONS[model_id]))
+        service = TranslationService(
+            lambda device, kind=kind, model_id=model_id: Translator.load(
+                models[kind]["model"], device=device or "cpu", batch_size=8, **OPTIONS[model_id]
+            )
+        )
         service.control("load").result()
         sources = lines(models[kind]["src"])
         rng = random.Random(1)
         requests = [rng.sample(sources, rng.randint(1, 5)) for _ in range(16)]
         searches.clear()
         long_one = service.translate(sources)
-        futures = in_threads(lambda i, service=service, requests=requests: service.translate(requests[i]),
-                             len(requests))
+        futures = in_threads(
+            lambda i, service=service, requests=requests: service.translate(requests[i]),
+            len(requests),
+        )
         answers = [future.result(timeout=300) for future in futures]
         long_answer = long_one.result(timeout=300)
         assert len(searches) < len(requests)
@@ -177,16 +248,29 @@ def test_models_health_and_the_model_endpoints(server, models, alone):
     plain = next(m for m in listed if m["model_id"] == PLAIN)
     assert plain["loaded"] is True and plain["opt"] == OPTIONS[PLAIN] and plain["timeout"] == 600
     assert server.call("GET", "/health") == (200, {"status": "ok"})
-    assert server.call("GET", f"/unload_model/{PLAIN}") == (200, {"status": "ok", "model_id": PLAIN})
-    assert next(m for m in server.call("GET", "/models")[1] if m["model_id"] == PLAIN)["loaded"] is False
+    assert server.call("GET", f"/unload_model/{PLAIN}") == (
+        200,
+        {"status": "ok", "model_id": PLAIN},
+    )
+    assert (
+        next(m for m in server.call("GET", "/models")[1] if m["model_id"] == PLAIN)["loaded"]
+        is False
+    )
     source = lines(models["plain"]["src"])[0]
-    status, answer = server.call("POST", "/translate", [{"src": source, "id": PLAIN}])  # loads it again
-    assert status == 200 and next(m for m in server.call("GET", "/models")[1] if m["model_id"] == PLAIN)["loaded"]
+    status, answer = server.call(
+        "POST", "/translate", [{"src": source, "id": PLAIN}]
+    )  # loads it again
+    assert (
+        status == 200
+        and next(m for m in server.call("GET", "/models")[1] if m["model_id"] == PLAIN)["loaded"]
+    )
     check_answer(answer, PLAIN, [source], alone)
     assert server.call("GET", f"/to_cpu/{PLAIN}") == (200, {"status": "ok", "model_id": PLAIN})
     status, answer = server.call("GET", f"/to_gpu/{PLAIN}")
     assert status == 400 and "configured for the CPU" in answer["error"]
-    status, answer = server.call("POST", f"/clone_model/{PLAIN}", {"opt": {"beam_size": 1}, "timeout": 5})
+    status, answer = server.call(
+        "POST", f"/clone_model/{PLAIN}", {"opt": {"beam_size": 1}, "timeout": 5}
+    )
     assert status == 200 and answer["status"] == "ok" and answer["load_time"] >= 0
     clone = answer["model_id"]
     assert clone not in (PLAIN, COPY, SPM)
@@ -195,22 +279,33 @@ def test_models_health_and_the_model_endpoints(server, models, alone):
     assert status == 200 and answer[0][0]["tgt"] == greedy.hypotheses[0]
 
 
-@pytest.mark.parametrize("body,status,message", [
-    (b"{not json", 400, "not valid JSON"),
-    (b"", 400, "body is empty"),
-    (b"[]", 400, "non-empty list"),
-    (b'{"src": "w1"}', 400, "non-empty list"),
-    (b'["w1 w2"]', 400, "item 0: expected an object"),
-    (b'[{"id": 100}]', 400, 'item 0: no "src"'),
-    (b'[{"src": 5, "id": 100}]', 400, '"src" must be a string'),
-    (b'[{"src": "w1", "id": "100"}]', 400, '"id" must be a whole number'),
-    (b'[{"src": "w1", "id": 100}, {"src": "w2", "id": 7}]', 400, "one request, one model"),
-    (b'[{"src": "w1", "id": 12345}]', 404, "no model with id 12345"),
-    (b'[{"src": "w1", "id": 100, "model": "/etc/passwd"}]', 400, "unknown key(s) 'model'"),
-    (b"[" + b'{"src": "w1", "id": 100},' * 400_000 + b'{"src": "w1", "id": 100}]', 413, "limit of 1000000"),
-    (json.dumps([{"src": "w1 " * 100_000, "id": 100}]).encode(), 400, "sentence 1 has 100000 tokens"),
-    (b'\xff\xfe[', 400, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "body,status,message",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"", 400, "body is empty"),
+        (b"[]", 400, "non-empty list"),
+        (b'{"src": "w1"}', 400, "non-empty list"),
+        (b'["w1 w2"]', 400, "item 0: expected an object"),
+        (b'[{"id": 100}]', 400, 'item 0: no "src"'),
+        (b'[{"src": 5, "id": 100}]', 400, '"src" must be a string'),
+        (b'[{"src": "w1", "id": "100"}]', 400, '"id" must be a whole number'),
+        (b'[{"src": "w1", "id": 100}, {"src": "w2", "id": 7}]', 400, "one request, one model"),
+        (b'[{"src": "w1", "id": 12345}]', 404, "no model with id 12345"),
+        (b'[{"src": "w1", "id": 100, "model": "/etc/passwd"}]', 400, "unknown key(s) 'model'"),
+        (
+            b"[" + b'{"src": "w1", "id": 100},' * 400_000 + b'{"src": "w1", "id": 100}]',
+            413,
+            "limit of 1000000",
+        ),
+        (
+            json.dumps([{"src": "w1 " * 100_000, "id": 100}]).encode(),
+            400,
+            "sentence 1 has 100000 tokens",
+        ),
+        (b'\xff\xfe[', 400, "not valid JSON"),
+    ],
+)
 def test_a_bad_request_gets_a_4xx_json_error_and_the_server_goes_on(server, body, status, message):
     got, answer = server.call("POST", "/translate", raw=body)
     assert got == status and answer["status"] == "error" and message in answer["error"], answer
@@ -218,14 +313,16 @@ def test_a_bad_request_gets_a_4xx_json_error_and_the_server_goes_on(server, body
 
 
 def test_clone_options_are_checked_like_the_command_line_and_name_no_paths(server):
-    for opt, message in (({"beam_size": 0}, "0 is below the minimum 1"),
-                         ({"src": "/etc/passwd"}, "not for the server"),
-                         ({"model": "/etc/passwd"}, "not for the server"),
-                         ({"phrase_table": "/etc/passwd"}, "may not name files (phrase_table)"),
-                         ({"src_spm": "/etc/passwd"}, "may not name files (src_spm)"),
-                         ("beam_size", '"opt" must be an object'),
-                         ({"no_such_option": 1}, "unknown translation option"),
-                         ({"beam_size": 2, "n_best": 3}, "n_best 3 is larger than beam_size 2")):
+    for opt, message in (
+        ({"beam_size": 0}, "0 is below the minimum 1"),
+        ({"src": "/etc/passwd"}, "not for the server"),
+        ({"model": "/etc/passwd"}, "not for the server"),
+        ({"phrase_table": "/etc/passwd"}, "may not name files (phrase_table)"),
+        ({"src_spm": "/etc/passwd"}, "may not name files (src_spm)"),
+        ("beam_size", '"opt" must be an object'),
+        ({"no_such_option": 1}, "unknown translation option"),
+        ({"beam_size": 2, "n_best": 3}, "n_best 3 is larger than beam_size 2"),
+    ):
         status, answer = server.call("POST", f"/clone_model/{PLAIN}", {"opt": opt})
         assert status == 400 and message in answer["error"], answer
     status, answer = server.call("POST", "/clone_model/999", {})
@@ -240,18 +337,28 @@ def test_a_thousand_bad_requests_and_a_client_gone_mid_request_leave_it_serving(
     for i in range(1000):
         status, _ = server.call("POST", "/translate", raw=[b"{", b"[]", b'[{"id": 100}]'][i % 3])
         assert status == 400
-    with socket.create_connection(("127.0.0.1", server.port)) as sock:  # promises 1,000 bytes, sends 20, leaves
-        sock.sendall(b"POST /translator/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
-                     b'[{"src": "w1 w2", "i')
+    with socket.create_connection(
+        ("127.0.0.1", server.port)
+    ) as sock:  # promises 1,000 bytes, sends 20, leaves
+        sock.sendall(
+            b"POST /translator/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+            b'[{"src": "w1 w2", "i'
+        )
     with socket.create_connection(("127.0.0.1", server.port)) as sock:  # leaves before the answer
         body = json.dumps([{"src": s, "id": PLAIN} for s in lines(models["plain"]["src"])]).encode()
-        sock.sendall(b"POST /translator/translate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        sock.sendall(
+            b"POST /translator/translate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+            + body
+        )
     source = lines(models["plain"]["src"])[1]
     status, answer = server.call("POST", "/translate", [{"src": source, "id": PLAIN}])
     assert status == 200 and answer[0][0]["tgt"] == " ".join(reversed(source.split()))
 
 
-def test_under_load_16_clients_and_2000_sentences_no_error_no_lost_or_reordered_answer(server, models, alone):
+def test_under_load_16_clients_and_2000_sentences_no_error_no_lost_or_reordered_answer(
+    server, models, alone
+):
     """16 clients, each 25 requests of 5 sentences, twice: every answer is its own request's, in
     order; the server's resident memory after the second round is within 5% of the first's."""
     sources = lines(models["plain"]["src"])
@@ -264,9 +371,15 @@ def test_under_load_16_clients_and_2000_sentences_no_error_no_lost_or_reordered_
             """The requests of client ``c`` that were not answered with their own sentences, in order."""
             failed = []
             for batch in requests[c::16]:
-                status, answer = server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in batch])
-                if status != 200 or [item["src"] for item in answer[0]] != batch or \
-                        [item["tgt"] for item in answer[0]] != [alone(PLAIN, s).hypotheses[0] for s in batch]:
+                status, answer = server.call(
+                    "POST", "/translate", [{"src": s, "id": PLAIN} for s in batch]
+                )
+                if (
+                    status != 200
+                    or [item["src"] for item in answer[0]] != batch
+                    or [item["tgt"] for item in answer[0]]
+                    != [alone(PLAIN, s).hypotheses[0] for s in batch]
+                ):
                     failed.append((status, batch, answer))
             return failed
 
@@ -276,17 +389,31 @@ def test_under_load_16_clients_and_2000_sentences_no_error_no_lost_or_reordered_
     assert memory[1] <= 1.05 * memory[0], memory
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"models": [{"model": "missing.pt"}]}, "models[0]: model file"),
-    ({"models": [{"model": "PLAIN", "tokenizer": {"type": "pyonmttok", "params": {}}}]}, "pyonmttok is not supported"),
-    ({"models": [{"model": "PLAIN", "opt": {"beam_size": "five"}}]}, "beam_size"),
-    ({"models": [{"model": "PLAIN", "opt": {"output": "x.txt"}}]}, "'output' is not for the server"),
-    ({"models": [{"model": "PLAIN", "preprocess": ["m.f"]}]}, "'preprocess' is not supported"),
-    ({"models": [{"model": "PLAIN", "id": 1}, {"model": "PLAIN", "id": 1}]}, "id 1 is already taken"),
-    ({"models": [{"model": "PLAIN", "load": True, "opt": {"gpu": 0}}]}, "model 0:"),
-    ({"models": []}, "non-empty list"),
-])
-def test_a_bad_configuration_stops_the_start_with_one_line_and_status_2(models, tmp_path, change, message):
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"models": [{"model": "missing.pt"}]}, "models[0]: model file"),
+        (
+            {"models": [{"model": "PLAIN", "tokenizer": {"type": "pyonmttok", "params": {}}}]},
+            "pyonmttok is not supported",
+        ),
+        ({"models": [{"model": "PLAIN", "opt": {"beam_size": "five"}}]}, "beam_size"),
+        (
+            {"models": [{"model": "PLAIN", "opt": {"output": "x.txt"}}]},
+            "'output' is not for the server",
+        ),
+        ({"models": [{"model": "PLAIN", "preprocess": ["m.f"]}]}, "'preprocess' is not supported"),
+        (
+            {"models": [{"model": "PLAIN", "id": 1}, {"model": "PLAIN", "id": 1}]},
+            "id 1 is already taken",
+        ),
+        ({"models": [{"model": "PLAIN", "load": True, "opt": {"gpu": 0}}]}, "model 0:"),
+        ({"models": []}, "non-empty list"),
+    ],
+)
+def test_a_bad_configuration_stops_the_start_with_one_line_and_status_2(
+    models, tmp_path, change, message
+):
     name = os.path.basename(models["plain"]["model"])
     change = json.loads(json.dumps(change).replace('"PLAIN"', json.dumps(name)))
     if change["models"] and "gpu" in json.dumps(change) and __import__("torch").cuda.is_available():
@@ -294,36 +421,92 @@ def test_a_bad_configuration_stops_the_start_with_one_line_and_status_2(models, 
     config = str(tmp_path / "conf.json")
     with open(config, "w", encoding="utf-8") as f:
         json.dump({"models_root": os.path.dirname(models["plain"]["model"]), **change}, f)
-    result = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "0"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"onmt_lite_server: error: {config}: ") and message in last, last
 
 
 def test_a_taken_port_a_missing_configuration_and_an_unknown_option_are_one_line_errors(server):
-    taken = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", server.config, "--port",
-                            str(server.port)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert taken.returncode == 2 and f"--port {server.port}: cannot listen there" in taken.stderr, taken.stderr
-    missing = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", "no-such-conf.json"],
-                             capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert missing.returncode == 2 and "no-such-conf.json: cannot read the configuration" in missing.stderr
-    unknown = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--threads", "2"],
-                             capture_output=True, text=True, timeout=120, cwd=REPO)
+    taken = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onmt_lite.bin.server",
+            "--config",
+            server.config,
+            "--port",
+            str(server.port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert taken.returncode == 2 and f"--port {server.port}: cannot listen there" in taken.stderr, (
+        taken.stderr
+    )
+    missing = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--config", "no-such-conf.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert (
+        missing.returncode == 2
+        and "no-such-conf.json: cannot read the configuration" in missing.stderr
+    )
+    unknown = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert unknown.returncode == 2 and "unrecognized arguments: --threads" in unknown.stderr
-    usage = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "-h"], capture_output=True, text=True,
-                           timeout=120, cwd=REPO)
-    assert usage.returncode == 0 and all(f"--{name}" in usage.stdout for name in (
-        "ip", "port", "url_root", "config", "debug", "max_request_bytes", "max_sentence_tokens", "request_timeout",
-        "shutdown_timeout"))
+    usage = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "-h"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert usage.returncode == 0 and all(
+        f"--{name}" in usage.stdout
+        for name in (
+            "ip",
+            "port",
+            "url_root",
+            "config",
+            "debug",
+            "max_request_bytes",
+            "max_sentence_tokens",
+            "request_timeout",
+            "shutdown_timeout",
+        )
+    )
 
 
-def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models, sentencepiece_model, tmp_path):
-    server = Server(write_config(tmp_path, models, sentencepiece_model), "--debug")  # logs each request's body
+def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(
+    models, sentencepiece_model, tmp_path
+):
+    server = Server(
+        write_config(tmp_path, models, sentencepiece_model), "--debug"
+    )  # logs each request's body
     sources = lines(models["plain"]["src"]) * 25  # 1,000 sentences
     answer = {}
-    client = threading.Thread(target=lambda: answer.update(
-        result=server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in sources])))
+    client = threading.Thread(
+        target=lambda: answer.update(
+            result=server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in sources])
+        )
+    )
     client.start()
     while not any('"translate request"' in line for line in server.log):  # the server has read it
         time.sleep(0.01)

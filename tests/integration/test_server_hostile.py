@@ -2,6 +2,7 @@
 files, non-finite and huge numbers, odd text and JSON, non-finite scores, a clone that fails to
 load, an oversized body read by common clients, and a request that times out mid-search. After
 each case the server still answers /health."""
+
 import json
 import math
 import os
@@ -19,8 +20,22 @@ from onmt_lite import Translator
 from tests.helpers import REPO, lines, trained_reversal_model
 from tests.server_helpers import Server
 
-SMALL = ["-rnn_size", 32, "-word_vec_size", 16, "-layers", 1, "-batch_size", 32, "-optim", "adam",
-         "-learning_rate", 0.01, "-seed", 1]
+SMALL = [
+    "-rnn_size",
+    32,
+    "-word_vec_size",
+    16,
+    "-layers",
+    1,
+    "-batch_size",
+    32,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.01,
+    "-seed",
+    1,
+]
 PLAIN, SPARSE, SLOW = 1, 2, 3
 SPARSE_OPT = {"beam_size": 5, "n_best": 5, "max_length": 20}
 
@@ -31,19 +46,31 @@ def models(tmp_path_factory):
     hold hypotheses of probability 0)."""
     return {
         "plain": trained_reversal_model(tmp_path_factory, "hostile_plain", [], SMALL, 100),
-        "sparse": trained_reversal_model(tmp_path_factory, "hostile_sparse", [],
-                                         [*SMALL, "-generator_function", "sparsemax"], 200),
+        "sparse": trained_reversal_model(
+            tmp_path_factory,
+            "hostile_sparse",
+            [],
+            [*SMALL, "-generator_function", "sparsemax"],
+            200,
+        ),
     }
 
 
 def write_config(directory, models, **entry_changes):
     root = os.path.dirname(models["plain"]["model"])
     entries = [
-        {"id": PLAIN, "model": os.path.basename(models["plain"]["model"]), "load": True,
-         "opt": {"beam_size": 2}},
+        {
+            "id": PLAIN,
+            "model": os.path.basename(models["plain"]["model"]),
+            "load": True,
+            "opt": {"beam_size": 2},
+        },
         {"id": SPARSE, "model": models["sparse"]["model"], "opt": SPARSE_OPT},
-        {"id": SLOW, "model": os.path.basename(models["plain"]["model"]),
-         "opt": {"beam_size": 5, "max_length": 400, "min_length": 400, "batch_size": 4}},
+        {
+            "id": SLOW,
+            "model": os.path.basename(models["plain"]["model"]),
+            "opt": {"beam_size": 5, "max_length": 400, "min_length": 400, "batch_size": 4},
+        },
     ]
     entries[0].update(entry_changes)
     path = os.path.join(str(directory), "conf.json")
@@ -54,8 +81,13 @@ def write_config(directory, models, **entry_changes):
 
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    server = Server(write_config(tmp_path_factory.mktemp("hostile_conf"), models),
-                    "--request_timeout", 3, "--shutdown_timeout", 5)
+    server = Server(
+        write_config(tmp_path_factory.mktemp("hostile_conf"), models),
+        "--request_timeout",
+        3,
+        "--shutdown_timeout",
+        5,
+    )
     yield server
     assert server.stop() == 0, "".join(server.log[-5:])
 
@@ -74,14 +106,16 @@ def test_clone_options_cannot_name_a_file(server, models, tmp_path):
     elsewhere = str(tmp_path / "elsewhere.pt")  # a real checkpoint outside models_root
     shutil.copy(models["plain"]["model"], elsewhere)
     before = listed(server)
-    for opt, message in (({"beam_size": [5, "-model", elsewhere]}, "takes one value, not a list"),
-                         ({f"model={elsewhere}": 1}, "unknown translation option"),
-                         ({"-model": elsewhere}, "unknown translation option"),
-                         ({"beam_size": f"5 -model {elsewhere}"}, "beam_size"),
-                         ({"replace_unk": True, "max_length": "-model"}, "may not start with '-'"),
-                         ({"ignore_when_blocking": ["a", "-model", elsewhere]}, "may not start"),
-                         ({"model": elsewhere}, "not for the server"),
-                         ({"h": True}, "unknown translation option")):
+    for opt, message in (
+        ({"beam_size": [5, "-model", elsewhere]}, "takes one value, not a list"),
+        ({f"model={elsewhere}": 1}, "unknown translation option"),
+        ({"-model": elsewhere}, "unknown translation option"),
+        ({"beam_size": f"5 -model {elsewhere}"}, "beam_size"),
+        ({"replace_unk": True, "max_length": "-model"}, "may not start with '-'"),
+        ({"ignore_when_blocking": ["a", "-model", elsewhere]}, "may not start"),
+        ({"model": elsewhere}, "not for the server"),
+        ({"h": True}, "unknown translation option"),
+    ):
         status, answer = server.call("POST", f"/clone_model/{PLAIN}", {"opt": opt})
         assert status == 400 and message in answer["error"], (opt, answer)
     assert listed(server) == before and healthy(server)
@@ -89,14 +123,20 @@ def test_clone_options_cannot_name_a_file(server, models, tmp_path):
     assert status == 400 and "below the minimum" in answer["error"]  # a number, read as one
 
 
-@pytest.mark.parametrize("body,message", [
-    (b'{"opt": {"beam_size": 2}, "timeout": NaN}', "NaN is not a JSON number"),
-    (b'{"timeout": Infinity}', "Infinity is not a JSON number"),
-    (b'{"timeout": 1e10}', '"timeout" must be -1 (never) or a number of seconds from 0 to 1e+09'),
-    (b'{"timeout": -2}', '"timeout" must be -1'),
-    (b'{"opt": {"beam_size": 1000000000}}', "beam_size"),
-    (b'{"opt": {"alpha": 1e400}}', "1e400 is beyond the range"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b'{"opt": {"beam_size": 2}, "timeout": NaN}', "NaN is not a JSON number"),
+        (b'{"timeout": Infinity}', "Infinity is not a JSON number"),
+        (
+            b'{"timeout": 1e10}',
+            '"timeout" must be -1 (never) or a number of seconds from 0 to 1e+09',
+        ),
+        (b'{"timeout": -2}', '"timeout" must be -1'),
+        (b'{"opt": {"beam_size": 1000000000}}', "beam_size"),
+        (b'{"opt": {"alpha": 1e400}}', "1e400 is beyond the range"),
+    ],
+)
 def test_a_clone_with_a_non_finite_or_huge_number_is_refused(server, body, message):
     before = listed(server)
     status, answer = server.call("POST", f"/clone_model/{PLAIN}", raw=body)
@@ -104,43 +144,68 @@ def test_a_clone_with_a_non_finite_or_huge_number_is_refused(server, body, messa
     assert listed(server) == before and healthy(server)
 
 
-@pytest.mark.parametrize("timeout,message", [
-    ("NAN", "NaN is not a JSON number"),
-    (1e10, "from 0 to 1e+09"),
-])
-def test_a_config_with_a_non_finite_or_huge_timeout_stops_the_start(models, tmp_path, timeout,
-                                                                    message):
+@pytest.mark.parametrize(
+    "timeout,message",
+    [
+        ("NAN", "NaN is not a JSON number"),
+        (1e10, "from 0 to 1e+09"),
+    ],
+)
+def test_a_config_with_a_non_finite_or_huge_timeout_stops_the_start(
+    models, tmp_path, timeout, message
+):
     config = write_config(tmp_path, models, timeout=timeout)
-    result = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", config,
-                             "--port", "0"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     last = result.stderr.strip().splitlines()[-1]
-    assert result.returncode == 2 and message in last and last.startswith(
-        f"onmt_lite_server: error: {config}"), result.stderr
+    assert (
+        result.returncode == 2
+        and message in last
+        and last.startswith(f"onmt_lite_server: error: {config}")
+    ), result.stderr
 
 
 def test_a_config_nested_100000_deep_is_one_line(tmp_path):
     config = tmp_path / "conf.json"
     config.write_text('{"models": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", str(config),
-                             "--port", "0"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"onmt_lite_server: error: {config}: not valid JSON (nested too deeply)"], result.stderr
+        f"onmt_lite_server: error: {config}: not valid JSON (nested too deeply)"
+    ], result.stderr
 
 
 def test_a_port_out_of_range_is_refused_before_any_model_loads(models, tmp_path):
     config = write_config(tmp_path, models)
-    result = subprocess.run([sys.executable, "-m", "onmt_lite.bin.server", "--config", config,
-                             "--port", "70000"], capture_output=True, text=True, timeout=120,
-                            cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and "70000 is above the maximum 65535" in result.stderr
     assert '"loaded"' not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("body,message", [
-    (b'[{"src": "a \\ud800 b", "id": 1}]', "lone UTF-16 surrogate (\\ud800)"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    (b'[{"src": "w1", "id": 1, "x": NaN}]', "NaN is not a JSON number"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b'[{"src": "a \\ud800 b", "id": 1}]', "lone UTF-16 surrogate (\\ud800)"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'[{"src": "w1", "id": 1, "x": NaN}]', "NaN is not a JSON number"),
+    ],
+)
 def test_odd_text_and_json_get_a_400(server, body, message):
     status, answer = server.call("POST", "/translate", raw=body)
     assert status == 400 and message in answer["error"], answer
@@ -170,8 +235,11 @@ def test_a_clone_that_fails_to_load_leaves_nothing_behind(server):
 
 
 def post(server, data, limit_seconds=120):
-    request = urllib.request.Request(f"http://127.0.0.1:{server.port}/translator/translate",
-                                     data=data, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/translator/translate",
+        data=data,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=limit_seconds) as response:
             return response.status, json.loads(response.read())
@@ -186,10 +254,22 @@ def test_an_oversized_body_is_answered_413_to_urllib_and_curl(server, tmp_path):
     if shutil.which("curl"):  # curl asks "Expect: 100-continue" and sends no body
         path = tmp_path / "body.json"
         path.write_bytes(body)
-        result = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "--data-binary", f"@{path}",
-                                 "-H", "Content-Type: application/json",
-                                 f"http://127.0.0.1:{server.port}/translator/translate"],
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                "curl",
+                "-s",
+                "-w",
+                "\n%{http_code}",
+                "--data-binary",
+                f"@{path}",
+                "-H",
+                "Content-Type: application/json",
+                f"http://127.0.0.1:{server.port}/translator/translate",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         text, code = result.stdout.rsplit("\n", 1)
         assert code == "413" and "limit of 1000000 bytes" in json.loads(text)["error"]
     assert healthy(server)
@@ -203,13 +283,20 @@ def test_a_request_that_times_out_ends_its_search_and_the_model_serves_on(server
     status, answer = server.call("POST", "/translate", many)
     assert status == 503 and "--request_timeout" in answer["error"]
     answers = {}
-    threads = [threading.Thread(target=lambda i=i: answers.update({i: server.call(
-        "POST", "/translate", [{"src": sources[i], "id": SLOW}])})) for i in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: answers.update(
+                {i: server.call("POST", "/translate", [{"src": sources[i], "id": SLOW}])}
+            )
+        )
+        for i in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert all(status == 200 and len(answer[0]) == 1 for status, answer in answers.values())
     assert healthy(server)
-    assert any("of a request given up left the search" in line
-               for line in server.log), server.log[-5:]
+    assert any("of a request given up left the search" in line for line in server.log), server.log[
+        -5:
+    ]

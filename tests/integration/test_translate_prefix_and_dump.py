@@ -1,4 +1,5 @@
 """onmt_lite_translate -tgt_prefix and -dump_beam end to end, on a model trained here on the reversal task."""
+
 import fcntl
 import json
 import os
@@ -25,8 +26,24 @@ from tests.helpers import (
 # the tests marked kernels hold a trained model to a quality or compare translations: make
 # test-kernels runs them again under other kernels
 
-SMALL = ["-rnn_size", 64, "-word_vec_size", 32, "-layers", 1, "-batch_size", 32, "-optim", "adam",
-         "-learning_rate", 0.01, "-dropout", 0, "-seed", 1]
+SMALL = [
+    "-rnn_size",
+    64,
+    "-word_vec_size",
+    32,
+    "-layers",
+    1,
+    "-batch_size",
+    32,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.01,
+    "-dropout",
+    0,
+    "-seed",
+    1,
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +60,12 @@ def translate(model, tmp_path, *args, name="out.txt"):
 @pytest.mark.kernels
 def test_the_reference_as_prefix_is_reproduced_and_ends_there(model, tmp_path):
     references = lines(model["tgt"])
-    outputs, log = translate(model, tmp_path, "-src", model["src"], "-tgt", model["tgt"], "-tgt_prefix")
-    assert all(out.split()[:len(ref.split())] == ref.split() for out, ref in zip(outputs, references))
+    outputs, log = translate(
+        model, tmp_path, "-src", model["src"], "-tgt", model["tgt"], "-tgt_prefix"
+    )
+    assert all(
+        out.split()[: len(ref.split())] == ref.split() for out, ref in zip(outputs, references)
+    )
     assert exact_match(outputs, references) >= 0.95  # the model ends the reversed line there
     assert "GOLD AVG SCORE" in log and "BLEU" not in log  # a prefix is no reference
 
@@ -54,23 +75,47 @@ def test_half_a_reference_as_prefix_starts_every_output(model, tmp_path):
     halves = [" ".join(ref.split()[: len(ref.split()) // 2]) for ref in lines(model["tgt"])]
     prefixes = write_lines(tmp_path / "prefixes.txt", halves)
     free, _ = translate(model, tmp_path, "-src", model["src"], name="free.txt")
-    outputs, _ = translate(model, tmp_path, "-src", model["src"], "-tgt", prefixes, "-tgt_prefix", "-beam_size", 3)
-    assert all(out.split()[:len(half.split())] == half.split() for out, half in zip(outputs, halves))
+    outputs, _ = translate(
+        model, tmp_path, "-src", model["src"], "-tgt", prefixes, "-tgt_prefix", "-beam_size", 3
+    )
+    assert all(
+        out.split()[: len(half.split())] == half.split() for out, half in zip(outputs, halves)
+    )
     assert exact_match(outputs, lines(model["tgt"])) >= exact_match(free, lines(model["tgt"]))
 
 
 def test_tgt_prefix_without_tgt_is_refused_before_any_output(model, tmp_path):
-    result = run_cli("translate", "-model", model["model"], "-src", model["src"], "-output", tmp_path / "o.txt",
-                     "-tgt_prefix")
+    result = run_cli(
+        "translate",
+        "-model",
+        model["model"],
+        "-src",
+        model["src"],
+        "-output",
+        tmp_path / "o.txt",
+        "-tgt_prefix",
+    )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].endswith("-tgt_prefix needs -tgt: the file of target prefixes, "
-                                                           "one a line")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
+    )
     assert not (tmp_path / "o.txt").exists()
 
 
 def test_a_dump_beam_path_that_is_a_directory_is_refused_before_any_output(model, tmp_path):
-    result = run_cli("translate", "-model", model["model"], "-src", model["src"], "-output", tmp_path / "o.txt",
-                     "-dump_beam", tmp_path)
+    result = run_cli(
+        "translate",
+        "-model",
+        model["model"],
+        "-src",
+        model["src"],
+        "-output",
+        tmp_path / "o.txt",
+        "-dump_beam",
+        tmp_path,
+    )
     assert result.returncode == 2
     assert f"-dump_beam {tmp_path}: is a directory" in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "o.txt").exists()
@@ -86,14 +131,27 @@ def backtrack_words(entry, step, place):
 
 @pytest.mark.kernels
 @pytest.mark.parametrize("beam", [1, 4])
-def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothing(model, tmp_path, beam):
+def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothing(
+    model, tmp_path, beam
+):
     sources = lines(model["src"])[:12]
     src = write_lines(tmp_path / "src.txt", sources[:5] + [""] + sources[5:])
     runs = []
     for extra in ([], ["-shard_size", 4], ["-threads", 2]):  # 5 batches: 2 streams with -threads 2
         path = tmp_path / f"beam{len(runs)}.json"
-        outputs, _ = translate(model, tmp_path, "-src", src, "-beam_size", beam, "-batch_size", 3, "-dump_beam", path,
-                               *extra)
+        outputs, _ = translate(
+            model,
+            tmp_path,
+            "-src",
+            src,
+            "-beam_size",
+            beam,
+            "-batch_size",
+            3,
+            "-dump_beam",
+            path,
+            *extra,
+        )
         runs.append((outputs, json.loads(path.read_text(encoding="utf-8"))))
     for outputs, entries in runs:
         assert [e["line"] for e in entries] == list(range(1, len(sources) + 2))
@@ -111,24 +169,37 @@ def test_the_dump_leads_to_each_output_line_and_pieces_and_streams_change_nothin
         assert [e["beam_parent_ids"] for e in other] == [e["beam_parent_ids"] for e in entries]
         for entry, other_entry, output in zip(entries, other, runs[0][0]):
             if entry["n_best"]:
-                assert scores_agree(entry["n_best"][0]["score"], other_entry["n_best"][0]["score"],
-                                    len(output.split()) + 1)
+                assert scores_agree(
+                    entry["n_best"][0]["score"],
+                    other_entry["n_best"][0]["score"],
+                    len(output.split()) + 1,
+                )
 
 
 def test_the_server_refuses_both_options_by_name(model):
     for key in ("tgt_prefix", "dump_beam"):
         with pytest.raises(UserError, match=f"option '{key}' is not for the server"):
-            translation_options({key: True if key == "tgt_prefix" else "beam.json"}, [model["model"]], "/", "model 0")
+            translation_options(
+                {key: True if key == "tgt_prefix" else "beam.json"},
+                [model["model"]],
+                "/",
+                "model 0",
+            )
 
 
 def run_translate(model, *args, file_size_limit=None):
     """onmt_lite_translate in a process of its own (files limited to ``file_size_limit`` bytes)."""
+
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, resource.RLIM_INFINITY))
 
     command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True,
-                          preexec_fn=limit if file_size_limit else None)
+    return subprocess.run(
+        [*command, *map(str, args)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit if file_size_limit else None,
+    )
 
 
 def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path):
@@ -139,14 +210,24 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path
     before = os.stat(same).st_mtime_ns
     link = tmp_path / "link.txt"
     plots = tmp_path / "plots"
-    cases = [(["-output", same, "-dump_beam", same],
-              f"-dump_beam {same}: the same file as -output {same}"),
-             (["-output", same, "-dump_beam", link],
-              f"-dump_beam {link}: the same file as -output {same}"),
-             (["-output", same, "-log_file", same],
-              f"-log_file {same}: the same file as -output {same}"),
-             (["-output", plots / "00001.png", "-attn_plot", plots],
-              f"-output {plots / '00001.png'}: -attn_plot {plots} writes there")]
+    cases = [
+        (
+            ["-output", same, "-dump_beam", same],
+            f"-dump_beam {same}: the same file as -output {same}",
+        ),
+        (
+            ["-output", same, "-dump_beam", link],
+            f"-dump_beam {link}: the same file as -output {same}",
+        ),
+        (
+            ["-output", same, "-log_file", same],
+            f"-log_file {same}: the same file as -output {same}",
+        ),
+        (
+            ["-output", plots / "00001.png", "-attn_plot", plots],
+            f"-output {plots / '00001.png'}: -attn_plot {plots} writes there",
+        ),
+    ]
     for args, message in cases:
         result = run_translate(model, "-src", model["src"], *args)
         assert result.returncode == 2, result.stderr
@@ -168,21 +249,43 @@ def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path):
     existing = tmp_path / "existing.txt"
     existing.write_text("an earlier translation\n")
     for output in (tmp_path / "new.txt", existing):
-        result = run_translate(model, "-src", model["src"], "-output", output, "-dump_beam",
-                               tmp_path / "missing" / "beam.json")
+        result = run_translate(
+            model,
+            "-src",
+            model["src"],
+            "-output",
+            output,
+            "-dump_beam",
+            tmp_path / "missing" / "beam.json",
+        )
         assert result.returncode == 2
         assert f"-dump_beam {tmp_path / 'missing' / 'beam.json'}: directory" in result.stderr
         # refused at the end (its file outgrows the limit; the translations do not): none is written
-        result = run_translate(model, "-src", model["src"], "-output", output, "-dump_beam",
-                               tmp_path / "beam.json", file_size_limit=4096)
+        result = run_translate(
+            model,
+            "-src",
+            model["src"],
+            "-output",
+            output,
+            "-dump_beam",
+            tmp_path / "beam.json",
+            file_size_limit=4096,
+        )
         assert result.returncode == 2, result.stderr
         last = result.stderr.strip().splitlines()[-1]
         beam = tmp_path / "beam.json"
         assert last == f"onmt_lite_translate: error: {beam}: cannot write (File too large)"
         assert sorted(os.listdir(tmp_path)) == ["existing.txt"]
         assert existing.read_text() == "an earlier translation\n"
-    result = run_translate(model, "-src", model["src"], "-output", tmp_path / "new.txt",
-                           "-dump_beam", tmp_path / "beam.json")
+    result = run_translate(
+        model,
+        "-src",
+        model["src"],
+        "-output",
+        tmp_path / "new.txt",
+        "-dump_beam",
+        tmp_path / "beam.json",
+    )
     assert result.returncode == 0, result.stderr  # the same run without the limit writes both
     assert len(lines(tmp_path / "new.txt")) == len(json.loads((tmp_path / "beam.json").read_text()))
 

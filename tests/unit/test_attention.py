@@ -5,7 +5,9 @@ from onmt_lite.models.attention import GlobalAttention
 
 def test_dot_attention_by_hand_and_zero_weight_on_padding():
     attn = GlobalAttention(2, "dot").double()
-    memory = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]], dtype=torch.float64)  # [1 x 3 x 2]
+    memory = torch.tensor(
+        [[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]], dtype=torch.float64
+    )  # [1 x 3 x 2]
     query = torch.tensor([[[2.0, 0.0]]], dtype=torch.float64)
     _, align = attn(query, memory, torch.tensor([2]))
     expected = torch.softmax(torch.tensor([2.0, 0.0], dtype=torch.float64), 0)
@@ -31,5 +33,7 @@ def test_coverage_enters_the_score():
     for kind in ("dot", "general", "mlp"):
         attn = GlobalAttention(3, kind, coverage=True)
         _, without = attn(query, memory, lengths, torch.zeros(2, 1, 4))
-        _, with_cov = attn(query, memory, lengths, torch.tensor([[[3.0, 0, 0, 0]], [[0, 0, 0, 2.0]]]))
+        _, with_cov = attn(
+            query, memory, lengths, torch.tensor([[[3.0, 0, 0, 0]], [[0, 0, 0, 2.0]]])
+        )
         assert not torch.allclose(without, with_cov), kind

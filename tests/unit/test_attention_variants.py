@@ -1,5 +1,6 @@
 """Attention variants: sparsemax (attention and generator) and its loss, context gates, no attention,
 against references written out here (a bisection projection onto the simplex, the 1.x formulas)."""
+
 import copy
 import math
 
@@ -31,7 +32,9 @@ def projection(z):
             low = tau
         else:
             high = tau
-    return torch.tensor([max(v - (low + high) / 2, 0.0) for v in values], dtype=torch.float64), (low + high) / 2
+    return torch.tensor([max(v - (low + high) / 2, 0.0) for v in values], dtype=torch.float64), (
+        low + high
+    ) / 2
 
 
 def random_scores(seed, rows=20, width=9):
@@ -55,7 +58,9 @@ def test_sparsemax_is_the_projection_onto_the_simplex(seed):
         assert torch.equal(p > 0, row > tau + 1e-9)  # zero outside the support
     torch.testing.assert_close(probs.sum(-1), torch.ones(scores.size(0), dtype=torch.float64))
     assert torch.all(probs[masked] == 0)  # masked positions: exactly 0
-    assert (probs == 0).any() and (probs > 0).sum(-1).max() > 1  # sparse, and not one-hot everywhere
+    assert (probs == 0).any() and (probs > 0).sum(
+        -1
+    ).max() > 1  # sparse, and not one-hot everywhere
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -71,13 +76,17 @@ def test_sparsemax_of_half_precision_scores_is_the_float32_projection_rounded(dt
 
 def test_sparsemax_along_another_dimension_and_its_jacobian():
     scores = torch.randn(4, 6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    torch.testing.assert_close(sparsemax(scores, dim=1), sparsemax(scores.transpose(1, 2), -1).transpose(1, 2))
+    torch.testing.assert_close(
+        sparsemax(scores, dim=1), sparsemax(scores.transpose(1, 2), -1).transpose(1, 2)
+    )
     assert torch.autograd.gradcheck(lambda x: sparsemax(x, 1), (scores.clone().requires_grad_(),))
 
 
 def test_sparsemax_loss_value_follows_the_formula_and_its_gradient_is_sparsemax_minus_onehot():
     scores, _ = random_scores(4, rows=6, width=7)
-    scores = scores.masked_fill(scores == NEG_INF, -3.0)  # finite (a gold word could be masked otherwise)
+    scores = scores.masked_fill(
+        scores == NEG_INF, -3.0
+    )  # finite (a gold word could be masked otherwise)
     gold = torch.randint(0, 7, (scores.size(0),), generator=torch.Generator().manual_seed(5))
     for row, y, loss in zip(scores, gold, sparsemax_loss(scores, gold)):
         _, tau = projection(row)
@@ -87,9 +96,13 @@ def test_sparsemax_loss_value_follows_the_formula_and_its_gradient_is_sparsemax_
         assert loss.item() >= -1e-12
     x = scores.clone().requires_grad_()
     sparsemax_loss(x, gold).sum().backward()
-    expected_grad = torch.stack([projection(row)[0] for row in scores]) - torch.nn.functional.one_hot(gold, 7)
+    expected_grad = torch.stack(
+        [projection(row)[0] for row in scores]
+    ) - torch.nn.functional.one_hot(gold, 7)
     torch.testing.assert_close(x.grad, expected_grad.double(), atol=1e-9, rtol=0)
-    smooth = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    smooth = torch.randn(
+        5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(6)
+    ).requires_grad_()
     assert torch.autograd.gradcheck(lambda z: sparsemax_loss(z, gold[:5]), (smooth,))
 
 
@@ -106,27 +119,39 @@ def test_sparsemax_loss_is_zero_for_a_margin_of_one_and_the_criterion_skips_padd
 def test_sparsemax_attention_weights_are_the_projection_of_the_masked_scores():
     torch.manual_seed(7)
     attention = GlobalAttention(5, "general", attn_func="sparsemax").double()
-    query, memory = torch.randn(3, 2, 5, dtype=torch.float64) * 3, torch.randn(3, 6, 5, dtype=torch.float64)
+    query, memory = (
+        torch.randn(3, 2, 5, dtype=torch.float64) * 3,
+        torch.randn(3, 6, 5, dtype=torch.float64),
+    )
     lengths = torch.tensor([6, 2, 4])
     _, align = attention(query, memory, lengths)
     scores = attention.score(query, memory)
     for b in range(3):
         for t in range(2):
             expected = torch.zeros(6, dtype=torch.float64)
-            expected[:lengths[b]] = projection(scores[b, t, :lengths[b]])[0]
+            expected[: lengths[b]] = projection(scores[b, t, : lengths[b]])[0]
             torch.testing.assert_close(align[b, t], expected, atol=1e-9, rtol=0)
-    assert (align == 0).sum() > (lengths.numel() * 6 - lengths.sum()) * 2  # zeros inside the source too
+    assert (align == 0).sum() > (
+        lengths.numel() * 6 - lengths.sum()
+    ) * 2  # zeros inside the source too
 
 
 def gate_by_hand(gate, x, h, a, kind):
     """1.x's context gates written out from the module's weights."""
+
     def linear(layer, v):
         return v @ layer.weight.t() + layer.bias
+
     z = 1 / (1 + torch.exp(-linear(gate.gate, torch.cat([x, h, a], -1))))
     source = linear(gate.source_proj, a)
     target = linear(gate.target_proj, torch.cat([x, h], -1))
-    return torch.tanh({"source": target + z * source, "target": z * target + source,
-                       "both": (1 - z) * target + z * source}[kind])
+    return torch.tanh(
+        {
+            "source": target + z * source,
+            "target": z * target + source,
+            "both": (1 - z) * target + z * source,
+        }[kind]
+    )
 
 
 def decoded(model, batch, steps):
@@ -141,10 +166,15 @@ def input_feed_by_hand(decoder, tgt, memory_bank, lengths, state, kind):
     attention (or none), then the gate (or none); the output is fed to the next step."""
     hidden, feed, outs = state.hidden, state.input_feed, []
     for t in range(tgt.size(0)):
-        x = torch.cat([decoder.embeddings(tgt[t:t + 1])[0], feed], 1)
+        x = torch.cat([decoder.embeddings(tgt[t : t + 1])[0], feed], 1)
         rnn_out, hidden = decoder.rnn(x, hidden)
-        out = rnn_out if decoder.attn is None else decoder.attn(rnn_out.unsqueeze(1), memory_bank.transpose(0, 1),
-                                                                lengths)[0].squeeze(1)
+        out = (
+            rnn_out
+            if decoder.attn is None
+            else decoder.attn(rnn_out.unsqueeze(1), memory_bank.transpose(0, 1), lengths)[
+                0
+            ].squeeze(1)
+        )
         feed = out if kind is None else gate_by_hand(decoder.context_gate, x, rnn_out, out, kind)
         outs.append(feed)
     return torch.stack(outs)
@@ -165,7 +195,9 @@ def test_context_gates_follow_the_formulas(kind, input_feed):
             emb = decoder.embeddings(batch.tgt[:3])
             rnn_out, _ = decoder.rnn(emb, state.hidden)
             attn_h, _ = decoder.attn(rnn_out.transpose(0, 1), memory_bank.transpose(0, 1), lengths)
-            expected = gate_by_hand(decoder.context_gate, emb, rnn_out, attn_h.transpose(0, 1), kind)
+            expected = gate_by_hand(
+                decoder.context_gate, emb, rnn_out, attn_h.transpose(0, 1), kind
+            )
     torch.testing.assert_close(dec_out.detach(), expected, atol=1e-10, rtol=1e-9)
 
 
@@ -173,13 +205,17 @@ def test_context_gates_follow_the_formulas(kind, input_feed):
 def test_without_attention_the_decoder_output_is_the_rnns(input_feed):
     model, _ = make_model("-global_attention", "none", "-input_feed", input_feed)
     model.eval()
-    assert not model.decoder.attentional and not any(".attn." in n for n, _ in model.named_parameters())
+    assert not model.decoder.attentional and not any(
+        ".attn." in n for n, _ in model.named_parameters()
+    )
     batch = make_batch(random_pairs(3, seed=9))
     dec_out, attns, memory_bank, lengths, state = decoded(model, batch, 4)
     assert attns == {}
     with torch.no_grad():
         if input_feed:
-            expected = input_feed_by_hand(model.decoder, batch.tgt[:4], memory_bank, lengths, state, None)
+            expected = input_feed_by_hand(
+                model.decoder, batch.tgt[:4], memory_bank, lengths, state, None
+            )
         else:
             expected, _ = model.decoder.rnn(model.decoder.embeddings(batch.tgt[:4]), state.hidden)
     torch.testing.assert_close(dec_out.detach(), expected, atol=1e-12, rtol=0)
@@ -190,8 +226,15 @@ def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(inpu
     """1.x's -global_attention none -copy_attn -copy_attn_type general: the output is the RNN's (no
     attention feeds it), and the copy attention, a layer of its own, weighs the source (masked); the
     copy loss trains it."""
-    model, opt = make_model("-global_attention", "none", "-copy_attn", "-copy_attn_type", "general",
-                            "-input_feed", input_feed)
+    model, opt = make_model(
+        "-global_attention",
+        "none",
+        "-copy_attn",
+        "-copy_attn_type",
+        "general",
+        "-input_feed",
+        input_feed,
+    )
     decoder = model.decoder
     assert decoder.attn is None and decoder.copy_attention.attn_type == "general"
     batch = make_batch(random_pairs(3, seed=9))
@@ -204,11 +247,13 @@ def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(inpu
             expected_out = input_feed_by_hand(decoder, tgt, memory_bank, lengths, state, None)
         else:
             expected_out, _ = decoder.rnn(decoder.embeddings(tgt), state.hidden)
-        _, expected = decoder.copy_attention(expected_out.transpose(0, 1),
-                                             memory_bank.transpose(0, 1), lengths)
+        _, expected = decoder.copy_attention(
+            expected_out.transpose(0, 1), memory_bank.transpose(0, 1), lengths
+        )
     torch.testing.assert_close(dec_out.detach(), expected_out, atol=1e-12, rtol=0)
-    torch.testing.assert_close(copy_attention.detach(), expected.transpose(0, 1), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(
+        copy_attention.detach(), expected.transpose(0, 1), atol=1e-12, rtol=0
+    )
     positions = torch.arange(copy_attention.size(2)).unsqueeze(0)  # [1 x S]
     padded = positions >= batch.src_lengths.unsqueeze(1)  # [B x S]
     assert torch.all(copy_attention[:, padded] == 0)
@@ -219,18 +264,46 @@ def test_without_attention_a_copy_attention_of_its_own_type_is_the_only_one(inpu
     assert decoder.copy_attention.linear_in.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("args,words", [
-    (["-global_attention", "none", "-copy_attn"],
-     ["-copy_attn", "-global_attention none", "-copy_attn_type"]),
-    (["-global_attention", "none", "-coverage_attn"], ["-coverage_attn", "-global_attention none"]),
-    (["-global_attention", "none", "-copy_attn", "-reuse_copy_attn", "-copy_attn_type", "general"],
-     ["-reuse_copy_attn", "-global_attention none"]),
-    (["-global_attention", "none", "-lambda_coverage", 1], ["-lambda_coverage", "-global_attention none"]),
-    (["-generator_function", "sparsemax", "-copy_attn"], ["-generator_function sparsemax", "-copy_attn"]),
-    (["-decoder_type", "transformer", "-context_gate", "both"], ["-context_gate", "-decoder_type rnn"]),
-    (["-decoder_type", "transformer", "-global_attention_function", "sparsemax"],
-     ["-global_attention_function", "RNN decoders"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (
+            ["-global_attention", "none", "-copy_attn"],
+            ["-copy_attn", "-global_attention none", "-copy_attn_type"],
+        ),
+        (
+            ["-global_attention", "none", "-coverage_attn"],
+            ["-coverage_attn", "-global_attention none"],
+        ),
+        (
+            [
+                "-global_attention",
+                "none",
+                "-copy_attn",
+                "-reuse_copy_attn",
+                "-copy_attn_type",
+                "general",
+            ],
+            ["-reuse_copy_attn", "-global_attention none"],
+        ),
+        (
+            ["-global_attention", "none", "-lambda_coverage", 1],
+            ["-lambda_coverage", "-global_attention none"],
+        ),
+        (
+            ["-generator_function", "sparsemax", "-copy_attn"],
+            ["-generator_function sparsemax", "-copy_attn"],
+        ),
+        (
+            ["-decoder_type", "transformer", "-context_gate", "both"],
+            ["-context_gate", "-decoder_type rnn"],
+        ),
+        (
+            ["-decoder_type", "transformer", "-global_attention_function", "sparsemax"],
+            ["-global_attention_function", "RNN decoders"],
+        ),
+    ],
+)
 def test_options_that_need_what_the_model_lacks_are_refused(args, words):
     base = ["-word_vec_size", 8] if "transformer" in args else []
     with pytest.raises(UserError) as err:
@@ -249,19 +322,29 @@ def test_sparsemax_generator_refuses_label_smoothing_and_a_softmax_loss_class():
 
 def test_sparsemax_generator_statistics_report_the_sparsemax_loss_without_nan():
     model, opt = make_model("-generator_function", "sparsemax")
-    assert isinstance(model.generator, SparsemaxGenerator) and not isinstance(model.generator, NMTGenerator)
+    assert isinstance(model.generator, SparsemaxGenerator) and not isinstance(
+        model.generator, NMTGenerator
+    )
     with torch.no_grad():
-        model.generator[0].weight.mul_(40)  # confident: most words get probability 0, gold words too
+        model.generator[0].weight.mul_(
+            40
+        )  # confident: most words get probability 0, gold words too
     batch = make_batch(random_pairs(4, seed=10))
     dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
     _, stats = build_loss_compute(model, TGT_VOCAB, opt)(batch, dec_out, attns)
     target = batch.tgt[1:].reshape(-1)
     real = target != 1
     scores = model.generator.scores(dec_out.reshape(target.numel(), -1))[real].detach()
-    assert (model.generator(dec_out.reshape(target.numel(), -1))[real].gather(1, target[real].unsqueeze(1))
-            == NEG_INF).any()  # some gold words are outside the support: their NLL would be infinite
-    expected = sum(-row[y].item() + 0.5 * sum(v * v - tau * tau for v in row.tolist() if v > tau + 1e-9) + 0.5
-                   for row, y, tau in ((r, y, projection(r)[1]) for r, y in zip(scores, target[real])))
+    assert (
+        model.generator(dec_out.reshape(target.numel(), -1))[real].gather(
+            1, target[real].unsqueeze(1)
+        )
+        == NEG_INF
+    ).any()  # some gold words are outside the support: their NLL would be infinite
+    expected = sum(
+        -row[y].item() + 0.5 * sum(v * v - tau * tau for v in row.tolist() if v > tau + 1e-9) + 0.5
+        for row, y, tau in ((r, y, projection(r)[1]) for r, y in zip(scores, target[real]))
+    )
     assert stats.loss == pytest.approx(expected, rel=1e-9)
     assert math.isfinite(stats.ppl()) and stats.n_words == int(real.sum())
     assert stats.n_correct == int((scores.argmax(1) == target[real]).sum())
@@ -295,10 +378,31 @@ def test_a_search_with_zero_probability_words_fills_the_n_best_with_impossible_h
 
 
 @pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN")
-@pytest.mark.parametrize("args", [
-    ["-global_attention", "none", "-context_gate", "source"],
-    ["-global_attention_function", "sparsemax", "-global_attention", "mlp", "-context_gate", "both", "-copy_attn"],
-    ["-generator_function", "sparsemax", "-context_gate", "target", "-input_feed", 0, "-rnn_type", "GRU"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-global_attention", "none", "-context_gate", "source"],
+        [
+            "-global_attention_function",
+            "sparsemax",
+            "-global_attention",
+            "mlp",
+            "-context_gate",
+            "both",
+            "-copy_attn",
+        ],
+        [
+            "-generator_function",
+            "sparsemax",
+            "-context_gate",
+            "target",
+            "-input_feed",
+            0,
+            "-rnn_type",
+            "GRU",
+        ],
+    ],
+)
 def test_the_cpu_fast_paths_decode_every_variant_like_the_general_path(args):
     """Packed (float32) within float rounding, int8 within its rounding: the gate's and the generators'
     layers are linear layers like the others, the sparsemax runs as it is."""
@@ -308,11 +412,18 @@ def test_the_cpu_fast_paths_decode_every_variant_like_the_general_path(args):
     batch.src_map = batch.src_map.float()
     outputs = []
     with torch.no_grad():
-        for prepared in (model, pack_for_cpu(copy.deepcopy(model), rows=4), quantize_int8(copy.deepcopy(model))):
+        for prepared in (
+            model,
+            pack_for_cpu(copy.deepcopy(model), rows=4),
+            quantize_int8(copy.deepcopy(model)),
+        ):
             dec_out, attns = prepared(batch.src, batch.tgt, batch.src_lengths)
             hidden = dec_out.reshape(-1, dec_out.size(2))
-            probs = (prepared.generator(hidden, attns["copy"].reshape(hidden.size(0), -1), batch.src_map)
-                     if "copy" in attns else prepared.generator(hidden)).exp()
+            probs = (
+                prepared.generator(hidden, attns["copy"].reshape(hidden.size(0), -1), batch.src_map)
+                if "copy" in attns
+                else prepared.generator(hidden)
+            ).exp()
             outputs.append((dec_out, attns, probs))
     (expected, expected_attns, expected_probs), packed, int8 = outputs
     torch.testing.assert_close(packed[0], expected, atol=1e-5, rtol=1e-4)
@@ -323,12 +434,26 @@ def test_the_cpu_fast_paths_decode_every_variant_like_the_general_path(args):
     torch.testing.assert_close(int8[0], expected, atol=0.05, rtol=0.05)
 
 
-@pytest.mark.parametrize("args", [["-generator_function", "sparsemax", "-global_attention_function", "sparsemax",
-                                   "-context_gate", "both"], ["-global_attention", "none"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [
+            "-generator_function",
+            "sparsemax",
+            "-global_attention_function",
+            "sparsemax",
+            "-context_gate",
+            "both",
+        ],
+        ["-global_attention", "none"],
+    ],
+)
 def test_the_variants_are_saved_in_checkpoints_and_older_ones_load_with_the_defaults(args):
     model, opt = make_model(*args)
     checkpoint = build_checkpoint(model, VOCABS, vars(opt), 1, None, None, None)
-    rebuilt = model_from_checkpoint(model_options(checkpoint["opt"], "new.pt"), VOCABS, checkpoint, "new.pt")
+    rebuilt = model_from_checkpoint(
+        model_options(checkpoint["opt"], "new.pt"), VOCABS, checkpoint, "new.pt"
+    )
     assert type(rebuilt.generator) is type(model.generator)
     assert rebuilt.decoder.attentional == model.decoder.attentional
     assert type(rebuilt.decoder.context_gate) is type(model.decoder.context_gate)
@@ -337,7 +462,11 @@ def test_the_variants_are_saved_in_checkpoints_and_older_ones_load_with_the_defa
     for name in ("global_attention_function", "generator_function", "context_gate"):
         del old["opt"][name]
     opt = model_options(old["opt"], "old.pt")
-    assert (opt.global_attention_function, opt.generator_function, opt.context_gate) == ("softmax", "softmax", None)
+    assert (opt.global_attention_function, opt.generator_function, opt.context_gate) == (
+        "softmax",
+        "softmax",
+        None,
+    )
     loaded = model_from_checkpoint(opt, VOCABS, old, "old.pt")
     assert type(loaded.generator) is NMTGenerator and loaded.decoder.context_gate is None
     assert loaded.decoder.attn.attn_func == "softmax"

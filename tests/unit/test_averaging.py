@@ -1,5 +1,6 @@
 """-average_decay and -average_every: OpenNMT-py 1.x's moving average of the weights, checked against
 the formula written out here over the weights of a run without averaging, saved after every step."""
+
 import os
 
 import pytest
@@ -16,11 +17,30 @@ from onmt_lite.train.trainer import Trainer
 from onmt_lite.train.valid_metrics import MetricScorer
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
-from tests.helpers import TINY_MODEL, lines, preprocess_in_process, run_cli, step_losses, tool, train_in_process
+from tests.helpers import (
+    TINY_MODEL,
+    lines,
+    preprocess_in_process,
+    run_cli,
+    step_losses,
+    tool,
+    train_in_process,
+)
 
 STEPS = 7
-ARGS = [*TINY_MODEL, "-optim", "adam", "-learning_rate", 0.02, "-seed", 5, "-report_every", 1,
-        "-save_checkpoint_steps", 1]
+ARGS = [
+    *TINY_MODEL,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.02,
+    "-seed",
+    5,
+    "-report_every",
+    1,
+    "-save_checkpoint_steps",
+    1,
+]
 DECAY = 0.1
 
 
@@ -61,7 +81,9 @@ def plain(data, tmp_path_factory):
     """A run without averaging: ``{step: weights after it}`` (and its losses, and its prefix)."""
     prefix = str(tmp_path_factory.mktemp("plain") / "m")
     _, logged = train_in_process(data, prefix, *ARGS, "-train_steps", STEPS, "-valid_steps", 100)
-    raw = {step: weights(load_checkpoint(f"{prefix}_step_{step}.pt")) for step in range(1, STEPS + 1)}
+    raw = {
+        step: weights(load_checkpoint(f"{prefix}_step_{step}.pt")) for step in range(1, STEPS + 1)
+    }
     return {"raw": raw, "losses": step_losses(logged), "prefix": prefix}
 
 
@@ -70,8 +92,21 @@ def averaged(request, data, tmp_path_factory):
     """The same run with -average_decay and -average_every 1 or 3, validated (with chrF) at the end."""
     every = request.param
     prefix = str(tmp_path_factory.mktemp(f"avg{every}") / "m")
-    _, logged = train_in_process(data, prefix, *ARGS, "-train_steps", STEPS, "-valid_steps", STEPS,
-                                 "-valid_metrics", "chrF", "-average_decay", DECAY, "-average_every", every)
+    _, logged = train_in_process(
+        data,
+        prefix,
+        *ARGS,
+        "-train_steps",
+        STEPS,
+        "-valid_steps",
+        STEPS,
+        "-valid_metrics",
+        "chrF",
+        "-average_decay",
+        DECAY,
+        "-average_every",
+        every,
+    )
     return {"every": every, "prefix": prefix, "log": logged, "losses": step_losses(logged)}
 
 
@@ -82,8 +117,10 @@ def test_the_saved_model_is_1x_moving_average_of_the_weights_of_each_step(plain,
     # averaging changes nothing of training: the raw weights and the losses are the plain run's
     assert_weights_equal(weights(checkpoint, "raw_weights"), plain["raw"][STEPS])
     assert averaged["losses"] == plain["losses"]
-    assert not torch.equal(checkpoint["model"]["encoder.rnn.weight_hh_l0"],
-                           checkpoint["raw_weights"]["model"]["encoder.rnn.weight_hh_l0"])
+    assert not torch.equal(
+        checkpoint["model"]["encoder.rnn.weight_hh_l0"],
+        checkpoint["raw_weights"]["model"]["encoder.rnn.weight_hh_l0"],
+    )
 
 
 def validation_of(model_checkpoint, path, data):
@@ -96,7 +133,10 @@ def validation_of(model_checkpoint, path, data):
     trainer = Trainer(model, loss_compute=loss, valid_loss_compute=loss)
 
     def batches():
-        return BatchIterator(shard_paths(data, "valid"), opt.valid_batch_size, opt.batch_type, opt.pool_factor)
+        return BatchIterator(
+            shard_paths(data, "valid"), opt.valid_batch_size, opt.batch_type, opt.pool_factor
+        )
+
     _, chrf = MetricScorer(model, vocabs, checkpoint["preprocess"], ["chrF"], "cpu")(batches())
     return trainer.validate(batches()), chrf
 
@@ -107,16 +147,32 @@ def test_validation_runs_with_the_averaged_weights(averaged, data):
     logged = next(line for line in averaged["log"] if f"Validation at step {STEPS}:" in line)
     for model_weights, expected in ((checkpoint, True), (checkpoint["raw_weights"], False)):
         stats, chrf = validation_of(model_weights, path, data)
-        line = (f"perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, xent {stats.xent():.4f}"
-                f"{chrf}")
+        line = (
+            f"perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, xent {stats.xent():.4f}"
+            f"{chrf}"
+        )
         assert (line in logged) == expected, (line, logged)
 
 
-def test_a_resumed_run_gives_the_losses_and_averages_of_the_uninterrupted_one(averaged, data, tmp_path):
+def test_a_resumed_run_gives_the_losses_and_averages_of_the_uninterrupted_one(
+    averaged, data, tmp_path
+):
     resumed = str(tmp_path / "resumed")
-    _, logged = train_in_process(data, resumed, *ARGS, "-train_steps", STEPS, "-valid_steps", 100,
-                                 "-average_decay", DECAY, "-average_every", averaged["every"],
-                                 "-train_from", f"{averaged['prefix']}_step_4.pt")
+    _, logged = train_in_process(
+        data,
+        resumed,
+        *ARGS,
+        "-train_steps",
+        STEPS,
+        "-valid_steps",
+        100,
+        "-average_decay",
+        DECAY,
+        "-average_every",
+        averaged["every"],
+        "-train_from",
+        f"{averaged['prefix']}_step_4.pt",
+    )
     assert step_losses(logged) == {s: averaged["losses"][s] for s in range(5, STEPS + 1)}
     assert any("moving average continues from" in line for line in logged)
     for step in range(5, STEPS + 1):
@@ -128,26 +184,51 @@ def test_a_resumed_run_gives_the_losses_and_averages_of_the_uninterrupted_one(av
 
 def test_resuming_without_averaging_trains_on_from_the_raw_weights(averaged, plain, data, tmp_path):
     resumed = str(tmp_path / "off")
-    _, logged = train_in_process(data, resumed, *ARGS, "-train_steps", STEPS, "-valid_steps", 100,
-                                 "-train_from", f"{averaged['prefix']}_step_4.pt")
+    _, logged = train_in_process(
+        data,
+        resumed,
+        *ARGS,
+        "-train_steps",
+        STEPS,
+        "-valid_steps",
+        100,
+        "-train_from",
+        f"{averaged['prefix']}_step_4.pt",
+    )
     assert step_losses(logged) == {s: plain["losses"][s] for s in range(5, STEPS + 1)}
     checkpoint = torch.load(f"{resumed}_step_{STEPS}.pt", weights_only=True)
     assert "raw_weights" not in checkpoint
     assert_weights_equal(weights(checkpoint), plain["raw"][STEPS])
 
 
-def test_an_average_switched_on_at_a_resume_starts_from_the_checkpoints_weights(plain, data, tmp_path):
+def test_an_average_switched_on_at_a_resume_starts_from_the_checkpoints_weights(
+    plain, data, tmp_path
+):
     resumed = str(tmp_path / "on")
-    _, logged = train_in_process(data, resumed, *ARGS, "-train_steps", STEPS, "-valid_steps", 100,
-                                 "-average_decay", DECAY, "-train_from", f"{plain['prefix']}_step_4.pt")
+    _, logged = train_in_process(
+        data,
+        resumed,
+        *ARGS,
+        "-train_steps",
+        STEPS,
+        "-valid_steps",
+        100,
+        "-average_decay",
+        DECAY,
+        "-train_from",
+        f"{plain['prefix']}_step_4.pt",
+    )
     assert any("starts afresh from its weights" in line for line in logged)
     assert step_losses(logged) == {s: plain["losses"][s] for s in range(5, STEPS + 1)}
     expected = reference_average(plain["raw"], range(5, STEPS + 1), DECAY, 1, start=plain["raw"][4])
-    assert_weights_equal(weights(torch.load(f"{resumed}_step_{STEPS}.pt", weights_only=True)), expected)
+    assert_weights_equal(
+        weights(torch.load(f"{resumed}_step_{STEPS}.pt", weights_only=True)), expected
+    )
 
 
-def test_release_and_average_models_drop_the_raw_weights_and_translation_reads_the_average(averaged, data,
-                                                                                           tmp_path):
+def test_release_and_average_models_drop_the_raw_weights_and_translation_reads_the_average(
+    averaged, data, tmp_path
+):
     path = f"{averaged['prefix']}_step_{STEPS}.pt"
     checkpoint = load_checkpoint(path)
     released = tool("release_model").release(checkpoint)
@@ -156,27 +237,52 @@ def test_release_and_average_models_drop_the_raw_weights_and_translation_reads_t
     raw = {**released, **checkpoint["raw_weights"]}
     for name, content in (("released.pt", released), ("raw.pt", raw)):
         torch.save(content, tmp_path / name)
-    sources, targets = (lines(os.path.join(os.path.dirname(data), f"{side}-valid.txt"))[:5] for side in ("src", "tgt"))
+    sources, targets = (
+        lines(os.path.join(os.path.dirname(data), f"{side}-valid.txt"))[:5]
+        for side in ("src", "tgt")
+    )
 
     def gold(model_path):
-        return [r.gold_score for r in Translator.load(model_path, beam_size=1).translate(sources, targets)]
+        return [
+            r.gold_score
+            for r in Translator.load(model_path, beam_size=1).translate(sources, targets)
+        ]
+
     assert gold(path) == gold(tmp_path / "released.pt") != gold(tmp_path / "raw.pt")
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-average_decay", "1.5"], "argument -average_decay/--average_decay: 1.5 is outside [0, 1]"),
-    (["-average_decay", "-0.1"], "argument -average_decay/--average_decay: -0.1 is outside [0, 1]"),
-    (["-average_every", "0"], "argument -average_every/--average_every: 0 is below the minimum 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["-average_decay", "1.5"],
+            "argument -average_decay/--average_decay: 1.5 is outside [0, 1]",
+        ),
+        (
+            ["-average_decay", "-0.1"],
+            "argument -average_decay/--average_decay: -0.1 is outside [0, 1]",
+        ),
+        (
+            ["-average_every", "0"],
+            "argument -average_every/--average_every: 0 is below the minimum 1",
+        ),
+    ],
+)
 def test_bad_values_are_refused(data, tmp_path, args, message):
     result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *args)
-    assert result.returncode == 2 and message in result.stderr.strip().splitlines()[-1], result.stderr
+    assert result.returncode == 2 and message in result.stderr.strip().splitlines()[-1], (
+        result.stderr
+    )
 
 
 def test_average_every_without_a_decay_is_harmless_and_warned_about(data, plain, tmp_path):
-    _, logged = train_in_process(data, str(tmp_path / "m"), *ARGS, "-train_steps", 1, "-average_every", 3)
+    _, logged = train_in_process(
+        data, str(tmp_path / "m"), *ARGS, "-train_steps", 1, "-average_every", 3
+    )
     assert any("-average_every 3 has no effect without -average_decay" in line for line in logged)
-    assert_weights_equal(weights(torch.load(tmp_path / "m_step_1.pt", weights_only=True)), plain["raw"][1])
+    assert_weights_equal(
+        weights(torch.load(tmp_path / "m_step_1.pt", weights_only=True)), plain["raw"][1]
+    )
 
 
 def test_the_average_is_float32_and_applied_puts_back_the_raw_weights_bit_for_bit():
@@ -202,6 +308,9 @@ def test_raw_weights_that_are_not_tensors_are_refused_by_name(averaged, tmp_path
     checkpoint = torch.load(f"{averaged['prefix']}_step_{STEPS}.pt", weights_only=True)
     checkpoint["raw_weights"]["generator"] = {"0.weight": [1.0, 2.0]}
     torch.save(checkpoint, tmp_path / "bad.pt")
-    with pytest.raises(UserError, match=r"bad.pt: checkpoint's raw_weights generator weights hold entries that are "
-                                        r"not tensors \(0.weight\)"):
+    with pytest.raises(
+        UserError,
+        match=r"bad.pt: checkpoint's raw_weights generator weights hold entries that are "
+        r"not tensors \(0.weight\)",
+    ):
         load_checkpoint(str(tmp_path / "bad.pt"))

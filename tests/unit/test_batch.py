@@ -12,8 +12,10 @@ PAIRS = [("a b", "x"), ("c Zed c a", "y Zed x q"), ("b", "x y")]
 
 
 def shard_view(dynamic_dict):
-    examples = [make_example(n, s.split(), t.split(), SRC_VOCAB, TGT_VOCAB, dynamic_dict)
-                for n, (s, t) in enumerate(PAIRS, 1)]
+    examples = [
+        make_example(n, s.split(), t.split(), SRC_VOCAB, TGT_VOCAB, dynamic_dict)
+        for n, (s, t) in enumerate(PAIRS, 1)
+    ]
     return ShardView(make_shard(examples))
 
 
@@ -39,7 +41,9 @@ def test_copy_fields_by_hand():
     # targets "y Zed x q" and "x y": only "Zed" occurs in a source (index 3); q is OOV and not in it
     # the target-vocabulary ids of those words: only "a" is in the target vocabulary
     assert torch.equal(batch.src_ex_tgt_ids, torch.tensor([[0, 0, 0, 0, 6], [0, 0, 0, 0, 0]]))
-    assert torch.equal(batch.alignment, torch.tensor([[0, 0], [0, 0], [3, 0], [0, 0], [0, 0], [0, 0]]))
+    assert torch.equal(
+        batch.alignment, torch.tensor([[0, 0], [0, 0], [3, 0], [0, 0], [0, 0], [0, 0]])
+    )
 
 
 FIELDS = ("src", "src_lengths", "tgt", "indices", "src_map", "alignment", "src_ex_tgt_ids")
@@ -55,7 +59,12 @@ def test_to_the_cpu_keeps_the_very_tensors():
 def test_cpu_copies_of_lengths_and_indices_stay_on_the_cpu_when_the_batch_moves():
     batch = shard_view(False).batch([1, 0])
     batch.to("meta")  # a device without data: stands for CUDA here
-    assert batch.src.device.type == batch.src_lengths.device.type == batch.indices.device.type == "meta"
+    assert (
+        batch.src.device.type
+        == batch.src_lengths.device.type
+        == batch.indices.device.type
+        == "meta"
+    )
     assert batch.src_lengths_cpu.device.type == batch.indices_cpu.device.type == "cpu"
     assert batch.src_lengths_cpu.tolist() == [4, 2] and batch.indices_cpu.tolist() == [2, 1]
 

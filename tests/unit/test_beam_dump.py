@@ -1,4 +1,5 @@
 """-dump_beam: the recorded search steps, checked against the translations they led to."""
+
 import json
 
 import pytest
@@ -16,7 +17,9 @@ MAX = 7
 def translate(args, prefixes=False, **search):
     model = make_model(*args)[0].float().eval()
     options = SearchOptions(max_length=MAX, **search)
-    translator = Translator([model], VOCABS, search=options, batch_size=3, dump_beam=True, tgt_prefix=prefixes)
+    translator = Translator(
+        [model], VOCABS, search=options, batch_size=3, dump_beam=True, tgt_prefix=prefixes
+    )
     return translator.translate(SOURCES, PREFIXES if prefixes else None)
 
 
@@ -33,33 +36,61 @@ def backtrack(beam, step, place):
     return ids[::-1], words[::-1], log_probs[::-1]
 
 
-@pytest.mark.parametrize("args,search,prefixes", [
-    ([], {"beam_size": 4, "n_best": 3}, False), (["-copy_attn"], {"beam_size": 3, "n_best": 2}, True),
-    (TRANSFORMER, {"beam_size": 4, "n_best": 4}, True), ([], {"beam_size": 1}, True),
-    (["-copy_attn"], {"beam_size": 1, "sampling": True}, False)])
-def test_following_the_parents_back_gives_each_n_best_hypothesis_and_its_score(args, search, prefixes):
+@pytest.mark.parametrize(
+    "args,search,prefixes",
+    [
+        ([], {"beam_size": 4, "n_best": 3}, False),
+        (["-copy_attn"], {"beam_size": 3, "n_best": 2}, True),
+        (TRANSFORMER, {"beam_size": 4, "n_best": 4}, True),
+        ([], {"beam_size": 1}, True),
+        (["-copy_attn"], {"beam_size": 1, "sampling": True}, False),
+    ],
+)
+def test_following_the_parents_back_gives_each_n_best_hypothesis_and_its_score(
+    args, search, prefixes
+):
     for result in translate(args, prefixes, **search):
         beam = result.beam
         if not result.source:
-            assert all(beam[key] == [] for key in ("predicted_ids", "beam_parent_ids", "scores", "n_best"))
+            assert all(
+                beam[key] == [] for key in ("predicted_ids", "beam_parent_ids", "scores", "n_best")
+            )
             continue
         assert len(beam["n_best"]) == len(result.tokens)
-        for words, score, log_prob, end in zip(result.tokens, result.scores, result.log_probs, beam["n_best"]):
+        for words, score, log_prob, end in zip(
+            result.tokens, result.scores, result.log_probs, beam["n_best"]
+        ):
             ids, path_words, log_probs = backtrack(beam, end["step"], end["beam"])
-            ended = len(words) < MAX  # a shorter hypothesis ended with </s>: one step more than its words
+            ended = (
+                len(words) < MAX
+            )  # a shorter hypothesis ended with </s>: one step more than its words
             assert path_words == words + (["</s>"] if ended else [])
             assert (ids[-1] == 3) == ended
             assert sum(log_probs) == pytest.approx(log_prob, abs=1e-4)
-            assert beam["scores"][end["step"]][end["beam"]] == pytest.approx(score, abs=1e-5) == end["score"]
-        steps = {len(beam[key]) for key in ("predicted_ids", "predicted_tokens", "beam_parent_ids", "scores",
-                                            "log_probs")}
+            assert (
+                beam["scores"][end["step"]][end["beam"]]
+                == pytest.approx(score, abs=1e-5)
+                == end["score"]
+            )
+        steps = {
+            len(beam[key])
+            for key in (
+                "predicted_ids",
+                "predicted_tokens",
+                "beam_parent_ids",
+                "scores",
+                "log_probs",
+            )
+        }
         assert len(steps) == 1 and steps.pop() >= beam["n_best"][0]["step"] + 1
 
 
 def test_greedy_steps_are_the_output_and_its_end_of_sentence():
     for result in translate([], beam_size=1):
         if result.source:
-            assert len(result.beam["predicted_ids"]) == len(result.tokens[0]) + (len(result.tokens[0]) < MAX)
+            assert len(result.beam["predicted_ids"]) == len(result.tokens[0]) + (
+                len(result.tokens[0]) < MAX
+            )
             assert all(parents == [0] for parents in result.beam["beam_parent_ids"])
 
 

@@ -1,4 +1,5 @@
 """build_model and model_dims: sizes, contradictions, sharing, initialisation, pretrained and frozen embeddings."""
+
 import math
 
 import pytest
@@ -12,17 +13,39 @@ from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.opts import build_parser, model_opts, parse, train_opts
 from onmt_lite.utils.errors import UserError
-from tests.model_helpers import SRC_VOCAB, TGT_VOCAB, VOCABS, make_batch, make_model, model_options, random_pairs
+from tests.model_helpers import (
+    SRC_VOCAB,
+    TGT_VOCAB,
+    VOCABS,
+    make_batch,
+    make_model,
+    model_options,
+    random_pairs,
+)
 
 # Per-side sizes only (no -word_vec_size, -layers or -rnn_size), all different from each other.
-PER_SIDE = ["-src_word_vec_size", 5, "-tgt_word_vec_size", 7, "-enc_rnn_size", 10, "-dec_rnn_size", 10,
-            "-enc_layers", 1, "-dec_layers", 1]
+PER_SIDE = [
+    "-src_word_vec_size",
+    5,
+    "-tgt_word_vec_size",
+    7,
+    "-enc_rnn_size",
+    10,
+    "-dec_rnn_size",
+    10,
+    "-enc_layers",
+    1,
+    "-dec_layers",
+    1,
+]
 
 
 def options(*args):
     """Options without the -word_vec_size/-layers/-rnn_size overrides of ``model_options``."""
-    return parse(build_parser("test", [model_opts, train_opts]),
-                 ["-data", "unused", "-dropout", "0"] + [str(a) for a in args])
+    return parse(
+        build_parser("test", [model_opts, train_opts]),
+        ["-data", "unused", "-dropout", "0"] + [str(a) for a in args],
+    )
 
 
 def build(opt, vocabs=VOCABS, seed=0):
@@ -38,18 +61,51 @@ def forward_backward(model):
 
 # ---- sizes: -word_vec_size, -layers, -rnn_size override the per-side options ----
 
+
 def test_per_side_options_set_each_side_when_no_override_is_given():
     dims = model_dims(options(*PER_SIDE, "-enc_layers", 3, "-dec_layers", 3))
-    assert vars(dims) == {"src_emb": 5, "src_input": 5, "tgt_emb": 7, "enc_layers": 3, "dec_layers": 3,
-                          "enc_rnn": 10, "dec_rnn": 10}
+    assert vars(dims) == {
+        "src_emb": 5,
+        "src_input": 5,
+        "tgt_emb": 7,
+        "enc_layers": 3,
+        "dec_layers": 3,
+        "enc_rnn": 10,
+        "dec_rnn": 10,
+    }
 
 
 def test_overrides_replace_both_sides_even_when_the_per_side_options_disagree():
-    opt = options("-src_word_vec_size", 5, "-tgt_word_vec_size", 7, "-enc_rnn_size", 10, "-dec_rnn_size", 12,
-                  "-enc_layers", 1, "-dec_layers", 4, "-word_vec_size", 6, "-layers", 3, "-rnn_size", 8)
+    opt = options(
+        "-src_word_vec_size",
+        5,
+        "-tgt_word_vec_size",
+        7,
+        "-enc_rnn_size",
+        10,
+        "-dec_rnn_size",
+        12,
+        "-enc_layers",
+        1,
+        "-dec_layers",
+        4,
+        "-word_vec_size",
+        6,
+        "-layers",
+        3,
+        "-rnn_size",
+        8,
+    )
     dims = model_dims(opt)
-    assert vars(dims) == {"src_emb": 6, "src_input": 6, "tgt_emb": 6, "enc_layers": 3, "dec_layers": 3,
-                          "enc_rnn": 8, "dec_rnn": 8}
+    assert vars(dims) == {
+        "src_emb": 6,
+        "src_input": 6,
+        "tgt_emb": 6,
+        "enc_layers": 3,
+        "dec_layers": 3,
+        "enc_rnn": 8,
+        "dec_rnn": 8,
+    }
 
 
 def test_per_side_sizes_give_the_module_shapes():
@@ -57,7 +113,13 @@ def test_per_side_sizes_give_the_module_shapes():
     assert model.encoder.embeddings.weight.shape == (len(SRC_VOCAB), 5)
     assert model.decoder.embeddings.weight.shape == (len(TGT_VOCAB), 7)
     rnn = model.encoder.rnn
-    assert (type(rnn), rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bidirectional) == (nn.LSTM, 5, 10, 2, False)
+    assert (type(rnn), rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bidirectional) == (
+        nn.LSTM,
+        5,
+        10,
+        2,
+        False,
+    )
     cells = model.decoder.rnn.cells
     assert len(cells) == 2
     assert (cells[0].input_size, cells[0].hidden_size) == (7 + 10, 10)  # embedding + input feed
@@ -69,9 +131,16 @@ def test_override_sizes_give_the_module_shapes():
     model = build(options(*PER_SIDE, "-word_vec_size", 6, "-layers", 3, "-rnn_size", 8))
     assert model.encoder.embeddings.weight.shape == (len(SRC_VOCAB), 6)
     assert model.decoder.embeddings.weight.shape == (len(TGT_VOCAB), 6)
-    assert (model.encoder.rnn.input_size, model.encoder.rnn.hidden_size, model.encoder.rnn.num_layers) == (6, 8, 3)
+    assert (
+        model.encoder.rnn.input_size,
+        model.encoder.rnn.hidden_size,
+        model.encoder.rnn.num_layers,
+    ) == (6, 8, 3)
     assert len(model.decoder.rnn.cells) == 3
-    assert (model.decoder.rnn.cells[0].input_size, model.decoder.rnn.cells[0].hidden_size) == (6 + 8, 8)
+    assert (model.decoder.rnn.cells[0].input_size, model.decoder.rnn.cells[0].hidden_size) == (
+        6 + 8,
+        8,
+    )
     assert model.generator[0].weight.shape == (len(TGT_VOCAB), 8)
 
 
@@ -92,6 +161,7 @@ def test_gru_builds_gru_modules():
 
 # ---- contradictions ----
 
+
 def test_share_embeddings_with_different_vocabularies_is_refused():
     with pytest.raises(UserError, match="-share_embeddings.*-share_vocab"):
         build(model_options("-share_embeddings"), VOCABS)
@@ -103,7 +173,9 @@ def test_share_embeddings_with_different_word_vector_sizes_is_refused():
 
 
 def test_share_decoder_embeddings_needs_tgt_word_vec_size_equal_to_rnn_size():
-    with pytest.raises(UserError, match=r"-share_decoder_embeddings.*-tgt_word_vec_size \(6\).*-rnn_size \(8\)"):
+    with pytest.raises(
+        UserError, match=r"-share_decoder_embeddings.*-tgt_word_vec_size \(6\).*-rnn_size \(8\)"
+    ):
         model_dims(model_options("-share_decoder_embeddings"))  # word_vec_size 6, rnn_size 8
     with pytest.raises(UserError, match="-share_decoder_embeddings"):
         build(options(*PER_SIDE, "-share_decoder_embeddings"))  # tgt 7, rnn 10
@@ -121,9 +193,23 @@ def test_different_layer_counts_are_refused_without_bridge():
 
 @pytest.mark.parametrize("rnn_type", ["LSTM", "GRU"])
 @pytest.mark.parametrize("encoder_type", ["rnn", "brnn"])
-def test_with_bridge_different_layer_counts_build_and_the_decoder_starts_with_dec_layers(rnn_type, encoder_type):
-    model = build(options(*PER_SIDE, "-enc_layers", 1, "-dec_layers", 3, "-bridge", "-rnn_type", rnn_type,
-                          "-encoder_type", encoder_type))
+def test_with_bridge_different_layer_counts_build_and_the_decoder_starts_with_dec_layers(
+    rnn_type, encoder_type
+):
+    model = build(
+        options(
+            *PER_SIDE,
+            "-enc_layers",
+            1,
+            "-dec_layers",
+            3,
+            "-bridge",
+            "-rnn_type",
+            rnn_type,
+            "-encoder_type",
+            encoder_type,
+        )
+    )
     assert model.encoder.rnn.num_layers == 1
     batch = make_batch(random_pairs(2))
     memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
@@ -141,6 +227,7 @@ def test_an_odd_rnn_size_is_refused_for_brnn_only():
 
 
 # ---- sharing ----
+
 
 def test_share_embeddings_uses_one_table_for_both_sides():
     model = build(model_options("-share_embeddings"), {"src": TGT_VOCAB, "tgt": TGT_VOCAB})
@@ -161,15 +248,19 @@ def test_without_share_embeddings_the_tables_are_separate():
 
 @pytest.mark.parametrize("copy", [False, True])
 def test_share_decoder_embeddings_ties_the_generator_output_weight(copy):
-    model, _ = make_model("-word_vec_size", 8, "-share_decoder_embeddings", *(["-copy_attn"] if copy else []))
+    model, _ = make_model(
+        "-word_vec_size", 8, "-share_decoder_embeddings", *(["-copy_attn"] if copy else [])
+    )
     output_layer = model.generator.linear if copy else model.generator[0]
     assert output_layer.weight is model.decoder.embeddings.weight
     assert sum(p is model.decoder.embeddings.weight for p in model.parameters()) == 1
 
 
 def test_both_sharing_options_tie_encoder_decoder_and_generator_to_one_weight():
-    model = build(model_options("-word_vec_size", 8, "-share_embeddings", "-share_decoder_embeddings"),
-                  {"src": TGT_VOCAB, "tgt": TGT_VOCAB})
+    model = build(
+        model_options("-word_vec_size", 8, "-share_embeddings", "-share_decoder_embeddings"),
+        {"src": TGT_VOCAB, "tgt": TGT_VOCAB},
+    )
     weight = model.encoder.embeddings.weight
     assert model.decoder.embeddings.weight is weight and model.generator[0].weight is weight
 
@@ -182,6 +273,7 @@ def test_without_share_decoder_embeddings_the_generator_has_its_own_weight(copy)
 
 
 # ---- initialisation ----
+
 
 def test_param_init_draws_every_parameter_within_the_bound_and_zeroes_padding_rows():
     model, _ = make_model("-param_init", 0.05)
@@ -225,6 +317,7 @@ def test_the_same_seed_gives_identical_parameters_and_another_seed_different_one
 
 # ---- pretrained and frozen embeddings ----
 
+
 @pytest.mark.parametrize("side", ["enc", "dec"])
 def test_pretrained_vectors_fill_the_first_columns_of_the_embedding(tmp_path, side):
     vocab = SRC_VOCAB if side == "enc" else TGT_VOCAB
@@ -233,10 +326,15 @@ def test_pretrained_vectors_fill_the_first_columns_of_the_embedding(tmp_path, si
     torch.save(vectors, path)
     model = build(model_options(f"-pre_word_vecs_{side}", path))  # word_vec_size 6
     baseline = build(model_options())
-    emb, base_emb = (model.encoder.embeddings, baseline.encoder.embeddings) if side == "enc" else (
-        model.decoder.embeddings, baseline.decoder.embeddings)
+    emb, base_emb = (
+        (model.encoder.embeddings, baseline.encoder.embeddings)
+        if side == "enc"
+        else (model.decoder.embeddings, baseline.decoder.embeddings)
+    )
     assert torch.equal(emb.weight[:, :4].detach(), vectors)
-    assert torch.equal(emb.weight[:, 4:], base_emb.weight[:, 4:])  # the other columns keep their init
+    assert torch.equal(
+        emb.weight[:, 4:], base_emb.weight[:, 4:]
+    )  # the other columns keep their init
     other = baseline.decoder.embeddings if side == "enc" else baseline.encoder.embeddings
     unloaded = model.decoder.embeddings if side == "enc" else model.encoder.embeddings
     assert torch.equal(unloaded.weight, other.weight)
@@ -275,6 +373,7 @@ def test_without_fix_word_vecs_every_parameter_requires_grad():
 
 # ---- module choices ----
 
+
 def test_copy_attn_builds_a_copy_generator_otherwise_an_nmt_generator():
     assert type(make_model("-copy_attn")[0].generator) is CopyGenerator
     assert type(make_model()[0].generator) is NMTGenerator
@@ -292,14 +391,36 @@ def test_copy_attention_is_a_separate_module_unless_reused():
 
 
 def test_copy_attn_type_sets_the_separate_copy_attention_type():
-    decoder = make_model("-copy_attn", "-global_attention", "general", "-copy_attn_type", "mlp")[0].decoder
+    decoder = make_model("-copy_attn", "-global_attention", "general", "-copy_attn_type", "mlp")[
+        0
+    ].decoder
     assert decoder.copy_attention.attn_type == "mlp" and decoder.attn.attn_type == "general"
-    assert make_model("-copy_attn", "-global_attention", "dot")[0].decoder.copy_attention.attn_type == "dot"
+    assert (
+        make_model("-copy_attn", "-global_attention", "dot")[0].decoder.copy_attention.attn_type
+        == "dot"
+    )
 
 
-@pytest.mark.parametrize("args", [["-layers", 2], ["-layers", 2, "-input_feed", 0],
-                                  ["-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2,
-                                   "-word_vec_size", 8, "-transformer_ff", 16, "-position_encoding"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-layers", 2],
+        ["-layers", 2, "-input_feed", 0],
+        [
+            "-encoder_type",
+            "transformer",
+            "-decoder_type",
+            "transformer",
+            "-heads",
+            2,
+            "-word_vec_size",
+            8,
+            "-transformer_ff",
+            16,
+            "-position_encoding",
+        ],
+    ],
+)
 def test_set_dropout_reaches_every_dropout_of_the_model(args):
     """A model built with dropout, its dropout then set to 0: in training mode it computes what it
     computes in eval mode (no dropout anywhere); set to other rates, every dropout holds them."""
@@ -308,7 +429,9 @@ def test_set_dropout_reaches_every_dropout_of_the_model(args):
     from tests.model_helpers import VOCABS, make_batch, model_options, random_pairs
 
     torch.manual_seed(0)
-    model = build_model(model_options(*args, "-dropout", 0.5, "-attention_dropout", 0.5), VOCABS).double()
+    model = build_model(
+        model_options(*args, "-dropout", 0.5, "-attention_dropout", 0.5), VOCABS
+    ).double()
     batch = make_batch(random_pairs(4))
     model.eval()
     reference, _ = model(batch.src, batch.tgt, batch.src_lengths)
@@ -318,6 +441,8 @@ def test_set_dropout_reaches_every_dropout_of_the_model(args):
     torch.testing.assert_close(trained, reference, rtol=0, atol=1e-12)
     set_dropout(model, 0.2, 0.1)
     rates = [m.p for m in model.modules() if isinstance(m, (torch.nn.Dropout, Dropout))]
-    rates += [m.dropout for m in model.modules() if isinstance(m, torch.nn.RNNBase) and m.num_layers > 1]
+    rates += [
+        m.dropout for m in model.modules() if isinstance(m, torch.nn.RNNBase) and m.num_layers > 1
+    ]
     assert rates and set(rates) == {0.2}
     assert all(m.dropout_p == 0.1 for m in model.modules() if hasattr(m, "dropout_p"))

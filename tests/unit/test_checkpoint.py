@@ -1,13 +1,21 @@
 """models/checkpoint.py: a checkpoint's options become the options that rebuild its model, in the
 one function training (-train_from) and translation share; the weights load into that model."""
+
 import argparse
 import os
 
 import pytest
 import torch
 
-from onmt_lite.models.checkpoint import (CheckpointWriter, best_path, build_checkpoint, checkpoint_path,
-                                         model_from_checkpoint, model_options, saved_checkpoints)
+from onmt_lite.models.checkpoint import (
+    CheckpointWriter,
+    best_path,
+    build_checkpoint,
+    checkpoint_path,
+    model_from_checkpoint,
+    model_options,
+    saved_checkpoints,
+)
 from onmt_lite.opts import model_opts, option_defaults
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import save_tensors
@@ -40,27 +48,43 @@ def test_train_from_keeps_the_command_line_but_the_model_and_the_named_options()
     opt = model_options(saved, "ckpt.pt", onto=command)
     assert (opt.encoder_type, opt.rnn_size) == ("brnn", 8)  # the architecture is the checkpoint's
     assert (opt.learning_rate, opt.train_steps) == (0.1, 99)  # the rest is this command's
-    assert model_options(saved, "ckpt.pt", onto=command, also=["learning_rate"]).learning_rate == 0.5
+    assert (
+        model_options(saved, "ckpt.pt", onto=command, also=["learning_rate"]).learning_rate == 0.5
+    )
     assert command.rnn_size == 16  # the command's options are not changed in place
 
 
 def test_a_checkpoint_rebuilds_its_model_with_the_same_weights():
     model, opt = make_model("-copy_attn", "-coverage_attn")
     checkpoint = build_checkpoint(model, VOCABS, vars(opt), 7, None, None, None)
-    rebuilt = model_from_checkpoint(model_options(checkpoint["opt"], "ckpt.pt"), VOCABS, checkpoint, "ckpt.pt")
+    rebuilt = model_from_checkpoint(
+        model_options(checkpoint["opt"], "ckpt.pt"), VOCABS, checkpoint, "ckpt.pt"
+    )
     for (name, a), (_, b) in zip(model.state_dict().items(), rebuilt.state_dict().items()):
         assert torch.equal(a.float(), b.float()), name
-    other = argparse.Namespace(**{**vars(model_options(checkpoint["opt"], "ckpt.pt")), "rnn_size": 10})
+    other = argparse.Namespace(
+        **{**vars(model_options(checkpoint["opt"], "ckpt.pt")), "rnn_size": 10}
+    )
     with pytest.raises(UserError, match="ckpt.pt: "):
         model_from_checkpoint(other, VOCABS, checkpoint, "ckpt.pt")
 
 
-@pytest.mark.parametrize("corrupt,match", [
-    (lambda c: c["model"].update({"encoder.extra": "a string"}), "model weights hold entries that are not tensors"),
-    (lambda c: c.update({"generator": [1, 2]}), "generator weights hold entries that are not tensors"),
-    (lambda c: c["vocab"].update({"tgt": "abc"}), "vocab is not a src and a tgt list of words"),
-    (lambda c: c.update({"opt": ["-rnn_size", 8]}), "opt is not a dict of options"),
-    (lambda c: c.update({"step": "7"}), "step is not a whole number")])
+@pytest.mark.parametrize(
+    "corrupt,match",
+    [
+        (
+            lambda c: c["model"].update({"encoder.extra": "a string"}),
+            "model weights hold entries that are not tensors",
+        ),
+        (
+            lambda c: c.update({"generator": [1, 2]}),
+            "generator weights hold entries that are not tensors",
+        ),
+        (lambda c: c["vocab"].update({"tgt": "abc"}), "vocab is not a src and a tgt list of words"),
+        (lambda c: c.update({"opt": ["-rnn_size", 8]}), "opt is not a dict of options"),
+        (lambda c: c.update({"step": "7"}), "step is not a whole number"),
+    ],
+)
 def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path, corrupt, match):
     from onmt_lite.models.checkpoint import load_checkpoint
     from onmt_lite.utils.files import save_tensors
@@ -75,7 +99,9 @@ def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path
         load_checkpoint(str(tmp_path / "bad.pt"))
 
 
-def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_or_what_this_run_wrote(tmp_path):
+def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_or_what_this_run_wrote(
+    tmp_path,
+):
     prefix = str(tmp_path / "m")
     for step in (10, 20, 30):  # an earlier run's
         save_tensors({"step": step}, checkpoint_path(prefix, step))
@@ -107,8 +133,10 @@ def test_a_writer_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_
         writer.save_best({"step": 2})
     named = f"{prefix}_step_2.pt, {prefix}_best.pt"
     for train_from in ("", str(tmp_path / "other.pt")):
-        expected = (f"an earlier run's checkpoints are there \\({named}\\); continue that run "
-                    f"with -train_from {prefix}_step_2.pt")
+        expected = (
+            f"an earlier run's checkpoints are there \\({named}\\); continue that run "
+            f"with -train_from {prefix}_step_2.pt"
+        )
         with pytest.raises(UserError, match=expected):
             CheckpointWriter(prefix, train_from=train_from)
         assert not os.path.exists(f"{prefix}.lock")  # a refused writer leaves no lock file
@@ -137,8 +165,12 @@ class FakeCuda:
             self.states[device] = state
 
         monkeypatch.setattr(torch.cuda, "set_rng_state", set_rng_state)
-        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: pytest.fail("saves every GPU's state"))
-        monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: pytest.fail("restores every GPU"))
+        monkeypatch.setattr(
+            torch.cuda, "get_rng_state_all", lambda: pytest.fail("saves every GPU's state")
+        )
+        monkeypatch.setattr(
+            torch.cuda, "set_rng_state_all", lambda states: pytest.fail("restores every GPU")
+        )
 
 
 def test_the_cuda_random_state_is_the_training_devices_and_resumes_on_fewer_gpus(monkeypatch):
@@ -158,7 +190,9 @@ def test_the_cuda_random_state_is_the_training_devices_and_resumes_on_fewer_gpus
 
 def test_a_checkpoint_of_one_dropout_number_gives_dropout_schedules():
     """Checkpoints written before -dropout and -attention_dropout became schedules hold numbers."""
-    saved = saved_options("-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2)
+    saved = saved_options(
+        "-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2
+    )
     saved["dropout"], saved["attention_dropout"] = 0.2, 0.15
     assert model_options(saved, "ckpt.pt").attention_dropout == [0.15]
     onto = argparse.Namespace(**{**saved, "dropout": 0.25})
@@ -169,11 +203,38 @@ def test_a_checkpoint_of_one_dropout_number_gives_dropout_schedules():
 def test_a_resumed_run_takes_both_dropout_schedules_and_lambda_align_from_its_command_line():
     from onmt_lite.train.main import resolve_options
 
-    saved = saved_options("-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2,
-                          "-attention_dropout", "0.1", "-seed", "5")
-    command = argparse.Namespace(**{**saved_options("-attention_dropout", "0.3", "0.0", "-dropout", "0.3", "0.1",
-                                                    "-dropout_steps", "0", "10", "-lambda_align", "0.05"),
-                                    "train_from": "ckpt.pt", "reset_optim": "none", "data": "d"})
+    saved = saved_options(
+        "-encoder_type",
+        "transformer",
+        "-decoder_type",
+        "transformer",
+        "-heads",
+        2,
+        "-attention_dropout",
+        "0.1",
+        "-seed",
+        "5",
+    )
+    command = argparse.Namespace(
+        **{
+            **saved_options(
+                "-attention_dropout",
+                "0.3",
+                "0.0",
+                "-dropout",
+                "0.3",
+                "0.1",
+                "-dropout_steps",
+                "0",
+                "10",
+                "-lambda_align",
+                "0.05",
+            ),
+            "train_from": "ckpt.pt",
+            "reset_optim": "none",
+            "data": "d",
+        }
+    )
     opt = resolve_options(command, {"opt": saved}, {"train_align": True})
     assert (opt.attention_dropout, opt.dropout, opt.lambda_align) == ([0.3, 0.0], [0.3, 0.1], 0.05)
     assert (opt.encoder_type, opt.heads, opt.seed) == ("transformer", 2, 5)  # the model's, as saved

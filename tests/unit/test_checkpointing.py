@@ -1,5 +1,6 @@
 """-use_ckpting: recomputing the Transformer's feed-forward and attention blocks in the backward
 pass gives the gradients of the plain backward (float64, CPU), dropout included."""
+
 import pytest
 import torch
 

@@ -4,7 +4,14 @@ from onmt_lite.data import copy
 
 
 def test_source_vocab_lists_distinct_words_after_specials():
-    assert copy.source_vocab("the cat saw the dog".split()) == ["<unk>", "<blank>", "the", "cat", "saw", "dog"]
+    assert copy.source_vocab("the cat saw the dog".split()) == [
+        "<unk>",
+        "<blank>",
+        "the",
+        "cat",
+        "saw",
+        "dog",
+    ]
 
 
 def test_copy_ids_point_each_position_into_the_example_vocab():

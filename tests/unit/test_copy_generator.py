@@ -1,12 +1,18 @@
 """The copy generator, its loss and the collapse of copy scores, against hand-built distributions."""
+
 import math
 
 import pytest
 import torch
 
 from onmt_lite.loss import CopyGeneratorLoss, NMTCriterion, build_loss_compute
-from onmt_lite.models.copy_generator import (CopyGenerator, NMTGenerator, collapse_copy_log_probs, collapse_copy_scores,
-                                             collapsed_argmax)
+from onmt_lite.models.copy_generator import (
+    CopyGenerator,
+    NMTGenerator,
+    collapse_copy_log_probs,
+    collapse_copy_scores,
+    collapsed_argmax,
+)
 from tests.model_helpers import TGT_VOCAB, make_batch, make_model, random_pairs
 
 V = 6  # ids: 0 <unk>, 1 <blank>, 2 <s>, 3 </s>, 4 "a", 5 "b"; copy entries V + 0 .. V + 2
@@ -22,8 +28,12 @@ def test_copy_distribution_sums_to_one_and_gives_padding_nothing():
     generator = CopyGenerator(5, 9).double()
     batch = make_batch(random_pairs(3))
     src_map = batch.src_map  # [S x 3 x n]
-    padded = torch.arange(src_map.size(0)) >= batch.src_lengths.repeat(4).unsqueeze(1)  # rows: t * 3 + b
-    scores = torch.randn(4 * 3, src_map.size(0), dtype=torch.float64).masked_fill(padded, float("-inf"))
+    padded = torch.arange(src_map.size(0)) >= batch.src_lengths.repeat(4).unsqueeze(
+        1
+    )  # rows: t * 3 + b
+    scores = torch.randn(4 * 3, src_map.size(0), dtype=torch.float64).masked_fill(
+        padded, float("-inf")
+    )
     attn = torch.softmax(scores, -1)
     probs = generator(torch.randn(4 * 3, 5, dtype=torch.float64), attn, src_map).exp()
     torch.testing.assert_close(probs.sum(1), torch.ones(12, dtype=torch.float64))
@@ -59,7 +69,9 @@ def test_the_generator_gives_the_same_log_probs_in_place_without_gradients():
 
 def test_copy_loss_cases_by_hand():
     probs, log_probs = hand_distribution()
-    target = torch.tensor([4, 0, 5, 1])  # in vocab and source; unknown but copyable; not in source; padding
+    target = torch.tensor(
+        [4, 0, 5, 1]
+    )  # in vocab and source; unknown but copyable; not in source; padding
     align = torch.tensor([2, 2, 0, 0])
     _, nll = CopyGeneratorLoss(V)(log_probs, align, target)
     expected = [-math.log(0.2 + 0.5), -math.log(0.5), -math.log(0.1), 0.0]
@@ -97,33 +109,47 @@ def test_collapse_over_a_real_batch_keeps_totals_per_row():
     batch = make_batch(random_pairs(4, seed=3))
     dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
     rows = dec_out.size(0) * dec_out.size(1)
-    probs = model.generator(dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map).exp()
-    collapsed = collapse_copy_scores(probs.view(dec_out.size(0), 4, -1), batch.src_ex_tgt_ids, len(TGT_VOCAB))
+    probs = model.generator(
+        dec_out.reshape(rows, -1), attns["copy"].reshape(rows, -1), batch.src_map
+    ).exp()
+    collapsed = collapse_copy_scores(
+        probs.view(dec_out.size(0), 4, -1), batch.src_ex_tgt_ids, len(TGT_VOCAB)
+    )
     torch.testing.assert_close(collapsed.sum(-1), probs.view(dec_out.size(0), 4, -1).sum(-1))
     in_vocab = batch.src_ex_tgt_ids != 0
-    assert (collapsed[..., len(TGT_VOCAB):][in_vocab.expand(dec_out.size(0), -1, -1)] == 0).all()
+    assert (collapsed[..., len(TGT_VOCAB) :][in_vocab.expand(dec_out.size(0), -1, -1)] == 0).all()
 
 
 def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
     draw = torch.Generator().manual_seed(0)
     vocab_size, n_words, rows = 50, 6, 4000
     log_probs = torch.log_softmax(3 * torch.randn(rows, vocab_size + n_words, generator=draw), 1)
-    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[:, :n_words]  # an example's words differ
+    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[
+        :, :n_words
+    ]  # an example's words differ
     ids[torch.rand(rows, n_words, generator=draw) < 0.4] = 0  # words not in the vocabulary
     expected = collapse_copy_scores(log_probs.exp(), ids, vocab_size).argmax(1)
     got = collapsed_argmax(log_probs, ids, vocab_size)
     assert torch.equal(got, expected)
-    assert (expected >= vocab_size).any() and (expected < vocab_size).any()  # both kinds of winner occur
+    assert (expected >= vocab_size).any() and (
+        expected < vocab_size
+    ).any()  # both kinds of winner occur
     boosted = torch.zeros_like(expected, dtype=torch.bool)
     for j in range(n_words):
-        boosted |= (expected == ids[:, j]) & (ids[:, j] != 0) & (log_probs[:, :vocab_size].argmax(1) != expected)
+        boosted |= (
+            (expected == ids[:, j])
+            & (ids[:, j] != 0)
+            & (log_probs[:, :vocab_size].argmax(1) != expected)
+        )
     assert boosted.any()  # and copy mass changed the winner among vocabulary words
 
 
 def test_collapse_in_log_space_equals_the_log_of_the_collapsed_probabilities():
     draw = torch.Generator().manual_seed(1)
     vocab_size, n_words, rows = 40, 5, 300
-    log_probs = torch.log_softmax(2 * torch.randn(rows, vocab_size + n_words, generator=draw, dtype=torch.float64), 1)
+    log_probs = torch.log_softmax(
+        2 * torch.randn(rows, vocab_size + n_words, generator=draw, dtype=torch.float64), 1
+    )
     log_probs[:, 1] = float("-inf")  # the padding word, as the generator gives it
     ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[:, :n_words]
     ids[torch.rand(rows, n_words, generator=draw) < 0.4] = 0
@@ -137,7 +163,11 @@ def test_an_unknown_target_word_found_in_the_source_gets_a_finite_loss_and_gradi
     pairs = [(["oov1", "s1", "oov2"], ["oov2", "t0", "oov1"]), (["s2"], ["oov9"])]
     model, opt = make_model("-copy_attn", "-copy_attn_force")
     batch = make_batch(pairs)
-    assert batch.alignment[1:4, 0].tolist() == [4, 0, 2] and (batch.tgt[1:4, 0] != 0).tolist() == [False, True, False]
+    assert batch.alignment[1:4, 0].tolist() == [4, 0, 2] and (batch.tgt[1:4, 0] != 0).tolist() == [
+        False,
+        True,
+        False,
+    ]
     dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
     loss, stats = build_loss_compute(model, TGT_VOCAB, opt)(batch, dec_out, attns)
     loss.backward()

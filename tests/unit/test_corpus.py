@@ -1,12 +1,21 @@
 import pytest
 
-from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, read_lines, read_parallel, tokenized_pairs
+from onmt_lite.data.corpus import (
+    CorpusStats,
+    LengthLimits,
+    Tokenizer,
+    read_lines,
+    read_parallel,
+    tokenized_pairs,
+)
 from onmt_lite.utils.errors import UserError
 from tests.helpers import write_lines
 
 
 def test_whitespace_runs_and_tabs_never_make_empty_tokens():
-    assert Tokenizer()("v r h  l e d e n o g\t\tb r i j e g a \r\n") == list("vrhledenog") + list("brijega")
+    assert Tokenizer()("v r h  l e d e n o g\t\tb r i j e g a \r\n") == list("vrhledenog") + list(
+        "brijega"
+    )
 
 
 def test_lower():
@@ -45,20 +54,36 @@ def test_empty_lines_are_skipped_and_counted_and_lengths_filtered_or_truncated(t
     src = write_lines(tmp_path / "s.txt", ["a b", "", "a b c d", "a", "  "])
     tgt = write_lines(tmp_path / "t.txt", ["x", "y", "x", "x y z w v", "x"])
     stats = CorpusStats()
-    kept = list(tokenized_pairs(src, tgt, Tokenizer(), Tokenizer(), LengthLimits(src_max=3, tgt_max=3), stats))
+    kept = list(
+        tokenized_pairs(
+            src, tgt, Tokenizer(), Tokenizer(), LengthLimits(src_max=3, tgt_max=3), stats
+        )
+    )
     assert [n for n, _, _ in kept] == [1]
     assert (stats.read, stats.kept, stats.empty, stats.too_long) == (5, 1, 2, 2)
     stats = CorpusStats()
-    kept = list(tokenized_pairs(src, tgt, Tokenizer(), Tokenizer(), LengthLimits(3, 3, 3, 3), stats))
-    assert [(n, s, t) for n, s, t in kept][1:] == [(3, ["a", "b", "c"], ["x"]), (4, ["a"], ["x", "y", "z"])]
+    kept = list(
+        tokenized_pairs(src, tgt, Tokenizer(), Tokenizer(), LengthLimits(3, 3, 3, 3), stats)
+    )
+    assert [(n, s, t) for n, s, t in kept][1:] == [
+        (3, ["a", "b", "c"], ["x"]),
+        (4, ["a"], ["x", "y", "z"]),
+    ]
     assert (stats.kept, stats.truncated, stats.too_long) == (3, 2, 0)
 
 
 def test_sentencepiece_tokenizer(tmp_path):
     sentencepiece = pytest.importorskip("sentencepiece")
-    text = write_lines(tmp_path / "train.txt", ["the house is small", "the cat is in the house"] * 50)
-    sentencepiece.SentencePieceTrainer.train(input=text, model_prefix=str(tmp_path / "m"), vocab_size=18,
-                                             hard_vocab_limit=False, minloglevel=2)
+    text = write_lines(
+        tmp_path / "train.txt", ["the house is small", "the cat is in the house"] * 50
+    )
+    sentencepiece.SentencePieceTrainer.train(
+        input=text,
+        model_prefix=str(tmp_path / "m"),
+        vocab_size=18,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     tokenizer = Tokenizer(str(tmp_path / "m.model"))
     pieces = tokenizer("the house")
     assert "".join(pieces).replace("\u2581", " ").strip() == "the house"

@@ -2,6 +2,7 @@
 
 The flags are plain settings on a CPU-only torch too, so they can be set and read here.
 """
+
 import pytest
 import torch
 
@@ -9,8 +10,12 @@ from onmt_lite.train import main
 from onmt_lite.utils.cuda import configure_cuda
 from tests.helpers import TINY_MODEL, preprocess_in_process, train_in_process
 
-FLAGS = ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32"),
-         (torch.backends.cudnn, "deterministic"), (torch.backends.cudnn, "benchmark"))
+FLAGS = (
+    (torch.backends.cuda.matmul, "allow_tf32"),
+    (torch.backends.cudnn, "allow_tf32"),
+    (torch.backends.cudnn, "deterministic"),
+    (torch.backends.cudnn, "benchmark"),
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +33,11 @@ def flags():
 def test_a_seeded_run_is_ieee_float32_deterministic_and_does_not_benchmark():
     for module, name in FLAGS:  # the opposite of what is expected, so the call must set each
         setattr(module, name, name != "deterministic")
-    assert configure_cuda(seeded=True) == {"tf32": False, "cudnn_deterministic": True, "cudnn_benchmark": False}
+    assert configure_cuda(seeded=True) == {
+        "tf32": False,
+        "cudnn_deterministic": True,
+        "cudnn_benchmark": False,
+    }
     assert flags() == [False, False, True, False]
 
 
@@ -45,9 +54,17 @@ class Configured(Exception):
     pass
 
 
-@pytest.mark.parametrize("args,expected", [(["-seed", "3"], (True, False)), ([], (False, False)),
-                                           (["-seed", "3", "-model_dtype", "bf16"], (True, True))])
-def test_training_on_cuda_configures_it_seeded_by_seed_and_tf32_by_bf16(tmp_path, monkeypatch, args, expected):
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["-seed", "3"], (True, False)),
+        ([], (False, False)),
+        (["-seed", "3", "-model_dtype", "bf16"], (True, True)),
+    ],
+)
+def test_training_on_cuda_configures_it_seeded_by_seed_and_tf32_by_bf16(
+    tmp_path, monkeypatch, args, expected
+):
     data = preprocess_in_process(str(tmp_path), n_train=20, n_valid=4)
     called = []
 
@@ -64,7 +81,9 @@ def test_training_on_cuda_configures_it_seeded_by_seed_and_tf32_by_bf16(tmp_path
 
 def test_training_on_the_cpu_leaves_the_flags_alone(tmp_path, monkeypatch):
     data = preprocess_in_process(str(tmp_path), n_train=20, n_valid=4)
-    monkeypatch.setattr(main, "configure_cuda", lambda *a, **k: pytest.fail("configure_cuda on the CPU"))
+    monkeypatch.setattr(
+        main, "configure_cuda", lambda *a, **k: pytest.fail("configure_cuda on the CPU")
+    )
     train_in_process(data, str(tmp_path / "model"), *TINY_MODEL, "-seed", "1", "-train_steps", "1")
 
 
@@ -80,7 +99,10 @@ def test_translating_on_cuda_configures_it_seeded(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(translator, "configure_cuda", record)
-    opt = parse(build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s.txt", "-gpu", "0"])
+    opt = parse(
+        build_parser("t", [config_opts, translate_opts]),
+        ["-model", "m.pt", "-src", "s.txt", "-gpu", "0"],
+    )
     with pytest.raises(Configured):
         translator.Translator.from_opt(opt)
     assert called == [(True, False)]

@@ -1,4 +1,5 @@
 """models/dropout.py: the keep rate, the scale, the gradient, the seed, and eval mode."""
+
 import torch
 
 from onmt_lite.models.dropout import Dropout, dropout

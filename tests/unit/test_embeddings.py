@@ -1,4 +1,5 @@
 """Embeddings: shapes, the padding row, pretrained vectors, freezing and dropout."""
+
 import pytest
 import torch
 
@@ -44,7 +45,9 @@ def test_load_pretrained_copies_into_the_first_columns(tmp_path):
 
 def test_load_pretrained_rejects_a_file_that_is_not_a_tensor(tmp_path):
     torch.save({"vectors": torch.zeros(10, 3)}, tmp_path / "dict.pt")
-    with pytest.raises(UserError, match=r"dict\.pt: pretrained embeddings must be a \[vocab x dim\] tensor"):
+    with pytest.raises(
+        UserError, match=r"dict\.pt: pretrained embeddings must be a \[vocab x dim\] tensor"
+    ):
         Embeddings(10, 5).load_pretrained(tmp_path / "dict.pt")
 
 

@@ -1,4 +1,5 @@
 """run_command: how each kind of failure is reported (one line and an exit status; -debug traceback)."""
+
 import pytest
 
 from onmt_lite.utils.errors import Stopped, UserError, run_command, set_debug
@@ -12,12 +13,23 @@ def failing(exc):
     return main
 
 
-@pytest.mark.parametrize("exc,code,line", [
-    (UserError("data.txt:3: not valid UTF-8"), 2, "prog: error: data.txt:3: not valid UTF-8"),
-    (Stopped("stopped by SIGTERM at step 7", 143), 143, "prog: stopped by SIGTERM at step 7"),
-    (KeyError("rnn_size"), 1, "prog: internal error: KeyError: 'rnn_size' (run with -debug for the traceback)"),
-    (ValueError("two\nlines"), 1, "prog: internal error: ValueError: two lines (run with -debug for the traceback)"),
-])
+@pytest.mark.parametrize(
+    "exc,code,line",
+    [
+        (UserError("data.txt:3: not valid UTF-8"), 2, "prog: error: data.txt:3: not valid UTF-8"),
+        (Stopped("stopped by SIGTERM at step 7", 143), 143, "prog: stopped by SIGTERM at step 7"),
+        (
+            KeyError("rnn_size"),
+            1,
+            "prog: internal error: KeyError: 'rnn_size' (run with -debug for the traceback)",
+        ),
+        (
+            ValueError("two\nlines"),
+            1,
+            "prog: internal error: ValueError: two lines (run with -debug for the traceback)",
+        ),
+    ],
+)
 def test_each_failure_is_one_line_and_an_exit_status(capsys, exc, code, line):
     with pytest.raises(SystemExit) as exit_:
         failing(exc)()

@@ -1,5 +1,6 @@
 """Source word features in Embeddings: 1.x's size rule and the concat, sum and mlp merges, checked
 against the formulas written out from the module's own tables."""
+
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ FEATS = torch.tensor([[[4, 5], [5, 6]], [[6, 4], [1, 1]]])  # [len 2 x batch 2 x
 
 def test_feature_sizes_follow_the_exponent_rule_without_feat_vec_size():
     spec = FeatureSpec((10, 30), "concat", -1, 0.7)
-    assert spec.dims(8) == [int(10 ** 0.7), int(30 ** 0.7)] == [5, 10]
+    assert spec.dims(8) == [int(10**0.7), int(30**0.7)] == [5, 10]
     assert spec.output_size(8) == 8 + 5 + 10
 
 
@@ -25,13 +26,18 @@ def test_feat_vec_size_sets_every_feature_size_and_sum_uses_the_word_size():
 def test_concat_is_the_word_vector_followed_by_each_feature_vector():
     torch.manual_seed(0)
     emb = Embeddings(10, 4, features=FeatureSpec((7, 12), "concat", -1, 0.7))
-    assert [lut.embedding_dim for lut in emb.feat_luts] == [int(7 ** 0.7), int(12 ** 0.7)]
+    assert [lut.embedding_dim for lut in emb.feat_luts] == [int(7**0.7), int(12**0.7)]
     out = emb(WORDS, feats=FEATS)
     assert out.shape == (2, 2, 4 + 3 + 5) and emb.embedding_size == 12
     for i in range(2):
         for b in range(2):
-            expected = torch.cat([emb.lut.weight[WORDS[i, b]], emb.feat_luts[0].weight[FEATS[i, b, 0]],
-                                  emb.feat_luts[1].weight[FEATS[i, b, 1]]])
+            expected = torch.cat(
+                [
+                    emb.lut.weight[WORDS[i, b]],
+                    emb.feat_luts[0].weight[FEATS[i, b, 0]],
+                    emb.feat_luts[1].weight[FEATS[i, b, 1]],
+                ]
+            )
             torch.testing.assert_close(out[i, b], expected)
 
 
@@ -62,7 +68,7 @@ def test_position_encoding_scales_the_merged_vector_by_its_own_size():
     concat = torch.cat([emb.lut.weight[6], emb.feat_luts[0].weight[6]])  # position 1 of column 0
     angles = torch.tensor([1.0, 1.0 / 10000 ** (2 / 6), 1.0 / 10000 ** (4 / 6)])
     sinusoid = torch.stack([angles.sin(), angles.cos()], -1).flatten()
-    torch.testing.assert_close(out[1, 0], concat * 6 ** 0.5 + sinusoid)
+    torch.testing.assert_close(out[1, 0], concat * 6**0.5 + sinusoid)
 
 
 def test_a_model_with_features_refuses_ids_without_them():

@@ -1,5 +1,6 @@
 """Models with source word features: the builder sizes the encoder by the merged embedding, refuses
 the combinations that cannot work, and the features change the encoding; checkpoints without them load."""
+
 import pytest
 import torch
 
@@ -8,13 +9,19 @@ from onmt_lite.models.builder import build_model
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import TRANSFORMER, VOCABS, model_options
 
-FEATS = [Vocab(["DET", "NOUN", "VERB"]), Vocab([f"x{i}" for i in range(12)])]  # 7 and 16 values with specials
+FEATS = [
+    Vocab(["DET", "NOUN", "VERB"]),
+    Vocab([f"x{i}" for i in range(12)]),
+]  # 7 and 16 values with specials
 WITH_FEATS = {**VOCABS, "src_feats": FEATS}
 
 
 def test_the_encoder_takes_the_concatenated_size_by_1x_rule():
     model = build_model(model_options("-feat_vec_exponent", 0.5), WITH_FEATS)  # word size 6
-    assert [lut.embedding_dim for lut in model.encoder.embeddings.feat_luts] == [int(7 ** 0.5), int(16 ** 0.5)]
+    assert [lut.embedding_dim for lut in model.encoder.embeddings.feat_luts] == [
+        int(7**0.5),
+        int(16**0.5),
+    ]
     assert model.encoder.rnn.input_size == 6 + 2 + 4
     assert model.decoder.embeddings.n_feats == 0
 
@@ -22,7 +29,9 @@ def test_the_encoder_takes_the_concatenated_size_by_1x_rule():
 def test_features_change_the_encoding_and_their_padding_rows_are_zero():
     torch.manual_seed(0)
     model = build_model(model_options("-feat_merge", "sum", "-param_init", 0.5), WITH_FEATS).eval()
-    assert all(torch.equal(lut.weight[1], torch.zeros(6)) for lut in model.encoder.embeddings.feat_luts)
+    assert all(
+        torch.equal(lut.weight[1], torch.zeros(6)) for lut in model.encoder.embeddings.feat_luts
+    )
     src, lengths = torch.tensor([[4], [5]]), torch.tensor([2])
     feats_a, feats_b = torch.tensor([[[4, 4]], [[5, 4]]]), torch.tensor([[[6, 4]], [[5, 4]]])
     bank_a, _, _ = model.encode(src, lengths, feats_a)
@@ -31,9 +40,14 @@ def test_features_change_the_encoding_and_their_padding_rows_are_zero():
 
 
 def test_a_transformer_with_concatenated_features_is_refused_with_a_hint():
-    with pytest.raises(UserError, match=r"-src_word_vec_size \(14\) equal to -rnn_size \(8\).*-feat_merge sum or mlp"):
+    with pytest.raises(
+        UserError,
+        match=r"-src_word_vec_size \(14\) equal to -rnn_size \(8\).*-feat_merge sum or mlp",
+    ):
         build_model(model_options(*TRANSFORMER, "-feat_vec_size", 3), WITH_FEATS)
-    model = build_model(model_options(*TRANSFORMER, "-feat_merge", "mlp", "-feat_vec_size", 3), WITH_FEATS)
+    model = build_model(
+        model_options(*TRANSFORMER, "-feat_merge", "mlp", "-feat_vec_size", 3), WITH_FEATS
+    )
     assert model.encoder.embeddings.embedding_size == 8
 
 
@@ -59,4 +73,6 @@ def test_options_of_a_checkpoint_from_before_features_build_the_same_model():
     old = build_model(opt, VOCABS)
     torch.manual_seed(0)
     new = build_model(model_options(), VOCABS)
-    assert {k: v.shape for k, v in old.state_dict().items()} == {k: v.shape for k, v in new.state_dict().items()}
+    assert {k: v.shape for k, v in old.state_dict().items()} == {
+        k: v.shape for k, v in new.state_dict().items()
+    }

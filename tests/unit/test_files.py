@@ -1,4 +1,5 @@
 """Atomic writes, failed writes, and loading only tensors and plain data."""
+
 import contextlib
 import os
 import resource
@@ -9,8 +10,14 @@ import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import (StagedOutputs, atomic_path, load_tensors, require_directory,
-                                  save_tensors, write_text)
+from onmt_lite.utils.files import (
+    StagedOutputs,
+    atomic_path,
+    load_tensors,
+    require_directory,
+    save_tensors,
+    write_text,
+)
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
 
 
@@ -82,7 +89,9 @@ class _MakesAFile:
 def test_a_file_carrying_pickled_code_is_refused_without_running_it(tmp_path):
     marker, crafted = tmp_path / "marker", str(tmp_path / "crafted.pt")
     torch.save({"format": "onmt_lite.checkpoint.v1", "model": _MakesAFile(str(marker))}, crafted)
-    with pytest.raises(UserError, match=r"crafted\.pt: refused: the checkpoint holds pickled Python objects"):
+    with pytest.raises(
+        UserError, match=r"crafted\.pt: refused: the checkpoint holds pickled Python objects"
+    ):
         load_tensors(crafted, "checkpoint")
     assert not marker.exists()
 
@@ -216,7 +225,9 @@ def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_locked(tmp_p
     opened = []
     real_open = open
 
-    def open_then_release(*args, **kwargs):  # the holder ends just after this process opened its file
+    def open_then_release(
+        *args, **kwargs
+    ):  # the holder ends just after this process opened its file
         f = real_open(*args, **kwargs)
         if not opened:
             opened.append(f)
@@ -278,8 +289,11 @@ def test_two_outputs_naming_one_file_are_refused_unless_both_are_written_into(tm
     (tmp_path / "a.txt").write_text("a")
     os.symlink(tmp_path / "a.txt", tmp_path / "link.txt")
     a, link, b = (str(tmp_path / name) for name in ("a.txt", "link.txt", "b.txt"))
-    for outputs in ([("-output", a), ("-dump_beam", a)], [("-output", a), ("-dump_beam", link)],
-                    [("-output", b), ("-dump_beam", str(tmp_path / "." / "b.txt"))]):
+    for outputs in (
+        [("-output", a), ("-dump_beam", a)],
+        [("-output", a), ("-dump_beam", link)],
+        [("-output", b), ("-dump_beam", str(tmp_path / "." / "b.txt"))],
+    ):
         with pytest.raises(UserError, match=r"^-dump_beam .*: the same file as -output "):
             require_distinct_outputs(outputs)
     with pytest.raises(UserError, match=r"^-log_file .*: the same file as -output "):

@@ -1,4 +1,5 @@
 """Property-based tests (hypothesis) of the text reader and the translator on random Unicode lines."""
+
 import os
 import tempfile
 
@@ -16,9 +17,15 @@ from tests.model_helpers import VOCABS, model_options
 
 # Any Unicode text but the line separator itself, NUL (refused by the reader) and lone surrogates
 # (which cannot be encoded as UTF-8); Unicode's other line and paragraph separators are allowed.
-LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\x00"), max_size=40)
-WORDY_LINE = st.lists(st.one_of(st.sampled_from(["s1", "s2", "s7", "t1"]), LINE), max_size=8).map(" ".join)
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+LINE = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\x00"), max_size=40
+)
+WORDY_LINE = st.lists(st.one_of(st.sampled_from(["s1", "s2", "s7", "t1"]), LINE), max_size=8).map(
+    " ".join
+)
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def write_bytes(data):

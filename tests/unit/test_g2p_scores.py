@@ -6,7 +6,9 @@ import pytest
 
 from tests.helpers import REPO, write_lines
 
-spec = importlib.util.spec_from_file_location("g2p_scores", os.path.join(REPO, "tools", "g2p_scores.py"))
+spec = importlib.util.spec_from_file_location(
+    "g2p_scores", os.path.join(REPO, "tools", "g2p_scores.py")
+)
 g2p_scores = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(g2p_scores)
 
@@ -18,7 +20,9 @@ def test_edit_distance_by_hand():
 
 
 def test_scores_by_hand():
-    accuracy, per = g2p_scores.scores([["K", "AE", "T"], ["D", "AO"]], [["K", "AE", "T"], ["D", "AO", "G"]])
+    accuracy, per = g2p_scores.scores(
+        [["K", "AE", "T"], ["D", "AO"]], [["K", "AE", "T"], ["D", "AO", "G"]]
+    )
     assert accuracy == 50.0 and per == pytest.approx(100 * 1 / 6)
 
 

@@ -1,6 +1,7 @@
 """What decoding does for a GPU, checked on the CPU: the host syncs and ATen operations of a
 decoding step (what would stall a GPU: ``Translator.translate`` of 200 lines at batch 64, beam 5
 and greedy, RNN and Transformer), and ``-precision``'s half-precision models."""
+
 import pytest
 import torch
 
@@ -17,12 +18,47 @@ from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.host_syncs import HostSyncCounter, declare_host
 from tests.helpers import lines, trained_reversal_model
 
-SMALL = ["-rnn_size", 32, "-word_vec_size", 16, "-layers", 1, "-batch_size", 32, "-optim", "adam",
-         "-learning_rate", 0.01, "-dropout", 0]
-TRANSFORMER = ["-encoder_type", "transformer", "-decoder_type", "transformer",
-               "-position_encoding", "-layers", 2, "-rnn_size", 32, "-word_vec_size", 32,
-               "-heads", 2, "-transformer_ff", 64, "-batch_size", 32, "-optim", "adam",
-               "-learning_rate", 0.002, "-dropout", 0]
+SMALL = [
+    "-rnn_size",
+    32,
+    "-word_vec_size",
+    16,
+    "-layers",
+    1,
+    "-batch_size",
+    32,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.01,
+    "-dropout",
+    0,
+]
+TRANSFORMER = [
+    "-encoder_type",
+    "transformer",
+    "-decoder_type",
+    "transformer",
+    "-position_encoding",
+    "-layers",
+    2,
+    "-rnn_size",
+    32,
+    "-word_vec_size",
+    32,
+    "-heads",
+    2,
+    "-transformer_ff",
+    64,
+    "-batch_size",
+    32,
+    "-optim",
+    "adam",
+    "-learning_rate",
+    0.002,
+    "-dropout",
+    0,
+]
 # before the search kept its bookkeeping on the device: 12.6 (RNN, beam 5) to 17.3 syncs a step
 # (Transformer, beam 5), 230 and 380 operations; now 1 a step (and 179 and 316 operations)
 CEILINGS = {"rnn": 220, "transformer": 380}  # operations a step, with room for a PyTorch change
@@ -32,9 +68,12 @@ CEILINGS = {"rnn": 220, "transformer": 380}  # operations a step, with room for 
 def models(tmp_path_factory):
     corpus = {"n_train": 1000, "n_valid": 200}
     rnn = [*SMALL, "-encoder_type", "brnn"]
-    return {"rnn": trained_reversal_model(tmp_path_factory, "syncs_rnn", [], rnn, 200, **corpus),
-            "transformer": trained_reversal_model(tmp_path_factory, "syncs_transformer", [],
-                                                  TRANSFORMER, 200, **corpus)}
+    return {
+        "rnn": trained_reversal_model(tmp_path_factory, "syncs_rnn", [], rnn, 200, **corpus),
+        "transformer": trained_reversal_model(
+            tmp_path_factory, "syncs_transformer", [], TRANSFORMER, 200, **corpus
+        ),
+    }
 
 
 def counted_translation(monkeypatch, translator, sources):
@@ -86,10 +125,16 @@ def counted_translation(monkeypatch, translator, sources):
 
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
 @pytest.mark.parametrize("beam_size,attention", [(5, False), (5, True), (1, False)])
-def test_a_decoding_step_reads_the_device_at_most_once(models, monkeypatch, kind, beam_size,
-                                                        attention):
-    translator = Translator.load([models[kind]["model"]], beam_size=beam_size, attention=attention,
-                                 batch_size=64, max_length=50)
+def test_a_decoding_step_reads_the_device_at_most_once(
+    models, monkeypatch, kind, beam_size, attention
+):
+    translator = Translator.load(
+        [models[kind]["model"]],
+        beam_size=beam_size,
+        attention=attention,
+        batch_size=64,
+        max_length=50,
+    )
     sources = lines(models[kind]["src"])
     steps, counter = counted_translation(monkeypatch, translator, sources)
     assert steps > 15  # several steps per batch: what the average is over
@@ -99,9 +144,15 @@ def test_a_decoding_step_reads_the_device_at_most_once(models, monkeypatch, kind
         assert counter.operations <= CEILINGS[kind] * steps, counter.operations / steps
 
 
-@pytest.mark.parametrize("precision,device,expected", [
-    ("fp32", "cpu", torch.float32), ("fp16", "cuda", torch.float16),
-    ("bf16", "cuda", torch.bfloat16), ("fp32", "cuda", torch.float32)])
+@pytest.mark.parametrize(
+    "precision,device,expected",
+    [
+        ("fp32", "cpu", torch.float32),
+        ("fp16", "cuda", torch.float16),
+        ("bf16", "cuda", torch.bfloat16),
+        ("fp32", "cuda", torch.float32),
+    ],
+)
 def test_precision_names_the_dtype_a_cuda_device_decodes_in(precision, device, expected):
     assert decoding_dtype(precision, torch.device(device)) == expected
 
@@ -121,8 +172,13 @@ def translations(path, sources, dtype, beam_size):
     ``-precision`` does on a GPU: here on the CPU, whatever its instructions)."""
     models, vocabs, preprocess = load_models([path], torch.device("cpu"))
     models = [cast_for_decoding(model, dtype) for model in models]
-    translator = Translator(models, vocabs, preprocess=preprocess, batch_size=32,
-                            search=SearchOptions(beam_size=beam_size))
+    translator = Translator(
+        models,
+        vocabs,
+        preprocess=preprocess,
+        batch_size=32,
+        search=SearchOptions(beam_size=beam_size),
+    )
     results = translator.translate(sources)
     return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 

@@ -1,5 +1,6 @@
 """HostSyncCounter, and the host syncs of a training step counted on the CPU (what would stall a
 GPU)."""
+
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -72,8 +73,9 @@ CONFIGURATIONS = {
 def test_a_training_step_reads_the_device_once(name):
     args, shard = CONFIGURATIONS[name]
     trunc = 3 if "-truncated_decoder" in args else 0
-    trainer, _ = make_trainer(*args, shard=shard, trunc=trunc, optim="adam", learning_rate=0.001,
-                              max_grad_norm=5)
+    trainer, _ = make_trainer(
+        *args, shard=shard, trunc=trunc, optim="adam", learning_rate=0.001, max_grad_norm=5
+    )
     trainer.train_step([make_batch(random_pairs(16, seed=1))])  # the optimizer's state exists
     batch = on_device(make_batch(random_pairs(16, seed=2, min_len=9)))
     host = [batch.src_lengths_cpu, batch.indices_cpu, batch.tgt_cpu]

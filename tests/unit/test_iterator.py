@@ -2,7 +2,13 @@ import random
 
 import pytest
 
-from onmt_lite.data.iterator import BatchIterator, WeightedBatches, cut_batches, padded_size, pooled_batches
+from onmt_lite.data.iterator import (
+    BatchIterator,
+    WeightedBatches,
+    cut_batches,
+    padded_size,
+    pooled_batches,
+)
 from onmt_lite.data.shards import make_shard
 from onmt_lite.utils.files import load_tensors, save_tensors
 
@@ -15,7 +21,9 @@ def test_token_batches_respect_the_padded_size_and_cover_every_example_once():
     batches = pooled_batches(SRC_LENGTHS, TGT_LENGTHS, 200, "tokens", 10, random.Random(1))
     assert sorted(i for b in batches for i in b) == list(range(500))
     for b in batches:
-        size = padded_size(len(b), max(SRC_LENGTHS[i] for i in b), max(TGT_LENGTHS[i] for i in b), "tokens")
+        size = padded_size(
+            len(b), max(SRC_LENGTHS[i] for i in b), max(TGT_LENGTHS[i] for i in b), "tokens"
+        )
         assert size <= 200 or len(b) == 1
 
 
@@ -35,8 +43,10 @@ def test_an_example_larger_than_the_batch_stands_alone():
 def shard_files(tmp_path):
     paths = []
     for n in range(2):
-        examples = [{"index": i, "src": [4] * SRC_LENGTHS[i], "tgt": [5] * TGT_LENGTHS[i]}
-                    for i in range(n * 250, (n + 1) * 250)]
+        examples = [
+            {"index": i, "src": [4] * SRC_LENGTHS[i], "tgt": [5] * TGT_LENGTHS[i]}
+            for i in range(n * 250, (n + 1) * 250)
+        ]
         paths.append(str(tmp_path / f"d.train.{n}.pt"))
         save_tensors(make_shard(examples), paths[-1])
     return paths
@@ -69,9 +79,14 @@ def test_resuming_from_a_saved_position_continues_exactly(shard_files):
 def batch_iter_1x(order, src_lengths, tgt_lengths, batch_size, batch_type, multiple):
     """OpenNMT-py 1.x's ``batch_iter`` (onmt/inputters/inputter.py) written out, with this toolkit's
     padded size; where 1.x would drop a batch that cannot hold ``multiple`` examples, it is kept."""
+
     def size(batch):
-        return padded_size(len(batch), max(src_lengths[j] for j in batch), max(tgt_lengths[j] for j in batch),
-                           batch_type)
+        return padded_size(
+            len(batch),
+            max(src_lengths[j] for j in batch),
+            max(tgt_lengths[j] for j in batch),
+            batch_type,
+        )
 
     batches, minibatch = [], []
     for i in order:
@@ -92,8 +107,10 @@ def batch_iter_1x(order, src_lengths, tgt_lengths, batch_size, batch_type, multi
     return batches
 
 
-@pytest.mark.parametrize("batch_type,batch_size,multiple", [("sents", 10, 4), ("tokens", 200, 8), ("tokens", 64, 3),
-                                                            ("sents", 12, 1), ("tokens", 100, 1)])
+@pytest.mark.parametrize(
+    "batch_type,batch_size,multiple",
+    [("sents", 10, 4), ("tokens", 200, 8), ("tokens", 64, 3), ("sents", 12, 1), ("tokens", 100, 1)],
+)
 def test_batch_size_multiple_cuts_as_opennmt_py_1x(batch_type, batch_size, multiple):
     rng = random.Random(batch_size + multiple)
     src = [rng.randint(1, 12) for _ in range(500)]
@@ -105,7 +122,10 @@ def test_batch_size_multiple_cuts_as_opennmt_py_1x(batch_type, batch_size, multi
     assert sum(len(b) % multiple != 0 for b in ours[:-1]) == 0
 
 
-CORPUS_WORD = {"a": 4, "b": 5}  # every source word of corpus a is id 4, of corpus b id 5: a batch tells its corpus
+CORPUS_WORD = {
+    "a": 4,
+    "b": 5,
+}  # every source word of corpus a is id 4, of corpus b id 5: a batch tells its corpus
 
 
 @pytest.fixture
@@ -117,7 +137,13 @@ def two_corpora(tmp_path):
         for number, size in enumerate(sizes, 1):
             examples = []
             for _ in range(size):
-                examples.append({"index": line, "src": [CORPUS_WORD[corpus_id]] * (1 + line % 5), "tgt": [6] * 3})
+                examples.append(
+                    {
+                        "index": line,
+                        "src": [CORPUS_WORD[corpus_id]] * (1 + line % 5),
+                        "tgt": [6] * 3,
+                    }
+                )
                 line += 1
             paths[corpus_id].append(str(tmp_path / f"d.train_{corpus_id}.{number}.pt"))
             save_tensors(make_shard(examples), paths[corpus_id][-1])
@@ -125,8 +151,15 @@ def two_corpora(tmp_path):
 
 
 def weighted(paths, weights=(3, 1), batch_size=4):
-    return WeightedBatches({corpus_id: BatchIterator(paths[corpus_id], batch_size, shuffle=True, seed=5,
-                                                     repeat=True, pool_factor=2) for corpus_id in paths}, weights)
+    return WeightedBatches(
+        {
+            corpus_id: BatchIterator(
+                paths[corpus_id], batch_size, shuffle=True, seed=5, repeat=True, pool_factor=2
+            )
+            for corpus_id in paths
+        },
+        weights,
+    )
 
 
 def corpus_of(batch):
@@ -134,7 +167,9 @@ def corpus_of(batch):
     return {v: k for k, v in CORPUS_WORD.items()}[word]
 
 
-def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own_epochs(two_corpora):
+def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own_epochs(
+    two_corpora,
+):
     """Corpus a has 10 batches an epoch, b 3: 60 batches are 45 of a (4.5 epochs) and 15 of b (5 epochs).
     Brute force: within each corpus, every run of (its size) consecutive examples holds each example once."""
     stream = iter(weighted(two_corpora))
@@ -142,12 +177,14 @@ def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own
     assert [corpus_of(b) for b in batches] == ["a", "a", "a", "b"] * 15
     for corpus_id, size in (("a", 40), ("b", 10)):
         seen = [i for b in batches if corpus_of(b) == corpus_id for i in b.indices.tolist()]
-        epochs = [seen[n: n + size] for n in range(0, len(seen), size)]
+        epochs = [seen[n : n + size] for n in range(0, len(seen), size)]
         assert len(epochs) >= 4
         assert all(sorted(epoch) == list(range(1, size + 1)) for epoch in epochs[:-1])
         assert len(set(epochs[-1])) == len(epochs[-1])
     a_batches = [b.indices.tolist() for b in batches if corpus_of(b) == "a"]
-    assert a_batches == alone(two_corpora, "a", len(a_batches))  # shuffled and bucketed as on its own
+    assert a_batches == alone(
+        two_corpora, "a", len(a_batches)
+    )  # shuffled and bucketed as on its own
 
 
 @pytest.mark.parametrize("taken", [1, 3, 7, 14, 29])
@@ -157,7 +194,9 @@ def test_a_weighted_stream_resumes_exactly_from_its_saved_position(two_corpora, 
     first = weighted(two_corpora)
     stream = iter(first)
     head = [next(stream).indices.tolist() for _ in range(taken)]
-    save_tensors(first.state_dict(), str(tmp_path / "position.pt"))  # plain data, as in a checkpoint
+    save_tensors(
+        first.state_dict(), str(tmp_path / "position.pt")
+    )  # plain data, as in a checkpoint
     resumed = weighted(two_corpora)
     resumed.load_state_dict(load_tensors(str(tmp_path / "position.pt"), "position"))
     stream = iter(resumed)
@@ -166,7 +205,9 @@ def test_a_weighted_stream_resumes_exactly_from_its_saved_position(two_corpora, 
 
 def alone(paths, corpus_id, n):
     """The first ``n`` batches (their line numbers) of one corpus read on its own."""
-    stream = iter(BatchIterator(paths[corpus_id], 4, shuffle=True, seed=5, repeat=True, pool_factor=2))
+    stream = iter(
+        BatchIterator(paths[corpus_id], 4, shuffle=True, seed=5, repeat=True, pool_factor=2)
+    )
     return [next(stream).indices.tolist() for _ in range(n)]
 
 
@@ -180,5 +221,9 @@ def test_other_weights_keep_each_corpus_position_and_start_the_turns_again(two_c
     stream = iter(resumed)
     batches = [next(stream) for _ in range(6)]
     assert [corpus_of(b) for b in batches] == ["a", "b", "b", "a", "b", "b"]
-    assert [b.indices.tolist() for b in batches if corpus_of(b) == "a"] == alone(two_corpora, "a", 6)[4:]
-    assert [b.indices.tolist() for b in batches if corpus_of(b) == "b"] == alone(two_corpora, "b", 5)[1:]
+    assert [b.indices.tolist() for b in batches if corpus_of(b) == "a"] == alone(
+        two_corpora, "a", 6
+    )[4:]
+    assert [b.indices.tolist() for b in batches if corpus_of(b) == "b"] == alone(
+        two_corpora, "b", 5
+    )[1:]

@@ -1,6 +1,7 @@
 """The package's parts depend on each other one way: utils < opts < data < models < loss < translate,
 preprocess < train < bin (docs/architecture.md). Every import is read with ``ast``, those inside
 functions too, so that a lazy import cannot hide a cycle."""
+
 import ast
 import pathlib
 
@@ -10,8 +11,18 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "onmt_lite"
 
 # A part may import the parts of a lower rank. train is above translate, but reaches it through one
 # narrow function only (validation decodes greedily), in NARROW.
-RANK = {"utils": 0, "opts": 1, "data": 2, "models": 3, "loss": 4, "translate": 5, "preprocess": 5, "train": 6,
-        "serve": 6, "bin": 7}
+RANK = {
+    "utils": 0,
+    "opts": 1,
+    "data": 2,
+    "models": 3,
+    "loss": 4,
+    "translate": 5,
+    "preprocess": 5,
+    "train": 6,
+    "serve": 6,
+    "bin": 7,
+}
 NARROW = {("train", "translate"): {"onmt_lite.translate.validation"}}
 
 
@@ -70,7 +81,9 @@ def violations(package=PACKAGE):
 
 def test_every_part_has_a_rank():
     parts = {part_of(module_name(p, PACKAGE)) for p in PACKAGE.rglob("*.py")} - {None}
-    assert parts <= set(RANK), f"place the new part(s) {sorted(parts - set(RANK))} in RANK and the architecture page"
+    assert parts <= set(RANK), (
+        f"place the new part(s) {sorted(parts - set(RANK))} in RANK and the architecture page"
+    )
 
 
 def test_imports_run_one_way_with_no_cycle():
@@ -83,16 +96,24 @@ def test_translate_imports_nothing_from_train():
     assert RANK["translate"] < RANK["train"] and ("translate", "train") not in NARROW
 
 
-@pytest.mark.parametrize("source,target,line", [
-    ("models", "train", "from onmt_lite.train import anything"),
-    ("translate", "train", "from onmt_lite.train.checkpoint import load"),
-    ("data", "models", "import onmt_lite.models.model"),
-    ("train", "translate", "from onmt_lite.translate.translator import Translator")])
-def test_the_check_sees_an_import_against_the_layers_even_inside_a_function(source, target, line, tmp_path):
+@pytest.mark.parametrize(
+    "source,target,line",
+    [
+        ("models", "train", "from onmt_lite.train import anything"),
+        ("translate", "train", "from onmt_lite.train.checkpoint import load"),
+        ("data", "models", "import onmt_lite.models.model"),
+        ("train", "translate", "from onmt_lite.translate.translator import Translator"),
+    ],
+)
+def test_the_check_sees_an_import_against_the_layers_even_inside_a_function(
+    source, target, line, tmp_path
+):
     package = tmp_path / "onmt_lite"
     for part in (source, target):
         (package / part).mkdir(parents=True, exist_ok=True)
         (package / part / "__init__.py").write_text("", encoding="utf-8")
     (package / target / "translator.py").write_text("", encoding="utf-8")
     (package / source / "new_module.py").write_text(f"def f():\n    {line}\n", encoding="utf-8")
-    assert len(violations(package)) == 1 and f"onmt_lite.{source}.new_module" in violations(package)[0]
+    assert (
+        len(violations(package)) == 1 and f"onmt_lite.{source}.new_module" in violations(package)[0]
+    )

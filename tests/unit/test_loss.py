@@ -1,23 +1,59 @@
 """The loss API: sharding is exact, truncation is exact in value, coverage, and a researcher's subclass."""
+
 import pytest
 import torch
 
-from onmt_lite.loss import LossComputeBase, build_loss_compute, coverage_loss, filter_shard_state, shards
-from tests.model_helpers import TGT_VOCAB, TRANSFORMER, assert_grads_equal, grads, make_batch, make_model, random_pairs
+from onmt_lite.loss import (
+    LossComputeBase,
+    build_loss_compute,
+    coverage_loss,
+    filter_shard_state,
+    shards,
+)
+from tests.model_helpers import (
+    TGT_VOCAB,
+    TRANSFORMER,
+    assert_grads_equal,
+    grads,
+    make_batch,
+    make_model,
+    random_pairs,
+)
 
 CASES = {
     "nmt": [],
     "nmt-smoothing": ["-label_smoothing", 0.1],
     "nmt-coverage": ["-coverage_attn", "-lambda_coverage", 0.7],
-    "nmt-coverage-smoothing-std-decoder": ["-coverage_attn", "-lambda_coverage", 0.7, "-label_smoothing", 0.2,
-                                           "-input_feed", 0],
+    "nmt-coverage-smoothing-std-decoder": [
+        "-coverage_attn",
+        "-lambda_coverage",
+        0.7,
+        "-label_smoothing",
+        0.2,
+        "-input_feed",
+        0,
+    ],
     "copy": ["-copy_attn"],
     "copy-smoothing": ["-copy_attn", "-label_smoothing", 0.1],
     "copy-coverage": ["-copy_attn", "-coverage_attn", "-lambda_coverage", 0.5],
-    "copy-coverage-smoothing-std-decoder": ["-copy_attn", "-coverage_attn", "-lambda_coverage", 0.5,
-                                            "-label_smoothing", 0.1, "-input_feed", 0],
-    "copy-reuse-force-coverage": ["-copy_attn", "-reuse_copy_attn", "-copy_attn_force", "-coverage_attn",
-                                  "-lambda_coverage", 1.0],
+    "copy-coverage-smoothing-std-decoder": [
+        "-copy_attn",
+        "-coverage_attn",
+        "-lambda_coverage",
+        0.5,
+        "-label_smoothing",
+        0.1,
+        "-input_feed",
+        0,
+    ],
+    "copy-reuse-force-coverage": [
+        "-copy_attn",
+        "-reuse_copy_attn",
+        "-copy_attn_force",
+        "-coverage_attn",
+        "-lambda_coverage",
+        1.0,
+    ],
     "copy-by-seqlength": ["-copy_attn", "-copy_loss_by_seqlength", "-copy_attn_type", "dot"],
     "transformer-smoothing": [*TRANSFORMER, "-label_smoothing", 0.1],
     "transformer-copy-relative": [*TRANSFORMER, "-copy_attn", "-max_relative_positions", 2],
@@ -25,8 +61,18 @@ CASES = {
     "rnn-encoder-transformer-decoder": [*TRANSFORMER, "-encoder_type", "brnn", "-copy_attn"],
     "sparsemax-generator": ["-generator_function", "sparsemax"],
     "sparsemax-generator-and-attention-coverage-gate-std-decoder": [
-        "-generator_function", "sparsemax", "-global_attention_function", "sparsemax", "-coverage_attn",
-        "-lambda_coverage", 0.5, "-context_gate", "both", "-input_feed", 0],
+        "-generator_function",
+        "sparsemax",
+        "-global_attention_function",
+        "sparsemax",
+        "-coverage_attn",
+        "-lambda_coverage",
+        0.5,
+        "-context_gate",
+        "both",
+        "-input_feed",
+        0,
+    ],
     "no-attention-gate": ["-global_attention", "none", "-context_gate", "source"],
 }
 
@@ -35,7 +81,9 @@ def forward_and_loss(model, opt, batch, shard_size):
     model.zero_grad()
     loss_compute = build_loss_compute(model, TGT_VOCAB, opt)
     dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
-    loss, stats = loss_compute(batch, dec_out, attns, normalization=batch.batch_size, shard_size=shard_size)
+    loss, stats = loss_compute(
+        batch, dec_out, attns, normalization=batch.batch_size, shard_size=shard_size
+    )
     if shard_size == 0:
         loss.backward()
     else:
@@ -56,8 +104,15 @@ def test_sharded_gradients_and_statistics_equal_the_unsharded_ones(case, shard_s
     assert expected_stats.n_words == sum(len(t) + 1 for _, t in random_pairs(4, seed=2))
 
 
-@pytest.mark.parametrize("case", ["nmt-coverage-smoothing-std-decoder", "copy-coverage", "copy-by-seqlength",
-                                  "transformer-copy-relative"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "nmt-coverage-smoothing-std-decoder",
+        "copy-coverage",
+        "copy-by-seqlength",
+        "transformer-copy-relative",
+    ],
+)
 @pytest.mark.parametrize("trunc_size", [1, 2, 5])
 def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
     model, opt = make_model(*CASES[case])
@@ -69,9 +124,11 @@ def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         total, n_words, n_positions = 0.0, 0, batch.tgt.size(0) - 1
         for start in range(0, n_positions, trunc_size):
-            window = batch.tgt[start: min(start + trunc_size, n_positions)]
+            window = batch.tgt[start : min(start + trunc_size, n_positions)]
             dec_out, attns, state = model.decode(window, memory_bank, lengths, state)
-            loss, stats = loss_compute(batch, dec_out, attns, trunc_start=start, trunc_size=window.size(0))
+            loss, stats = loss_compute(
+                batch, dec_out, attns, trunc_start=start, trunc_size=window.size(0)
+            )
             state = state.detach()
             total, n_words = total + loss, n_words + stats.n_words
     torch.testing.assert_close(total, full)
@@ -89,7 +146,7 @@ def test_truncation_with_sharding_gives_the_same_gradients_as_truncation_alone()
         for start in range(0, batch.tgt.size(0) - 1, 4):
             # as the trainer does: encode again for each window, carry the detached decoder state
             memory_bank, lengths, first_state = model.encode(batch.src, batch.src_lengths)
-            window = batch.tgt[start: min(start + 4, batch.tgt.size(0) - 1)]
+            window = batch.tgt[start : min(start + 4, batch.tgt.size(0) - 1)]
             dec_out, attns, state = model.decode(window, memory_bank, lengths, state or first_state)
             loss, _ = loss_compute(batch, dec_out, attns, 3.0, shard_size, start, window.size(0))
             if loss is not None:
@@ -124,7 +181,7 @@ def test_coverage_loss_is_zero_when_attention_never_overlaps():
 def test_filter_shard_state_without_shard_size_yields_values_unsplit():
     value = torch.zeros(5, 2, requires_grad=True)
     assert list(filter_shard_state({"a": value, "b": None})) == [("a", value)]
-    (key, (original, chunks)), = filter_shard_state({"a": value}, 2)
+    ((key, (original, chunks)),) = filter_shard_state({"a": value}, 2)
     assert key == "a" and original is value and [c.shape[0] for c in chunks] == [2, 2, 1]
     assert all(c.requires_grad and c.grad_fn is None for c in chunks)
 
@@ -133,8 +190,14 @@ def test_shards_skip_tensors_no_gradient_reached_and_eval_only_yields_everything
     x = torch.randn(5, 3, requires_grad=True)
     used, unused, first_only, target = x * 2, x * 3, x * 5, torch.arange(5)
     weights = torch.full((5,), 2.0)  # a float state tensor that needs no gradient
-    state = {"used": used, "unused": unused, "first_only": first_only, "target": target, "weights": weights,
-             "none": None}
+    state = {
+        "used": used,
+        "unused": unused,
+        "first_only": first_only,
+        "target": target,
+        "weights": weights,
+        "none": None,
+    }
     for i, shard in enumerate(shards(state, 2)):
         assert set(shard) == {"used", "unused", "first_only", "target", "weights"}
         assert not shard["weights"].requires_grad
@@ -164,7 +227,11 @@ class TokenWeightedNLL(LossComputeBase):
     def _compute_loss(self, batch, output, target):
         log_probs = self.generator(output.reshape(-1, output.size(2)))
         gold = target.reshape(-1)
-        nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1).masked_fill(gold == self.padding_idx, 0)
+        nll = (
+            -log_probs.gather(1, gold.unsqueeze(1))
+            .squeeze(1)
+            .masked_fill(gold == self.padding_idx, 0)
+        )
         return (nll * self.weights[gold]).sum(), self._stats(nll.sum(), log_probs.argmax(1), gold)
 
 
@@ -185,14 +252,19 @@ def test_a_researchers_subclass_trains_a_step_with_sharding_exactly_as_without()
         assert stats.n_words == (batch.tgt[1:] != 1).sum().item()
     assert_grads_equal(params_after[0], params_after[1], rtol=1e-9)
     before, _ = make_model(seed=1)
-    assert not torch.equal(dict(before.named_parameters())["generator.0.weight"], params_after[0]["generator.0.weight"])
+    assert not torch.equal(
+        dict(before.named_parameters())["generator.0.weight"], params_after[0]["generator.0.weight"]
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-lambda_coverage", 1.0], "-lambda_coverage needs -coverage_attn"),
-    (["-reuse_copy_attn"], "-reuse_copy_attn needs -copy_attn"),
-    (["-copy_loss_by_seqlength"], "-copy_loss_by_seqlength needs -copy_attn"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-lambda_coverage", 1.0], "-lambda_coverage needs -coverage_attn"),
+        (["-reuse_copy_attn"], "-reuse_copy_attn needs -copy_attn"),
+        (["-copy_loss_by_seqlength"], "-copy_loss_by_seqlength needs -copy_attn"),
+    ],
+)
 def test_loss_options_without_their_feature_are_refused(args, message):
     from onmt_lite.utils.errors import UserError
 
@@ -224,9 +296,12 @@ def test_the_smoothing_term_and_its_gradient_equal_autograds_masked_mean(pad_log
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-@pytest.mark.parametrize("chunk_scores", [13 * 4, 1 << 22])  # 4 rows a chunk, the last partial; all in one
-def test_the_fused_projection_and_loss_equal_autograds_chain_in_value_and_gradient(label_smoothing, chunk_scores,
-                                                                                   monkeypatch):
+@pytest.mark.parametrize(
+    "chunk_scores", [13 * 4, 1 << 22]
+)  # 4 rows a chunk, the last partial; all in one
+def test_the_fused_projection_and_loss_equal_autograds_chain_in_value_and_gradient(
+    label_smoothing, chunk_scores, monkeypatch
+):
     """LinearLogSoftmaxNLL (chunks of rows, gradients made in the forward pass) against the Linear,
     log_softmax and NMTCriterion of autograd, in float64, padding rows included."""
     from onmt_lite.data.vocab import PAD_ID
@@ -301,7 +376,9 @@ def test_the_fused_loss_refuses_a_second_backward_through_its_graph():
     from onmt_lite.loss import NMTCriterion
 
     linear = torch.nn.Linear(4, 7)
-    loss = NMTCriterion().from_hidden(torch.randn(3, 4, requires_grad=True), linear, torch.tensor([2, 3, 4]))[0]
+    loss = NMTCriterion().from_hidden(
+        torch.randn(3, 4, requires_grad=True), linear, torch.tensor([2, 3, 4])
+    )[0]
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backpropagated once"):
         loss.backward()
@@ -314,10 +391,14 @@ def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(
     from onmt_lite.loss import NMTCriterion, criteria
     from onmt_lite.models.projection import row_bucket
 
-    monkeypatch.setattr(criteria, "CHUNK_SCORES", 50 * 17)  # chunks of 48 rows (a bucket), the last of 5
+    monkeypatch.setattr(
+        criteria, "CHUNK_SCORES", 50 * 17
+    )  # chunks of 48 rows (a bucket), the last of 5
     shapes = []
     original_linear = criteria.F.linear
-    monkeypatch.setattr(criteria.F, "linear", lambda x, *a: shapes.append(x.size(0)) or original_linear(x, *a))
+    monkeypatch.setattr(
+        criteria.F, "linear", lambda x, *a: shapes.append(x.size(0)) or original_linear(x, *a)
+    )
     torch.manual_seed(2)
     hidden = torch.randn(101, 8, requires_grad=True)
     linear = torch.nn.Linear(8, 17)
@@ -330,7 +411,9 @@ def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(
     reference = hidden.detach().requires_grad_()
     reference_linear = torch.nn.Linear(8, 17)
     reference_linear.load_state_dict(linear.state_dict())
-    expected_loss, expected_nll = NMTCriterion(0.1)(torch.log_softmax(reference_linear(reference), -1), gold)
+    expected_loss, expected_nll = NMTCriterion(0.1)(
+        torch.log_softmax(reference_linear(reference), -1), gold
+    )
     expected_loss.sum().backward()
     torch.testing.assert_close(loss, expected_loss.sum(), rtol=2e-2, atol=0)
     torch.testing.assert_close(nll, expected_nll, rtol=0, atol=5e-2)
@@ -338,7 +421,9 @@ def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(
     torch.testing.assert_close(linear.weight.grad, reference_linear.weight.grad, rtol=0, atol=5e-2)
 
 
-def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_generator_does_not(monkeypatch):
+def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_generator_does_not(
+    monkeypatch,
+):
     """The default NMT loss fuses the plain generator and criterion; a subclass of the generator (a
     researcher's) gets the generator then the criterion. Both give the same gradients and statistics."""
     from onmt_lite.loss import criteria
@@ -348,8 +433,11 @@ def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_g
     batch = make_batch(random_pairs(4, seed=5))
     fused_calls = []
     original = criteria.LinearLogSoftmaxNLL.forward
-    monkeypatch.setattr(criteria.LinearLogSoftmaxNLL, "forward",
-                        staticmethod(lambda *a: fused_calls.append(1) or original(*a)))
+    monkeypatch.setattr(
+        criteria.LinearLogSoftmaxNLL,
+        "forward",
+        staticmethod(lambda *a: fused_calls.append(1) or original(*a)),
+    )
     fused_grads, fused_stats = forward_and_loss(model, opt, batch, 0)
     assert len(fused_calls) == 1
 

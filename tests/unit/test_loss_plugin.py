@@ -1,5 +1,6 @@
 """-loss_class: loading a researcher's LossComputeBase subclass; the example in examples/ and
 docs/research.md (focal loss) against independent references, sharded and unsharded."""
+
 import os
 import re
 
@@ -9,7 +10,14 @@ import torch
 from onmt_lite.loss import NMTCriterion, NMTLossCompute, build_loss_compute, load_loss_class
 from onmt_lite.utils.errors import UserError
 from tests.helpers import REPO, TINY_MODEL, preprocess_in_process, train_in_process
-from tests.model_helpers import TGT_VOCAB, assert_grads_equal, grads, make_batch, make_model, random_pairs
+from tests.model_helpers import (
+    TGT_VOCAB,
+    assert_grads_equal,
+    grads,
+    make_batch,
+    make_model,
+    random_pairs,
+)
 
 EXAMPLE = os.path.join(REPO, "examples", "focal_loss.py")
 SPEC = f"{EXAMPLE}:FocalLossCompute"
@@ -59,11 +67,29 @@ def test_the_example_trains_one_step_from_the_command_line_options(tmp_path):
     data = preprocess_in_process(str(tmp_path))
     weights = {}
     for name, extra in (("focal", ["-loss_class", SPEC]), ("nll", [])):
-        _, lines = train_in_process(data, str(tmp_path / name), *TINY_MODEL, "-train_steps", 1, "-seed", 3,
-                                    "-report_every", 1, "-valid_steps", 1, *extra)
-        assert any("Step 1/1" in line for line in lines) and any("Validation at step 1" in line for line in lines)
-        weights[name] = torch.load(tmp_path / f"{name}_step_1.pt", weights_only=True)["generator"]["0.weight"]
-    assert not torch.equal(weights["focal"], weights["nll"])  # the plug-in, not the default, was trained
+        _, lines = train_in_process(
+            data,
+            str(tmp_path / name),
+            *TINY_MODEL,
+            "-train_steps",
+            1,
+            "-seed",
+            3,
+            "-report_every",
+            1,
+            "-valid_steps",
+            1,
+            *extra,
+        )
+        assert any("Step 1/1" in line for line in lines) and any(
+            "Validation at step 1" in line for line in lines
+        )
+        weights[name] = torch.load(tmp_path / f"{name}_step_1.pt", weights_only=True)["generator"][
+            "0.weight"
+        ]
+    assert not torch.equal(
+        weights["focal"], weights["nll"]
+    )  # the plug-in, not the default, was trained
 
 
 def test_the_walkthrough_shows_exactly_the_example_file():
@@ -74,13 +100,16 @@ def test_the_walkthrough_shows_exactly_the_example_file():
     assert len(open(EXAMPLE).read().splitlines()) < 40
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("focal", "expected MODULE:CLASS or FILE.py:CLASS"),
-    ("missing/file.py:Loss", "missing/file.py not found"),
-    ("no_such_module_xyz:Loss", "cannot import no_such_module_xyz"),
-    ("onmt_lite.loss:shards", "has no LossComputeBase subclass named shards"),
-    (f"{EXAMPLE}:Nothing", "has no LossComputeBase subclass named Nothing"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("focal", "expected MODULE:CLASS or FILE.py:CLASS"),
+        ("missing/file.py:Loss", "missing/file.py not found"),
+        ("no_such_module_xyz:Loss", "cannot import no_such_module_xyz"),
+        ("onmt_lite.loss:shards", "has no LossComputeBase subclass named shards"),
+        (f"{EXAMPLE}:Nothing", "has no LossComputeBase subclass named Nothing"),
+    ],
+)
 def test_bad_loss_class_specs_are_refused(spec, message):
     with pytest.raises(UserError, match=re.escape(message)):
         load_loss_class(spec)
@@ -88,7 +117,9 @@ def test_bad_loss_class_specs_are_refused(spec, message):
 
 def test_a_copy_model_needs_a_copy_aware_loss_class():
     model, opt = make_model("-copy_attn", "-loss_class", SPEC)
-    with pytest.raises(UserError, match="copy-attention model needs a loss built on CopyGeneratorLossCompute"):
+    with pytest.raises(
+        UserError, match="copy-attention model needs a loss built on CopyGeneratorLossCompute"
+    ):
         build_loss_compute(model, TGT_VOCAB, opt)
     model, opt = make_model("-copy_attn", "-loss_class", "onmt_lite.loss:CopyGeneratorLossCompute")
     assert type(build_loss_compute(model, TGT_VOCAB, opt)).__name__ == "CopyGeneratorLossCompute"
@@ -117,11 +148,14 @@ def test_help_shows_the_options_of_the_loss_class_it_names(capsys, tmp_path):
     assert "-focal_gamma" in train_help(capsys, "-config", str(config))  # named in a -config file
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-focal_gamma", "1"], "unrecognized arguments: -focal_gamma 1"),  # no class declares it
-    (["-loss_class", SPEC, "-focal_gamma", "-1"], r"-focal_gamma.*-1.0 is outside \[0, 100\]"),
-    (["-loss_class", SPEC, "-focal_gamma", "x"], r"-focal_gamma.*'x' is not a number"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-focal_gamma", "1"], "unrecognized arguments: -focal_gamma 1"),  # no class declares it
+        (["-loss_class", SPEC, "-focal_gamma", "-1"], r"-focal_gamma.*-1.0 is outside \[0, 100\]"),
+        (["-loss_class", SPEC, "-focal_gamma", "x"], r"-focal_gamma.*'x' is not a number"),
+    ],
+)
 def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, capsys, args, message):
     from tests.helpers import invoke
 
@@ -135,9 +169,24 @@ def test_a_loss_class_option_is_checked_like_the_commands_own(tmp_path, capsys, 
 def focal_run(data, path, *args):
     """The logged losses of a short focal-loss training and the options its checkpoint saved."""
     steps = 6 if "-train_from" not in args else 8
-    _, lines = train_in_process(data, path, "-loss_class", SPEC, *TINY_MODEL, "-train_steps", steps,
-                                "-seed", 3, "-report_every", 1, "-valid_steps", 100,
-                                "-save_checkpoint_steps", 6, *args)
+    _, lines = train_in_process(
+        data,
+        path,
+        "-loss_class",
+        SPEC,
+        *TINY_MODEL,
+        "-train_steps",
+        steps,
+        "-seed",
+        3,
+        "-report_every",
+        1,
+        "-valid_steps",
+        100,
+        "-save_checkpoint_steps",
+        6,
+        *args,
+    )
     losses = [line.split("xent:")[1].split(";")[0] for line in lines if "xent:" in line]
     saved = torch.load(f"{path}_step_{steps}.pt", weights_only=True)["opt"]
     return losses, saved
@@ -150,9 +199,17 @@ def test_two_gammas_train_to_different_losses_and_the_value_survives_train_from(
     assert none_losses[0] == half_losses[0]  # the same first step: the same model and batch
     assert none_losses != half_losses
     assert saved["focal_gamma"] == 0.5
-    resumed_losses, resumed = focal_run(data, str(tmp_path / "g05"), "-train_from",
-                                        str(tmp_path / "g05_step_6.pt"))
+    resumed_losses, resumed = focal_run(
+        data, str(tmp_path / "g05"), "-train_from", str(tmp_path / "g05_step_6.pt")
+    )
     assert resumed["focal_gamma"] == 0.5  # not given again: the checkpoint's, not the default 2
-    _, given = focal_run(data, str(tmp_path / "g05"), "-train_from",
-                         str(tmp_path / "g05_step_6.pt"), "-focal_gamma", 1, "-overwrite")
+    _, given = focal_run(
+        data,
+        str(tmp_path / "g05"),
+        "-train_from",
+        str(tmp_path / "g05_step_6.pt"),
+        "-focal_gamma",
+        1,
+        "-overwrite",
+    )
     assert given["focal_gamma"] == 1.0

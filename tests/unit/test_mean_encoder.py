@@ -1,5 +1,6 @@
 """-encoder_type mean (OpenNMT-py 1.x's MeanEncoder): the memory bank is the source embeddings, the
 decoder starts from their mean over the real positions."""
+
 import pytest
 import torch
 
@@ -46,8 +47,8 @@ def test_padding_does_not_change_an_example():
     torch.testing.assert_close(h[:, b], h1[:, 0])
     torch.testing.assert_close(c[:, b], c1[:, 0])
     torch.testing.assert_close(memory_bank[:src_len, b], memory_bank1[:, 0])
-    torch.testing.assert_close(dec_out[:tgt_len - 1, b], dec_out1[:, 0])
-    torch.testing.assert_close(attns["std"][:tgt_len - 1, b, :src_len], attns1["std"][:, 0])
+    torch.testing.assert_close(dec_out[: tgt_len - 1, b], dec_out1[:, 0])
+    torch.testing.assert_close(attns["std"][: tgt_len - 1, b, :src_len], attns1["std"][:, 0])
 
 
 def test_gru_gets_one_state_and_the_bridge_maps_layers():
@@ -65,7 +66,10 @@ def test_gru_gets_one_state_and_the_bridge_maps_layers():
 
 
 def test_word_vectors_must_have_the_decoder_size():
-    with pytest.raises(UserError, match=r"-encoder_type mean needs -src_word_vec_size \(6\) equal to -rnn_size \(8\)"):
+    with pytest.raises(
+        UserError,
+        match=r"-encoder_type mean needs -src_word_vec_size \(6\) equal to -rnn_size \(8\)",
+    ):
         make_model("-encoder_type", "mean")
 
 
@@ -74,12 +78,31 @@ def test_a_mean_encoder_model_trains_and_translates(tmp_path):
     from onmt_lite.models.checkpoint import load_checkpoint
 
     data = preprocess_in_process(str(tmp_path), n_train=60, n_valid=10)
-    _, lines = train_in_process(data, str(tmp_path / "m"), "-encoder_type", "mean", "-rnn_size", 16,
-                                "-word_vec_size", 16, "-layers", 1, "-batch_size", 8, "-train_steps", 4,
-                                "-valid_steps", 4, "-report_every", 2)
+    _, lines = train_in_process(
+        data,
+        str(tmp_path / "m"),
+        "-encoder_type",
+        "mean",
+        "-rnn_size",
+        16,
+        "-word_vec_size",
+        16,
+        "-layers",
+        1,
+        "-batch_size",
+        8,
+        "-train_steps",
+        4,
+        "-valid_steps",
+        4,
+        "-report_every",
+        2,
+    )
     assert any("Step 4/4" in line for line in lines)
     checkpoint = load_checkpoint(str(tmp_path / "m_step_4.pt"))
     assert checkpoint["opt"]["encoder_type"] == "mean"
     assert not any(name.startswith("encoder.rnn") for name in checkpoint["model"])
-    results = Translator.load([str(tmp_path / "m_step_4.pt")], beam_size=3, max_length=6).translate(["w1 w2 w3", "w4"])
+    results = Translator.load([str(tmp_path / "m_step_4.pt")], beam_size=3, max_length=6).translate(
+        ["w1 w2 w3", "w4"]
+    )
     assert len(results) == 2 and all(r.hypotheses for r in results)

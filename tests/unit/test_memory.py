@@ -1,4 +1,5 @@
 """reuse_freed_memory: a freed large tensor's memory is reused without page faults (glibc only)."""
+
 import platform
 import subprocess
 import sys
@@ -24,13 +25,17 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def second_fill_faults(mode):
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True
+    )
     return int(out.stdout)
 
 
 def test_freed_memory_is_reused_without_page_faults():
     pages = 180_000_000 // 4096
-    assert second_fill_faults("default") > pages // 2  # glibc unmapped the block: every page faults again
+    assert (
+        second_fill_faults("default") > pages // 2
+    )  # glibc unmapped the block: every page faults again
     assert second_fill_faults("reuse") < pages // 50
 
 
@@ -51,5 +56,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def test_leaves_the_allocator_alone_for_a_cuda_run():
     """A CPU-only fast path: for a CUDA device it changes nothing (freed blocks still go back)."""
-    out = subprocess.run([sys.executable, "-c", PROBE_CUDA], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_CUDA], capture_output=True, text=True, check=True
+    )
     assert int(out.stdout) > 180_000_000 // 4096 // 2

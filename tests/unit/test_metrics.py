@@ -1,4 +1,5 @@
 """utils/metrics.py: the one place that scores with sacrebleu, against sacrebleu's own functions."""
+
 import pytest
 import sacrebleu
 
@@ -22,7 +23,9 @@ def test_tokenize_and_lowercase_reach_bleu():
     upper = [h.upper() for h in HYPS]
     plain = corpus_scores(["BLEU"], upper, [REFS])[0]
     lowered = corpus_scores(["BLEU"], upper, [REFS], lowercase=True)[0]
-    assert lowered.score == pytest.approx(sacrebleu.corpus_bleu(upper, [REFS], lowercase=True).score)
+    assert lowered.score == pytest.approx(
+        sacrebleu.corpus_bleu(upper, [REFS], lowercase=True).score
+    )
     assert lowered.score > plain.score and "case:lc" in lowered.signature
     assert "tok:none" in corpus_scores(["BLEU"], HYPS, [REFS], tokenize="none")[0].signature
 

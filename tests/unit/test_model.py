@@ -1,4 +1,5 @@
 """NMTModel: batch invariance over every architecture combination; the forward contract."""
+
 import itertools
 
 import pytest
@@ -6,14 +7,30 @@ import torch
 
 from tests.model_helpers import make_batch, make_model, random_pairs
 
-COMBINATIONS = list(itertools.product(
-    ["rnn", "brnn"], ["LSTM", "GRU"], [0, 1], ["dot", "general", "mlp"], [False, True], [False, True],
-    [False, True]))
+COMBINATIONS = list(
+    itertools.product(
+        ["rnn", "brnn"],
+        ["LSTM", "GRU"],
+        [0, 1],
+        ["dot", "general", "mlp"],
+        [False, True],
+        [False, True],
+        [False, True],
+    )
+)
 
 
 def options(encoder, rnn_type, input_feed, attention, bridge, copy, coverage):
-    args = ["-encoder_type", encoder, "-rnn_type", rnn_type, "-input_feed", input_feed,
-            "-global_attention", attention]
+    args = [
+        "-encoder_type",
+        encoder,
+        "-rnn_type",
+        rnn_type,
+        "-input_feed",
+        input_feed,
+        "-global_attention",
+        attention,
+    ]
     args += ["-bridge"] * bridge + ["-copy_attn"] * copy + ["-coverage_attn"] * coverage
     if copy and attention != "mlp":
         args += ["-copy_attn_type", "mlp"]  # a separate copy attention of another type
@@ -27,8 +44,11 @@ def run(model, batch):
     out = {"memory_bank": memory_bank, "dec_out": dec_out, "init_h": state.hidden[0], **attns}
     if "copy" in attns:
         n_pos, n_batch, _ = dec_out.shape
-        scores = model.generator(dec_out.reshape(n_pos * n_batch, -1), attns["copy"].reshape(n_pos * n_batch, -1),
-                                 batch.src_map)
+        scores = model.generator(
+            dec_out.reshape(n_pos * n_batch, -1),
+            attns["copy"].reshape(n_pos * n_batch, -1),
+            batch.src_map,
+        )
         out["copy_probs"] = scores.exp().view(n_pos, n_batch, -1)
     return out
 
@@ -43,18 +63,31 @@ def test_an_example_gives_the_same_outputs_alone_and_inside_a_padded_batch(combi
         together = run(model, make_batch(pairs, order))
         for position, index in enumerate(order):
             alone = run(model, make_batch([pairs[index]]))
-            src_len, tgt_len = len(pairs[index][0]), len(pairs[index][1]) + 1  # predictions: tokens + </s>
-            torch.testing.assert_close(together["memory_bank"][:src_len, position], alone["memory_bank"][:, 0])
+            src_len, tgt_len = (
+                len(pairs[index][0]),
+                len(pairs[index][1]) + 1,
+            )  # predictions: tokens + </s>
+            torch.testing.assert_close(
+                together["memory_bank"][:src_len, position], alone["memory_bank"][:, 0]
+            )
             torch.testing.assert_close(together["init_h"][:, position], alone["init_h"][:, 0])
-            torch.testing.assert_close(together["dec_out"][:tgt_len, position], alone["dec_out"][:, 0])
+            torch.testing.assert_close(
+                together["dec_out"][:tgt_len, position], alone["dec_out"][:, 0]
+            )
             for key in ("std", "copy", "coverage"):
                 if key in alone:
-                    torch.testing.assert_close(together[key][:tgt_len, position, :src_len], alone[key][:, 0])
+                    torch.testing.assert_close(
+                        together[key][:tgt_len, position, :src_len], alone[key][:, 0]
+                    )
                     assert (together[key][:tgt_len, position, src_len:] == 0).all(), key
             if "copy_probs" in alone:
                 width = alone["copy_probs"].size(2)
-                torch.testing.assert_close(together["copy_probs"][:tgt_len, position, :width],
-                                           alone["copy_probs"][:, 0], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(
+                    together["copy_probs"][:tgt_len, position, :width],
+                    alone["copy_probs"][:, 0],
+                    atol=1e-5,
+                    rtol=1e-5,
+                )
                 assert (together["copy_probs"][:tgt_len, position, width:] < 1e-15).all()
 
 

@@ -1,12 +1,19 @@
 """onmt_lite.data.noise: 1.x's source noise (sentence shuffling, span infilling), checked against
 structure written out in the tests."""
+
 import functools
 import math
 
 import torch
 
 from onmt_lite.data.batch import Batch
-from onmt_lite.data.noise import SourceNoise, infill, sentence_end_flags, shuffle_sentences, word_start_flags
+from onmt_lite.data.noise import (
+    SourceNoise,
+    infill,
+    sentence_end_flags,
+    shuffle_sentences,
+    word_start_flags,
+)
 from onmt_lite.data.vocab import PAD_ID, SPECIALS, UNK_ID
 
 SPM = list(SPECIALS) + ["▁the", "▁ca", "t", "▁sat", ".", "▁.", "?", "!", "▁a", "▁do", "g"]
@@ -15,8 +22,25 @@ JOINER = list(SPECIALS) + ["the", "ca", "￭t", "sat", "￭."]
 
 def test_word_starts_by_prefix_and_by_joiner_and_sentence_ends():
     assert word_start_flags(SPM, "▁", False).tolist() == [True] * 4 + [
-        True, True, False, True, False, True, False, False, True, True, False]
-    assert word_start_flags(JOINER, "￭", True).tolist() == [True] * 4 + [True, True, False, True, False]
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert word_start_flags(JOINER, "￭", True).tolist() == [True] * 4 + [
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
     assert word_start_flags(SPM, "", False).all()  # no prefix: every token is a word
     assert sentence_end_flags(SPM, "▁").nonzero().flatten().tolist() == [8, 9, 10, 11]
 
@@ -36,10 +60,10 @@ def test_sentence_shuffling_moves_whole_sentences_and_at_most_ceil_n_prob_of_the
         out = shuffle_sentences(torch.tensor(ids), ends, 0.5, rng).tolist()
         order = []
         while out:  # read the output back as a sequence of the input's sentences
-            match = [s for s in sentences if tuple(out[:len(s)]) == s]
+            match = [s for s in sentences if tuple(out[: len(s)]) == s]
             assert match, out
             order.append(sentences.index(match[0]))
-            out = out[len(match[0]):]
+            out = out[len(match[0]) :]
         assert sorted(order) == [0, 1, 2, 3]
         assert sum(i != s for i, s in enumerate(order)) <= math.ceil(4 * 0.5)
         seen.add(tuple(order))
@@ -69,7 +93,9 @@ def test_infilling_replaces_runs_of_whole_words_covering_about_prob_of_them():
     rng = torch.Generator().manual_seed(1)
     covered, words, masks = 0, 0, 0
     for _ in range(400):
-        source = torch.tensor([4, 5, 6, 7, 12, 13, 14, 4, 5, 6, 7, 9] * 2)  # 12 words, 2 of 2 pieces each
+        source = torch.tensor(
+            [4, 5, 6, 7, 12, 13, 14, 4, 5, 6, 7, 9] * 2
+        )  # 12 words, 2 of 2 pieces each
         starts = word_start[source].nonzero().flatten().tolist()
         out = infill(source, word_start, 0.3, UNK_ID, rng).tolist()
         assert infilled_from(tuple(source.tolist()), tuple(out), tuple(starts))
@@ -83,14 +109,17 @@ def test_infilling_replaces_runs_of_whole_words_covering_about_prob_of_them():
 
 def test_a_batch_is_noised_sentence_by_sentence_and_padded_again():
     noise = SourceNoise(["sen_shuffling", "infilling"], [1.0, 0.5], SPM, "▁", False)
-    src = torch.tensor([[4, 7, 8], [5, 9, 12], [6, 4, 13], [9, 7, PAD_ID], [12, 8, PAD_ID],
-                        [13, PAD_ID, PAD_ID]])
+    src = torch.tensor(
+        [[4, 7, 8], [5, 9, 12], [6, 4, 13], [9, 7, PAD_ID], [12, 8, PAD_ID], [13, PAD_ID, PAD_ID]]
+    )
     lengths = torch.tensor([6, 5, 3])
     batch = noise.batch(Batch(src.clone(), lengths.clone()), torch.Generator().manual_seed(5))
     rng = torch.Generator().manual_seed(5)
     expected = [noise.sentence(src[:n, b], rng) for b, n in enumerate(lengths.tolist())]
-    assert batch.src_lengths.tolist() == [len(s) for s in expected] == batch.src_lengths_cpu.tolist()
+    assert (
+        batch.src_lengths.tolist() == [len(s) for s in expected] == batch.src_lengths_cpu.tolist()
+    )
     assert batch.src.size(0) == max(batch.src_lengths.tolist())
     for b, sentence in enumerate(expected):
-        assert batch.src[:len(sentence), b].tolist() == sentence.tolist()
-        assert (batch.src[len(sentence):, b] == PAD_ID).all()
+        assert batch.src[: len(sentence), b].tolist() == sentence.tolist()
+        assert (batch.src[len(sentence) :, b] == PAD_ID).all()

@@ -1,4 +1,5 @@
 """Learning-rate schedules by hand; optimizer state saved by name; early stopping."""
+
 import pytest
 import torch
 
@@ -10,14 +11,16 @@ from tests.unit.test_trainer import optim_options
 
 
 def test_step_decay_follows_opennmt_py_1x():
-    schedule = Schedule("none", 0.5, start_decay_steps=10, decay_steps=5, warmup_steps=0, model_size=1)
+    schedule = Schedule(
+        "none", 0.5, start_decay_steps=10, decay_steps=5, warmup_steps=0, model_size=1
+    )
     assert [schedule(s) for s in (1, 9, 10, 14, 15, 20)] == [1, 1, 0.5, 0.5, 0.25, 0.125]
 
 
 def test_noam_and_rsqrt_by_hand():
     noam = Schedule("noam", 0.5, 0, 1, warmup_steps=4, model_size=16)
-    assert noam(1) == pytest.approx(16 ** -0.5 * 1 * 4 ** -1.5)
-    assert noam(16) == pytest.approx(16 ** -0.5 * 16 ** -0.5)
+    assert noam(1) == pytest.approx(16**-0.5 * 1 * 4**-1.5)
+    assert noam(16) == pytest.approx(16**-0.5 * 16**-0.5)
     rsqrt = Schedule("rsqrt", 0.5, 0, 1, warmup_steps=4, model_size=1)
     assert (rsqrt(1), rsqrt(16)) == (0.5, 0.25)
 
@@ -45,11 +48,15 @@ def test_optimizer_state_restores_by_parameter_name_into_differently_grouped_mod
     optim.step()
     saved = optim.state_dict()
     other, _ = make_model()
-    regrouped = Optimizer(other, optim_options(optim="adam", lr_mult=["generator.*=2"], freeze=["encoder.*"]), 8)
+    regrouped = Optimizer(
+        other, optim_options(optim="adam", lr_mult=["generator.*=2"], freeze=["encoder.*"]), 8
+    )
     regrouped.load_state_dict(saved)
     by_name = dict(other.named_parameters())
     state = regrouped.optimizer.state[by_name["decoder.attn.linear_in.weight"]]
-    torch.testing.assert_close(state["exp_avg"], saved["state"]["decoder.attn.linear_in.weight"]["exp_avg"])
+    torch.testing.assert_close(
+        state["exp_avg"], saved["state"]["decoder.attn.linear_in.weight"]["exp_avg"]
+    )
     assert by_name["encoder.rnn.weight_hh_l0"] not in regrouped.optimizer.state
     assert regrouped.decay_step == 1
 

@@ -2,21 +2,35 @@
 upper and a lower bound that the code can represent and run with, checked when the option is read:
 a value beyond it is argparse's one-line error naming the option (exit status 2), never a
 traceback, an internal error or a huge allocation later."""
+
 import json
 
 import pytest
 
-from onmt_lite.opts import (build_parser, config_opts, model_opts, parse, preprocess_opts,
-                            train_opts, translate_opts)
+from onmt_lite.opts import (
+    build_parser,
+    config_opts,
+    model_opts,
+    parse,
+    preprocess_opts,
+    train_opts,
+    translate_opts,
+)
 from onmt_lite.opts.parser import MAX_BEAM, MAX_LENGTH, MAX_SIZE
 
 # as onmt_lite/bin/*.py build them, with the options each command requires
 COMMANDS = {
-    "preprocess": ("onmt_lite_preprocess", [config_opts, preprocess_opts],
-                   ["-train_src", "a", "-train_tgt", "b", "-save_data", "out"]),
+    "preprocess": (
+        "onmt_lite_preprocess",
+        [config_opts, preprocess_opts],
+        ["-train_src", "a", "-train_tgt", "b", "-save_data", "out"],
+    ),
     "train": ("onmt_lite_train", [config_opts, model_opts, train_opts], ["-data", "d"]),
-    "translate": ("onmt_lite_translate", [config_opts, translate_opts],
-                  ["-model", "m.pt", "-src", "s"]),
+    "translate": (
+        "onmt_lite_translate",
+        [config_opts, translate_opts],
+        ["-model", "m.pt", "-src", "s"],
+    ),
 }
 INFINITY_HAS_A_MEANING = {"ratio"}  # -ratio inf: no cut before -max_length
 
@@ -66,21 +80,39 @@ def accepted(command: str, option: str, value: str):
 
 def test_the_walk_finds_the_numeric_options_of_every_command():
     names = {command: {option for option, _ in numeric_options(command)} for command in COMMANDS}
-    assert {"-shard_size", "-vocab_size_multiple", "-src_seq_length",
-            "-seed"} <= names["preprocess"]
-    assert {"-max_relative_positions", "-accum_count", "-feat_vec_exponent", "-data_weights",
-            "-learning_rate", "-layers", "-gpu_ranks", "-master_port"} <= names["train"]
-    assert {"-beam_size", "-n_best", "-max_length", "-max_sent_length", "-alpha", "-ratio",
-            "-random_sampling_topk", "-gpu"} <= names["translate"]
+    assert {"-shard_size", "-vocab_size_multiple", "-src_seq_length", "-seed"} <= names[
+        "preprocess"
+    ]
+    assert {
+        "-max_relative_positions",
+        "-accum_count",
+        "-feat_vec_exponent",
+        "-data_weights",
+        "-learning_rate",
+        "-layers",
+        "-gpu_ranks",
+        "-master_port",
+    } <= names["train"]
+    assert {
+        "-beam_size",
+        "-n_best",
+        "-max_length",
+        "-max_sent_length",
+        "-alpha",
+        "-ratio",
+        "-random_sampling_topk",
+        "-gpu",
+    } <= names["translate"]
     assert len(NUMERIC) >= 80
 
 
 @pytest.mark.parametrize("command,option", NUMERIC)
-def test_a_huge_or_non_finite_value_of_every_numeric_option_is_one_line_and_exit_2(command, option,
-                                                                                   capsys):
+def test_a_huge_or_non_finite_value_of_every_numeric_option_is_one_line_and_exit_2(
+    command, option, capsys
+):
     action = dict(numeric_options(command))[option]
     if not is_float(action):
-        for value in (10 ** 20, -10 ** 20):
+        for value in (10**20, -(10**20)):
             refused(command, option, str(value), capsys)
         return
     for value in ("nan", "-1e308", "-inf"):
@@ -93,8 +125,9 @@ def test_a_huge_or_non_finite_value_of_every_numeric_option_is_one_line_and_exit
 
 
 @pytest.mark.parametrize("command,option", NUMERIC)
-def test_every_default_and_both_bounds_are_accepted_and_one_past_them_is_refused(command, option,
-                                                                                 capsys):
+def test_every_default_and_both_bounds_are_accepted_and_one_past_them_is_refused(
+    command, option, capsys
+):
     action = dict(numeric_options(command))[option]
     defaults = action.default if isinstance(action.default, list) else [action.default]
     for default in defaults:
@@ -115,6 +148,7 @@ def test_every_default_and_both_bounds_are_accepted_and_one_past_them_is_refused
 
 # --- the reported cases, through the commands' own entry points ---------------------------------
 
+
 def run_main(main, args: list, capsys) -> str:
     with pytest.raises(SystemExit) as exc:
         main([str(a) for a in args])
@@ -125,15 +159,24 @@ def run_main(main, args: list, capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-max_relative_positions", 10 ** 9],
-     f"-max_relative_positions: 1000000000 is above the maximum {MAX_LENGTH}"),
-    (["-accum_count", 99999999999999999999],
-     f"-accum_count: 99999999999999999999 is above the maximum {MAX_SIZE}"),
-    (["-feat_vec_exponent", 50], "-feat_vec_exponent: 50.0 is outside [0, 1]"),
-    (["-data_weights", 99999999999999999999, 1],
-     f"-data_weights: 99999999999999999999 is above the maximum {MAX_SIZE}"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["-max_relative_positions", 10**9],
+            f"-max_relative_positions: 1000000000 is above the maximum {MAX_LENGTH}",
+        ),
+        (
+            ["-accum_count", 99999999999999999999],
+            f"-accum_count: 99999999999999999999 is above the maximum {MAX_SIZE}",
+        ),
+        (["-feat_vec_exponent", 50], "-feat_vec_exponent: 50.0 is outside [0, 1]"),
+        (
+            ["-data_weights", 99999999999999999999, 1],
+            f"-data_weights: 99999999999999999999 is above the maximum {MAX_SIZE}",
+        ),
+    ],
+)
 def test_the_reported_training_values_are_refused_by_onmt_lite_train(args, message, capsys):
     from onmt_lite.bin import train
 
@@ -144,7 +187,7 @@ def test_the_reported_training_values_are_refused_by_onmt_lite_train(args, messa
 def test_a_beam_of_a_billion_is_refused_by_onmt_lite_translate(capsys):
     from onmt_lite.bin import translate
 
-    err = run_main(translate.main, ["-model", "m.pt", "-src", "s", "-beam_size", 10 ** 9], capsys)
+    err = run_main(translate.main, ["-model", "m.pt", "-src", "s", "-beam_size", 10**9], capsys)
     assert f"-beam_size: 1000000000 is above the maximum {MAX_BEAM}" in err, err
 
 
@@ -155,9 +198,14 @@ def test_a_beam_of_a_billion_in_the_server_configuration_is_refused_before_it_li
 
     (tmp_path / "m.pt").write_bytes(b"")  # the configuration is checked before any model is read
     conf = tmp_path / "conf.json"
-    conf.write_text(json.dumps({"models_root": str(tmp_path),
-                                "models": [{"id": 1, "model": "m.pt",
-                                            "opt": {"beam_size": 10 ** 9}}]}))
+    conf.write_text(
+        json.dumps(
+            {
+                "models_root": str(tmp_path),
+                "models": [{"id": 1, "model": "m.pt", "opt": {"beam_size": 10**9}}],
+            }
+        )
+    )
     with pytest.raises(UserError) as error:
         read_config(str(conf))
     assert "beam_size" in str(error.value) and f"above the maximum {MAX_BEAM}" in str(error.value)

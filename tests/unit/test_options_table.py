@@ -1,5 +1,6 @@
 """tools/options_table.py and docs/opennmt_py_1x_options.txt: every OpenNMT-py 1.x option is accepted
 or refused by name, as docs/options.md says, and docs/options.md is the tool's output."""
+
 import os
 import re
 import subprocess
@@ -16,9 +17,20 @@ REGENERATE = "python tools/options_table.py -output docs/options.md"
 COUNTS = {"preprocess": 44, "train": 125, "translate": 48}  # OpenNMT-py 1.2.0's onmt/opts.py
 
 # Values for options whose default is not a valid value on a command line.
-SAMPLES = {"train_src": "src.txt", "train_tgt": "tgt.txt", "save_data": "out/demo", "data": "out/demo",
-           "model": "model.pt", "src": "src.txt", "gpu_ranks": "0", "early_stopping_criteria": "accuracy",
-           "copy_attn_type": "mlp", "src_noise": "infilling", "src_noise_prob": "0.1", "context_gate": "both"}
+SAMPLES = {
+    "train_src": "src.txt",
+    "train_tgt": "tgt.txt",
+    "save_data": "out/demo",
+    "data": "out/demo",
+    "model": "model.pt",
+    "src": "src.txt",
+    "gpu_ranks": "0",
+    "early_stopping_criteria": "accuracy",
+    "copy_attn_type": "mlp",
+    "src_noise": "infilling",
+    "src_noise_prob": "0.1",
+    "context_gate": "both",
+}
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +79,27 @@ def required_args(parser):
 
 # --- (c) the data file ------------------------------------------------------------------------------
 
+
 def test_the_reference_lists_every_1x_option_of_each_command(reference):
     assert {command: len(names) for command, names in reference.items()} == COUNTS
     for command in COUNTS:
         assert reference[command][:2] == ["config", "save_config"]
-    assert {"train_src", "save_data", "shard_size", "src_vocab", "dynamic_dict"} <= set(reference["preprocess"])
-    assert {"data", "encoder_type", "rnn_size", "optim", "gpu_ranks", "average_decay",
-            "lambda_align", "src_noise"} <= set(reference["train"])
-    assert {"model", "src", "beam_size", "replace_unk", "tgt_prefix", "fp32"} <= set(reference["translate"])
+    assert {"train_src", "save_data", "shard_size", "src_vocab", "dynamic_dict"} <= set(
+        reference["preprocess"]
+    )
+    assert {
+        "data",
+        "encoder_type",
+        "rnn_size",
+        "optim",
+        "gpu_ranks",
+        "average_decay",
+        "lambda_align",
+        "src_noise",
+    } <= set(reference["train"])
+    assert {"model", "src", "beam_size", "replace_unk", "tgt_prefix", "fp32"} <= set(
+        reference["translate"]
+    )
     with open(REFERENCE, encoding="utf-8") as f:
         header = f.read().split("\npreprocess ", 1)[0]
     assert "OpenNMT-py 1.2.0" in header and "onmt/opts.py" in header and "sha256" in header
@@ -89,13 +114,17 @@ def test_the_groups_are_those_of_the_commands(table):
 
 
 def test_every_1x_option_is_accepted_or_refused_by_name(table, reference):
-    unknown = {command: table.command_rows(command, names)[1] for command, names in reference.items()}
+    unknown = {
+        command: table.command_rows(command, names)[1] for command, names in reference.items()
+    }
     assert unknown == {command: [] for command in reference}, (
         "OpenNMT-py 1.x options that onmt_lite neither accepts nor lists in UNSUPPORTED_OPTIONS "
-        "(onmt_lite/opts/parser.py); add each with the reason it is refused")
+        "(onmt_lite/opts/parser.py); add each with the reason it is refused"
+    )
 
 
 # --- (a) same and changed options are accepted -------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", COUNTS)
 def test_same_and_changed_options_are_accepted(table, reference, command, tmp_path, capsys):
@@ -135,6 +164,7 @@ def test_changed_options_say_how(table, reference):
 
 # --- (b) not supported options are refused with their reason -----------------------------------------
 
+
 @pytest.mark.parametrize("command", COUNTS)
 def test_unsupported_options_are_refused_with_the_reason(table, reference, command, capsys):
     refused = rows_with(table, reference, command, ("not supported",))
@@ -163,6 +193,7 @@ def test_new_options_are_those_1x_lacks(table, reference):
 
 # --- (d) docs/options.md is the tool's output ----------------------------------------------------------
 
+
 def test_docs_options_md_is_up_to_date(table, reference):
     assert table.PAGE == OPTIONS_PAGE
     assert os.path.isfile(OPTIONS_PAGE), f"docs/options.md is missing: run {REGENERATE}"
@@ -170,12 +201,14 @@ def test_docs_options_md_is_up_to_date(table, reference):
         text = f.read()
     expected = table.page(reference)
     assert text == expected, (
-        f"docs/options.md differs from what tools/options_table.py generates now: run {REGENERATE}")
+        f"docs/options.md differs from what tools/options_table.py generates now: run {REGENERATE}"
+    )
     assert text.startswith(table.TITLE + "\n") and "| `-copy_attn_force` | same |" in text
     assert table.BEGIN not in text and table.END not in text
 
 
 # --- the tool ----------------------------------------------------------------------------------------
+
 
 def run(table, *args):
     return table.main([str(a) for a in args])
@@ -196,14 +229,21 @@ def small(table, tmp_path, monkeypatch):
     monkeypatch.setattr(table, "CHANGED", {"shuffle": "shuffles"})
     monkeypatch.setattr(table, "NOTES", {"translate:model": "ensembles | several"})
     path = tmp_path / "opts.txt"
-    path.write_text("# a comment\n\npreprocess train_src\npreprocess shuffle\npreprocess src_dir\n"
-                    "train data\ntranslate model\n", encoding="utf-8")
+    path.write_text(
+        "# a comment\n\npreprocess train_src\npreprocess shuffle\npreprocess src_dir\n"
+        "train data\ntranslate model\n",
+        encoding="utf-8",
+    )
     return path
 
 
 def test_help_runs_as_a_script():
-    result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "options_table.py"), "-h"],
-                            capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "options_table.py"), "-h"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr
     assert "usage: options_table.py" in result.stdout and "-readme" in result.stdout
 
@@ -214,7 +254,9 @@ def test_output_writes_the_page(table, small, tmp_path, capsys):
     assert "wrote the options page" in capsys.readouterr().out
     text = out.read_text(encoding="utf-8")
     assert text == table.page(table.read_reference(str(small)))
-    assert text.startswith(f"{table.TITLE}\n\n") and "-output docs/options.md" in text.split("\n")[2]
+    assert (
+        text.startswith(f"{table.TITLE}\n\n") and "-output docs/options.md" in text.split("\n")[2]
+    )
     assert text.endswith(table.render(table.read_reference(str(small))))
     assert re.search(r"\| `-train_src` \| same \| +\|", text)
     assert "| `-shuffle` | changed | shuffles |" in text
@@ -239,28 +281,48 @@ def test_without_a_file_the_page_is_printed(table, small, capsys):
 
 
 def test_output_and_readme_together_are_refused(table, small, tmp_path, capsys):
-    err = fails(table, capsys, "-reference", small, "-output", tmp_path / "o.md",
-                "-readme", tmp_path / "R.md")
+    err = fails(
+        table,
+        capsys,
+        "-reference",
+        small,
+        "-output",
+        tmp_path / "o.md",
+        "-readme",
+        tmp_path / "R.md",
+    )
     assert "-output or -readme" in err
     assert not (tmp_path / "o.md").exists()
 
 
 def test_readme_replaces_only_the_marked_section(table, small, tmp_path, capsys):
     readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\nbefore\n{table.BEGIN}\nold table\n{table.END}\nafter\n", encoding="utf-8")
+    readme.write_text(
+        f"# Title\n\nbefore\n{table.BEGIN}\nold table\n{table.END}\nafter\n", encoding="utf-8"
+    )
     run(table, "-reference", small, "-readme", readme)
     assert "updated" in capsys.readouterr().out
     text = readme.read_text(encoding="utf-8")
-    assert text.startswith(f"# Title\n\nbefore\n{table.BEGIN}\n\n") and text.endswith(f"\n\n{table.END}\nafter\n")
+    assert text.startswith(f"# Title\n\nbefore\n{table.BEGIN}\n\n") and text.endswith(
+        f"\n\n{table.END}\nafter\n"
+    )
     assert "old table" not in text
-    assert table.readme_section(text).strip() == table.render(table.read_reference(str(small))).strip()
+    assert (
+        table.readme_section(text).strip() == table.render(table.read_reference(str(small))).strip()
+    )
     run(table, "-reference", small, "-readme", readme)
     assert "up to date" in capsys.readouterr().out
     assert readme.read_text(encoding="utf-8") == text
 
 
-@pytest.mark.parametrize("content", ["no markers\n", "<!-- options-table:begin -->\nno end\n",
-                                     "<!-- options-table:end -->\n<!-- options-table:begin -->\n"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "no markers\n",
+        "<!-- options-table:begin -->\nno end\n",
+        "<!-- options-table:end -->\n<!-- options-table:begin -->\n",
+    ],
+)
 def test_readme_without_the_markers_is_refused(table, small, tmp_path, capsys, content):
     readme = tmp_path / "README.md"
     readme.write_text(content, encoding="utf-8")
@@ -284,9 +346,14 @@ def test_stale_changed_entries_are_an_error(table, small, tmp_path, capsys, monk
     assert "CHANGED['no_such_option']" in err
 
 
-@pytest.mark.parametrize("content, message", [("train\n", "expected 'COMMAND NAME'"),
-                                              ("build_vocab src\n", "expected 'COMMAND NAME'"),
-                                              ("train data\ntrain data\n", "listed twice")])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("train\n", "expected 'COMMAND NAME'"),
+        ("build_vocab src\n", "expected 'COMMAND NAME'"),
+        ("train data\ntrain data\n", "listed twice"),
+    ],
+)
 def test_a_bad_reference_is_refused_with_its_line(table, tmp_path, capsys, content, message):
     path = tmp_path / "opts.txt"
     path.write_text(content, encoding="utf-8")

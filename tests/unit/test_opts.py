@@ -12,16 +12,35 @@ def parser():
 
 def test_single_and_double_dash_spellings_are_the_same_option():
     one = parse(parser(), REQUIRED + ["-src_vocab_size", "7", "-lower"])
-    two = parse(parser(), ["--train_src", "a", "--train_tgt", "b", "--save_data", "out",
-                           "--src_vocab_size", "7", "--lower"])
+    two = parse(
+        parser(),
+        [
+            "--train_src",
+            "a",
+            "--train_tgt",
+            "b",
+            "--save_data",
+            "out",
+            "--src_vocab_size",
+            "7",
+            "--lower",
+        ],
+    )
     assert vars(one) == vars(two)
     assert one.src_vocab_size == 7 and one.lower is True
 
 
 def test_defaults_follow_opennmt_py_1x():
     opt = parse(parser(), REQUIRED)
-    assert (opt.src_vocab_size, opt.tgt_vocab_size, opt.src_seq_length, opt.tgt_seq_length,
-            opt.shard_size, opt.seed, opt.shuffle) == (50000, 50000, 50, 50, 1000000, 3435, 0)
+    assert (
+        opt.src_vocab_size,
+        opt.tgt_vocab_size,
+        opt.src_seq_length,
+        opt.tgt_seq_length,
+        opt.shard_size,
+        opt.seed,
+        opt.shuffle,
+    ) == (50000, 50000, 50, 50, 1000000, 3435, 0)
 
 
 def expect_exit_2(args, capsys, match):
@@ -39,9 +58,27 @@ def test_unambiguous_1x_abbreviations_are_read_as_the_full_name_and_logged(capsy
     from onmt_lite.utils.logging import init_logger
 
     init_logger()
-    opt = parse(parser(), REQUIRED + ["-src_vocab", "v", "-src_vocab_s", "5", "--tgt_seq_length_t", "3",
-                                      "-src_vocab_s", "6", "--tgt_vocab_s=7"])
-    assert (opt.src_vocab, opt.src_vocab_size, opt.tgt_seq_length_trunc, opt.tgt_vocab_size) == ("v", 6, 3, 7)
+    opt = parse(
+        parser(),
+        REQUIRED
+        + [
+            "-src_vocab",
+            "v",
+            "-src_vocab_s",
+            "5",
+            "--tgt_seq_length_t",
+            "3",
+            "-src_vocab_s",
+            "6",
+            "--tgt_vocab_s=7",
+        ],
+    )
+    assert (opt.src_vocab, opt.src_vocab_size, opt.tgt_seq_length_trunc, opt.tgt_vocab_size) == (
+        "v",
+        6,
+        3,
+        7,
+    )
     err = capsys.readouterr().err
     assert err.count("-src_vocab_s read as -src_vocab_size") == 1, err
     assert "--tgt_seq_length_t read as --tgt_seq_length_trunc" in err
@@ -63,18 +100,26 @@ def test_abbreviation_notes_wait_for_the_logger():
 def test_translate_accepts_beam_as_in_the_1x_test_script():
     from onmt_lite.opts import translate_opts
 
-    opt = parse(build_parser("prog", [config_opts, translate_opts]), ["-model", "m", "-src", "s", "-beam", "3"])
+    opt = parse(
+        build_parser("prog", [config_opts, translate_opts]),
+        ["-model", "m", "-src", "s", "-beam", "3"],
+    )
     assert opt.beam_size == 3
 
 
 def test_ambiguous_abbreviation_is_refused_naming_the_candidates(capsys):
-    err = expect_exit_2(REQUIRED + ["-src_seq", "5"], capsys, "ambiguous option: -src_seq could match")
+    err = expect_exit_2(
+        REQUIRED + ["-src_seq", "5"], capsys, "ambiguous option: -src_seq could match"
+    )
     assert "-src_seq_length, -src_seq_length_trunc" in err
 
 
 def test_abbreviation_of_an_unsupported_1x_option_is_refused_with_the_reason(capsys):
-    expect_exit_2(REQUIRED + ["-image_ch", "4"], capsys,
-                  "option -image_ch (read as -image_channel_size) is not supported by onmt_lite: ")
+    expect_exit_2(
+        REQUIRED + ["-image_ch", "4"],
+        capsys,
+        "option -image_ch (read as -image_channel_size) is not supported by onmt_lite: ",
+    )
 
 
 def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
@@ -90,24 +135,33 @@ def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
 
 
 def test_values_are_not_read_as_abbreviations():
-    opt = parse(parser(), ["-train_src", "-1", "-train_tgt", "b", "-save_data", "out", "-seed", "-3"])
+    opt = parse(
+        parser(), ["-train_src", "-1", "-train_tgt", "b", "-save_data", "out", "-seed", "-3"]
+    )
     assert (opt.train_src, opt.seed) == (["-1"], -3)
 
 
 def test_config_keys_must_be_full_names(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_s: 3\n")
-    expect_exit_2(["-config", str(config)], capsys, "keys must be full option names (-src_vocab_size?)")
+    expect_exit_2(
+        ["-config", str(config)], capsys, "keys must be full option names (-src_vocab_size?)"
+    )
 
 
 def test_unsupported_opennmt_option_is_refused_by_name(capsys):
     expect_exit_2(REQUIRED + ["-sample_rate", "4"], capsys, "option -sample_rate is not supported")
-    expect_exit_2(REQUIRED + ["--src_dir", "imgs"], capsys, "image and audio input are not supported")
+    expect_exit_2(
+        REQUIRED + ["--src_dir", "imgs"], capsys, "image and audio input are not supported"
+    )
 
 
 def test_unsupported_value_is_refused_with_reason(capsys):
-    expect_exit_2(REQUIRED + ["-data_type", "img"], capsys,
-                  "does not support -data_type img (onmt_lite reads text only)")
+    expect_exit_2(
+        REQUIRED + ["-data_type", "img"],
+        capsys,
+        "does not support -data_type img (onmt_lite reads text only)",
+    )
 
 
 def test_out_of_range_value_is_refused(capsys):
@@ -124,12 +178,15 @@ def test_help_gives_defaults(capsys):
 
 def test_yaml_config_equals_command_line(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text("train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_size: 9\nlower: true\n"
-                      "dynamic_dict: false\n")
+    config.write_text(
+        "train_src: a\ntrain_tgt: b\nsave_data: out\nsrc_vocab_size: 9\nlower: true\n"
+        "dynamic_dict: false\n"
+    )
     from_file = parse(parser(), ["-config", str(config)])
     from_line = parse(parser(), REQUIRED + ["-src_vocab_size", "9", "-lower"])
     assert {k: v for k, v in vars(from_file).items() if k != "config"} == {
-        k: v for k, v in vars(from_line).items() if k != "config"}
+        k: v for k, v in vars(from_line).items() if k != "config"
+    }
 
 
 def test_command_line_overrides_config(tmp_path):
@@ -154,10 +211,13 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     reloaded = parse(parser(), ["-config", str(saved)])
     original = parse(parser(), args)
     assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
-        k: v for k, v in vars(original).items() if k != "config"}
+        k: v for k, v in vars(original).items() if k != "config"
+    }
 
 
-@pytest.mark.parametrize("corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]])
+@pytest.mark.parametrize(
+    "corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]]
+)
 def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora):
     """Several -train_src files and their ids, or no ids (1.x's [None]), survive -save_config and -config."""
     saved = tmp_path / "saved.yaml"
@@ -168,16 +228,23 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
     assert (reloaded.train_src, reloaded.train_ids) == expected
 
 
-@pytest.mark.parametrize("groups,expected", [
-    ("preprocess", {"data_type", "max_shard_size"}),
-    ("train", {"model_type", "queue_size", "gpuid"}),
-    ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"})])
+@pytest.mark.parametrize(
+    "groups,expected",
+    [
+        ("preprocess", {"data_type", "max_shard_size"}),
+        ("train", {"model_type", "queue_size", "gpuid"}),
+        ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"}),
+    ],
+)
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
     """-h shows the options that only let 1.x command lines parse in one group that says so."""
     from onmt_lite.opts import COMPATIBILITY_GROUP, model_opts, train_opts, translate_opts
 
-    option_groups = {"preprocess": [preprocess_opts], "train": [model_opts, train_opts],
-                     "translate": [translate_opts]}[groups]
+    option_groups = {
+        "preprocess": [preprocess_opts],
+        "train": [model_opts, train_opts],
+        "translate": [translate_opts],
+    }[groups]
     command = build_parser("prog", [config_opts, *option_groups])
     (group,) = [g for g in command._action_groups if g.title == COMPATIBILITY_GROUP]
     assert {action.dest for action in group._group_actions} == expected
@@ -188,17 +255,40 @@ def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, exp
 def unsupported_sharing_the_reason_of(name):
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
-    return {other for other, reason in UNSUPPORTED_OPTIONS.items() if reason == UNSUPPORTED_OPTIONS[name]}
+    return {
+        other
+        for other, reason in UNSUPPORTED_OPTIONS.items()
+        if reason == UNSUPPORTED_OPTIONS[name]
+    }
 
 
-@pytest.mark.parametrize("name,family,words", [
-    ("exp_host", {"exp_host"}, "Crayon"),
-    ("window_size", {"src_dir", "image_channel_size", "sample_rate", "window_size", "window_stride", "window",
-                     "n_stft", "audio_enc_pooling"}, "image and audio"),
-    ("aan_useffn", {"aan_useffn"}, "average attention network"),
-    ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
-    ("n_steps", {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"}, "GGNN"),
-])
+@pytest.mark.parametrize(
+    "name,family,words",
+    [
+        ("exp_host", {"exp_host"}, "Crayon"),
+        (
+            "window_size",
+            {
+                "src_dir",
+                "image_channel_size",
+                "sample_rate",
+                "window_size",
+                "window_stride",
+                "window",
+                "n_stft",
+                "audio_enc_pooling",
+            },
+            "image and audio",
+        ),
+        ("aan_useffn", {"aan_useffn"}, "average attention network"),
+        ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
+        (
+            "n_steps",
+            {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"},
+            "GGNN",
+        ),
+    ],
+)
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
     one; the CNN's kernel width is not image input."""
@@ -216,30 +306,44 @@ def test_no_reason_says_rnn_only():
     assert not [name for name, reason in UNSUPPORTED_OPTIONS.items() if "RNN encoders" in reason]
 
 
-@pytest.mark.parametrize("option,value,reason", [
-    ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
-    ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
-    ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
-    ("self_attn_type", "average", "the average attention network (Zhang et al. 2018) is not implemented"),
-    ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
-    ("model_type", "vec", "onmt_lite reads text only"),
-])
+@pytest.mark.parametrize(
+    "option,value,reason",
+    [
+        ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
+        ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
+        ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
+        (
+            "self_attn_type",
+            "average",
+            "the average attention network (Zhang et al. 2018) is not implemented",
+        ),
+        ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
+        ("model_type", "vec", "onmt_lite reads text only"),
+    ],
+)
 def test_unsupported_model_types_are_refused_with_their_reason(option, value, reason, capsys):
     from onmt_lite.opts import model_opts, train_opts
 
     with pytest.raises(SystemExit) as exc:
-        parse(build_parser("prog", [config_opts, model_opts, train_opts]), ["-data", "d", f"-{option}", value])
+        parse(
+            build_parser("prog", [config_opts, model_opts, train_opts]),
+            ["-data", "d", f"-{option}", value],
+        )
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"does not support -{option} {value} ({reason})" in err
 
 
-@pytest.mark.parametrize("args,match", [
-    (["-learning_rate", "inf"], "-learning_rate: inf is not a finite number"),
-    (["-param_init", "inf"], "-param_init: inf is not a finite number"),
-    (["-max_grad_norm", "nan"], "-max_grad_norm: nan is outside"),
-    (["-seed", str(2 ** 70)], f"-seed: {2 ** 70} is above the maximum"),
-    (["-seed", "1.5"], "-seed: '1.5' is not a whole number")])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["-learning_rate", "inf"], "-learning_rate: inf is not a finite number"),
+        (["-param_init", "inf"], "-param_init: inf is not a finite number"),
+        (["-max_grad_norm", "nan"], "-max_grad_norm: nan is outside"),
+        (["-seed", str(2**70)], f"-seed: {2**70} is above the maximum"),
+        (["-seed", "1.5"], "-seed: '1.5' is not a whole number"),
+    ],
+)
 def test_training_numbers_out_of_range_are_refused_in_one_line(args, match, capsys):
     from onmt_lite.opts import model_opts, train_opts
 
@@ -260,7 +364,9 @@ def test_translation_takes_an_infinite_ratio_but_no_infinite_penalty_weight(caps
         assert "is not a finite number" in capsys.readouterr().err
 
 
-def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_errors(tmp_path, capsys):
+def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_errors(
+    tmp_path, capsys
+):
     bad = tmp_path / "bad.yaml"
     bad.write_text("train_src: [a\nb: : c\n", encoding="utf-8")
     expect_exit_2(["-config", str(bad)] + REQUIRED, capsys, "bad.yaml")
@@ -269,17 +375,22 @@ def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_er
 
     result = run_cli("preprocess", *REQUIRED, "-save_config", tmp_path / "dir")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the path of a file"]
+        f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the path of a file"
+    ]
     assert list((tmp_path / "dir").iterdir()) == [] and list(tmp_path.glob(".*.tmp")) == []
 
 
-@pytest.mark.parametrize("value", ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET", "50", "30", "0"])
+@pytest.mark.parametrize(
+    "value", ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET", "50", "30", "0"]
+)
 def test_log_file_level_takes_1x_names_and_numbers(value):
     """The level is logging's number for the name (1.x's StoreLoggingLevelAction), the number itself."""
     import logging
 
-    opt = parse(build_parser("p", [config_opts, preprocess_opts]),
-                ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value])
+    opt = parse(
+        build_parser("p", [config_opts, preprocess_opts]),
+        ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value],
+    )
     expected = int(value) if value.isdigit() else getattr(logging, value)
     assert opt.log_file_level == expected
 
@@ -287,8 +398,10 @@ def test_log_file_level_takes_1x_names_and_numbers(value):
 @pytest.mark.parametrize("value", ["verbose", "25", "info"])
 def test_log_file_level_refuses_other_values(value, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse(build_parser("p", [config_opts, preprocess_opts]),
-              ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value])
+        parse(
+            build_parser("p", [config_opts, preprocess_opts]),
+            ["-train_src", "s", "-train_tgt", "t", "-save_data", "d", "-log_file_level", value],
+        )
     assert exit_info.value.code == 2
     assert f"invalid level '{value}'" in capsys.readouterr().err
 
@@ -299,7 +412,9 @@ def test_brnn_is_encoder_type_brnn_and_builds_a_bidirectional_encoder():
 
     assert model_options("-brnn").encoder_type == "brnn"
     assert model_options().encoder_type == "rnn"
-    assert model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"  # the last wins
+    assert (
+        model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"
+    )  # the last wins
     assert build_model(model_options("-brnn"), VOCABS).encoder.rnn.bidirectional
     assert not build_model(model_options(), VOCABS).encoder.rnn.bidirectional
 
@@ -310,10 +425,14 @@ def test_deprecated_1x_options_take_the_one_value_1x_accepted(capsys):
 
     pre = ["-train_src", "a", "-train_tgt", "b", "-save_data", "x"]
     preprocess, train = [config_opts, preprocess_opts], [config_opts, model_opts, train_opts]
-    assert parse(build_parser("p", preprocess), [*pre, "-max_shard_size", "0"]).max_shard_size == "0"
+    assert (
+        parse(build_parser("p", preprocess), [*pre, "-max_shard_size", "0"]).max_shard_size == "0"
+    )
     assert parse(build_parser("t", train), ["-data", "d", "-gpuid"]).gpuid == []
-    for groups, args, advice in ((preprocess, [*pre, "-max_shard_size", "5"], "-shard_size"),
-                                 (train, ["-data", "d", "-gpuid", "0"], "-gpu_ranks")):
+    for groups, args, advice in (
+        (preprocess, [*pre, "-max_shard_size", "5"], "-shard_size"),
+        (train, ["-data", "d", "-gpuid", "0"], "-gpu_ranks"),
+    ):
         with pytest.raises(SystemExit):
             parse(build_parser("prog", groups), args)
         err = capsys.readouterr().err
@@ -323,11 +442,16 @@ def test_deprecated_1x_options_take_the_one_value_1x_accepted(capsys):
 def test_queue_size_and_gpu_verbose_level_take_1x_values(capsys):
     from onmt_lite.opts import model_opts, train_opts
 
-    opt = parse(build_parser("t", [config_opts, model_opts, train_opts]),
-                ["-data", "d", "-queue_size", "8", "-gpu_verbose_level", "1"])
+    opt = parse(
+        build_parser("t", [config_opts, model_opts, train_opts]),
+        ["-data", "d", "-queue_size", "8", "-gpu_verbose_level", "1"],
+    )
     assert (opt.queue_size, opt.gpu_verbose_level) == (8, 1)
     with pytest.raises(SystemExit):
-        parse(build_parser("t", [config_opts, model_opts, train_opts]), ["-data", "d", "-queue_size", "0"])
+        parse(
+            build_parser("t", [config_opts, model_opts, train_opts]),
+            ["-data", "d", "-queue_size", "0"],
+        )
     assert "-queue_size" in capsys.readouterr().err
 
 
@@ -335,7 +459,13 @@ def test_max_sent_length_is_max_length():
     from onmt_lite.opts import translate_opts
 
     def max_length(*args):
-        opt = parse(build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s", *args])
+        opt = parse(
+            build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s", *args]
+        )
         return opt.max_length
 
-    assert max_length("-max_sent_length", "7") == 7 and max_length("-max_length", "9") == 9 and max_length() == 100
+    assert (
+        max_length("-max_sent_length", "7") == 7
+        and max_length("-max_length", "9") == 9
+        and max_length() == 100
+    )

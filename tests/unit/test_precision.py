@@ -1,4 +1,5 @@
 """-model_dtype: bf16 autocast with sharding; fp16 loss scaling (exact, overflow skips, growth)."""
+
 import contextlib
 
 import pytest
@@ -31,7 +32,9 @@ def test_bf16_runs_the_forward_in_bfloat16_and_gives_gradients_close_to_float32(
         trainer, model = float32_trainer(Precision(name), shard=shard)
         model.zero_grad()
         with trainer.precision.autocast():
-            assert model.generator[0](torch.zeros(1, 8)).dtype == (torch.bfloat16 if name == "bf16" else torch.float32)
+            assert model.generator[0](torch.zeros(1, 8)).dtype == (
+                torch.bfloat16 if name == "bf16" else torch.float32
+            )
         stats = trainer.forward_backward(batch, 4)
         results[name] = (stats, grads(model))
     assert results["bf16"][0].loss == pytest.approx(results["fp32"][0].loss, rel=2e-2)
@@ -63,8 +66,9 @@ def test_fp16_loss_scaling_is_exact_a_power_of_two_in_and_out(monkeypatch, shard
     batches = [float_batch(random_pairs(4, seed=s)) for s in (22, 23)]
     after = []
     for name in ("fp32", "fp16"):
-        trainer, model = float32_trainer(Precision(name), shard=shard, optim=optim, learning_rate=0.01,
-                                         max_grad_norm=1.0)
+        trainer, model = float32_trainer(
+            Precision(name), shard=shard, optim=optim, learning_rate=0.01, max_grad_norm=1.0
+        )
         for batch in batches:
             trainer.train_step([batch])
         after.append(params(model))
@@ -113,5 +117,9 @@ def test_fp16_on_the_cpu_is_refused_with_the_alternative(tmp_path):
     from tests.helpers import TINY_MODEL, preprocess_in_process, train_in_process
 
     data = preprocess_in_process(str(tmp_path))
-    with pytest.raises(UserError, match="-model_dtype fp16 needs a CUDA device .* use -model_dtype bf16"):
-        train_in_process(data, str(tmp_path / "m"), *TINY_MODEL, "-model_dtype", "fp16", "-train_steps", 1)
+    with pytest.raises(
+        UserError, match="-model_dtype fp16 needs a CUDA device .* use -model_dtype bf16"
+    ):
+        train_in_process(
+            data, str(tmp_path / "m"), *TINY_MODEL, "-model_dtype", "fp16", "-train_steps", 1
+        )

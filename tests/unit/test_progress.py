@@ -1,4 +1,5 @@
 """Progress: the terminal bar, the periodic log lines, line counting, and its use in preprocess and translate."""
+
 import io
 
 import pytest
@@ -31,7 +32,9 @@ class Clock:
 def test_the_terminal_bar_shows_count_percent_rate_and_time_left(logged):
     clock, tty = Clock(100.0), FakeTTY()
     progress = Progress(2000, "lines", "translate", stream=tty, clock=clock)
-    clock.now = 104.0  # 1200 lines in 4 s: 300.0 lines/s, 800 left: 2.67 s -> "3 s left"; 60%: 12 of 20 #
+    clock.now = (
+        104.0  # 1200 lines in 4 s: 300.0 lines/s, 800 left: 2.67 s -> "3 s left"; 60%: 12 of 20 #
+    )
     progress.update(1200)
     bar = "translate [############--------]  1200/2000 lines  60%  300.0 lines/s  3 s left"
     assert tty.getvalue() == "\r" + bar
@@ -61,9 +64,11 @@ def test_log_lines_come_at_the_interval_and_at_close_not_on_every_update(logged)
             clock.now = float(second)
             progress.update(100)
     assert stream.getvalue() == ""  # not a terminal: everything goes through the logger
-    assert logged == ["translate: 1000/3000 lines (33%), 100.0 lines/s, 20 s left",
-                      "translate: 2000/3000 lines (66%), 100.0 lines/s, 10 s left",
-                      "translate: 2500/3000 lines (83%), 100.0 lines/s, done in 25 s"]
+    assert logged == [
+        "translate: 1000/3000 lines (33%), 100.0 lines/s, 20 s left",
+        "translate: 2000/3000 lines (66%), 100.0 lines/s, 10 s left",
+        "translate: 2500/3000 lines (83%), 100.0 lines/s, done in 25 s",
+    ]
 
 
 def test_an_unknown_total_gives_count_and_rate_only(logged):
@@ -88,13 +93,17 @@ def test_an_error_inside_the_block_erases_the_bar_without_a_final_line(logged):
     assert logged == []
 
 
-@pytest.mark.parametrize("seconds,text", [(0.4, "0 s"), (59, "59 s"), (185, "3:05"), (3725, "1:02:05")])
+@pytest.mark.parametrize(
+    "seconds,text", [(0.4, "0 s"), (59, "59 s"), (185, "3:05"), (3725, "1:02:05")]
+)
 def test_duration(seconds, text):
     assert duration(seconds) == text
 
 
-@pytest.mark.parametrize("data,lines", [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"\n" * 9, 9),
-                                        ("é\nü\n".encode(), 2)])
+@pytest.mark.parametrize(
+    "data,lines",
+    [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"\n" * 9, 9), ("é\nü\n".encode(), 2)],
+)
 def test_count_lines_across_chunk_boundaries(tmp_path, monkeypatch, data, lines):
     path = tmp_path / "f.txt"
     path.write_bytes(data)
@@ -107,7 +116,9 @@ def test_count_lines_across_chunk_boundaries(tmp_path, monkeypatch, data, lines)
 def test_the_translator_reports_every_line_once_as_it_finishes():
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
-    translator = Translator([model], VOCABS, search=SearchOptions(beam_size=2, max_length=5), batch_size=2)
+    translator = Translator(
+        [model], VOCABS, search=SearchOptions(beam_size=2, max_length=5), batch_size=2
+    )
     lines = ["s1 s2", "", "s3", "s4 s5 s1", "  ", "s2"]
     calls = []
     translator.translate(lines, progress=calls.append)
@@ -117,7 +128,11 @@ def test_the_translator_reports_every_line_once_as_it_finishes():
 def test_preprocess_reports_the_lines_read_of_each_pass(tmp_path, logged):
     preprocess_in_process(str(tmp_path), n_train=30, n_valid=7)
     done = [m.split(", ")[0] for m in logged if "done in" in m]
-    assert done == ["vocabulary: 30/30 lines (100%)", "train: 30/30 lines (100%)", "valid: 7/7 lines (100%)"]
+    assert done == [
+        "vocabulary: 30/30 lines (100%)",
+        "train: 30/30 lines (100%)",
+        "valid: 7/7 lines (100%)",
+    ]
 
 
 def test_preprocess_counts_skipped_lines_as_read(tmp_path, logged):
@@ -126,7 +141,18 @@ def test_preprocess_counts_skipped_lines_as_read(tmp_path, logged):
 
     src = write_lines(tmp_path / "s.txt", ["a b", "", "c", "d e f g h"])
     tgt = write_lines(tmp_path / "t.txt", ["b a", "x", "", "h g f e d"])
-    opt = parse(build_parser("p", [config_opts, preprocess_opts]), [
-        "-train_src", src, "-train_tgt", tgt, "-save_data", str(tmp_path / "d"), "-src_seq_length", "3"])
+    opt = parse(
+        build_parser("p", [config_opts, preprocess_opts]),
+        [
+            "-train_src",
+            src,
+            "-train_tgt",
+            tgt,
+            "-save_data",
+            str(tmp_path / "d"),
+            "-src_seq_length",
+            "3",
+        ],
+    )
     preprocess(opt)
     assert "train: 4/4 lines (100%)" in [m.split(", ")[0] for m in logged]

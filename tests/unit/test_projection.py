@@ -1,4 +1,5 @@
 """The vocabulary projection pads its rows to a few sizes under CPU autocast, and only there."""
+
 import pytest
 import torch
 
@@ -26,8 +27,12 @@ def test_bucket_below_is_the_largest_bucket_not_above_the_rows():
 
 def test_row_counts_up_to_2048_fall_into_40_sizes():
     # 16, 32, ..., 256 in steps of 16, then 8 sizes per doubling: 288..512, 576..1024, 1152..2048
-    expected = list(range(16, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64)) \
+    expected = (
+        list(range(16, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
         + list(range(1152, 2049, 128))
+    )
     assert sorted({row_bucket(rows) for rows in range(1, 2049)}) == expected
     assert len(expected) == 40
 
@@ -74,8 +79,11 @@ def test_bf16_training_projects_only_bucket_sizes_of_rows(model_args, monkeypatc
     weight = (model.generator.linear if model_args else model.generator[0]).weight
     seen = []
     linear = torch.nn.functional.linear
-    monkeypatch.setattr(torch.nn.functional, "linear",
-                        lambda x, w, *a: (w is weight and seen.append(x.size(0))) or linear(x, w, *a))
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "linear",
+        lambda x, w, *a: (w is weight and seen.append(x.size(0))) or linear(x, w, *a),
+    )
     words = []
     for seed in range(6):
         batch = float_batch(random_pairs(3 + seed, seed=seed))

@@ -5,6 +5,7 @@ changes.
 This machine's torch has no CUDA, so ``torch.autocast("cuda")`` cannot be entered: the tests switch on
 the CUDA autocast state that ``run_rnn`` reads, and check what the recurrent layer is called under.
 """
+
 import contextlib
 
 import pytest
@@ -37,8 +38,11 @@ class Recorder(nn.Module):
 
     def forward(self, inputs, hx=None):
         data = inputs.data if isinstance(inputs, PackedSequence) else inputs
-        self.seen = {"cuda_autocast": torch.is_autocast_enabled("cuda"), "input": data.dtype,
-                     "hx": None if hx is None else [h.dtype for h in hx]}
+        self.seen = {
+            "cuda_autocast": torch.is_autocast_enabled("cuda"),
+            "input": data.dtype,
+            "hx": None if hx is None else [h.dtype for h in hx],
+        }
         return inputs, hx
 
 
@@ -49,7 +53,11 @@ def test_under_cuda_bf16_autocast_the_rnn_runs_in_float32_with_cuda_autocast_off
     with cuda_autocast_state(torch.bfloat16):
         run_rnn(rnn, packed, hx)
         assert torch.is_autocast_enabled("cuda")  # on again for the rest of the model
-    assert rnn.seen == {"cuda_autocast": False, "input": torch.float32, "hx": [torch.float32, torch.float32]}
+    assert rnn.seen == {
+        "cuda_autocast": False,
+        "input": torch.float32,
+        "hx": [torch.float32, torch.float32],
+    }
 
 
 @pytest.mark.parametrize("state", ["fp16", "off"])
@@ -63,7 +71,8 @@ def test_fp16_autocast_or_none_leaves_the_call_as_it_is(state):
 
 @pytest.mark.parametrize("bf16_kernels", [True, False])
 def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_float32(
-        monkeypatch, bf16_kernels):
+    monkeypatch, bf16_kernels
+):
     """A CPU with oneDNN's bfloat16 LSTM (AVX-512 BF16, AMX) runs it under autocast unchanged; one
     without (AVX2, where autocast's call stops with an error) runs it in float32, autocast off.
     The first case is checked where this CPU has the kernels, the second on every CPU."""
@@ -81,8 +90,13 @@ def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_fl
     assert torch.equal(out, expected)
 
 
-@pytest.mark.parametrize("model_args", [["-rnn_type", "LSTM", "-input_feed", "0", "-bridge"],
-                                        ["-rnn_type", "GRU", "-input_feed", "0", "-encoder_type", "brnn"]])
+@pytest.mark.parametrize(
+    "model_args",
+    [
+        ["-rnn_type", "LSTM", "-input_feed", "0", "-bridge"],
+        ["-rnn_type", "GRU", "-input_feed", "0", "-encoder_type", "brnn"],
+    ],
+)
 def test_the_encoder_and_the_standard_decoder_call_their_rnn_through_run_rnn(model_args):
     model = make_model(*model_args)[0].float()
     batch = make_batch(random_pairs(3, seed=4))
@@ -90,11 +104,15 @@ def test_the_encoder_and_the_standard_decoder_call_their_rnn_through_run_rnn(mod
         expected, _ = model(batch.src, batch.tgt, batch.src_lengths)
     seen = []
     for rnn in (model.encoder.rnn, model.decoder.rnn):
-        rnn.register_forward_pre_hook(lambda module, args: seen.append(torch.is_autocast_enabled("cuda")))
+        rnn.register_forward_pre_hook(
+            lambda module, args: seen.append(torch.is_autocast_enabled("cuda"))
+        )
     with torch.no_grad(), cuda_autocast_state(torch.bfloat16):
         dec_out, _ = model(batch.src, batch.tgt, batch.src_lengths)
     assert seen == [False, False]
-    assert torch.equal(dec_out, expected)  # CPU tensors: the CUDA autocast state changes nothing else
+    assert torch.equal(
+        dec_out, expected
+    )  # CPU tensors: the CUDA autocast state changes nothing else
 
 
 @pytest.fixture
@@ -111,6 +129,7 @@ def kernel_calls(monkeypatch):
             weights, dropout = (args[3], args[6]) if packed else (args[2], args[5])
             calls.append((kind, dropout, {w.dtype for w in weights}))
             return kernel(*args)
+
         return call
 
     for kind in ("lstm", "gru"):
@@ -120,8 +139,12 @@ def kernel_calls(monkeypatch):
 
 
 # (class, bidirectional, packed)
-RNNS = [(nn.LSTM, False, False), (nn.LSTM, True, True), (nn.GRU, True, False),
-        (nn.GRU, False, True)]
+RNNS = [
+    (nn.LSTM, False, False),
+    (nn.LSTM, True, True),
+    (nn.GRU, True, False),
+    (nn.GRU, False, True),
+]
 LENGTHS = [6, 3, 5, 2]
 
 
@@ -156,14 +179,19 @@ def outputs_and_grads(rnn, inputs, fed, hx, call):
     loss = (out * torch.randn_like(out)).sum()
     loss = loss + sum((f * torch.randn_like(f)).sum() for f in finals)
     loss.backward()
-    return [out.detach(), *[f.detach() for f in finals], inputs.grad.clone(),
-            *[p.grad.clone() for p in rnn.parameters()]]
+    return [
+        out.detach(),
+        *[f.detach() for f in finals],
+        inputs.grad.clone(),
+        *[p.grad.clone() for p in rnn.parameters()],
+    ]
 
 
 @pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
 @pytest.mark.parametrize("with_state", [False, True])
-def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_class,
-                                                              bidirectional, packed, with_state):
+def test_training_with_dropout_hands_no_dropout_to_the_kernel(
+    kernel_calls, rnn_class, bidirectional, packed, with_state
+):
     """The dropout between layers is ``F.dropout``'s, one layer per kernel call, each with dropout
     0, and the masks are really drawn: the same seed repeats them, another seed does not."""
     rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
@@ -182,8 +210,9 @@ def test_training_with_dropout_hands_no_dropout_to_the_kernel(kernel_calls, rnn_
 
 @pytest.mark.parametrize("rnn_class,bidirectional,packed", RNNS)
 @pytest.mark.parametrize("with_state", [False, True])
-def test_stepped_layers_are_the_modules_own_computation_on_the_cpu(rnn_class, bidirectional, packed,
-                                                                  with_state):
+def test_stepped_layers_are_the_modules_own_computation_on_the_cpu(
+    rnn_class, bidirectional, packed, with_state
+):
     """On the CPU the module's kernel drops out between its layers with the same generator and the
     same function: outputs, final states and every gradient are bit for bit the module's."""
     rnn, inputs, fed, hx = rnn_case(rnn_class, bidirectional, packed, with_state)
@@ -204,7 +233,8 @@ def test_evaluation_and_one_layer_keep_the_modules_call(kernel_calls):
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_under_cuda_bf16_autocast_a_device_with_bf16_kernels_runs_the_layers_in_bfloat16(
-        kernel_calls, monkeypatch, packed):
+    kernel_calls, monkeypatch, packed
+):
     """Where cuDNN has bfloat16 recurrent layers (``native_bf16``), weights, inputs and outputs are
     bfloat16 and CUDA autocast is off; the result is the float32 one to bfloat16's precision."""
     monkeypatch.setattr(recurrent, "native_bf16", lambda: True)

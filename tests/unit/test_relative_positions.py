@@ -2,6 +2,7 @@
 gradients as the formula that gathers a ``[T x K x d]`` tensor of table rows (kept here as the
 reference), for the encoder with padding and for the decoder step by step, and no op ever makes a
 tensor of length x length x head size."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,27 +12,32 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from onmt_lite.models.dropout import dropout
-from onmt_lite.models.transformer import (MultiHeadAttention, TransformerEncoderLayer,
-                                          relative_positions)
+from onmt_lite.models.transformer import (
+    MultiHeadAttention,
+    TransformerEncoderLayer,
+    relative_positions,
+)
 from tests.model_helpers import TRANSFORMER, grads, make_batch, make_model, random_pairs
 
 ATOL = 1e-5
 
 
-def old_attend(self: MultiHeadAttention, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
-               p: float) -> tuple[Tensor, Tensor]:
+def old_attend(
+    self: MultiHeadAttention, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, p: float
+) -> tuple[Tensor, Tensor]:
     """``MultiHeadAttention._attend`` as it was: the table rows of every (query, key) pair gathered
     into a ``[T x K x d]`` tensor, for the scores and for the output."""
     scores = torch.matmul(query, keys.transpose(2, 3))  # [B x h x T x K]
     relative = None
     if self.relative is not None:
-        ids = relative_positions(query.size(2), keys.size(2), self.max_relative_positions,
-                                 query.device)  # [T x K]
+        ids = relative_positions(
+            query.size(2), keys.size(2), self.max_relative_positions, query.device
+        )  # [T x K]
         relative = self.relative(ids)  # [T x K x d]
         # [B x T x h x d] by [T x d x K], batched over T
         by_query = torch.matmul(query.transpose(1, 2), relative.transpose(1, 2))  # [B x T x h x K]
         scores = scores + by_query.transpose(1, 2)
-    scores = scores / self.head_dim ** 0.5
+    scores = scores / self.head_dim**0.5
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     dropped = dropout(weights, p)
     context = torch.matmul(dropped, values)  # [B x h x T x d]
@@ -53,7 +59,7 @@ def step_by_step(model, batch) -> Tensor:
     keys = model.decoder.memory_keys(memory_bank)
     outs = []
     for t in range(batch.tgt.size(0) - 1):
-        out, _, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state, keys)
+        out, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state, keys)
         outs.append(out)
     return torch.cat(outs)
 
@@ -62,8 +68,9 @@ def attention_inputs(seed: int = 0):
     """Queries ``[B x h x T x d]``, keys and values ``[B x h x K x d]`` and a padding mask
     ``[B x 1 x 1 x K]`` (the rows' lengths 7, 4 and 1) for 4 heads of 8."""
     generator = torch.Generator().manual_seed(seed)
-    query, keys, values = (torch.randn(3, 4, 7, 8, generator=generator, requires_grad=True)
-                           for _ in range(3))
+    query, keys, values = (
+        torch.randn(3, 4, 7, 8, generator=generator, requires_grad=True) for _ in range(3)
+    )
     mask = (torch.arange(7) < torch.tensor([[7], [4], [1]])).view(3, 1, 1, 7)
     return query, keys, values, mask
 
@@ -82,8 +89,9 @@ def test_attention_equals_the_old_formula_with_its_gradients(monkeypatch, p):
         out, weights = attention(*inputs, need_weights=True)
         # random cotangents, so that every output and weight enters the gradient
         generator = torch.Generator().manual_seed(2)
-        loss = (out * torch.randn(out.shape, generator=generator)).sum() \
-            + (weights * torch.randn(weights.shape, generator=generator)).sum()
+        loss = (out * torch.randn(out.shape, generator=generator)).sum() + (
+            weights * torch.randn(weights.shape, generator=generator)
+        ).sum()
         loss.backward()
         gradients = [tensor.grad for tensor in inputs[:3]] + [attention.relative.weight.grad]
         results.append((out, weights, gradients))
@@ -150,8 +158,9 @@ class LargestOutput(TorchDispatchMode):
         return out
 
 
-def largest_output_of_a_layer(length: int, device: str = "cpu",
-                              backward: bool = True) -> LargestOutput:
+def largest_output_of_a_layer(
+    length: int, device: str = "cpu", backward: bool = True
+) -> LargestOutput:
     """The largest op output of a forward (and backward) of one encoder layer: model size 256,
     4 heads of 64, k = 8, one line of ``length`` tokens. On the meta device nothing is allocated."""
     torch.manual_seed(0)

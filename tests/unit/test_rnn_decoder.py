@@ -1,4 +1,5 @@
 """Decoders: stepping one position at a time equals the whole-sequence call; state map and detach."""
+
 import pytest
 import torch
 
@@ -23,7 +24,7 @@ def test_step_by_step_decoding_equals_the_whole_sequence(decoder, extra):
         whole, whole_attns, whole_state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
         outs, attns = [], {k: [] for k in whole_attns}
         for t in range(batch.tgt.size(0) - 1):
-            out, step_attns, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state)
+            out, step_attns, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state)
             outs.append(out)
             for key, value in step_attns.items():
                 attns[key].append(value)
@@ -45,7 +46,9 @@ def test_state_map_reorders_the_batch(decoder):
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         _, _, state = model.decode(batch.tgt[:2], memory_bank, lengths, state)
         mapped = state.map(lambda t, dim: t.index_select(dim, index))
-        out, _, _ = model.decode(batch.tgt[2:3, index], memory_bank[:, index], lengths[index], mapped)
+        out, _, _ = model.decode(
+            batch.tgt[2:3, index], memory_bank[:, index], lengths[index], mapped
+        )
         memory_r, lengths_r, state_r = model.encode(reordered.src, reordered.src_lengths)
         _, _, state_r = model.decode(reordered.tgt[:2], memory_r, lengths_r, state_r)
         expected, _, _ = model.decode(reordered.tgt[2:3], memory_r, lengths_r, state_r)
@@ -58,8 +61,10 @@ def test_detach_keeps_values_and_cuts_the_graph():
     memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
     _, _, state = model.decode(batch.tgt[:2], memory_bank, lengths, state)
     detached = state.detach()
-    for before, after in zip(state.hidden + (state.input_feed, state.coverage),
-                             detached.hidden + (detached.input_feed, detached.coverage)):
+    for before, after in zip(
+        state.hidden + (state.input_feed, state.coverage),
+        detached.hidden + (detached.input_feed, detached.coverage),
+    ):
         assert before.grad_fn is not None and after.grad_fn is None
         assert torch.equal(before, after)
 

@@ -1,4 +1,5 @@
 """The encoder: packed sequences, bidirectional final states, zero memory past each length."""
+
 import torch
 
 from onmt_lite.models.rnn_encoder import concat_directions
@@ -6,8 +7,12 @@ from tests.model_helpers import make_batch, make_model, random_pairs
 
 
 def test_concat_directions_by_hand():
-    state = torch.arange(2 * 2 * 1 * 3.0).view(4, 1, 3)  # layers*dirs = 4 (2 layers), batch 1, hidden 3
-    expected = torch.stack([torch.cat([state[0, 0], state[1, 0]]), torch.cat([state[2, 0], state[3, 0]])]).unsqueeze(1)
+    state = torch.arange(2 * 2 * 1 * 3.0).view(
+        4, 1, 3
+    )  # layers*dirs = 4 (2 layers), batch 1, hidden 3
+    expected = torch.stack(
+        [torch.cat([state[0, 0], state[1, 0]]), torch.cat([state[2, 0], state[3, 0]])]
+    ).unsqueeze(1)
     assert torch.equal(concat_directions(state, 2), expected)
 
 
@@ -30,7 +35,7 @@ def test_lstm_encoder_matches_an_unpacked_run_of_each_example_alone():
     with torch.no_grad():
         (h, c), memory_bank, _ = model.encoder(batch.src, batch.src_lengths)
         for b, length in enumerate(batch.src_lengths.tolist()):
-            emb = model.encoder.embeddings(batch.src[:length, b:b + 1])
+            emb = model.encoder.embeddings(batch.src[:length, b : b + 1])
             out, (h_alone, c_alone) = model.encoder.rnn(emb)  # no packing, no padding
             torch.testing.assert_close(memory_bank[:length, b], out[:, 0])
             torch.testing.assert_close(h[:, b], h_alone[:, 0])

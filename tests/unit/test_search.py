@@ -1,4 +1,5 @@
 """The decode loop against brute force on a small Markov model: beam, greedy, sampling, constraints."""
+
 import itertools
 import math
 
@@ -66,7 +67,7 @@ def run(table, **options):
 @pytest.mark.parametrize("penalty,alpha", [("none", 0.0), ("wu", 0.9), ("avg", 0.0)])
 def test_a_wide_beam_returns_the_exact_n_best_list(seed, penalty, alpha):
     table = markov_table(seed)
-    nbest = run(table, beam_size=V ** MAX, n_best=5, length_penalty=penalty, alpha=alpha)
+    nbest = run(table, beam_size=V**MAX, n_best=5, length_penalty=penalty, alpha=alpha)
     for example in range(2):
         expected = brute_force(table, example, penalty, alpha)[:5]
         assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
@@ -75,11 +76,16 @@ def test_a_wide_beam_returns_the_exact_n_best_list(seed, penalty, alpha):
 
 
 @pytest.mark.parametrize("penalty,alpha", [("wu", 0.9), ("avg", 0.0)])
-def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_examples_maximum(penalty, alpha):
+def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_examples_maximum(
+    penalty, alpha
+):
     table = markov_table(6)
-    opts = SearchOptions(beam_size=V ** MAX, n_best=4, max_length=MAX, ratio=1.0, length_penalty=penalty,
-                         alpha=alpha)
-    nbest = Search(opts, BOS, EOS).run(MarkovStepper(table, 2), 2, torch.tensor([2, 3]))  # at most 2 and 3 tokens
+    opts = SearchOptions(
+        beam_size=V**MAX, n_best=4, max_length=MAX, ratio=1.0, length_penalty=penalty, alpha=alpha
+    )
+    nbest = Search(opts, BOS, EOS).run(
+        MarkovStepper(table, 2), 2, torch.tensor([2, 3])
+    )  # at most 2 and 3 tokens
     for example, max_length in enumerate([2, 3]):
         expected = brute_force(table, example, penalty, alpha, max_length=max_length)[:4]
         assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
@@ -102,8 +108,17 @@ class SearchToTheEnd(Search):
         self.penalties = NoEarlyStop(opts)
 
 
-@pytest.mark.parametrize("penalty,alpha,ratio", [("none", 0.0, 0.0), ("avg", 0.0, 0.0), ("avg", 0.0, 1.0),
-                                                 ("wu", 0.9, 1.0), ("wu", 2.0, 0.0), ("wu", -1.0, 1.0)])
+@pytest.mark.parametrize(
+    "penalty,alpha,ratio",
+    [
+        ("none", 0.0, 0.0),
+        ("avg", 0.0, 0.0),
+        ("avg", 0.0, 1.0),
+        ("wu", 0.9, 1.0),
+        ("wu", 2.0, 0.0),
+        ("wu", -1.0, 1.0),
+    ],
+)
 def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(penalty, alpha, ratio):
     """The early stop bounds what a live beam can still score with its example's maximum length
     (-ratio) and the length penalty at either end of the lengths left: the results are those of a
@@ -112,8 +127,14 @@ def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(pen
     for seed in range(30):
         table = markov_table(seed, steps, scale=3.0)
         for beam_size, n_best in ((2, 1), (3, 2)):
-            opts = SearchOptions(beam_size=beam_size, n_best=n_best, max_length=steps, ratio=ratio,
-                                 length_penalty=penalty, alpha=alpha)
+            opts = SearchOptions(
+                beam_size=beam_size,
+                n_best=n_best,
+                max_length=steps,
+                ratio=ratio,
+                length_penalty=penalty,
+                alpha=alpha,
+            )
             lengths = torch.tensor([6, 9])
             early_stepper, full_stepper = MarkovStepper(table, 2), MarkovStepper(table, 2)
             early = Search(opts, BOS, EOS).run(early_stepper, 2, lengths)
@@ -140,7 +161,9 @@ def test_a_search_without_attention_finds_the_same_hypotheses_and_keeps_no_atten
     with_attention = run(table, beam_size=beam_size, n_best=beam_size)
     without = run(table, beam_size=beam_size, n_best=beam_size, attention=False)
     for a, b in zip(with_attention, without):
-        assert [(h.tokens, h.score, h.log_prob) for h in a] == [(h.tokens, h.score, h.log_prob) for h in b]
+        assert [(h.tokens, h.score, h.log_prob) for h in a] == [
+            (h.tokens, h.score, h.log_prob) for h in b
+        ]
         # a row per token and </s> (none when cut at the maximum length), a column per source position
         assert all(h.attention["std"].shape in ((len(h.tokens) + 1, 3), (MAX, 3)) for h in a)
         assert all(h.attention == {} for h in b)
@@ -166,27 +189,37 @@ def test_sampling_at_a_tiny_temperature_is_greedy_and_otherwise_draws_from_the_d
     sampled = run(table, beam_size=1, sampling=True, sampling_topk=0, sampling_temp=1e-4)
     assert [h[0].tokens for h in sampled] == [h[0].tokens for h in greedy]
     torch.manual_seed(0)
-    draws = {tuple(run(table, beam_size=1, sampling=True, sampling_topk=0)[0][0].tokens) for _ in range(40)}
+    draws = {
+        tuple(run(table, beam_size=1, sampling=True, sampling_topk=0)[0][0].tokens)
+        for _ in range(40)
+    }
     assert len(draws) > 1
 
 
 def test_min_and_max_length_and_ratio_are_respected():
     table = markov_table(5)
-    wide = run(table, beam_size=V ** MAX, n_best=3, min_length=2)
+    wide = run(table, beam_size=V**MAX, n_best=3, min_length=2)
     for example, hyps in enumerate(wide):
-        assert [h.tokens for h in hyps] == [t for _, t in brute_force(table, example, min_length=2)[:3]]
+        assert [h.tokens for h in hyps] == [
+            t for _, t in brute_force(table, example, min_length=2)[:3]
+        ]
         assert all(len(h.tokens) >= 2 for h in hyps)
     short = Search(SearchOptions(beam_size=3, max_length=MAX, ratio=0.5), BOS, EOS).run(
-        MarkovStepper(table, 2), 2, torch.tensor([2, 4]))
+        MarkovStepper(table, 2), 2, torch.tensor([2, 4])
+    )
     assert all(len(h.tokens) <= 1 for h in short[0]) and all(len(h.tokens) <= 2 for h in short[1])
 
 
 def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     seqs = torch.tensor([[4, 5, 4], [4, 6, 5]])
     blocked = block_ngrams(torch.zeros(2, V), seqs, 2, ())
-    assert math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()  # "4 5" seen; last is 4
+    assert (
+        math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()
+    )  # "4 5" seen; last is 4
     assert torch.isfinite(blocked[1]).all()
-    assert torch.isfinite(block_ngrams(torch.zeros(2, V), seqs, 2, (5,))).all()  # n-grams with 5 exempt
+    assert torch.isfinite(
+        block_ngrams(torch.zeros(2, V), seqs, 2, (5,))
+    ).all()  # n-grams with 5 exempt
     # "4 5" must be blocked after "... 4" although "6 5", which also ends in 5, is not a repeat
     colliding = block_ngrams(torch.zeros(1, V), torch.tensor([[4, 5, 6, 5, 4]]), 2, ())
     assert math.isinf(colliding[0, 5]) and torch.isfinite(colliding[0, [4, 6]]).all()
@@ -218,7 +251,9 @@ def brute_force_with_coverage(table, example, beta, stepwise):
             last, total, coverage = BOS, 0.0, torch.zeros(3)
             for step, token in enumerate(sequence):
                 total += table[example, last, step, token].item()
-                coverage += torch.nn.functional.one_hot(torch.tensor(last % 3), 3).float() * 0.8 + 0.2 / 3
+                coverage += (
+                    torch.nn.functional.one_hot(torch.tensor(last % 3), 3).float() * 0.8 + 0.2 / 3
+                )
                 last = token
             penalty = beta * -coverage.clamp(max=1.0).log().sum().item()
             found.append((total - penalty, [t for t in sequence if t != EOS]))
@@ -229,8 +264,14 @@ def brute_force_with_coverage(table, example, beta, stepwise):
 @pytest.mark.parametrize("stepwise", [False, True])
 def test_coverage_penalty_ranking_equals_brute_force(stepwise):
     table = markov_table(7)
-    opts = SearchOptions(max_length=MAX, beam_size=V ** MAX, n_best=3, coverage_penalty="wu", beta=0.5,
-                         stepwise_penalty=stepwise)
+    opts = SearchOptions(
+        max_length=MAX,
+        beam_size=V**MAX,
+        n_best=3,
+        coverage_penalty="wu",
+        beta=0.5,
+        stepwise_penalty=stepwise,
+    )
     nbest = Search(opts, BOS, EOS).run(FocusedStepper(table, 2), 2, torch.tensor([3, 3]))
     for example in range(2):
         expected = brute_force_with_coverage(table, example, 0.5, stepwise)[:3]
@@ -245,7 +286,8 @@ def test_nan_scores_still_end_at_the_maximum_length(beam):
     -max_length (a NaN score is not a finished one, nor -inf), and the search returns."""
     table = torch.full((2, V, 6, V), float("nan"))
     nbest = Search(SearchOptions(beam_size=beam, n_best=1, max_length=5), BOS, EOS).run(
-        MarkovStepper(table, 2), 2, torch.tensor([3, 3]))
+        MarkovStepper(table, 2), 2, torch.tensor([3, 3])
+    )
     assert [len(hyps) for hyps in nbest] == [1, 1]
     assert all(len(hyps[0].tokens) <= 5 for hyps in nbest)
 

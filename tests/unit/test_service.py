@@ -1,6 +1,7 @@
 """TranslationService on a random model: controls wait for the running search, failures stay with
 their callers, idle models are let go. (Callers sharing a search get what they get alone:
 tests/integration/test_server.py, with trained models.)"""
+
 import concurrent.futures
 import random
 import threading
@@ -22,8 +23,12 @@ WORDS = [f"s{i}" for i in range(12)] + ["oov1", "oov2"]
 
 def sentences(n, seed, empty_every=0):
     rng = random.Random(seed)
-    return ["" if empty_every and i % empty_every == 0 else
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 7))) for i in range(n)]
+    return [
+        ""
+        if empty_every and i % empty_every == 0
+        else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 7)))
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module", params=["rnn copy", "transformer"])
@@ -35,8 +40,13 @@ def load(request):
 
     def load(device):
         loads.append(device)
-        return Translator([model], VOCABS, search=SearchOptions(beam_size=3, n_best=2, max_length=9,
-                                                                min_length=1), batch_size=4)
+        return Translator(
+            [model],
+            VOCABS,
+            search=SearchOptions(beam_size=3, n_best=2, max_length=9, min_length=1),
+            batch_size=4,
+        )
+
     load.calls = loads
     return load
 
@@ -62,7 +72,9 @@ def test_a_too_long_sentence_fails_its_request_only(load):
     service = TranslationService(load, max_tokens=5)
     bad = service.translate(["s1 s2", "s1 s2 s3 s4 s5 s6"])
     good = service.translate(["s1 s2 s3 s4 s5"])
-    with pytest.raises(UserError, match="sentence 2 has 6 tokens, more than this server's limit of 5"):
+    with pytest.raises(
+        UserError, match="sentence 2 has 6 tokens, more than this server's limit of 5"
+    ):
         bad.result(timeout=60)
     assert len(good.result(timeout=60)) == 1
     service.close()
@@ -121,7 +133,9 @@ def test_the_idle_action_runs_once_after_each_piece_of_work(load, monkeypatch):
     """A CPU model told to move to the CPU after 0 idle seconds does it once, not in a loop."""
     actions = []
     do = TranslationService._do
-    monkeypatch.setattr(TranslationService, "_do", lambda self, action: actions.append(action) or do(self, action))
+    monkeypatch.setattr(
+        TranslationService, "_do", lambda self, action: actions.append(action) or do(self, action)
+    )
     service = TranslationService(load, idle_timeout=0, on_timeout="to_cpu")
     service.translate(["s1"]).result(timeout=60)
     threading.Event().wait(0.3)
@@ -139,8 +153,9 @@ def long_search():
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
     search = SearchOptions(beam_size=3, max_length=60, min_length=60)
-    service = TranslationService(lambda device: Translator([model], VOCABS, search=search,
-                                                           batch_size=2))
+    service = TranslationService(
+        lambda device: Translator([model], VOCABS, search=search, batch_size=2)
+    )
     service.control("load").result(timeout=60)
     yield service, sentences(300, seed=5)
     service.close()

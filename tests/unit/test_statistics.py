@@ -1,4 +1,5 @@
 """Statistics: cross-entropy, perplexity and accuracy from summed counts."""
+
 import math
 
 import pytest

@@ -1,5 +1,6 @@
 """ModelStepper: rows moved between steppers (joins, leaves) step as each example would on its own;
 mlp attention projects the memory once per example, not at every step."""
+
 import pytest
 import torch
 
@@ -10,9 +11,17 @@ from tests.model_helpers import TGT_VOCAB, TRANSFORMER, make_batch, make_model, 
 BEAM = 2
 
 
-@pytest.mark.parametrize("args", [[], ["-global_attention", "mlp"], ["-global_attention", "mlp", "-copy_attn"],
-                                  ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0],
-                                  [*TRANSFORMER, "-copy_attn"], [*TRANSFORMER, "-max_relative_positions", 2]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["-global_attention", "mlp"],
+        ["-global_attention", "mlp", "-copy_attn"],
+        ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0],
+        [*TRANSFORMER, "-copy_attn"],
+        [*TRANSFORMER, "-max_relative_positions", 2],
+    ],
+)
 def test_rows_that_join_and_leave_step_as_each_example_alone(args):
     """Examples 0-2 start with a row each and get two after their first step; 3-4 join after one
     step and get theirs after their own first step; example 1 leaves after two: every output row
@@ -23,10 +32,14 @@ def test_rows_that_join_and_leave_step_as_each_example_alone(args):
     pairs = random_pairs(5, seed=11, min_len=2)
     vocab = len(TGT_VOCAB)
     generator = torch.Generator().manual_seed(0)
-    inputs = [torch.full((3,), BOS_ID), torch.cat([torch.randint(4, vocab, (6,), generator=generator),
-                                                  torch.full((2,), BOS_ID)]),
-              torch.randint(4, vocab, (8,), generator=generator)]
-    beams = torch.tensor([0, 0, 1, 1, 2, 2])  # a row per beam: the rows of example e are 2e and 2e + 1
+    inputs = [
+        torch.full((3,), BOS_ID),
+        torch.cat([torch.randint(4, vocab, (6,), generator=generator), torch.full((2,), BOS_ID)]),
+        torch.randint(4, vocab, (8,), generator=generator),
+    ]
+    beams = torch.tensor(
+        [0, 0, 1, 1, 2, 2]
+    )  # a row per beam: the rows of example e are 2e and 2e + 1
     kept = torch.tensor([0, 1, 4, 5, 6, 7, 8, 9])  # the rows of examples 0, 2, 3 and 4
     with torch.no_grad():
         stepper = ModelStepper(model, make_batch(pairs[:3]), vocab)
@@ -48,23 +61,29 @@ def test_rows_that_join_and_leave_step_as_each_example_alone(args):
                 steps = [(1, torch.tensor([example + 3]), inputs[1][6:7])]
             if example != 1:
                 later = (kept == 2 * example).nonzero().item()
-                steps.append((2, torch.arange(later, later + 2), inputs[2][later:later + 2]))
+                steps.append((2, torch.arange(later, later + 2), inputs[2][later : later + 2]))
             src_len = len(pair[0])
             for step, rows, tokens in steps:
                 log_probs, attns = alone.step(tokens)
                 if tokens.numel() == 1:  # the example's first step: then a row per beam
-                    alone.reorder(torch.zeros(BEAM, dtype=torch.long), torch.zeros(BEAM, dtype=torch.long))
+                    alone.reorder(
+                        torch.zeros(BEAM, dtype=torch.long), torch.zeros(BEAM, dtype=torch.long)
+                    )
                 joint_log_probs, joint_attns = outputs[step]
                 torch.testing.assert_close(joint_log_probs[rows, :vocab], log_probs[:, :vocab])
                 for name in attns:
-                    torch.testing.assert_close(joint_attns[name][rows, :src_len], attns[name][:, :src_len])
+                    torch.testing.assert_close(
+                        joint_attns[name][rows, :src_len], attns[name][:, :src_len]
+                    )
 
 
 def test_mlp_attention_projects_the_memory_once_per_stepper():
     model, _ = make_model("-global_attention", "mlp")
     model.eval()
     calls = []
-    model.decoder.attn.linear_memory.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    model.decoder.attn.linear_memory.register_forward_hook(
+        lambda module, args, out: calls.append(args[0].shape)
+    )
     batch = make_batch(random_pairs(3, seed=4))
     with torch.no_grad():
         stepper = ModelStepper(model, batch, len(TGT_VOCAB))
@@ -73,11 +92,15 @@ def test_mlp_attention_projects_the_memory_once_per_stepper():
         stepper.reorder(beams, beams)
         for _ in range(3):
             stepper.step(torch.full((3 * BEAM,), BOS_ID))
-    assert calls == [torch.Size([3, batch.src.size(0), 8])]  # the untiled memory bank, before the first step
+    assert calls == [
+        torch.Size([3, batch.src.size(0), 8])
+    ]  # the untiled memory bank, before the first step
 
 
 @pytest.mark.parametrize("args", [[*TRANSFORMER], [*TRANSFORMER, "-copy_attn"], []])
-def test_a_stepper_that_keeps_no_attention_gives_the_same_log_probabilities_and_no_attention(args, monkeypatch):
+def test_a_stepper_that_keeps_no_attention_gives_the_same_log_probabilities_and_no_attention(
+    args, monkeypatch
+):
     """Without kept attention the Transformer's top layer runs on the fused kernel (no weights): the
     log-probabilities are those of the written-out attention; copy models still copy."""
     from onmt_lite.models import transformer
@@ -88,9 +111,15 @@ def test_a_stepper_that_keeps_no_attention_gives_the_same_log_probabilities_and_
     vocab = len(TGT_VOCAB)
     written_out = []
     attend = transformer.MultiHeadAttention._attend
-    monkeypatch.setattr(transformer.MultiHeadAttention, "_attend",
-                        lambda self, *a: written_out.append(1) or attend(self, *a))
-    tokens = torch.full((3,), BOS_ID), torch.randint(4, vocab, (3,), generator=torch.Generator().manual_seed(1))
+    monkeypatch.setattr(
+        transformer.MultiHeadAttention,
+        "_attend",
+        lambda self, *a: written_out.append(1) or attend(self, *a),
+    )
+    tokens = (
+        torch.full((3,), BOS_ID),
+        torch.randint(4, vocab, (3,), generator=torch.Generator().manual_seed(1)),
+    )
     outputs = {}
     for keep in (True, False):
         written_out.clear()

@@ -1,6 +1,7 @@
 """Decoding streams: how the threads are split; that each stream runs in its own process (or thread)
 with its share of them, without gradients, its items consumed in the caller's process and its
 errors reaching the caller."""
+
 import os
 import signal
 import subprocess
@@ -13,18 +14,29 @@ import torch
 
 from onmt_lite.translate.streams import StreamTraceback, can_fork, run_streams
 
-needs_fork = pytest.mark.skipif(not can_fork(), reason="streams run in forked processes on Linux only")
+needs_fork = pytest.mark.skipif(
+    not can_fork(), reason="streams run in forked processes on Linux only"
+)
 
 
 def _where(i):
     """What stream ``i`` runs in: process, thread, thread count, gradient mode, a product's dtype."""
     product = torch.ones(2, 2) @ torch.ones(2, 2)
-    return i, os.getpid(), threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled(), product.dtype
+    return (
+        i,
+        os.getpid(),
+        threading.get_ident(),
+        torch.get_num_threads(),
+        torch.is_grad_enabled(),
+        product.dtype,
+    )
 
 
 @needs_fork
 @pytest.mark.parametrize("autocast", [False, True])
-def test_streams_after_the_first_run_in_processes_of_their_own_with_one_thread(two_threads, autocast):
+def test_streams_after_the_first_run_in_processes_of_their_own_with_one_thread(
+    two_threads, autocast
+):
     """... items consumed here, in each stream's order; no gradients, the caller's CPU autocast."""
     seen = []
 
@@ -38,7 +50,11 @@ def test_streams_after_the_first_run_in_processes_of_their_own_with_one_thread(t
     by_stream = {i: [s for s in seen if s[0] == i] for i in range(3)}
     assert all([s[-1] for s in items] == list(range(50)) for items in by_stream.values())
     pids = {i: {s[1] for s in items} for i, items in by_stream.items()}
-    assert pids[0] == {os.getpid()} and len(pids[1] | pids[2]) == 2 and os.getpid() not in pids[1] | pids[2]
+    assert (
+        pids[0] == {os.getpid()}
+        and len(pids[1] | pids[2]) == 2
+        and os.getpid() not in pids[1] | pids[2]
+    )
     assert {s[3:6] for s in seen} == {(1, False, dtype)}
     assert torch.get_num_threads() == 2 and torch.is_grad_enabled()
 
@@ -79,11 +95,14 @@ def _failing_stream(failing, finished):
             raise ValueError(f"stream {i} failed")
         finished.append(i)
         yield i
+
     return work
 
 
 @pytest.mark.parametrize("processes", [pytest.param(True, marks=needs_fork), False])
-def test_an_error_in_a_later_stream_reaches_the_caller_after_the_first_stream_is_done(two_threads, processes):
+def test_an_error_in_a_later_stream_reaches_the_caller_after_the_first_stream_is_done(
+    two_threads, processes
+):
     finished, seen = [], []
     with pytest.raises(ValueError, match="stream 1 failed") as raised:
         run_streams([1, 1], _failing_stream(1, finished), seen.append, processes=processes)

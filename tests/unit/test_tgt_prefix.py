@@ -1,5 +1,6 @@
 """-tgt_prefix: each line's target prefix is forced, then the search goes on; checked against a greedy
 decoding written out here (the model run teacher-forced over the whole sequence at every step)."""
+
 import pytest
 import torch
 
@@ -56,14 +57,23 @@ def reference(ensemble, source_line, prefix_line, max_length):
     tokens, total = [], 0.0
     with torch.no_grad():
         while len(tokens) < max_length:
-            tgt = torch.tensor([BOS_ID] + [t if t < V else UNK_ID for t in tokens] + [PAD_ID]).view(-1, 1)
+            tgt = torch.tensor([BOS_ID] + [t if t < V else UNK_ID for t in tokens] + [PAD_ID]).view(
+                -1, 1
+            )
             outputs = []
             for model in ensemble:
                 dec_out, attns = model(src, tgt, lengths)
-                outputs.append(copy_log_probs(model, dec_out[-1], attns["copy"][-1], source, ex_words) if copy
-                               else model.generator(dec_out[-1])[0])
+                outputs.append(
+                    copy_log_probs(model, dec_out[-1], attns["copy"][-1], source, ex_words)
+                    if copy
+                    else model.generator(dec_out[-1])[0]
+                )
             log_probs = torch.stack(outputs).mean(0)
-            token = forced(prefix[len(tokens)]) if len(tokens) < len(prefix) else int(log_probs.argmax())
+            token = (
+                forced(prefix[len(tokens)])
+                if len(tokens) < len(prefix)
+                else int(log_probs.argmax())
+            )
             total += float(log_probs[token])
             if token == EOS_ID:
                 break
@@ -73,11 +83,15 @@ def reference(ensemble, source_line, prefix_line, max_length):
 
 def translator(ensemble, **search):
     options = {"beam_size": 1, "max_length": 9, **search}
-    return Translator(ensemble, VOCABS, search=SearchOptions(**options), tgt_prefix=True, batch_size=3)
+    return Translator(
+        ensemble, VOCABS, search=SearchOptions(**options), tgt_prefix=True, batch_size=3
+    )
 
 
-@pytest.mark.parametrize("args,count", [([], 1), (["-copy_attn"], 1), (TRANSFORMER, 1), ([], 2),
-                                        ([*TRANSFORMER, "-copy_attn"], 2)])
+@pytest.mark.parametrize(
+    "args,count",
+    [([], 1), (["-copy_attn"], 1), (TRANSFORMER, 1), ([], 2), ([*TRANSFORMER, "-copy_attn"], 2)],
+)
 def test_greedy_with_a_prefix_is_the_prefix_then_the_written_out_greedy_decoding(args, count):
     ensemble = models(args, count)
     results = translator(ensemble).translate(SOURCES, PREFIXES)
@@ -88,8 +102,10 @@ def test_greedy_with_a_prefix_is_the_prefix_then_the_written_out_greedy_decoding
 
 
 def test_an_oov_prefix_word_is_copied_by_a_copy_model_and_unknown_to_a_plain_one():
-    plain, copy = (translator(models(args)).translate(["s3 oov1 s2"], ["oov1 oov7"])[0]
-                   for args in ([], ["-copy_attn"]))
+    plain, copy = (
+        translator(models(args)).translate(["s3 oov1 s2"], ["oov1 oov7"])[0]
+        for args in ([], ["-copy_attn"])
+    )
     assert plain.tokens[0][:2] == ["<unk>", "<unk>"]
     assert copy.tokens[0][:2] == ["oov1", "<unk>"]  # oov7 is in no vocabulary
 
@@ -100,8 +116,11 @@ def test_every_n_best_hypothesis_of_a_beam_starts_with_the_prefix_and_the_first_
     for prefix, result in zip(PREFIXES, results):
         assert len(result.tokens) == 5
         for words in result.tokens:
-            assert words[:len(prefix.split())] == (prefix.replace("oov1", "<unk>").split()
-                                                   if "-copy_attn" not in args else prefix.split())
+            assert words[: len(prefix.split())] == (
+                prefix.replace("oov1", "<unk>").split()
+                if "-copy_attn" not in args
+                else prefix.split()
+            )
         assert result.scores == sorted(result.scores, reverse=True)
 
 
@@ -120,7 +139,9 @@ def test_an_empty_prefix_decodes_as_without_a_prefix():
     ensemble = models([])
     options = SearchOptions(beam_size=3, n_best=2, max_length=9)
     free = Translator(ensemble, VOCABS, search=options).translate(SOURCES)
-    prefixed = Translator(ensemble, VOCABS, search=options, tgt_prefix=True).translate(SOURCES, [""] * len(SOURCES))
+    prefixed = Translator(ensemble, VOCABS, search=options, tgt_prefix=True).translate(
+        SOURCES, [""] * len(SOURCES)
+    )
     assert [r.tokens for r in prefixed] == [r.tokens for r in free]
     assert [r.scores for r in prefixed] == [r.scores for r in free]
 
@@ -133,7 +154,9 @@ def test_a_whole_target_line_as_prefix_is_reproduced_and_sampling_keeps_it_too()
 
 
 def test_a_prefix_never_ends_the_sentence_and_its_specials_are_unknown_words():
-    result = translator(models([]), beam_size=3, min_length=0).translate(["s1 s2"], ["t1 </s> <s> t2"])[0]
+    result = translator(models([]), beam_size=3, min_length=0).translate(
+        ["s1 s2"], ["t1 </s> <s> t2"]
+    )[0]
     assert result.tokens[0][:4] == ["t1", "<unk>", "<unk>", "t2"]
 
 
@@ -142,7 +165,9 @@ def test_the_prefix_counts_in_the_length_but_is_always_output_whole():
     long = translator(ensemble, max_length=3).translate(["s1 s2"], ["t1 t2 t3 t4 t5"])[0]
     assert long.tokens[0] == ["t1", "t2", "t3", "t4", "t5"]
     short = translator(ensemble, max_length=4).translate(["s1 s2"], ["t1 t2"])[0]
-    assert short.tokens[0] == reference(ensemble, "s1 s2", "t1 t2", 4)[0] and len(short.tokens[0]) <= 4
+    assert (
+        short.tokens[0] == reference(ensemble, "s1 s2", "t1 t2", 4)[0] and len(short.tokens[0]) <= 4
+    )
     # -min_length counts the prefix: with a minimum of the prefix's length, </s> may follow it at once
     ended = translator(ensemble, min_length=2, max_length=9).translate(["s1 s2"], ["t1 t2"])[0]
     assert ended.tokens[0] == reference(ensemble, "s1 s2", "t1 t2", 9)[0]

@@ -1,12 +1,22 @@
 """top_k: the same values as torch.topk, at indices that hold them, in every row shape it meets."""
+
 import pytest
 import torch
 
 from onmt_lite.utils.topk import CHUNK, row_argmax, top_k, top_k_with_offsets
 
 
-@pytest.mark.parametrize("rows,width,k", [(32, 20004, 1), (32, 100020, 5), (3, 5 * CHUNK, 5), (7, 6 * CHUNK + 1, 5),
-                                          (4, 2 * CHUNK, 5), (2, 10, 3)])
+@pytest.mark.parametrize(
+    "rows,width,k",
+    [
+        (32, 20004, 1),
+        (32, 100020, 5),
+        (3, 5 * CHUNK, 5),
+        (7, 6 * CHUNK + 1, 5),
+        (4, 2 * CHUNK, 5),
+        (2, 10, 3),
+    ],
+)
 def test_top_k_gives_torch_topk_values_at_valid_indices(rows, width, k):
     torch.manual_seed(rows * width + k)
     scores = torch.randn(rows, width)
@@ -31,15 +41,23 @@ def test_top_k_with_ties_and_minus_infinity_returns_entries_holding_the_best_val
 
 def test_the_best_entries_in_one_chunk_are_all_found():
     scores = torch.zeros(1, 8 * CHUNK)
-    scores[0, 3 * CHUNK + 10: 3 * CHUNK + 15] = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0])
+    scores[0, 3 * CHUNK + 10 : 3 * CHUNK + 15] = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0])
     scores[0, 7 * CHUNK] = 0.5  # a chunk whose maximum is beaten by the first chunk's fifth entry
     values, indices = top_k(scores, 5)
     assert values.tolist() == [[5.0, 4.0, 3.0, 2.0, 1.0]]
     assert indices.tolist() == [[3 * CHUNK + 10 + i for i in range(5)]]
 
 
-@pytest.mark.parametrize("groups,n,width,k", [(28, 5, 20004, 5), (3, 5, 4 * CHUNK, 5), (2, 3, 7 * CHUNK + 9, 3),
-                                              (4, 2, 300, 2), (5, 1, 20004, 1)])
+@pytest.mark.parametrize(
+    "groups,n,width,k",
+    [
+        (28, 5, 20004, 5),
+        (3, 5, 4 * CHUNK, 5),
+        (2, 3, 7 * CHUNK + 9, 3),
+        (4, 2, 300, 2),
+        (5, 1, 20004, 1),
+    ],
+)
 def test_top_k_with_offsets_equals_top_k_of_the_formed_sums(groups, n, width, k):
     """The same values and entries as adding each row's offset first (the beam search's old way)."""
     torch.manual_seed(groups * width + n)
@@ -61,13 +79,19 @@ def test_top_k_with_offsets_finds_a_winner_in_a_partial_last_chunk_of_a_later_ro
     assert indices[0, 0].item() == width + width - 1
 
 
-@pytest.mark.parametrize("groups,n,width,k", [(28, 5, 20004, 5), (3, 5, 4 * CHUNK, 5), (4, 2, 300, 2), (2, 3, 40, 4)])
-def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_at_minus_infinity(groups, n, width, k):
+@pytest.mark.parametrize(
+    "groups,n,width,k", [(28, 5, 20004, 5), (3, 5, 4 * CHUNK, 5), (4, 2, 300, 2), (2, 3, 40, 4)]
+)
+def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_at_minus_infinity(
+    groups, n, width, k
+):
     """Rows just joined have one row in ``scores`` (``rows``); the full-matrix call is the reference."""
     torch.manual_seed(groups + n + width)
     full = torch.randn(groups * n, width).log_softmax(1)
     offsets = torch.randn(groups, n) * 4
-    offsets[1:, 1:] = float("-inf")  # every example but the first has just joined: only its first row is there
+    offsets[1:, 1:] = float(
+        "-inf"
+    )  # every example but the first has just joined: only its first row is there
     rows = (offsets.view(-1) > float("-inf")).nonzero().view(-1)
     expected = top_k_with_offsets(full, offsets, k)
     values, indices = top_k_with_offsets(full[rows], offsets, k, rows)
@@ -75,7 +99,9 @@ def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_
     assert (indices[1:] < width).all()
 
 
-@pytest.mark.parametrize("rows,width", [(64, 20004), (5, 4 * CHUNK), (3, 2 * CHUNK + 1), (4, CHUNK + 7), (2, 9)])
+@pytest.mark.parametrize(
+    "rows,width", [(64, 20004), (5, 4 * CHUNK), (3, 2 * CHUNK + 1), (4, CHUNK + 7), (2, 9)]
+)
 def test_row_argmax_is_the_first_position_of_the_maximum_as_torch_argmax(rows, width):
     torch.manual_seed(rows + width)
     scores = torch.randint(0, 5, (rows, width)).float()  # many ties: the first one must win
@@ -104,12 +130,20 @@ def test_off_the_cpu_the_functions_are_torchs_own_with_the_same_results(monkeypa
     offsets = torch.randn(3, 4)
     offsets[1:, 2:] = float("-inf")
     rows = (offsets.view(-1) > float("-inf")).nonzero().view(-1)
-    chunked = (top_k(scores, 5), row_argmax(scores), top_k_with_offsets(scores, offsets, 5),
-               top_k_with_offsets(scores[rows], offsets, 5, rows))
+    chunked = (
+        top_k(scores, 5),
+        row_argmax(scores),
+        top_k_with_offsets(scores, offsets, 5),
+        top_k_with_offsets(scores[rows], offsets, 5, rows),
+    )
     assert topk.chunked(scores) and not topk.chunked(torch.empty(2, 2, device="meta"))
     monkeypatch.setattr(topk, "chunked", lambda scores: False)
-    plain = (top_k(scores, 5), row_argmax(scores), top_k_with_offsets(scores, offsets, 5),
-             top_k_with_offsets(scores[rows], offsets, 5, rows))
+    plain = (
+        top_k(scores, 5),
+        row_argmax(scores),
+        top_k_with_offsets(scores, offsets, 5),
+        top_k_with_offsets(scores[rows], offsets, 5, rows),
+    )
     for a, b in zip(chunked, plain):
         for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
             assert torch.equal(x, y)

@@ -1,4 +1,5 @@
 """Trainer steps: accumulation equals a larger batch, truncation, freezing, per-group learning rates."""
+
 import argparse
 
 import pytest
@@ -8,13 +9,34 @@ from onmt_lite.loss import build_loss_compute
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.trainer import Trainer, normalization
 from onmt_lite.utils.errors import UserError
-from tests.model_helpers import TGT_VOCAB, TRANSFORMER, assert_grads_equal, grads, make_batch, make_model, random_pairs
+from tests.model_helpers import (
+    TGT_VOCAB,
+    TRANSFORMER,
+    assert_grads_equal,
+    grads,
+    make_batch,
+    make_model,
+    random_pairs,
+)
 
 
 def optim_options(**overrides):
-    values = dict(optim="sgd", learning_rate=1.0, adam_beta1=0.9, adam_beta2=0.999, adagrad_accumulator_init=0,
-                  weight_decay=0.0, max_grad_norm=0.0, decay_method="none", warmup_steps=1,
-                  learning_rate_decay=0.5, start_decay_steps=10 ** 9, decay_steps=1, lr_mult=[], freeze=[])
+    values = dict(
+        optim="sgd",
+        learning_rate=1.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adagrad_accumulator_init=0,
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        decay_method="none",
+        warmup_steps=1,
+        learning_rate_decay=0.5,
+        start_decay_steps=10**9,
+        decay_steps=1,
+        lr_mult=[],
+        freeze=[],
+    )
     values.update(overrides)
     return argparse.Namespace(**values)
 
@@ -23,8 +45,15 @@ def make_trainer(*model_args, shard=0, trunc=0, norm="sents", seed=0, **optim_ov
     model, opt = make_model(*model_args, seed=seed)
     optim = Optimizer(model, optim_options(**optim_overrides), 8)
     loss = build_loss_compute(model, TGT_VOCAB, opt)
-    return Trainer(model, loss_compute=loss, valid_loss_compute=loss, optim=optim, shard_size=shard,
-                   trunc_size=trunc, norm_method=norm), model
+    return Trainer(
+        model,
+        loss_compute=loss,
+        valid_loss_compute=loss,
+        optim=optim,
+        shard_size=shard,
+        trunc_size=trunc,
+        norm_method=norm,
+    ), model
 
 
 def params(model):
@@ -32,8 +61,14 @@ def params(model):
 
 
 @pytest.mark.parametrize("norm", ["sents", "tokens"])
-@pytest.mark.parametrize("model_args,shard", [([], 0), (["-copy_attn", "-coverage_attn", "-lambda_coverage", 1], 2),
-                                              ([*TRANSFORMER, "-copy_attn"], 2)])
+@pytest.mark.parametrize(
+    "model_args,shard",
+    [
+        ([], 0),
+        (["-copy_attn", "-coverage_attn", "-lambda_coverage", 1], 2),
+        ([*TRANSFORMER, "-copy_attn"], 2),
+    ],
+)
 def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_args, shard):
     first, second = random_pairs(3, seed=11), random_pairs(4, seed=12)
     accumulated, model_a = make_trainer(*model_args, shard=shard, norm=norm)
@@ -46,7 +81,10 @@ def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_ar
 
 
 def test_normalization_counts_sentences_or_target_tokens():
-    batches = [make_batch([(["s1"], ["t1", "t2"])]), make_batch([(["s1"], ["t1"]), (["s2"], ["t0", "t1", "t2"])])]
+    batches = [
+        make_batch([(["s1"], ["t1", "t2"])]),
+        make_batch([(["s1"], ["t1"]), (["s2"], ["t0", "t1", "t2"])]),
+    ]
     assert normalization(batches, "sents") == 3
     assert normalization(batches, "tokens") == (2 + 1) + (1 + 1) + (3 + 1)  # words and </s>
 
@@ -61,13 +99,17 @@ def test_truncation_keeps_the_loss_and_generator_gradient_but_cuts_recurrent_gra
         results[trunc] = (stats, grads(model))
     assert results[0][0] == results[2][0]
     generator = {k: v for k, v in results[0][1].items() if k.startswith("generator")}
-    assert_grads_equal(generator, {k: v for k, v in results[2][1].items() if k.startswith("generator")})
+    assert_grads_equal(
+        generator, {k: v for k, v in results[2][1].items() if k.startswith("generator")}
+    )
     name = "decoder.rnn.cells.0.weight_hh"
     assert not torch.allclose(results[0][1][name], results[2][1][name])
 
 
 def test_frozen_parameters_stay_bit_identical_and_the_rest_moves():
-    trainer, model = make_trainer(freeze=["encoder.*", "*.embeddings.*"], optim="adam", learning_rate=0.01)
+    trainer, model = make_trainer(
+        freeze=["encoder.*", "*.embeddings.*"], optim="adam", learning_rate=0.01
+    )
     before = params(model)
     for seed in range(3):
         trainer.train_step([make_batch(random_pairs(4, seed=seed))])
@@ -93,7 +135,13 @@ def test_lr_mult_scales_each_groups_update():
     trainer.train_step([batch])
     after = params(model)
     for name, value in after.items():
-        factor = 0.1 if name.startswith("generator.") else 0.0 if name.startswith("encoder.rnn.") else 1.0
+        factor = (
+            0.1
+            if name.startswith("generator.")
+            else 0.0
+            if name.startswith("encoder.rnn.")
+            else 1.0
+        )
         torch.testing.assert_close(value, start[name] - 0.5 * factor * gradient[name], msg=name)
 
 
@@ -121,8 +169,13 @@ def test_max_grad_norm_scales_the_whole_gradient_to_that_norm_and_leaves_smaller
         trainer.train_step([batch])
         after = params(model)
         for name in after:
-            torch.testing.assert_close(after[name], start[name] - expected_factor * gradient[name], msg=name,
-                                       rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(
+                after[name],
+                start[name] - expected_factor * gradient[name],
+                msg=name,
+                rtol=1e-4,
+                atol=1e-6,
+            )
 
 
 @pytest.mark.parametrize("poison", ["loss", "gradient"])
@@ -141,10 +194,15 @@ def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison):
     with pytest.raises(NonFiniteError, match="nan|inf"):
         trainer.train_step([make_batch(random_pairs(4, seed=17))])
     after = params(model)
-    assert all(torch.equal(before[n], after[n]) or (poison == "loss" and n == "generator.0.bias")
-               for n in before)
+    assert all(
+        torch.equal(before[n], after[n]) or (poison == "loss" and n == "generator.0.bias")
+        for n in before
+    )
     assert trainer.optim.decay_step == schedule_step
-    assert all(torch.equal(moments[k], v["exp_avg"]) for k, v in trainer.optim.state_dict()["state"].items())
+    assert all(
+        torch.equal(moments[k], v["exp_avg"])
+        for k, v in trainer.optim.state_dict()["state"].items()
+    )
 
 
 def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatch):
@@ -178,9 +236,14 @@ def test_the_accumulation_schedule_follows_opennmt_py_1x():
     assert [accum_count_at(step, [3], [0]) for step in (1, 2, 50)] == [3, 3, 3]
 
 
-@pytest.mark.parametrize("counts,steps,match", [([1, 2], [0], "-accum_count has 2 value"),
-                                                ([1, 2], [1, 5], "must start at 0"),
-                                                ([1, 2, 3], [0, 5, 5], "must start at 0 and increase")])
+@pytest.mark.parametrize(
+    "counts,steps,match",
+    [
+        ([1, 2], [0], "-accum_count has 2 value"),
+        ([1, 2], [1, 5], "must start at 0"),
+        ([1, 2, 3], [0, 5, 5], "must start at 0 and increase"),
+    ],
+)
 def test_a_schedule_that_is_not_one_is_refused(counts, steps, match):
     from onmt_lite.train.trainer import check_schedule
     from onmt_lite.utils.errors import UserError
@@ -193,7 +256,9 @@ def test_a_dropout_schedule_takes_one_value_for_all_steps_or_one_per_step():
     from onmt_lite.train.trainer import check_schedule, scheduled
     from onmt_lite.utils.errors import UserError
 
-    check_schedule([0.1], [0, 5], "-attention_dropout", "-dropout_steps")  # one value: all the steps
+    check_schedule(
+        [0.1], [0, 5], "-attention_dropout", "-dropout_steps"
+    )  # one value: all the steps
     check_schedule([0.3, 0.1], [0, 5], "-dropout", "-dropout_steps")
     with pytest.raises(UserError, match="-dropout has 3 value"):
         check_schedule([0.3, 0.2, 0.1], [0, 5], "-dropout", "-dropout_steps")

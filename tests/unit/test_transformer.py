@@ -1,6 +1,7 @@
 """The Transformer: incremental decoding equals the teacher-forced pass, padding and future positions get
 exactly no attention, the cache joins and compacts as the search needs, relative positions and position
 encodings against hand computations, and the option checks."""
+
 import math
 
 import pytest
@@ -9,13 +10,26 @@ import torch
 from onmt_lite.models.embeddings import sinusoids
 from onmt_lite.models.transformer import MultiHeadAttention, TransformerState, relative_positions
 from onmt_lite.utils.errors import UserError
-from tests.model_helpers import TGT_VOCAB, TRANSFORMER, make_batch, make_model, model_options, random_pairs
+from tests.model_helpers import (
+    TGT_VOCAB,
+    TRANSFORMER,
+    make_batch,
+    make_model,
+    model_options,
+    random_pairs,
+)
 
 VARIANTS = {
     "plain": [],
     "relative": ["-max_relative_positions", 2],
     "copy": ["-copy_attn"],
-    "relative-copy-no-position-encoding": ["-max_relative_positions", 3, "-copy_attn", "-layers", 3],
+    "relative-copy-no-position-encoding": [
+        "-max_relative_positions",
+        3,
+        "-copy_attn",
+        "-layers",
+        3,
+    ],
     "rnn-encoder": ["-encoder_type", "brnn", "-copy_attn"],
 }
 
@@ -31,7 +45,9 @@ def step_by_step(model, batch):
     keys = model.decoder.memory_keys(memory_bank)
     outs, attns = [], []
     for t in range(batch.tgt.size(0) - 1):
-        out, step_attns, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state, keys)
+        out, step_attns, state = model.decode(
+            batch.tgt[t : t + 1], memory_bank, lengths, state, keys
+        )
         outs.append(out)
         attns.append(step_attns)
     return torch.cat(outs), {name: torch.cat([a[name] for a in attns]) for name in attns[0]}
@@ -51,7 +67,11 @@ def test_incremental_decoding_equals_the_teacher_forced_pass_at_every_position(v
         stepped, stepped_attns = step_by_step(model, batch)
     assert full.shape == stepped.shape == (batch.tgt.size(0) - 1, 6, 8)
     torch.testing.assert_close(stepped, full, rtol=0, atol=1e-9)
-    assert set(full_attns) == set(stepped_attns) == ({"std", "copy"} if "-copy_attn" in args else {"std"})
+    assert (
+        set(full_attns)
+        == set(stepped_attns)
+        == ({"std", "copy"} if "-copy_attn" in args else {"std"})
+    )
     for name in full_attns:
         torch.testing.assert_close(stepped_attns[name], full_attns[name], rtol=0, atol=1e-9)
 
@@ -63,8 +83,12 @@ def test_attention_to_source_padding_is_exactly_zero_and_rows_sum_to_one():
     with torch.no_grad():
         _, attns = model(batch.src, batch.tgt, batch.src_lengths)
     for b, (src, _) in enumerate(pairs):
-        assert torch.equal(attns["std"][:, b, len(src):], torch.zeros_like(attns["std"][:, b, len(src):]))
-        torch.testing.assert_close(attns["std"][:, b].sum(-1), torch.ones(attns["std"].size(0), dtype=torch.float64))
+        assert torch.equal(
+            attns["std"][:, b, len(src) :], torch.zeros_like(attns["std"][:, b, len(src) :])
+        )
+        torch.testing.assert_close(
+            attns["std"][:, b].sum(-1), torch.ones(attns["std"].size(0), dtype=torch.float64)
+        )
 
 
 @pytest.mark.parametrize("variant", ["plain", "relative"])
@@ -85,7 +109,10 @@ def test_later_target_words_change_nothing_before_them(variant):
 @pytest.mark.parametrize("variant", ["plain", "relative", "copy"])
 def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(variant):
     model = transformer(*VARIANTS[variant])
-    short, long = random_pairs(1, seed=8, min_len=2, max_len=3)[0], random_pairs(1, seed=9, min_len=8, max_len=9)[0]
+    short, long = (
+        random_pairs(1, seed=8, min_len=2, max_len=3)[0],
+        random_pairs(1, seed=9, min_len=8, max_len=9)[0],
+    )
     alone, together = make_batch([short]), make_batch([short, long])
     with torch.no_grad():
         memory_alone, _, _ = model.encode(alone.src, alone.src_lengths)
@@ -96,8 +123,9 @@ def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(
     torch.testing.assert_close(memory_together[:src_len, 0], memory_alone[:, 0], rtol=0, atol=1e-12)
     assert torch.equal(memory_together[src_len:, 0], torch.zeros_like(memory_together[src_len:, 0]))
     torch.testing.assert_close(out_together[:tgt_len, 0], out_alone[:, 0], rtol=0, atol=1e-12)
-    torch.testing.assert_close(attns_together["std"][:tgt_len, 0, :src_len], attns_alone["std"][:, 0],
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        attns_together["std"][:tgt_len, 0, :src_len], attns_alone["std"][:, 0], rtol=0, atol=1e-12
+    )
 
 
 def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first_rows_leave():
@@ -111,18 +139,23 @@ def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first
         memory_b, lengths_b, state_b = model.encode(batch_b.src, batch_b.src_lengths)
         alone = []
         for t in range(3):
-            out, _, state_b = model.decode(tokens_b[t:t + 1], memory_b, lengths_b, state_b)
+            out, _, state_b = model.decode(tokens_b[t : t + 1], memory_b, lengths_b, state_b)
             alone.append(out[0, 0])
         memory_a, lengths_a, state = model.encode(batch_a.src, batch_a.src_lengths)
         for t in range(2):
-            _, _, state = model.decode(batch_a.tgt[t:t + 1], memory_a, lengths_a, state)
+            _, _, state = model.decode(batch_a.tgt[t : t + 1], memory_a, lengths_a, state)
         _, _, joining = model.encode(batch_b.src, batch_b.src_lengths)
         state = state.concat(joining)
         assert state.cached == 2 and state.start.tolist() == [0, 2]
         width = max(memory_a.size(0), memory_b.size(0))
         pad = torch.nn.functional.pad
-        memory = torch.cat([pad(memory_a, (0, 0, 0, 0, 0, width - memory_a.size(0))),
-                            pad(memory_b, (0, 0, 0, 0, 0, width - memory_b.size(0)))], 1)
+        memory = torch.cat(
+            [
+                pad(memory_a, (0, 0, 0, 0, 0, width - memory_a.size(0))),
+                pad(memory_b, (0, 0, 0, 0, 0, width - memory_b.size(0))),
+            ],
+            1,
+        )
         lengths = torch.cat([lengths_a, lengths_b])
         tokens = torch.stack([batch_a.tgt[2:3, 0], tokens_b[0:1, 0]], 1)
         out, _, state = model.decode(tokens, memory, lengths, state)
@@ -132,7 +165,7 @@ def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first
         state = state.map(lambda t, dim: t.index_select(dim, keep_b)).compact(2)
         assert state.cached == 1 and state.start.tolist() == [0]
         for t in (1, 2):
-            out, _, state = model.decode(tokens_b[t:t + 1], memory[:, 1:], lengths[1:], state)
+            out, _, state = model.decode(tokens_b[t : t + 1], memory[:, 1:], lengths[1:], state)
             torch.testing.assert_close(out[0, 0], alone[t], rtol=0, atol=1e-12)
 
 
@@ -145,8 +178,12 @@ def test_truncated_windows_give_the_forward_pass_of_the_whole_target():
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         windows = []
         for start in range(0, batch.tgt.size(0) - 1, 3):
-            out, _, state = model.decode(batch.tgt[start:min(start + 3, batch.tgt.size(0) - 1)], memory_bank,
-                                         lengths, state.detach())
+            out, _, state = model.decode(
+                batch.tgt[start : min(start + 3, batch.tgt.size(0) - 1)],
+                memory_bank,
+                lengths,
+                state.detach(),
+            )
             windows.append(out)
     torch.testing.assert_close(torch.cat(windows), full, rtol=0, atol=1e-9)
 
@@ -168,8 +205,12 @@ def test_decoder_positions_count_from_each_rows_own_start():
     with torch.no_grad():
         at = embeddings(ids, torch.tensor([0, 3]))
     scale = math.sqrt(8)
-    torch.testing.assert_close(at[0, 0], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(0), 8).double())
-    torch.testing.assert_close(at[0, 1], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(3), 8).double())
+    torch.testing.assert_close(
+        at[0, 0], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(0), 8).double()
+    )
+    torch.testing.assert_close(
+        at[0, 1], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(3), 8).double()
+    )
 
 
 def test_relative_positions_against_a_hand_computation():
@@ -194,7 +235,11 @@ def test_relative_positions_against_a_hand_computation():
 def test_the_fused_and_the_written_out_attention_agree():
     torch.manual_seed(1)
     attention = MultiHeadAttention(8, 2, 0.0).double().eval()
-    q, k, v = torch.randn(2, 2, 3, 4).double(), torch.randn(2, 2, 5, 4).double(), torch.randn(2, 2, 5, 4).double()
+    q, k, v = (
+        torch.randn(2, 2, 3, 4).double(),
+        torch.randn(2, 2, 5, 4).double(),
+        torch.randn(2, 2, 5, 4).double(),
+    )
     mask = (torch.arange(5) < torch.tensor([[3], [5]])).view(2, 1, 1, 5)
     fused, _ = attention(q, k, v, mask)
     written, weights = attention(q, k, v, mask, need_weights=True)
@@ -212,47 +257,95 @@ def test_decoding_writes_each_step_into_the_spare_columns_and_keeps_earlier_posi
         history = []
         for t in range(6):
             before = state
-            _, _, state = model.decode(batch.tgt[t:t + 1], memory_bank, lengths, state)
+            _, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state)
             assert state.cached == t + 1 and state.cache[0].size(2) >= t + 1
             if before.cache[0].size(2) > t:  # room left: the same buffer, one column more
                 assert state.cache[0].data_ptr() == before.cache[0].data_ptr()
-            history.append(state.cache[0][:, :, :t + 1].clone())
+            history.append(state.cache[0][:, :, : t + 1].clone())
             if t == 3:  # the search's reorder: rows swapped, the spare columns kept
                 state = state.map(lambda x, dim: x.index_select(dim, torch.tensor([2, 0, 1])))
                 history = [h.index_select(0, torch.tensor([2, 0, 1])) for h in history]
         for t, keys in enumerate(history):
-            assert torch.equal(state.cache[0][:, :, :t + 1], keys)
+            assert torch.equal(state.cache[0][:, :, : t + 1], keys)
 
 
 def test_state_map_and_detach_keep_the_start_columns():
-    state = TransformerState((torch.randn(3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3]))
+    state = TransformerState(
+        (torch.randn(3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3])
+    )
     picked = state.map(lambda t, dim: t.index_select(dim, torch.tensor([2, 0])))
     assert picked.start.tolist() == [3, 0] and picked.cache[0].shape == (2, 2, 4, 5)
     assert not state.detach().cache[0].requires_grad
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-coverage_attn"], "-coverage_attn is for RNN decoders"),
-    (["-copy_attn", "-reuse_copy_attn"], "-reuse_copy_attn is for RNN decoders"),
-    (["-copy_attn", "-copy_attn_type", "mlp"], "-copy_attn_type is for RNN decoders"),
-    (["-bridge"], "-bridge maps an RNN encoder's final state"),
-    (["-heads", 3], "-rnn_size 8 is not a multiple of -heads 3"),
-    (["-word_vec_size", 6], "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)"),
-    (["-decoder_type", "rnn", "-word_vec_size", -1, "-tgt_word_vec_size", 8, "-src_word_vec_size", 6],
-     "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)"),
-    (["-encoder_type", "rnn", "-word_vec_size", -1, "-src_word_vec_size", 3, "-tgt_word_vec_size", 8],
-     "needs even word vector sizes"),
-    (["-decoder_type", "rnn", "-share_embeddings"], "-share_embeddings with -position_encoding needs a Transformer"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-coverage_attn"], "-coverage_attn is for RNN decoders"),
+        (["-copy_attn", "-reuse_copy_attn"], "-reuse_copy_attn is for RNN decoders"),
+        (["-copy_attn", "-copy_attn_type", "mlp"], "-copy_attn_type is for RNN decoders"),
+        (["-bridge"], "-bridge maps an RNN encoder's final state"),
+        (["-heads", 3], "-rnn_size 8 is not a multiple of -heads 3"),
+        (
+            ["-word_vec_size", 6],
+            "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)",
+        ),
+        (
+            [
+                "-decoder_type",
+                "rnn",
+                "-word_vec_size",
+                -1,
+                "-tgt_word_vec_size",
+                8,
+                "-src_word_vec_size",
+                6,
+            ],
+            "a Transformer needs -src_word_vec_size (6) equal to -rnn_size (8)",
+        ),
+        (
+            [
+                "-encoder_type",
+                "rnn",
+                "-word_vec_size",
+                -1,
+                "-src_word_vec_size",
+                3,
+                "-tgt_word_vec_size",
+                8,
+            ],
+            "needs even word vector sizes",
+        ),
+        (
+            ["-decoder_type", "rnn", "-share_embeddings"],
+            "-share_embeddings with -position_encoding needs a Transformer",
+        ),
+    ],
+)
 def test_combinations_without_a_meaning_are_refused_before_any_step(args, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_model(*TRANSFORMER, *args)
 
 
-@pytest.mark.parametrize("encoder,decoder", [("transformer", "rnn"), ("brnn", "transformer"), ("mean", "transformer")])
+@pytest.mark.parametrize(
+    "encoder,decoder", [("transformer", "rnn"), ("brnn", "transformer"), ("mean", "transformer")]
+)
 def test_mixed_encoders_and_decoders_build_and_decode(encoder, decoder):
-    model, _ = make_model(*TRANSFORMER, "-encoder_type", encoder, "-decoder_type", decoder, "-enc_layers", 1,
-                          "-dec_layers", 3, "-layers", -1, "-rnn_size", 8)
+    model, _ = make_model(
+        *TRANSFORMER,
+        "-encoder_type",
+        encoder,
+        "-decoder_type",
+        decoder,
+        "-enc_layers",
+        1,
+        "-dec_layers",
+        3,
+        "-layers",
+        -1,
+        "-rnn_size",
+        8,
+    )
     model.eval()
     batch = make_batch(random_pairs(3, seed=13))
     with torch.no_grad():
@@ -277,10 +370,16 @@ def test_a_transformer_encoder_starts_an_rnn_decoder_from_the_mean_of_its_output
         memory_bank, _, state = model.encode(batch.src, batch.src_lengths)
     assert len(state.hidden) == 2 and state.hidden[0].shape == (3, 2, 8)
     for b, (src, _) in enumerate(pairs):
-        torch.testing.assert_close(state.hidden[0][1, b], memory_bank[:len(src), b].mean(0))
+        torch.testing.assert_close(state.hidden[0][1, b], memory_bank[: len(src), b].mean(0))
 
 
 def test_the_1x_transformer_options_have_1x_defaults():
     opt = model_options()
-    assert (opt.heads, opt.transformer_ff, opt.max_relative_positions, opt.self_attn_type,
-            opt.attention_dropout, opt.position_encoding) == (8, 2048, 0, "scaled-dot", [0.1], False)
+    assert (
+        opt.heads,
+        opt.transformer_ff,
+        opt.max_relative_positions,
+        opt.self_attn_type,
+        opt.attention_dropout,
+        opt.position_encoding,
+    ) == (8, 2048, 0, "scaled-dot", [0.1], False)

@@ -11,7 +11,11 @@ def test_specials_have_fixed_ids():
     vocab = Vocab(["a", "b"])
     assert vocab.itos[:4] == ["<unk>", "<blank>", "<s>", "</s>"]
     assert (vocab.stoi["<unk>"], vocab.stoi["<blank>"], vocab.stoi["<s>"], vocab.stoi["</s>"]) == (
-        UNK_ID, PAD_ID, BOS_ID, EOS_ID)
+        UNK_ID,
+        PAD_ID,
+        BOS_ID,
+        EOS_ID,
+    )
     assert vocab.stoi["a"] == 4 and vocab.stoi["b"] == 5
 
 
@@ -53,6 +57,8 @@ def test_padding_to_a_multiple_appends_1x_filler_words_and_keeps_the_ids(words, 
     vocab = Vocab([f"w{i}" for i in range(words)])
     padded = vocab.padded_to_multiple(multiple)
     assert len(padded.itos) == size and len(padded.itos) % multiple == 0
-    assert padded.itos[:len(vocab.itos)] == vocab.itos  # every id means what it meant
-    assert padded.itos[len(vocab.itos):] == [f"averyunlikelytoken{i}" for i in range(size - len(vocab.itos))]
+    assert padded.itos[: len(vocab.itos)] == vocab.itos  # every id means what it meant
+    assert padded.itos[len(vocab.itos) :] == [
+        f"averyunlikelytoken{i}" for i in range(size - len(vocab.itos))
+    ]
     assert (padded is vocab) == (size == len(vocab.itos))

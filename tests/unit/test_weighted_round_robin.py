@@ -1,6 +1,7 @@
 """WeightedBatches keeps its round as (corpus, weight) pairs and its place as (corpus, count): the
 same batches as the round robin that expanded the weights into one list entry per batch, for any
 weights, without a list of their size; positions that list wrote (checkpoints) still resume."""
+
 import itertools
 import tracemalloc
 
@@ -36,8 +37,9 @@ class ExpandedWeightedBatches:
 
     def __init__(self, corpora, weights):
         self.corpora = dict(corpora)
-        self.turns = [corpus_id for corpus_id, weight in zip(self.corpora, weights)
-                      for _ in range(weight)]
+        self.turns = [
+            corpus_id for corpus_id, weight in zip(self.corpora, weights) for _ in range(weight)
+        ]
         self.turn = 0
 
     def state_dict(self):
@@ -62,7 +64,7 @@ WEIGHTS = [[1], [1, 1], [3, 1], [1, 7], [2, 5, 1], [4, 1, 3, 2], [1, 1, 1, 1, 6]
 
 
 def make(kind, weights):
-    return kind({name: Corpus(name) for name in "abcdefgh"[:len(weights)]}, weights)
+    return kind({name: Corpus(name) for name in "abcdefgh"[: len(weights)]}, weights)
 
 
 def take(batches, n: int) -> list:
@@ -117,8 +119,12 @@ def make_resumed(weights, state):
 def test_the_position_holds_the_round_and_the_place_and_reads_old_ones():
     batches = make(WeightedBatches, [3, 1])
     take(batches, 6)  # a a a b a a
-    assert batches.state_dict() == {"corpora": {"a": {"next": 5}, "b": {"next": 1}},
-                                    "round": [["a", 3], ["b", 1]], "corpus": 0, "count": 2}
+    assert batches.state_dict() == {
+        "corpora": {"a": {"next": 5}, "b": {"next": 1}},
+        "round": [["a", 3], ["b", 1]],
+        "corpus": 0,
+        "count": 2,
+    }
     old = {"corpora": {}, "turns": ["a", "a", "a", "b"], "turn": 3}
     assert saved_round(old) == [["a", 3], ["b", 1]] and saved_place(old) == (1, 0)
     assert describe_round(saved_round(old)) == "a x3 b x1"
@@ -127,14 +133,14 @@ def test_the_position_holds_the_round_and_the_place_and_reads_old_ones():
 def test_weights_of_10_to_the_18_take_no_memory():
     tracemalloc.start()
     try:
-        batches = make(WeightedBatches, [10 ** 18, 1])
+        batches = make(WeightedBatches, [10**18, 1])
         first = take(batches, 5)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert first == [("a", n) for n in range(5)]
     assert (batches.corpus, batches.count) == (0, 5)
-    assert batches.state_dict()["round"] == [["a", 10 ** 18], ["b", 1]]
+    assert batches.state_dict()["round"] == [["a", 10**18], ["b", 1]]
     assert peak < 100_000, peak
 
 
