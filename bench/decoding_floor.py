@@ -3,12 +3,13 @@ machine's float32 matrix-multiply rate.
 
     .venv/bin/python bench/decoding_floor.py -model M.pt -src FILE [-beam_size 5] [-batch_size 32]
 
-Decodes ``-src`` with the checkpoint as ``translate_speed.py`` has ``onmt_lite_translate`` do it (its
-``SEARCH_OPTIONS``: no length penalty, at most 100 tokens), on one thread so that every step is seen
-in this process, and counts what the products multiply:
+Decodes ``-src`` with the checkpoint as ``translate_speed.py`` has ``onmt_lite_translate`` do it
+(its ``SEARCH_OPTIONS``: no length penalty, at most 100 tokens), on one thread so that every step is
+seen in this process, and counts what the products multiply:
 
-    encoder, per source token     every weight matrix of the encoder (each LSTM/GRU direction and layer)
-    decoder, per row of a step    every weight matrix of the decoder and generator: the cells, the
+    encoder, per source token     every weight matrix of the encoder (each LSTM/GRU direction and
+    layer) decoder, per row of a step    every weight matrix of the decoder and generator: the
+    cells, the
                                   attention's query and output layers, the vocabulary projection
                                   (and a copy model's copy attention and switch)
     attention, per row and source position of its example: 2 x hidden (scores and context), per
@@ -20,8 +21,8 @@ computed once for its beams) is not counted, so this is the work any implementat
 search on the same model has to do (to within 0.1%: the rows of beams that have ended while their
 example goes on are counted). The time is that work at the rate of torch.mm on 1024 x 1024
 matrices with the machine's default thread count (2 here), best of 3: a limit no decoder of these
-products reaches, since the step's small products, ``log_softmax`` and the search itself come on top.
-Prints one line of JSON: rows, source tokens, GFLOP, rate (GFLOP/s) and seconds at that rate.
+products reaches, since the step's small products, ``log_softmax`` and the search itself come on
+top. Prints one line of JSON: rows, source tokens, GFLOP, rate (GFLOP/s) and seconds at that rate.
 The attention layers must be dot or general (an mlp attention projects each memory once per example,
 which the per-row count would not describe).
 """
@@ -40,7 +41,8 @@ from translate_speed import SEARCH_OPTIONS  # noqa: E402
 
 
 def weight_macs(module):
-    """Multiply-adds of one use of every weight matrix of ``module`` (embeddings are lookups, not products)."""
+    """Multiply-adds of one use of every weight matrix of ``module`` (embeddings are lookups, not
+    products)."""
     return sum(
         p.numel()
         for m in module.modules()
@@ -57,7 +59,8 @@ def count_search(model_path, sources, beam_size, batch_size):
 
     counts = {"rows": 0, "src_tokens": 0, "row_positions": 0}
     ModelStepper = stepper_module.ModelStepper
-    init, step = ModelStepper.__init__, ModelStepper.step
+    init = ModelStepper.__init__
+    step = ModelStepper.step
 
     def counting_init(self, model, batch, *args, **kwargs):
         counts["src_tokens"] += int(batch.src_lengths.sum())
@@ -68,7 +71,8 @@ def count_search(model_path, sources, beam_size, batch_size):
         counts["row_positions"] += int(self.lengths.sum())
         return step(self, tokens)
 
-    ModelStepper.__init__, ModelStepper.step = counting_init, counting_step
+    ModelStepper.__init__ = counting_init
+    ModelStepper.step = counting_step
     try:
         translator = Translator.load(
             [model_path],
@@ -79,7 +83,8 @@ def count_search(model_path, sources, beam_size, batch_size):
         )
         translator.translate(sources)
     finally:
-        ModelStepper.__init__, ModelStepper.step = init, step
+        ModelStepper.__init__ = init
+        ModelStepper.step = step
     return counts
 
 

@@ -4,7 +4,8 @@ and of the Transformer on the demo's test words, beside the literature.
     .venv/bin/python bench/g2p_cmudict.py -model brnn          # about 35 minutes on 2 cores
     .venv/bin/python bench/g2p_cmudict.py -model transformer   # about 40 minutes
     .venv/bin/python bench/g2p_cmudict.py -ensemble            # both trained models as one ensemble
-    .venv/bin/python bench/g2p_cmudict.py -table               # the table of both from bench/results/
+    .venv/bin/python bench/g2p_cmudict.py -table               # the table of both from
+    bench/results/
 
 The corpus is `make demo`'s (tools/prepare_cmudict.py: 120,911 training words, 2,000 validation,
 2,000 test, stress removed, each word with cmudict's first pronunciation). Each model trains for
@@ -30,7 +31,8 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 from g2p_scores import edit_distance, read_tokens  # noqa: E402
 from prepare_cmudict import STRESS_RE, load_entries  # noqa: E402
 
-# The demo's model, trained longer, and a small Transformer of the size G2P papers use (3 layers of 256).
+# The demo's model, trained longer, and a small Transformer of the size G2P papers use (3 layers of
+# 256).
 MODELS = {
     "brnn": [
         "-encoder_type",
@@ -108,7 +110,8 @@ VALID_STEPS = {"brnn": 2000, "transformer": 1000}
 # Published CMUdict G2P results, on other splits (each paper its own random test words).
 LITERATURE = [
     (
-        "published LSTM and Transformer G2P (Yao and Zweig 2015, Rao et al. 2015, Yolchuyeva et al. 2019)",
+        "published LSTM and Transformer G2P (Yao and Zweig 2015, Rao et al. 2015, Yolchuyeva et "
+        "al. 2019)",
         "about 23-25%",
         "about 5-6%",
     )
@@ -116,9 +119,11 @@ LITERATURE = [
 
 
 def error_rates(src_path, hyp_path, ref_path):
-    """Word and phone error rates (%) against the first pronunciation and against any pronunciation."""
+    """Word and phone error rates (%) against the first pronunciation and against any
+    pronunciation."""
     words = ["".join(letters) for letters in read_tokens(src_path)]
-    hypotheses, references = read_tokens(hyp_path), read_tokens(ref_path)
+    hypotheses = read_tokens(hyp_path)
+    references = read_tokens(ref_path)
     entries = load_entries()
     first_words = first_edits = any_words = any_edits = phones = 0
     for word, hyp, ref in zip(words, hypotheses, references):
@@ -153,7 +158,8 @@ def validations(log):
 
 def train_and_score(args):
     work = os.path.abspath(args.work)
-    corpus, model = os.path.join(work, "corpus"), os.path.join(work, args.model)
+    corpus = os.path.join(work, "corpus")
+    model = os.path.join(work, args.model)
     os.makedirs(model, exist_ok=True)
     if not os.path.exists(os.path.join(corpus, "tgt-test.txt")):
         run(
@@ -216,7 +222,8 @@ def train_and_score(args):
 
 
 def train(args, corpus, model, steps):
-    """Train (or go on training) the model; returns the training's minutes, those of the run before included."""
+    """Train (or go on training) the model; returns the training's minutes, those of the run before
+    included."""
     start = time.time()
     run(
         [
@@ -262,7 +269,8 @@ def ensemble_and_score(args):
     """Decode the test words with both models' best checkpoints as one ensemble (log-probabilities
     averaged at each step: onmt_lite_translate -model A B)."""
     work = os.path.abspath(args.work)
-    corpus, out = os.path.join(work, "corpus"), os.path.join(work, "ensemble")
+    corpus = os.path.join(work, "corpus")
+    out = os.path.join(work, "ensemble")
     models = [os.path.join(work, name, "model_best.pt") for name in ("brnn", "transformer")]
     missing = [m for m in models if not os.path.exists(m)]
     if missing:
@@ -304,7 +312,8 @@ def minutes(value):
 
 def table():
     rows = [
-        "| model | WER, first pronunciation | PER | WER, any pronunciation | PER, nearest | training |",
+        "| model | WER, first pronunciation | PER | WER, any pronunciation | PER, nearest | "
+        "training |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, label in (
@@ -314,16 +323,16 @@ def table():
         r = read_results(f"cmudict_{name}")
         if r:
             rows.append(
-                f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
-                f"{r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
+                f"| {label} | {r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% "
+                f"| {r['per_any']:.2f}% | {r['last_step']} steps, best at {r['best_step']}; "
                 f"{minutes(r['train_minutes'])} |"
             )
     r = read_results("cmudict_ensemble")
     if r:
         rows.append(
-            f"| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | {r['wer_first']:.2f}% | "
-            f"{r['per_first']:.2f}% | {r['wer_any']:.2f}% | {r['per_any']:.2f}% | the models above "
-            f"(steps {r['steps'][0]} and {r['steps'][1]}) |"
+            "| onmt_lite, the two as one ensemble (`-model BRNN TRANSFORMER`) | "
+            f"{r['wer_first']:.2f}% | {r['per_first']:.2f}% | {r['wer_any']:.2f}% | "
+            f"{r['per_any']:.2f}% | the models above (steps {r['steps'][0]} and {r['steps'][1]}) |"
         )
     rows += [f"| {name} | - | - | {wer} | {per} | (their split) |" for name, wer, per in LITERATURE]
     print("\n".join(rows))

@@ -4,9 +4,10 @@
                               [-work DIR] [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
-    the same parameters after 3 SGD steps (1e-4): standard, copy, coverage and truncated configurations.
-(b) On the device, in float64: sharded loss gradients (-max_generator_batches 2) equal unsharded ones,
-    and -accum_count 2 over two batches equals one step over both batches together (1e-9).
+    the same parameters after 3 SGD steps (1e-4): standard, copy, coverage and truncated
+    configurations.
+(b) On the device, in float64: sharded loss gradients (-max_generator_batches 2) equal unsharded
+    ones, and -accum_count 2 over two batches equals one step over both batches together (1e-9).
 (c) -model_dtype bf16 and fp16 against fp32, ``-steps`` steps of the standard configuration on
     toy-ende: each run's training perplexity falls, and its final validation perplexity is within 5%
     of fp32's.
@@ -19,13 +20,15 @@
 
 (a) and (b) run in this process through the library, the rest through the commands
 (``python -m onmt_lite.bin.*``). (d) and (e) pass at ``AGREEMENT`` identical lines, not only at all:
-on a GPU the kernels (and their summation order) depend on the batch's shape, so a near-tie may flip.
+on a GPU the kernels (and their summation order) depend on the batch's shape, so a near-tie may
+flip.
 The data: a small corpus this script writes into ``-work`` (the target is the source reversed), and
 toy-ende (``-toy_ende``, default ../shared/data/toy-ende) for (c) to (e) when present.
 
 ``-device cpu`` runs the same checks with the CPU on both sides (fp16 skipped): a dry run of the
 script on a machine without CUDA. ``-quick`` trains (c) for 40 steps on the small corpus. Exit
-status: 0 when nothing failed, 1 when a check failed, 2 with ``-device cuda`` on a machine without CUDA.
+status: 0 when nothing failed, 1 when a check failed, 2 with ``-device cuda`` on a machine without
+CUDA.
 """
 
 import argparse
@@ -120,7 +123,7 @@ class Checks:
         return any(result == "FAIL" for _, result, _ in self.rows)
 
 
-# -- commands ----------------------------------------------------------------------------------------
+# -- commands --------------------------------------------------------------------------------------
 
 ENV = {
     **os.environ,
@@ -168,7 +171,8 @@ def small_corpus(work, n_train=3000, n_valid=LINES, seed=0):
             write_lines(f"{work}/src-{split}.txt", [" ".join(s) for s in sources]),
             write_lines(f"{work}/tgt-{split}.txt", [" ".join(reversed(s)) for s in sources]),
         )
-    prefix, log = f"{work}/small", f"{work}/preprocess_small.log"
+    prefix = f"{work}/small"
+    log = f"{work}/preprocess_small.log"
     required(
         command(
             "preprocess",
@@ -195,8 +199,10 @@ def small_corpus(work, n_train=3000, n_valid=LINES, seed=0):
 
 
 def toy_ende(directory, work):
-    """toy-ende preprocessed as the speed benchmarks do; returns ``(-data prefix, validation source)``."""
-    prefix, log = f"{work}/ende", f"{work}/preprocess_ende.log"
+    """toy-ende preprocessed as the speed benchmarks do; returns
+    ``(-data prefix, validation source)``."""
+    prefix = f"{work}/ende"
+    log = f"{work}/preprocess_ende.log"
     required(
         command(
             "preprocess",
@@ -222,11 +228,12 @@ def toy_ende(directory, work):
     return prefix, f"{directory}/src-val.txt"
 
 
-# -- (a) and (b): the library in this process --------------------------------------------------------
+# -- (a) and (b): the library in this process ------------------------------------------------------
 
 
 def trainer_on(data, args, device, dtype=torch.float32):
-    """A Trainer of a small model (built on the CPU from seed 1, then moved) and its training batches."""
+    """A Trainer of a small model (built on the CPU from seed 1, then moved) and its training
+    batches."""
     opt = parse(
         build_parser(PROG, [model_opts, train_opts]), ["-data", data, *SMALL_MODEL, *map(str, args)]
     )
@@ -247,7 +254,8 @@ def batch_of(view, ids, dtype=torch.float32):
 
 
 def largest_difference(a, b):
-    """The largest difference of two parameter dicts, relative to each tensor's largest value (at least 1)."""
+    """The largest difference of two parameter dicts, relative to each tensor's largest value (at
+    least 1)."""
     return max(float((a[k] - b[k]).abs().max()) / max(1.0, float(b[k].abs().max())) for k in a)
 
 
@@ -256,7 +264,8 @@ def params(model):
 
 
 def cpu_against_device(checks, data, device):
-    """(a): 3 SGD steps of each configuration on the CPU and on ``device``, from the same weights."""
+    """(a): 3 SGD steps of each configuration on the CPU and on ``device``, from the same
+    weights."""
     for name, args in CONFIGS.items():
         runs = []
         for where in ("cpu", device):
@@ -267,19 +276,19 @@ def cpu_against_device(checks, data, device):
             ]
             runs.append((losses[0], params(model)))
         (loss_cpu, params_cpu), (loss_dev, params_dev) = runs
-        loss_diff, param_diff = (
-            abs(loss_dev - loss_cpu) / abs(loss_cpu),
-            largest_difference(params_dev, params_cpu),
-        )
+        loss_diff = abs(loss_dev - loss_cpu) / abs(loss_cpu)
+        param_diff = largest_difference(params_dev, params_cpu)
         checks.add(
             f"(a) float32 {name}: cpu = {device}",
             loss_diff <= 1e-5 and param_diff <= 1e-4,
-            f"step-1 loss rel. diff {loss_diff:.1e} (1e-5), parameters after 3 steps {param_diff:.1e} (1e-4)",
+            f"step-1 loss rel. diff {loss_diff:.1e} (1e-5), parameters after 3 steps "
+            f"{param_diff:.1e} (1e-4)",
         )
 
 
 def sharding_and_accumulation(checks, data, device):
-    """(b), in float64 on ``device``: sharded = unsharded gradients; accumulation = the doubled batch."""
+    """(b), in float64 on ``device``: sharded = unsharded gradients; accumulation = the doubled
+    batch."""
     for name in ("standard", "copy"):
         grads = []
         for shard in (0, 2):
@@ -305,7 +314,8 @@ def sharding_and_accumulation(checks, data, device):
     steps = []
     for accum in (2, 1):
         trainer, model, view = trainer_on(data, ["-accum_count", accum], device, torch.float64)
-        first, second = range(0, 10), range(10, 24)
+        first = range(0, 10)
+        second = range(10, 24)
         parts = [first, second] if accum == 2 else [itertools.chain(first, second)]
         trainer.train_step([batch_of(view, ids, torch.float64) for ids in parts])
         steps.append(params(model))
@@ -317,7 +327,7 @@ def sharding_and_accumulation(checks, data, device):
     )
 
 
-# -- (c) to (f): the commands ------------------------------------------------------------------------
+# -- (c) to (f): the commands ----------------------------------------------------------------------
 
 
 def device_args(device, command_name):
@@ -386,15 +396,17 @@ def precision(checks, setup, compare=True):
         checks.add(
             name,
             train[-1] < train[0] and abs(ratio - 1) <= 0.05,
-            f"train ppl {train[0]:.1f} -> {train[-1]:.1f}; valid ppl {valid:.2f} against {fp32_valid:.2f} "
-            f"({ratio:.3f}, within 5%)" + (f"; {skipped} skipped steps" if dtype == "fp16" else ""),
+            f"train ppl {train[0]:.1f} -> {train[-1]:.1f}; valid ppl {valid:.2f} against "
+            f"{fp32_valid:.2f} ({ratio:.3f}, within 5%)"
+            + (f"; {skipped} skipped steps" if dtype == "fp16" else ""),
         )
     return checkpoint
 
 
 def translate(setup, checkpoint, name, extra, hide_cuda=False, device=None):
     """The translation of the first ``LINES`` validation lines, as a list of lines."""
-    output, log = f"{setup['work']}/{name}.txt", f"{setup['work']}/{name}.log"
+    output = f"{setup['work']}/{name}.txt"
+    log = f"{setup['work']}/{name}.log"
     where = device_args(setup["device"] if device is None else device, "translate")
     required(
         command(
@@ -513,12 +525,13 @@ def main():
     device = "cuda:0" if opt.device == "cuda" else "cpu"
     if opt.device == "cuda":
         configure_cuda(seeded=True)  # IEEE float32 for (a), as the commands set it for themselves
-    else:  # a dry run: one thread a process, since spinning OpenMP threads on a busy machine took minutes
+    else:  # a dry run: one thread a process (spinning OpenMP threads on a busy box took minutes)
         torch.set_num_threads(1)
         ENV["OMP_NUM_THREADS"] = "1"
     work = opt.work or tempfile.mkdtemp(prefix="onmt_lite_gpu_check_")
     os.makedirs(work, exist_ok=True)
-    start, checks = time.time(), Checks()
+    start = time.time()
+    checks = Checks()
     small, small_lines = small_corpus(work)
     if "a" in opt.checks:
         checks.guarded("(a) float32 cpu = device", cpu_against_device, checks, small, device)

@@ -37,7 +37,8 @@ TRANSFORMER = [
     "-learning_rate",
     "0.001",
 ]
-FP16_STEPS, MAX_SKIPPED = 200, 5
+FP16_STEPS = 200
+MAX_SKIPPED = 5
 
 
 def resume_configs(small_model, configs):

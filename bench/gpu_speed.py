@@ -226,7 +226,8 @@ def main():
             )
             return 2
     if opt.dry_run:
-        opt.steps, opt.warmup = 2, 1
+        opt.steps = 2
+        opt.warmup = 1
     elif not os.path.exists(f"{opt.peer}/bin/onmt_train"):
         subprocess.run(
             ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True

@@ -247,7 +247,8 @@ def main():
     opt = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a row as each run ends
     if opt.dry_run:
-        opt.lines, opt.rounds = min(opt.lines, 50), 1
+        opt.lines = min(opt.lines, 50)
+        opt.rounds = 1
         opt.precisions = [p for p in opt.precisions if p != "fp16"]  # fp16 needs CUDA
     else:
         import torch

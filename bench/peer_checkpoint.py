@@ -1,24 +1,29 @@
-"""An onmt_lite Transformer checkpoint as an OpenNMT-py 3.5.1 checkpoint: the same weights, the same vocabularies.
+"""An onmt_lite Transformer checkpoint as an OpenNMT-py 3.5.1 checkpoint: the same weights, the same
+vocabularies.
 
     .venv/bin/python bench/peer_checkpoint.py -model LITE.pt -template PEER.pt -output OUT.pt
 
-So that both toolkits decode one model (bench/translate_speed.py ``-only transformer_same_weights``):
-two models trained apart write outputs of different lengths, and their sentences/s compare nothing.
+So that both toolkits decode one model (bench/translate_speed.py
+``-only transformer_same_weights``): two models trained apart write outputs of different lengths,
+and their sentences/s compare nothing.
 
 ``-template`` is any checkpoint that OpenNMT-py 3.5.1 saved (its ``opt``, an argparse.Namespace of
 all its options, is the base of the new one's); every option that shapes the model is then set from
-the onmt_lite checkpoint's options (``PEER_MODEL_OPTIONS``), so the template's own sizes do not matter.
-The vocabularies are onmt_lite's word lists in id order (its 4 specials, ``<unk> <blank> <s> </s>``,
-first, as OpenNMT-py's defaults), so that every id means the same word in both toolkits.
+the onmt_lite checkpoint's options (``PEER_MODEL_OPTIONS``), so the template's own sizes do not
+matter. The vocabularies are onmt_lite's word lists in id order (its 4 specials,
+``<unk> <blank> <s> </s>``, first, as OpenNMT-py's defaults), so that every id means the same word
+in both toolkits.
 
 Each parameter is mapped explicitly (``parameter_map``):
 
     onmt_lite                                      OpenNMT-py 3.5.1
-    {enc,dec}oder.embeddings.lut.weight            {enc,dec}oder.embeddings.make_embedding.emb_luts.0.weight
-    (sinusoids computed on the fly)                {enc,dec}oder.embeddings.make_embedding.pe.pe: onmt_lite's
+    {enc,dec}oder.embeddings.lut.weight
+    {enc,dec}oder.embeddings.make_embedding.emb_luts.0.weight (sinusoids computed on the fly)
+    {enc,dec}oder.embeddings.make_embedding.pe.pe: onmt_lite's
                                                    sinusoids() of positions 0..4999, [5000 x 1 x H]
     encoder.layers.i.norm                          encoder.transformer.i.layer_norm
-    encoder.layers.i.self_attn.qkv [3H x H]        encoder.transformer.i.self_attn.linear_{query,keys,values}
+    encoder.layers.i.self_attn.qkv [3H x H]
+    encoder.transformer.i.self_attn.linear_{query,keys,values}
                                                    (rows 0:H, H:2H, 2H:3H)
     encoder.layers.i.self_attn.attention.out       encoder.transformer.i.self_attn.final_linear
     {enc,dec}oder.layers.i.feed_forward.norm       ...feed_forward.layer_norm
@@ -26,14 +31,18 @@ Each parameter is mapped explicitly (``parameter_map``):
     {enc,dec}oder.layers.i.feed_forward.outer      ...feed_forward.w_2
     encoder.norm, decoder.norm                     encoder.layer_norm, decoder.layer_norm
     decoder.layers.i.self_attn_norm                decoder.transformer_layers.i.layer_norm_1
-    decoder.layers.i.self_attn.qkv                 decoder.transformer_layers.i.self_attn.linear_{query,keys,values}
-    decoder.layers.i.self_attn.attention.out       decoder.transformer_layers.i.self_attn.final_linear
-    decoder.layers.i.context_norm                  decoder.transformer_layers.i.layer_norm_2
-    decoder.layers.i.context_query                 decoder.transformer_layers.i.context_attn.linear_query
-    decoder.memory_projection [2LH x H]            decoder.transformer_layers.i.context_attn.linear_keys
-                                                   (rows 2iH:(2i+1)H) and .linear_values ((2i+1)H:(2i+2)H)
-    decoder.layers.i.context_attn.out              decoder.transformer_layers.i.context_attn.final_linear
-    generator 0.weight, 0.bias                     generator weight, bias
+    decoder.layers.i.self_attn.qkv
+    decoder.transformer_layers.i.self_attn.linear_{query,keys,values}
+    decoder.layers.i.self_attn.attention.out
+    decoder.transformer_layers.i.self_attn.final_linear decoder.layers.i.context_norm
+    decoder.transformer_layers.i.layer_norm_2 decoder.layers.i.context_query
+    decoder.transformer_layers.i.context_attn.linear_query decoder.memory_projection [2LH x H]
+    decoder.transformer_layers.i.context_attn.linear_keys
+                                                   (rows 2iH:(2i+1)H) and .linear_values
+                                                   ((2i+1)H:(2i+2)H)
+    decoder.layers.i.context_attn.out
+    decoder.transformer_layers.i.context_attn.final_linear generator 0.weight, 0.bias
+    generator weight, bias
 
 A parameter of either side left unmapped, a shape that does not fit, or an option this mapping does
 not cover (an RNN, copy attention, relative positions, no position encoding) stops the conversion.
@@ -113,7 +122,8 @@ def lite_dims(opt):
 
 
 def peer_options(template_opt, dims, vocab_sizes):
-    """The template's option Namespace with every option that shapes the model set as onmt_lite's."""
+    """The template's option Namespace with every option that shapes the model set as
+    onmt_lite's."""
     opt = argparse.Namespace(**vars(template_opt))
     model = {
         "model_task": "seq2seq",
@@ -187,7 +197,8 @@ def peer_options(template_opt, dims, vocab_sizes):
 
 
 def split_rows(tensor, parts, size, what):
-    """``tensor`` ``[parts*size x ...]`` (or ``[parts*size]``) as ``parts`` tensors of ``size`` rows."""
+    """``tensor`` ``[parts*size x ...]`` (or ``[parts*size]``) as ``parts`` tensors of ``size``
+    rows."""
     if tensor.size(0) != parts * size:
         raise ConversionError(f"{what} has {tensor.size(0)} rows, expected {parts} x {size}")
     return [t.clone() for t in tensor.split(size, 0)]
@@ -196,7 +207,8 @@ def split_rows(tensor, parts, size, what):
 def parameter_map(lite, dims):
     """The peer's model and generator state dicts made of ``lite`` (onmt_lite's parameters by name,
     generator's prefixed ``generator.``). Every onmt_lite parameter must be used once."""
-    used, model = set(), {}
+    used = set()
+    model = {}
     size = dims["size"]
 
     def take(name):
@@ -210,7 +222,8 @@ def parameter_map(lite, dims):
             model[f"{dst}.{part}"] = take(f"{src}.{part}")
 
     def qkv(src, dst):
-        """The fused query, key and value Linear ``src`` [3H x H] as the three Linears of ``dst``."""
+        """The fused query, key and value Linear ``src`` [3H x H] as the three Linears of
+        ``dst``."""
         for part in ("weight", "bias"):
             chunks = split_rows(take(f"{src}.{part}"), 3, size, f"{src}.{part}")
             for name, chunk in zip(("query", "keys", "values"), chunks):
@@ -225,7 +238,8 @@ def parameter_map(lite, dims):
         )
         model[f"{side}.embeddings.make_embedding.pe.pe"] = pe.clone()
     for i in range(dims["enc_layers"]):
-        lite_layer, peer_layer = f"encoder.layers.{i}", f"encoder.transformer.{i}"
+        lite_layer = f"encoder.layers.{i}"
+        peer_layer = f"encoder.transformer.{i}"
         linear(f"{lite_layer}.norm", f"{peer_layer}.layer_norm")
         qkv(f"{lite_layer}.self_attn.qkv", f"{peer_layer}.self_attn")
         linear(f"{lite_layer}.self_attn.attention.out", f"{peer_layer}.self_attn.final_linear")
@@ -244,7 +258,8 @@ def parameter_map(lite, dims):
                 2 * i + 1
             ]
     for i in range(dims["dec_layers"]):
-        lite_layer, peer_layer = f"decoder.layers.{i}", f"decoder.transformer_layers.{i}"
+        lite_layer = f"decoder.layers.{i}"
+        peer_layer = f"decoder.transformer_layers.{i}"
         linear(f"{lite_layer}.self_attn_norm", f"{peer_layer}.layer_norm_1")
         qkv(f"{lite_layer}.self_attn.qkv", f"{peer_layer}.self_attn")
         linear(f"{lite_layer}.self_attn.attention.out", f"{peer_layer}.self_attn.final_linear")
@@ -269,14 +284,17 @@ def feed_forward(linear, src, dst):
 def expected_shapes(dims, vocab_sizes):
     """The shape of every parameter and buffer of OpenNMT-py 3.5.1's model for ``dims`` (its
     TransformerEncoder/Decoder with add_qkvbias and add_ffnbias), by name, model then generator."""
-    h, ff = dims["size"], dims["ff"]
+    h = dims["size"]
+    ff = dims["ff"]
     shapes = {}
 
     def lin(name, out, inp):
-        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (out, inp), (out,)
+        shapes[f"{name}.weight"] = (out, inp)
+        shapes[f"{name}.bias"] = (out,)
 
     def norm(name):
-        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (h,), (h,)
+        shapes[f"{name}.weight"] = (h,)
+        shapes[f"{name}.bias"] = (h,)
 
     def attn(name):
         for part in ("linear_keys", "linear_values", "linear_query", "final_linear"):
@@ -311,7 +329,8 @@ def check_shapes(model, generator, dims, vocab_sizes, template):
     template holds a model of the same sizes, as its checkpoint has them."""
     want_model, want_generator = expected_shapes(dims, vocab_sizes)
     for what, got, want in (("model", model, want_model), ("generator", generator, want_generator)):
-        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        missing = sorted(set(want) - set(got))
+        extra = sorted(set(got) - set(want))
         if missing or extra:
             raise ConversionError(
                 f"{what}: parameters missing {missing[:5]}, unexpected {extra[:5]}"
@@ -392,9 +411,10 @@ def main():
         else "as OpenNMT-py 3.5.1 builds them (the template has other sizes or vocabularies)"
     )
     print(
-        f"{opt.output}: {dims['enc_layers']}+{dims['dec_layers']} layers, size {dims['size']}, {dims['heads']} "
-        f"heads, feed-forward {dims['ff']}, vocabularies {len(peer['vocab']['src'])}/{len(peer['vocab']['tgt'])}, "
-        f"{params} parameters; names and shapes {layout}"
+        f"{opt.output}: {dims['enc_layers']}+{dims['dec_layers']} layers, size {dims['size']}, "
+        f"{dims['heads']} heads, feed-forward {dims['ff']}, vocabularies "
+        f"{len(peer['vocab']['src'])}/{len(peer['vocab']['tgt'])}, {params} parameters; names and "
+        f"shapes {layout}"
     )
 
 

@@ -1,4 +1,5 @@
-"""Mixed precision against float32: onmt_lite's loss curve and speed with -model_dtype bf16 and fp32.
+"""Mixed precision against float32: onmt_lite's loss curve and speed with -model_dtype bf16 and
+fp32.
 
     .venv/bin/python bench/precision_curve.py [-steps 1000] [-report_every 50] [-valid_steps 250]
 
@@ -27,7 +28,8 @@ DTYPES = ("fp32", "bf16")
 
 
 def curves(log):
-    """``(training perplexity {step: ppl}, validation perplexity {step: ppl})`` of a training log."""
+    """``(training perplexity {step: ppl}, validation perplexity {step: ppl})`` of a training
+    log."""
     found = read_log(log)
     return found[("train", "ppl")], found.get(("valid", "ppl"), {})
 
@@ -112,7 +114,8 @@ def main():
     write_results("precision_curve", figures)
 
     print(
-        f"\ntoy-ende, standard configuration, seed 1, {opt.steps} steps: perplexity, bf16 against fp32"
+        f"\ntoy-ende, standard configuration, seed 1, {opt.steps} steps: perplexity, bf16 against "
+        "fp32"
     )
     print(f"{'step':>10} {'fp32':>9} {'bf16':>9} {'bf16/fp32':>10}")
     for label, rows in (("", train_rows), ("valid ", valid_rows)):

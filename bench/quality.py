@@ -2,9 +2,10 @@
 
     bench/quality.sh g2p      # g2p-sr, the same wall-clock budget each (-minutes, default 10)
     bench/quality.sh ende     # toy-ende, 1,000 steps each, with and without copy attention
-    bench/quality.sh g2p -model transformer    # the small Transformer, the same wall-clock budget each
-    bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
-    bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3   # settings for 10,000 pairs
+    bench/quality.sh g2p -model transformer    # the small Transformer, the same wall-clock budget
+    each bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
+    bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3   # settings for 10,000
+    pairs
 
 g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
 match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
@@ -33,8 +34,8 @@ SHARED = os.path.join(os.path.dirname(REPO), "shared")
 LITE_BIN = os.path.dirname(sys.executable)
 
 
-# OpenNMT-py 3.5.1 pickles argparse.Namespace into its checkpoints, which torch >= 2.6 refuses to load
-# by default (weights_only=True); the peer's own commands get torch's documented override.
+# OpenNMT-py 3.5.1 pickles argparse.Namespace into its checkpoints, which torch >= 2.6 refuses to
+# load by default (weights_only=True); the peer's own commands get torch's documented override.
 PEER_ENV = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
 
 
@@ -158,8 +159,8 @@ def write_results(name, figures):
         json.dump(figures, f, indent=2)
 
 
-# The small Transformer of issue 32 in OpenNMT-py 3.x's option names (``lite_args`` gives onmt_lite's),
-# and its training: token batches, Adam with the noam schedule, label smoothing.
+# The small Transformer of issue 32 in OpenNMT-py 3.x's option names (``lite_args`` gives
+# onmt_lite's), and its training: token batches, Adam with the noam schedule, label smoothing.
 TRANSFORMER = {
     "encoder_type": "transformer",
     "decoder_type": "transformer",
@@ -189,11 +190,12 @@ TRANSFORMER_TRAINING = {
     "normalization": "tokens",
     "label_smoothing": 0.1,
 }
-# -subwords: one vocabulary for both sides and one embedding matrix for the encoder, the decoder and the
-# generator (fewer parameters to learn from 10,000 pairs); share_vocab is preprocessing's in onmt_lite
+# -subwords: one vocabulary for both sides and one embedding matrix for the encoder, the decoder and
+# the generator (fewer parameters to learn from 10,000 pairs); share_vocab is preprocessing's in
+# onmt_lite
 SHARED_PIECES = {"share_vocab": True, "share_embeddings": True, "share_decoder_embeddings": True}
-# OpenNMT-py 3.x options without a counterpart in onmt_lite: the biases above (onmt_lite's layers always
-# have them), and bucket_size (-peer_bucket_size)
+# OpenNMT-py 3.x options without a counterpart in onmt_lite: the biases above (onmt_lite's layers
+# always have them), and bucket_size (-peer_bucket_size)
 PEER_ONLY = ("add_qkvbias", "add_ffnbias", "bucket_size")
 PEER_BUCKET_HELP = (
     "OpenNMT-py's bucket_size (default: its own, 262,144 examples: before its first step each "
@@ -310,8 +312,8 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
 
 
 def logged_parameters(log):
-    """The parameter count a training log states (onmt_lite: ``model: N parameters``, OpenNMT-py 3.x:
-    ``* number of parameters: N``), or None."""
+    """The parameter count a training log states (onmt_lite: ``model: N parameters``, OpenNMT-py
+    3.x: ``* number of parameters: N``), or None."""
     with open(log, encoding="utf-8", errors="replace") as f:
         found = re.search(r"model: (\d+) parameters|\* number of parameters: (\d+)", f.read())
     return int(found.group(1) or found.group(2)) if found else None
@@ -319,9 +321,10 @@ def logged_parameters(log):
 
 def check_models(lite_log, peer_log, model_args):
     """Check from the training logs that both toolkits built the model asked for: a Transformer's
-    peer log must show OpenNMT-py's Transformer modules (it logs the model), and the parameter counts
-    must agree to 0.1% (onmt_lite's vocabularies have 4 entries more: its specials come on top of
-    ``-src_vocab_size``, OpenNMT-py's count in it; 3,076 parameters for toy-ende's Transformer).
+    peer log must show OpenNMT-py's Transformer modules (it logs the model), and the parameter
+    counts must agree to 0.1% (onmt_lite's vocabularies have 4 entries more: its specials come on
+    top of ``-src_vocab_size``, OpenNMT-py's count in it; 3,076 parameters for toy-ende's
+    Transformer).
     Returns {toolkit: parameters}."""
     params = {"onmt_lite": logged_parameters(lite_log), "OpenNMT-py": logged_parameters(peer_log)}
     if model_args.get("encoder_type") == "transformer":
@@ -346,8 +349,8 @@ def logged_seconds(log):
 
 
 # OpenNMT-py 3.5.1 saves a copy model's generator as {"linear.weight", ...} but looks for the
-# parameter name alone when loading ("Missing key in checkpoint: generator.linear.weight"); moving the
-# generator's tensors into "model" under their full names lets it load its own checkpoint.
+# parameter name alone when loading ("Missing key in checkpoint: generator.linear.weight"); moving
+# the generator's tensors into "model" under their full names lets it load its own checkpoint.
 REPAIR_PEER_COPY_CHECKPOINT = """
 import sys, torch
 c = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
@@ -409,10 +412,10 @@ def translate_both(models, src, work, peer):
 
 
 def gold_perplexity(models, src, tgt, work, peer):
-    """Each toolkit's perplexity of the references ``tgt`` (each token and the end of sentence), from its
-    translation command's gold scores: a measure of the model that does not need it to translate well.
-    OpenNMT-py 3.5.1 logs the average score per sentence (its ``GOLD PPL`` is the exponential of that);
-    the per-token one is computed from the token count here."""
+    """Each toolkit's perplexity of the references ``tgt`` (each token and the end of sentence),
+    from its translation command's gold scores: a measure of the model that does not need it to
+    translate well. OpenNMT-py 3.5.1 logs the average score per sentence (its ``GOLD PPL`` is the
+    exponential of that); the per-token one is computed from the token count here."""
     with open(tgt, encoding="utf-8") as f:
         lengths = [len(line.split()) + 1 for line in f]
     ppl = {}
@@ -437,7 +440,8 @@ def gold_perplexity(models, src, tgt, work, peer):
                 ],
                 log,
             )
-            pattern, per_sentence = r"GOLD AVG SCORE: (-?[\d.]+)", False
+            pattern = r"GOLD AVG SCORE: (-?[\d.]+)"
+            per_sentence = False
         else:
             run(
                 [
@@ -457,7 +461,8 @@ def gold_perplexity(models, src, tgt, work, peer):
                 ],
                 log,
             )
-            pattern, per_sentence = r"GOLD SCORE: (-?[\d.]+)", True
+            pattern = r"GOLD SCORE: (-?[\d.]+)"
+            per_sentence = True
         with open(log, encoding="utf-8", errors="replace") as f:
             score = float(re.findall(pattern, f.read())[-1])
         ppl[toolkit] = math.exp(-score * len(lengths) / sum(lengths) if per_sentence else -score)
@@ -494,7 +499,8 @@ def report(task, label, models, scores, metric):
         print(f"{toolkit:<12} {step:>7} {seconds:>8.0f} {scores[toolkit]:>14.2f}")
     ratio = scores["onmt_lite"] / scores["OpenNMT-py"] if scores["OpenNMT-py"] > 0 else None
     print(
-        f"onmt_lite / OpenNMT-py: {'n/a (OpenNMT-py scored 0)' if ratio is None else f'{ratio:.3f}'}"
+        "onmt_lite / OpenNMT-py: "
+        f"{'n/a (OpenNMT-py scored 0)' if ratio is None else f'{ratio:.3f}'}"
     )
     return {
         "task": task,
@@ -609,7 +615,9 @@ def main():
             "save_checkpoint_steps": 250,
             "seed": 1,
         }
-        budget, metric, ref = opt.minutes * 60, "exact match %", data["tgt_valid"]
+        budget = opt.minutes * 60
+        metric = "exact match %"
+        ref = data["tgt_valid"]
     else:
         d = os.path.join(SHARED, "data", "toy-ende")
         data = {
@@ -645,7 +653,9 @@ def main():
             "save_checkpoint_steps": opt.steps,
             "seed": 1,
         }
-        budget, metric, ref = None, "BLEU", data["tgt_valid"]
+        budget = None
+        metric = "BLEU"
+        ref = data["tgt_valid"]
     if opt.model == "transformer":
         vocab = {"src_vocab_size": 20000, "tgt_vocab_size": 20000} if opt.task == "ende" else {}
         settings = [

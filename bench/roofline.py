@@ -1,5 +1,6 @@
-"""How close training comes to this machine's limit: the model's floating-point operations per target
-token times the measured target tokens per second, over the measured float32 matrix-multiply rate.
+"""How close training comes to this machine's limit: the model's floating-point operations per
+target token times the measured target tokens per second, over the measured float32 matrix-multiply
+rate.
 
     .venv/bin/python bench/roofline.py [-steps 100] [-warmup 20] [-threads 2]
 
@@ -8,10 +9,12 @@ encoder, 2+2 layers, hidden and embeddings 256, general attention, input feed). 
 products, counted from the shapes (a multiply-add is 2 operations; training does each product three
 times: forward, gradient of the input, gradient of the weight):
 
-    encoder, per source token   layer 1: 2 directions x 4(H/2) x (E + H/2);  layer 2: 2 x 4(H/2) x (H + H/2)
-    decoder, per target token   layer 1: 4H x (E + H + H)  (embedding, input feed, recurrent)
+    encoder, per source token   layer 1: 2 directions x 4(H/2) x (E + H/2);  layer 2: 2 x 4(H/2) x
+    (H + H/2) decoder, per target token   layer 1: 4H x (E + H + H)  (embedding, input feed,
+    recurrent)
                                 layer 2: 4H x (H + H)
-                                attention: H x H (query projection) + 2 S H (scores, context) + 2H x H (output)
+                                attention: H x H (query projection) + 2 S H (scores, context) + 2H x
+                                    H (output)
     generator, per target token H x V
 
 with S the mean source length and the source side counted per target token by the corpus's ratio of
@@ -32,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import LITE_BIN, SHARED, write_results  # noqa: E402
 from train_speed import target_rate  # noqa: E402
 
-E, H, V = 256, 256, 20000
+E = 256
+H = 256
+V = 20000
 
 
 def mean_length(path):
@@ -42,7 +47,8 @@ def mean_length(path):
 
 
 def training_flops_per_target_token(src_len, tgt_len):
-    """Multiply-adds of the matrix products per target token, times 2 (operations) and 3 (training)."""
+    """Multiply-adds of the matrix products per target token, times 2 (operations) and 3
+    (training)."""
     per_target = {
         "encoder": (2 * 4 * (H // 2) * (E + H // 2) + 2 * 4 * (H // 2) * (H + H // 2))
         * src_len
@@ -55,10 +61,12 @@ def training_flops_per_target_token(src_len, tgt_len):
 
 
 def matmul_rate(size=2048, repeats=5):
-    """float32 operations per second of torch.mm on ``size x size`` matrices, best of ``repeats``."""
+    """float32 operations per second of torch.mm on ``size x size`` matrices, best of
+    ``repeats``."""
     import torch
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
     return 2 * size**3 / best
@@ -154,17 +162,17 @@ def main():
 
     torch.set_num_threads(opt.threads)
     d = os.path.join(SHARED, "data", "toy-ende")
-    src_len, tgt_len = (
-        mean_length(f"{d}/src-train.txt"),
-        mean_length(f"{d}/tgt-train.txt") + 1,
-    )  # + </s>
+    # + </s>
+    src_len = mean_length(f"{d}/src-train.txt")
+    tgt_len = mean_length(f"{d}/tgt-train.txt") + 1
     flops = training_flops_per_target_token(src_len, tgt_len)
     total = sum(flops.values())
     peak = statistics.median(matmul_rate() for _ in range(3))
     rate = measured_training_rate(opt.work, opt.steps, opt.warmup)
     achieved = total * rate
     print(
-        f"Training FLOPs per target token (mean lengths: source {src_len:.1f}, target {tgt_len:.1f}):"
+        f"Training FLOPs per target token (mean lengths: source {src_len:.1f}, target "
+        f"{tgt_len:.1f}):"
     )
     for part, value in flops.items():
         print(f"  {part:<12} {value / 1e6:>7.2f} MFLOP ({value / total:.0%})")

@@ -1,5 +1,6 @@
 """How onmt_lite's cost grows: training speed against batch size and sentence length, translation
-time against beam size, the memory of a training step against vocabulary size with and without sharding.
+time against beam size, the memory of a training step against vocabulary size with and without
+sharding.
 
     .venv/bin/python bench/scaling.py [-steps 5] [-lines 200]
 
@@ -9,8 +10,8 @@ one fixed batch shape per row, in this process on 2 threads: target tokens per s
 ``-steps`` steps after 2 warm-up steps. Batch sizes 16 to 128 at length 25 (toy-ende's mean), then
 lengths 10 to 80 at batch 64. Translation: the first ``-lines`` lines of toy-ende's src-val.txt with
 the model of ``bench/quality.sh ende`` (trained first when missing), batch 32, beam 1 to 10, the
-decoding time that ``-report_time`` gives. Memory: bench/shard_memory.py's measurement (one step in a
-fresh process, batch 64, length 60, hidden 512) at vocabularies of 10,000 to 100,000 words, with
+decoding time that ``-report_time`` gives. Memory: bench/shard_memory.py's measurement (one step in
+a fresh process, batch 64, length 60, hidden 512) at vocabularies of 10,000 to 100,000 words, with
 ``-max_generator_batches`` 0 and 8. Each table is printed, drawn to bench/results/scaling_*.png when
 matplotlib is installed, and written to bench/results/scaling.json.
 """
@@ -25,12 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import REPO, SHARED, normalised_copy, write_results  # noqa: E402
 from translate_speed import decode_seconds, ensure_models, translate  # noqa: E402
 
-BATCH_SIZES, LENGTHS, BEAMS, VOCABS = (
-    (16, 32, 64, 128),
-    (10, 20, 40, 80),
-    (1, 2, 5, 10),
-    (10000, 20000, 50000, 100000),
-)
+BATCH_SIZES = (16, 32, 64, 128)
+LENGTHS = (10, 20, 40, 80)
+BEAMS = (1, 2, 5, 10)
+VOCABS = (10000, 20000, 50000, 100000)
 
 
 def training_rate(batch_size, length, steps, vocab_size=20000):
@@ -118,7 +117,8 @@ def step_memory(vocab, shard, work):
 
 
 def plot(name, title, xlabel, ylabel, series):
-    """bench/results/scaling_NAME.png of ``series`` {label: (xs, ys)}, when matplotlib is installed."""
+    """bench/results/scaling_NAME.png of ``series`` {label: (xs, ys)}, when matplotlib is
+    installed."""
     try:
         from onmt_lite.utils.plotting import new_figure, save_png
 

@@ -4,14 +4,14 @@
 
 Models: g2p-sr's bidirectional LSTMs (2x256) that ``bench/quality.py g2p -minutes M`` trains with
 the same settings for the same wall-clock time with each toolkit (trained first when missing), each
-served by its own toolkit with the same search (beam 5, no length penalty, at most 100 tokens, batches
-of 30 sentences). Each client sends one word a request (g2p-sr's training words, in order) and waits
-for the answer before sending the next: ``-sentences`` requests in all, shared among the clients.
-The servers run one at a time on 127.0.0.1, after 20 warm-up requests. The table gives sentences/s
-(requests answered over the wall-clock time of the whole run), the median and 99th percentile of the
-requests' latencies, and the ratios; every answer is checked (status 200, its own source, a
-translation). Figures go to bench/results/server_load.json (the models' training and exact match,
-when trained here, to bench/results/server_load_models.json).
+served by its own toolkit with the same search (beam 5, no length penalty, at most 100 tokens,
+batches of 30 sentences). Each client sends one word a request (g2p-sr's training words, in order)
+and waits for the answer before sending the next: ``-sentences`` requests in all, shared among the
+clients. The servers run one at a time on 127.0.0.1, after 20 warm-up requests. The table gives
+sentences/s (requests answered over the wall-clock time of the whole run), the median and 99th
+percentile of the requests' latencies, and the ratios; every answer is checked (status 200, its own
+source, a translation). Figures go to bench/results/server_load.json (the models' training and exact
+match, when trained here, to bench/results/server_load_models.json).
 """
 
 import argparse
@@ -131,8 +131,10 @@ def request(port, method, path, body=None):
 
 
 def load(port, words, clients):
-    """Run ``clients`` clients over ``words`` (one a request); returns (seconds, latencies, failures)."""
-    latencies, failures = [], []
+    """Run ``clients`` clients over ``words`` (one a request); returns (seconds, latencies,
+    failures)."""
+    latencies = []
+    failures = []
 
     def client(c):
         for word in words[c::clients]:
@@ -187,7 +189,8 @@ def main():
                 seconds, latencies, failures = load(opt.port, words, clients)
                 if failures:
                     raise SystemExit(
-                        f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. {failures[0]}"
+                        f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. "
+                        f"{failures[0]}"
                     )
                 rows.append(
                     {
@@ -215,8 +218,9 @@ def main():
         )
         ratio = lite["sentences_per_s"] / peer["sentences_per_s"]
         print(
-            f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | {ratio:.2f}x | "
-            f"{lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / {peer['p99_ms']:.0f} |"
+            f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | "
+            f"{ratio:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / "
+            f"{peer['p99_ms']:.0f} |"
         )
     write_results("server_load", {"models": models, "search": SEARCH, "rows": rows})
 

@@ -25,7 +25,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import write_results  # noqa: E402
 
-CONFIGS = [  # (name, max_generator_batches, truncated_decoder, accum_count, the row whose gradients it must equal)
+# (name, max_generator_batches, truncated_decoder, accum_count, the row whose gradients it must
+# equal)
+CONFIGS = [
     ("-max_generator_batches 0 (no sharding)", 0, 0, 1, 0),
     ("-max_generator_batches 32 (default)", 32, 0, 1, 0),
     ("-max_generator_batches 8", 8, 0, 1, 0),
@@ -141,7 +143,8 @@ def run_config(args, shard, trunc, accum, grads_path):
 def max_difference(path_a, path_b):
     import torch
 
-    a, b = torch.load(path_a, weights_only=True), torch.load(path_b, weights_only=True)
+    a = torch.load(path_a, weights_only=True)
+    b = torch.load(path_b, weights_only=True)
     return max(float((a[n] - b[n]).abs().max() / (a[n].abs().max() + 1e-30)) for n in a)
 
 
@@ -174,13 +177,16 @@ def main():
             rows.append({"config": name, **figures})
     base = rows[0]["step_mib"]
     print(
-        f"One training step: vocab {args.vocab}, batch {args.batch}, length {args.length}, hidden {args.hidden}"
+        f"One training step: vocab {args.vocab}, batch {args.batch}, length {args.length}, hidden "
+        f"{args.hidden}"
     )
     print(
-        f"{'configuration':<48} {'step peak MiB':>14} {'vs unsharded':>13} {'process MiB':>12} {'grad diff':>10}"
+        f"{'configuration':<48} {'step peak MiB':>14} {'vs unsharded':>13} {'process MiB':>12} "
+        f"{'grad diff':>10}"
     )
     print(
-        "(grad diff: the largest difference from the reference gradients, relative to each tensor's largest value)"
+        "(grad diff: the largest difference from the reference gradients, relative to each "
+        "tensor's largest value)"
     )
     for row in rows:
         print(

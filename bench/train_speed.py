@@ -1,7 +1,7 @@
 """Training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1, side by side on toy-ende.
 
-    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard copy ...]
-    .venv/bin/python bench/train_speed.py -only transformer [-steps 60] [-warmup 10]
+    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard copy
+    ...] .venv/bin/python bench/train_speed.py -only transformer [-steps 60] [-warmup 10]
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
@@ -10,14 +10,15 @@ embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with 
 2+2 layers, model size 256, 4 heads, feed-forward 1024, sinusoidal positions, dropout 0.1, Glorot
 initialisation, batches of 4,096 tokens normalised by tokens, Adam (beta2 0.998) with the noam
 schedule (2, 8,000 warm-up steps), label smoothing 0.1; a step of it is several times slower than
-the RNNs' step of 64 sentences, so its default run is shorter (``DEFAULT_STEPS``). Both toolkits' logs are checked
-to hold models of the same parameter count (and OpenNMT-py's log to show its Transformer modules).
-Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps`` steps;
-the speed of a run is its target tokens per second over the reports after the warm-up (each toolkit's
-own ``src/tgt tok/s`` figures, reported every 10 steps by default), the peak memory the resident memory of its
-whole process tree (OpenNMT-py's data-loading workers included), sampled every 0.2 s. The
-table quotes medians over the rounds and the ratios; figures go to bench/results/train_speed.json.
-The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
+the RNNs' step of 64 sentences, so its default run is shorter (``DEFAULT_STEPS``). Both toolkits'
+logs are checked to hold models of the same parameter count (and OpenNMT-py's log to show its
+Transformer modules). Each round runs onmt_lite then OpenNMT-py (A B A B ...) for ``warmup + steps``
+steps; the speed of a run is its target tokens per second over the reports after the warm-up (each
+toolkit's own ``src/tgt tok/s`` figures, reported every 10 steps by default), the peak memory the
+resident memory of its whole process tree (OpenNMT-py's data-loading workers included), sampled
+every 0.2 s. The table quotes medians over the rounds and the ratios; figures go to
+bench/results/train_speed.json. The peer is installed by ../shared/bench/install_opennmt_py.sh when
+missing.
 """
 
 import argparse
@@ -57,8 +58,8 @@ BASE = {
 }
 RNN_TRAINING = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}
 # name: (model settings of both toolkits, their training settings, onmt_lite's extra options);
-# "standard_bf16" sets onmt_lite's mixed precision against the peer's float32 (OpenNMT-py's fp16 does
-# not run on a CPU).
+# "standard_bf16" sets onmt_lite's mixed precision against the peer's float32 (OpenNMT-py's fp16
+# does not run on a CPU).
 CONFIGS = {
     "standard": (BASE, RNN_TRAINING, []),
     "copy": ({**BASE, "copy_attn": True}, RNN_TRAINING, []),
@@ -72,8 +73,8 @@ CONFIGS = {
 # run only when named with -only (not part of `make bench`'s RNN figures)
 OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16")
 # (steps, warm-up) without -steps/-warmup: a Transformer step of 4,096 tokens (about 2,700 target
-# tokens, against about 1,500 in the RNNs' 64 sentences) took 3-8 s in dry runs on this 2-core machine
-# shared with other work; 70 steps make a run of 4-10 minutes
+# tokens, against about 1,500 in the RNNs' 64 sentences) took 3-8 s in dry runs on this 2-core
+# machine shared with other work; 70 steps make a run of 4-10 minutes
 DEFAULT_STEPS = dict.fromkeys(OPT_IN, (60, 10))
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
 PREPROCESS = [
@@ -110,7 +111,8 @@ def process_tree(root, table=None):
     """Process ``root`` and all its descendants (OpenNMT-py trains with data-loading worker
     processes): a set of pids."""
     table = processes() if table is None else table
-    tree, frontier = {root}, [root]
+    tree = {root}
+    frontier = [root]
     while frontier:
         children = [
             pid for pid, (parent, _) in table.items() if parent in frontier and pid not in tree
@@ -309,16 +311,18 @@ def main():
         row["memory_ratio"] = row["onmt_lite"]["peak_mib"] / row["OpenNMT-py"]["peak_mib"]
         rows = [r for r in rows if r["config"] != config] + [row]
         print(
-            f"\n{config}: {steps} steps after {warmup} warm-up, medians of {opt.rounds} rounds (A B A B)"
+            f"\n{config}: {steps} steps after {warmup} warm-up, medians of {opt.rounds} rounds (A "
+            "B A B)"
         )
         print(f"{'toolkit':<12} {'tgt tok/s':>10} {'peak MiB':>9} {'parameters':>11}")
         for toolkit in runs:
             print(
-                f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} {row[toolkit]['peak_mib']:>9.0f} "
-                f"{params[toolkit] or 0:>11,}"
+                f"{toolkit:<12} {row[toolkit]['tgt_tok_s']:>10.0f} "
+                f"{row[toolkit]['peak_mib']:>9.0f} {params[toolkit] or 0:>11,}"
             )
         print(
-            f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory {row['memory_ratio']:.2f}x"
+            f"onmt_lite / OpenNMT-py: speed {row['speed_ratio']:.2f}x, memory "
+            f"{row['memory_ratio']:.2f}x"
         )
         write_results("train_speed", rows)
 

@@ -1,22 +1,25 @@
 """Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
 
-    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-threads N] [-src FILE [-tgt FILE]]
-        [-only 'no copy'|copy|g2p|transformer|transformer_same_weights [-lite_model PATH] [-peer_template PATH]]
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-threads N] [-src FILE [-tgt
+    FILE]]
+        [-only 'no copy'|copy|g2p|transformer|transformer_same_weights [-lite_model PATH]
+        [-peer_template PATH]]
 
-Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the same
-settings and the same number of steps (1,000), without and with copy attention; they are trained
-first when missing. ``-only transformer`` (issue 32; not run without -only) decodes the small
-Transformers of ``bench/quality.sh ende -model transformer`` instead, each toolkit's trained with
-the same settings (quality.py's ``TRANSFORMER``) for the same wall-clock time (``-train_minutes``
-when they are missing, default 10: a short training, far from converged; sentences/s depends on
-how long the outputs are, generated tokens/s less). Input: the first ``-lines`` lines of
-src-val.txt, batch 32, beam 5 and greedy, the machine's default thread count (2 here) for both,
-and the same search for both: onmt_lite's defaults (no length penalty, at most 100 tokens), given
-to OpenNMT-py explicitly, since its 3.x defaults are another search (an average length penalty,
-outputs cut at 1.25 x the batch's longest source + 5). OpenNMT-py also runs with its own
-defaults, for reference. Each round runs onmt_lite, onmt_lite with ``-quantize int8``, OpenNMT-py
-and OpenNMT-py with its defaults one after the other (A B C D A B C D); a run's time is the
-decoding time its toolkit reports with ``-report_time`` (model loading excluded), and the table quotes the
+Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the
+same settings and the same number of steps (1,000), without and with copy attention; they are
+trained first when missing. ``-only transformer`` (issue 32; not run without -only) decodes the
+small Transformers of ``bench/quality.sh ende -model transformer`` instead, each toolkit's trained
+with the same settings (quality.py's ``TRANSFORMER``) for the same wall-clock time
+(``-train_minutes`` when they are missing, default 10: a short training, far from converged;
+sentences/s depends on how long the outputs are, generated tokens/s less). Input: the first
+``-lines`` lines of src-val.txt, batch 32, beam 5 and greedy, the machine's default thread count (2
+here) for both, and the same search for both: onmt_lite's defaults (no length penalty, at most 100
+tokens), given to OpenNMT-py explicitly, since its 3.x defaults are another search (an average
+length penalty, outputs cut at 1.25 x the batch's longest source + 5). OpenNMT-py also runs with its
+own defaults, for reference. Each round runs onmt_lite, onmt_lite with ``-quantize int8``,
+OpenNMT-py and OpenNMT-py with its defaults one after the other (A B C D A B C D); a run's time is
+the decoding time its toolkit reports with ``-report_time`` (model loading excluded), and the table
+quotes the
 medians: sentences/s, generated tokens/s (words of the output plus the end of each sentence), the
 ratios of the medians and the medians of the ratios within each round, and BLEU of each output
 against tgt-val.txt, with the float32 matrix-multiply rate measured before each round (this VM's
@@ -28,18 +31,18 @@ the model's weight shapes), the fraction of that limit onmt_lite reaches, and th
 OpenNMT-py's sentences/s would need (decoding_floor.py counts an RNN's products, not a
 Transformer's).
 ``-only transformer_same_weights`` (not run without -only) decodes ONE model with both toolkits:
-onmt_lite's Transformer checkpoint (``-lite_model``, default the newest of ``-only transformer``'s) and
-that checkpoint converted by bench/peer_checkpoint.py into an OpenNMT-py 3.5.1 checkpoint of the
+onmt_lite's Transformer checkpoint (``-lite_model``, default the newest of ``-only transformer``'s)
+and that checkpoint converted by bench/peer_checkpoint.py into an OpenNMT-py 3.5.1 checkpoint of the
 same weights and vocabularies (``-peer_template``: an OpenNMT-py checkpoint for its options, default
 the newest one beside the onmt_lite checkpoint). Two models trained apart write outputs of different
 lengths, so only this setting's sentences/s compare the toolkits' decoding; their float32 outputs
 must be identical (the number of lines that differ is printed and kept). Rounds of onmt_lite,
 onmt_lite int8 and OpenNMT-py with the same search (A B C A B C); ``-src``/``-tgt`` give other lines
 to decode and their references (a g2p Transformer's src.valid, say; no -tgt: no BLEU).
-``-threads N`` sets OMP_NUM_THREADS and MKL_NUM_THREADS for both toolkits and for the matrix-multiply
-probe (default: unset, the machine's default).
-Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept), each
-row with the CPU it was measured on.
+``-threads N`` sets OMP_NUM_THREADS and MKL_NUM_THREADS for both toolkits and for the
+matrix-multiply probe (default: unset, the machine's default).
+Figures go to bench/results/translate_speed.json (with ``-only``, the other figures there are kept),
+each row with the CPU it was measured on.
 """
 
 import argparse
@@ -85,7 +88,8 @@ MODES = {"beam 5": 5, "greedy": 1}
 LITE_TIME = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
 # the same search for both toolkits: onmt_lite's defaults (OpenNMT-py 1.x's), which OpenNMT-py 3.5.1
-# changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest source + 5
+# changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest
+# source + 5
 SEARCH_OPTIONS = {
     "length_penalty": "none",
     "alpha": 0.0,
@@ -185,7 +189,10 @@ def measure(
     """Medians over ``rounds`` of each toolkit's decoding speed; BLEU of the (deterministic) output.
     ``same_weights``: both toolkits decode one model; count the lines where their outputs differ."""
     runs = {toolkit: [] for toolkit in toolkits}
-    scores, host_rates, differ, int8_differ = {}, [], [], []
+    scores = {}
+    host_rates = []
+    differ = []
+    int8_differ = []
     for r in range(rounds):
         # the host's float32 rate before each round: this VM's second core comes and goes, which
         # moves onmt_lite (bound by the products) more than OpenNMT-py (bound by Python)
@@ -217,7 +224,8 @@ def measure(
         }
     row["speed_ratio"] = row["onmt_lite"]["sents_s"] / row["OpenNMT-py"]["sents_s"]
     row["int8_speedup"] = row["onmt_lite int8"]["sents_s"] / row["onmt_lite"]["sents_s"]
-    # the same ratios within each round (runs minutes apart share this VM's slow and fast phases less)
+    # the same ratios within each round (runs minutes apart share this VM's slow and fast phases
+    # less)
     row["speed_ratio_paired"] = paired_median(runs["onmt_lite"], runs["OpenNMT-py"])
     row["int8_speedup_paired"] = paired_median(runs["onmt_lite int8"], runs["onmt_lite"])
     if PEER_DEFAULTS in runs:
@@ -228,7 +236,8 @@ def measure(
             runs["onmt_lite"], runs[PEER_DEFAULTS]
         )
     if same_weights:
-        # the most lines that differed in any round (each toolkit's output is deterministic: the same each round)
+        # the most lines that differed in any round (each toolkit's output is deterministic: the
+        # same each round)
         row["lines_differ_onmt_lite_OpenNMT-py"] = max(differ)
         row["lines_differ_int8_float32"] = max(int8_differ)
     return row
@@ -242,9 +251,9 @@ def lines_differ(hyps, other):
 
 
 def decoding_floor(model, src, n_lines, beam, row):
-    """decoding_floor.py's count of onmt_lite's products on the ``n_lines`` lines of ``src`` and the least
-    time they take on this machine; the fraction of that limit onmt_lite reaches, and the fraction 2x of
-    OpenNMT-py's speed needs."""
+    """decoding_floor.py's count of onmt_lite's products on the ``n_lines`` lines of ``src`` and the
+    least time they take on this machine; the fraction of that limit onmt_lite reaches, and the
+    fraction 2x of OpenNMT-py's speed needs."""
     found = subprocess.run(
         [
             sys.executable,
@@ -301,23 +310,25 @@ def print_row(title, row):
         else row["onmt_lite int8"]["bleu"] - row["onmt_lite"]["bleu"]
     )
     print(
-        f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by round: "
-        f"{row['speed_ratio_paired']:.2f}x){defaults}; int8 / float32: {row['int8_speedup']:.2f}x (round by "
-        f"round: {row['int8_speedup_paired']:.2f}x), BLEU {fixed(bleu_change, '+.2f')}"
+        f"onmt_lite / OpenNMT-py, the same search: {row['speed_ratio']:.2f}x sentences/s (round by "
+        f"round: {row['speed_ratio_paired']:.2f}x){defaults}; int8 / float32: "
+        f"{row['int8_speedup']:.2f}x (round by round: {row['int8_speedup_paired']:.2f}x), BLEU "
+        f"{fixed(bleu_change, '+.2f')}"
     )
     if "lines_differ_onmt_lite_OpenNMT-py" in row:
         print(
-            f"the same weights: {row['lines_differ_onmt_lite_OpenNMT-py']} of {row['lines']} lines differ between "
-            f"onmt_lite's and OpenNMT-py's float32 outputs (0: the same translations); int8's differ from "
-            f"float32's on {row['lines_differ_int8_float32']}"
+            f"the same weights: {row['lines_differ_onmt_lite_OpenNMT-py']} of {row['lines']} lines "
+            "differ between onmt_lite's and OpenNMT-py's float32 outputs (0: the same "
+            f"translations); int8's differ from float32's on {row['lines_differ_int8_float32']}"
         )
     floor = row.get("floor")
     if floor:
         print(
-            f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at the float32 rate "
-            f"({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; onmt_lite took "
-            f"{floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} of that limit); 2x OpenNMT-py's "
-            f"speed means {floor['seconds_for_2x']:.2f} s ({floor['fraction_needed_for_2x']:.0%} of it)"
+            f"onmt_lite's matrix products ({floor['rows']:,} rows, {floor['gflop']:.0f} GFLOP) at "
+            f"the float32 rate ({floor['matmul_gflop_s']:.0f} GFLOP/s): {floor['seconds']:.2f} s; "
+            f"onmt_lite took {floor['onmt_lite_seconds']:.2f} s ({floor['fraction_of_limit']:.0%} "
+            f"of that limit); 2x OpenNMT-py's speed means {floor['seconds_for_2x']:.2f} s "
+            f"({floor['fraction_needed_for_2x']:.0%} of it)"
         )
 
 
@@ -345,7 +356,8 @@ def g2p_int8(quality_work, rounds, work):
         refs = [" ".join(line.split()) for line in f]
     row = {}
     for toolkit in ("onmt_lite", "onmt_lite int8"):
-        speeds, match = [], 0.0
+        speeds = []
+        match = 0.0
         for r in range(rounds):
             name = re.sub(r"\W+", "_", f"g2p_{toolkit}_{r}")
             hyps = translate(
@@ -375,7 +387,8 @@ def main():
         "-threads",
         type=int,
         default=0,
-        help="OMP_NUM_THREADS and MKL_NUM_THREADS of both toolkits (0: unset, the machine's default)",
+        help="OMP_NUM_THREADS and MKL_NUM_THREADS of both toolkits (0: unset, the machine's "
+        "default)",
     )
     parser.add_argument("-peer", default="/tmp/peer-opennmt")
     parser.add_argument(
@@ -453,7 +466,8 @@ def main():
             toolkits = SAME_WEIGHTS_TOOLKITS
         else:
             models = ensure_models(opt.quality_work, setting, opt.train_minutes)
-            repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"  # loadable by the peer (see quality.py)
+            # loadable by the peer (see quality.py)
+            repaired = f"{opt.work}/peer_{setting.replace(' ', '_')}.pt"
             run(
                 [
                     f"{opt.peer}/bin/python",
@@ -493,8 +507,8 @@ def main():
             row.update({"setting": setting, "mode": mode, "machine": machine()})
             results["rows"].append(row)
             print_row(
-                f"{setting}, {mode}, first {len(lines)} lines of {os.path.basename(src_path)}, batch 32, "
-                f"medians of {opt.rounds} rounds",
+                f"{setting}, {mode}, first {len(lines)} lines of {os.path.basename(src_path)}, "
+                f"batch 32, medians of {opt.rounds} rounds",
                 row,
             )
             write_results("translate_speed", results)
@@ -507,8 +521,9 @@ def main():
 
 
 def same_weights_models(opt):
-    """The onmt_lite checkpoint of -only transformer_same_weights and its conversion into an OpenNMT-py
-    checkpoint (bench/peer_checkpoint.py): {"onmt_lite": path, "OpenNMT-py": path, "template": path}."""
+    """The onmt_lite checkpoint of -only transformer_same_weights and its conversion into an
+    OpenNMT-py checkpoint (bench/peer_checkpoint.py): {"onmt_lite": path, "OpenNMT-py": path,
+    "template": path}."""
     lite = opt.lite_model
     if lite is None:
         lite = ensure_models(opt.quality_work, "transformer", opt.train_minutes)["onmt_lite"]
@@ -520,7 +535,8 @@ def same_weights_models(opt):
                 f"no OpenNMT-py checkpoint matches {beside}: give one with -peer_template"
             )
         template = newest_checkpoint(beside)[0]
-    converted, log = f"{opt.work}/peer_same_weights.pt", f"{opt.work}/peer_checkpoint.log"
+    converted = f"{opt.work}/peer_same_weights.pt"
+    log = f"{opt.work}/peer_checkpoint.log"
     try:
         run(
             [
@@ -542,13 +558,13 @@ def same_weights_models(opt):
 
 
 def earlier_results(only, src=None):
-    """The figures of bench/results/translate_speed.json, but for those of ``only`` (on the lines of ``src``,
-    for the same-weights setting, whose rows on other lines are kept)."""
+    """The figures of bench/results/translate_speed.json, but for those of ``only`` (on the lines of
+    ``src``, for the same-weights setting, whose rows on other lines are kept)."""
     results = read_results("translate_speed")
     if results is None:
         raise SystemExit(
-            f"-only {only} keeps the other figures of {results_path('translate_speed')}, which does "
-            "not exist: run without -only"
+            f"-only {only} keeps the other figures of {results_path('translate_speed')}, which "
+            "does not exist: run without -only"
         )
     results["rows"] = [
         r for r in results["rows"] if r["setting"] != only or r.get("src", src) != src

@@ -39,8 +39,8 @@ def check_outputs(save_data, overwrite):
 
 def remove_stale_outputs(save_data):
     """Remove the temporaries that a killed preprocess left beside the outputs of ``save_data``
-    (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``, ``.PREFIX.train_ID.N.pt.XXXX.tmp``,
-    ...), saying so."""
+    (``.PREFIX.vocab.pt.XXXX.tmp``, ``.PREFIX.train.N.pt.XXXX.tmp``,
+    ``.PREFIX.train_ID.N.pt.XXXX.tmp``, ...), saying so."""
     kinds = ("train*", "valid")  # train* covers the named corpora's train_ID
     patterns = [shards.vocab_path(save_data)] + [
         shards.shard_path(save_data, kind, "*") for kind in kinds
@@ -51,8 +51,8 @@ def remove_stale_outputs(save_data):
 
 
 def with_progress(pairs, stats, src_path, desc, report_every=None):
-    """Yield ``pairs`` while showing the lines read (``stats.read``) out of the lines of ``src_path``,
-    and logging their number each time it passes a multiple of ``report_every``."""
+    """Yield ``pairs`` while showing the lines read (``stats.read``) out of the lines of
+    ``src_path``, and logging their number each time it passes a multiple of ``report_every``."""
     done = 0
     with Progress(count_lines(src_path), "lines", desc) as progress:
         for pair in pairs:
@@ -67,11 +67,12 @@ def with_progress(pairs, stats, src_path, desc, report_every=None):
 def training_corpora(opt):
     """``(corpus id, source path, target path)`` of each training corpus (-train_src, -train_tgt,
     -train_ids); the id is None for the one unnamed corpus of a run without -train_ids."""
-    n_src, ids = len(opt.train_src), list(opt.train_ids)
+    n_src = len(opt.train_src)
+    ids = list(opt.train_ids)
     if len(opt.train_tgt) != n_src:
         raise UserError(
-            f"-train_src gives {n_src} file(s) but -train_tgt {len(opt.train_tgt)}: give one target "
-            f"file per source file"
+            f"-train_src gives {n_src} file(s) but -train_tgt {len(opt.train_tgt)}: give one "
+            "target file per source file"
         )
     if ids == [None] and n_src > 1:
         raise UserError(
@@ -79,7 +80,8 @@ def training_corpora(opt):
         )
     if ids != [None] and len(ids) != n_src:
         raise UserError(
-            f"-train_ids gives {len(ids)} id(s) for {n_src} corpora (-train_src): give one id per corpus"
+            f"-train_ids gives {len(ids)} id(s) for {n_src} corpora (-train_src): give one id per "
+            "corpus"
         )
     for corpus_id in ids:
         if corpus_id is not None and not shards.CORPUS_ID.match(corpus_id):
@@ -89,18 +91,21 @@ def training_corpora(opt):
             )
         if corpus_id is not None and ids.count(corpus_id) > 1:
             raise UserError(
-                f"-train_ids {' '.join(ids)}: {corpus_id} is given twice (each corpus needs its own id)"
+                f"-train_ids {' '.join(ids)}: {corpus_id} is given twice (each corpus needs its "
+                "own id)"
             )
     return list(zip(ids, opt.train_src, opt.train_tgt))
 
 
 def count_training_words(corpora, tokenizers, limits, num_threads, n_feats):
-    """Counts of the filtered training pairs of all ``corpora`` together: (source word Counter, target
-    Counter, one Counter per source word feature)."""
-    src_counter, tgt_counter = count_words(()), count_words(())
+    """Counts of the filtered training pairs of all ``corpora`` together: (source word Counter,
+    target Counter, one Counter per source word feature)."""
+    src_counter = count_words(())
+    tgt_counter = count_words(())
     feat_counters = [count_words(()) for _ in range(n_feats)]
     for _, src_path, tgt_path in corpora:
-        stats, reader = CorpusStats(), FeatureReader(n_feats, src_path, tgt_path)
+        stats = CorpusStats()
+        reader = FeatureReader(n_feats, src_path, tgt_path)
         pairs = corpus_pairs(src_path, tgt_path, *tokenizers, limits, stats, num_threads)
         for lineno, src_tokens, tgt_tokens in with_progress(pairs, stats, src_path, "vocabulary"):
             reader.check_target(lineno, tgt_tokens)
@@ -115,14 +120,15 @@ def count_training_words(corpora, tokenizers, limits, num_threads, n_feats):
 
 
 def build_vocabs(opt, tokenizers, limits, n_feats=0):
-    """The source and target Vocab, and one Vocab per source word feature: words from -src_vocab/-tgt_vocab
-    files, else from the training data (all the corpora of ``training_corpora(opt)`` counted together);
-    feature i (from 1) from the file PREFIX.source_feature_i.dict of -features_vocabs_prefix (as
-    -src_vocab), else from the training data with the source's -src_vocab_size and
-    -src_words_min_frequency (as 1.x).
+    """The source and target Vocab, and one Vocab per source word feature: words from
+    -src_vocab/-tgt_vocab files, else from the training data (all the corpora of
+    ``training_corpora(opt)`` counted together); feature i (from 1) from the file
+    PREFIX.source_feature_i.dict of -features_vocabs_prefix (as -src_vocab), else from the training
+    data with the source's -src_vocab_size and -src_words_min_frequency (as 1.x).
 
     With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
-    both sides together (at most -src_vocab_size). Each is padded to a multiple of -vocab_size_multiple.
+    both sides together (at most -src_vocab_size). Each is padded to a multiple of
+    -vocab_size_multiple.
     """
     counts = functools.cache(
         lambda: count_training_words(
@@ -136,7 +142,8 @@ def build_vocabs(opt, tokenizers, limits, n_feats=0):
 
 
 def feature_vocab_paths(prefix, n_feats):
-    """The files -features_vocabs_prefix names: PREFIX.source_feature_1.dict .. _N.dict (Lua OpenNMT's names)."""
+    """The files -features_vocabs_prefix names: PREFIX.source_feature_1.dict .. _N.dict (Lua
+    OpenNMT's names)."""
     return [f"{prefix}.source_feature_{i}.dict" for i in range(1, n_feats + 1)]
 
 
@@ -191,8 +198,10 @@ def write_corpus(
 ):
     """Write the shards of one corpus (``corpus_type``: ``valid``, ``train`` or a named corpus's
     ``train_ID``; with the alignments of ``align_path``, if given) into ``staged``, each tied to the
-    vocabularies (source, target, feature list) by ``vocab_id``; returns (CorpusStats, number of shards)."""
-    stats, training = CorpusStats(), corpus_type != "valid"
+    vocabularies (source, target, feature list) by ``vocab_id``; returns (CorpusStats, number of
+    shards)."""
+    stats = CorpusStats()
+    training = corpus_type != "valid"
     finish = functools.partial(
         make_aligned_example if align_path else make_example,
         src_vocab=vocabs[0],
@@ -209,7 +218,8 @@ def write_corpus(
     if training and opt.shuffle:
         examples = list(examples)
         random.Random(opt.seed).shuffle(examples)
-    written, chunk = [], []
+    written = []
+    chunk = []
 
     def write_shard():
         # numbered from 0, as OpenNMT-py 1.x numbers PREFIX.train.0.pt, PREFIX.valid.0.pt, ...
@@ -249,8 +259,8 @@ def vocab_record(src_vocab, tgt_vocab, feat_vocabs, vocab_id, opt, counts):
 
 
 def check_alignment_options(opt):
-    """-valid_align needs -valid_src; alignment files index whitespace tokens, not sentencepiece pieces;
-    one -train_align file aligns one training corpus."""
+    """-valid_align needs -valid_src; alignment files index whitespace tokens, not sentencepiece
+    pieces; one -train_align file aligns one training corpus."""
     if opt.valid_align and not opt.valid_src:
         raise UserError("-valid_align needs -valid_src and -valid_tgt (the pairs it aligns)")
     if opt.train_align and len(opt.train_src) > 1:
@@ -262,15 +272,16 @@ def check_alignment_options(opt):
     for name in ("train_align", "valid_align"):
         if getattr(opt, name) and spm:
             raise UserError(
-                f"-{name} with -{spm[0]}: the alignments index the whitespace tokens of the text, not "
-                f"the sentencepiece pieces the model would see (give text already split into pieces "
-                f"and alignments of those, without -{spm[0]})"
+                f"-{name} with -{spm[0]}: the alignments index the whitespace tokens of the text, "
+                "not the sentencepiece pieces the model would see (give text already split into "
+                f"pieces and alignments of those, without -{spm[0]})"
             )
 
 
 def source_feature_count(opt):
-    """The number of word features of the source tokens (those of the first non-empty line of the first
-    training source); refused with sentencepiece, which would cut the features off their words."""
+    """The number of word features of the source tokens (those of the first non-empty line of the
+    first training source); refused with sentencepiece, which would cut the features off their
+    words."""
     n_feats = corpus_feature_count(opt.train_src[0])
     if n_feats and opt.src_spm:
         raise UserError(

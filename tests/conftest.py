@@ -7,10 +7,10 @@ import pytest
 import torch
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # make test runs a worker per core: each on one thread, and so the commands it starts, because two
-    # workers of two threads each on 2 cores spin against each other (the suite took 2.4x as long).
-    # ONMT_LITE_TEST_THREADS=2 runs them on 2 threads all the same: the models trained and the
-    # translations compared must hold on any thread count (other threads, other float rounding)
+    # make test runs a worker per core: each on one thread, and so the commands it starts, because
+    # two workers of two threads each on 2 cores spin against each other (the suite took 2.4x as
+    # long). ONMT_LITE_TEST_THREADS=2 runs them on 2 threads all the same: the models trained and
+    # the translations compared must hold on any thread count (other threads, other float rounding)
     os.environ["OMP_NUM_THREADS"] = os.environ.get("ONMT_LITE_TEST_THREADS", "1")
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def two_threads():
-    """PyTorch on 2 threads for the test (translation then decodes in two streams), as before after."""
+    """PyTorch on 2 threads for the test (translation then decodes in two streams), as before
+    after."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     yield

@@ -188,8 +188,8 @@ def translate_in_process(*args) -> str:
 def trained_reversal_model(
     tmp_path_factory, name, preprocess_args, train_args, steps, **corpus_args
 ):
-    """A model trained for ``steps`` steps on a reversal corpus of its own: ``{"model", "data", "src",
-    "tgt"}`` (checkpoint, -data prefix, held-out source and target files)."""
+    """A model trained for ``steps`` steps on a reversal corpus of its own: ``{"model", "data",
+    "src", "tgt"}`` (checkpoint, -data prefix, held-out source and target files)."""
     directory = str(tmp_path_factory.mktemp(name))
     prefix = preprocess_in_process(directory, *preprocess_args, **corpus_args)
     train_in_process(

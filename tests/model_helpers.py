@@ -74,7 +74,8 @@ def random_pairs(n, seed=0, min_len=1, max_len=9):
 
 
 def make_batch(pairs, order=None):
-    """The Batch of ``pairs`` (with copy data) in ``order``, built as preprocessing and training do."""
+    """The Batch of ``pairs`` (with copy data) in ``order``, built as preprocessing and training
+    do."""
     from onmt_lite.data.example import make_example
 
     examples = [make_example(i, s, t, SRC_VOCAB, TGT_VOCAB, True) for i, (s, t) in enumerate(pairs)]

@@ -1,4 +1,5 @@
-"""An onmt_lite_server process for tests: started on a free port, called over HTTP, stopped by SIGTERM."""
+"""An onmt_lite_server process for tests: started on a free port, called over HTTP, stopped by
+SIGTERM."""
 
 import http.client
 import json
@@ -30,7 +31,8 @@ class Server:
             text=True,
             cwd=REPO,
         )
-        self.log, self.port = [], None
+        self.log = []
+        self.port = None
         ready = threading.Event()
 
         def drain():

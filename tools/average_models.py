@@ -5,12 +5,12 @@
         -output run_avg.pt
 
 The checkpoints must have the same vocabularies and the same tensor names and shapes. Every
-floating-point tensor of ``model`` and ``generator`` becomes the elementwise mean (computed in float64,
-stored in the first checkpoint's dtype); other tensors must be equal in all checkpoints. The output
-keeps the ``vocab``, ``opt``, ``preprocess`` and ``step`` of the last checkpoint and has no training
-state (``optim``, ``rng``, ``data``, ``trainer`` and a ``-average_decay`` run's ``raw_weights`` are
-removed; such a run's ``model`` and ``generator`` are its moving average): it is for translating, not
-resuming.
+floating-point tensor of ``model`` and ``generator`` becomes the elementwise mean (computed in
+float64, stored in the first checkpoint's dtype); other tensors must be equal in all checkpoints.
+The output keeps the ``vocab``, ``opt``, ``preprocess`` and ``step`` of the last checkpoint and has
+no training state (``optim``, ``rng``, ``data``, ``trainer`` and a ``-average_decay`` run's
+``raw_weights`` are removed; such a run's ``model`` and ``generator`` are its moving average): it is
+for translating, not resuming.
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ def build_parser():
 
 
 def check_compatible(first, other, first_path, path):
-    """A UserError naming the first difference of vocabularies or tensors between two checkpoints."""
+    """A UserError naming the first difference of vocabularies or tensors between two
+    checkpoints."""
     if other["vocab"] != first["vocab"]:
         raise UserError(f"{path}: its vocabularies differ from those of {first_path}")
     for part in PARTS:
-        names, other_names = set(first[part]), set(other[part])
+        names = set(first[part])
+        other_names = set(other[part])
         if names != other_names:
             diff = sorted(names ^ other_names)[:3]
             raise UserError(

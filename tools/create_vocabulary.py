@@ -1,12 +1,14 @@
 #!/usr/bin/env python
-"""Write a vocabulary file for ``onmt_lite_preprocess -src_vocab``, from text or from a preprocessed vocabulary.
+"""Write a vocabulary file for ``onmt_lite_preprocess -src_vocab``, from text or from a preprocessed
+vocabulary.
 
     python tools/create_vocabulary.py -file src-train.txt -out_file src.vocab -size 50000
-    python tools/create_vocabulary.py -file_type field -file data/demo.vocab.pt -side src -out_file src.vocab
+    python tools/create_vocabulary.py -file_type field -file data/demo.vocab.pt -side src -out_file
+    src.vocab
 
-``-file_type text`` (the default): words are the whitespace-separated tokens of the UTF-8 input files.
-The output has one ``word count`` a line, most frequent first, ties in alphabetical order (by code
-point). ``-file_type field`` (as in OpenNMT-py 1.x): ``-file`` is one ``PREFIX.vocab.pt`` of
+``-file_type text`` (the default): words are the whitespace-separated tokens of the UTF-8 input
+files. The output has one ``word count`` a line, most frequent first, ties in alphabetical order (by
+code point). ``-file_type field`` (as in OpenNMT-py 1.x): ``-file`` is one ``PREFIX.vocab.pt`` of
 onmt_lite_preprocess and the output is the ``-side`` (src or tgt) vocabulary, one word a line in id
 order (the file holds no counts; ``-size`` keeps the first words). Either way the special tokens
 ``<unk> <blank> <s> </s>`` are left out (preprocessing adds them itself), so that preprocessing with
@@ -37,16 +39,16 @@ def build_parser():
         "file_type",
         default="text",
         type=choice("file_type", FILE_TYPES),
-        help="text: count the words of text files; field: the -side vocabulary of one PREFIX.vocab.pt "
-        "file of onmt_lite_preprocess",
+        help="text: count the words of text files; field: the -side vocabulary of one "
+        "PREFIX.vocab.pt file of onmt_lite_preprocess",
     )
     add(
         group,
         "file",
         required=True,
         nargs="+",
-        help="UTF-8 text files, tokens separated by whitespace (-file_type text), or one PREFIX.vocab.pt "
-        "(-file_type field)",
+        help="UTF-8 text files, tokens separated by whitespace (-file_type text), or one "
+        "PREFIX.vocab.pt (-file_type field)",
     )
     add(
         group,
@@ -95,7 +97,8 @@ def ranked_words(counter, size=0, min_frequency=1):
 
 
 def field_words(opt):
-    """``[word]`` of the ``-side`` vocabulary of the vocabulary file ``-file`` (specials left out)."""
+    """``[word]`` of the ``-side`` vocabulary of the vocabulary file ``-file`` (specials left
+    out)."""
     if len(opt.file) != 1:
         raise UserError(
             f"-file_type field reads one vocabulary file; got {len(opt.file)}: {' '.join(opt.file)}"

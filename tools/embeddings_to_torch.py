@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""Turn GloVe or word2vec text embeddings into the tensors ``-pre_word_vecs_enc/-pre_word_vecs_dec`` read.
+"""Turn GloVe or word2vec text embeddings into the tensors ``-pre_word_vecs_enc/-pre_word_vecs_dec``
+read.
 
     python tools/embeddings_to_torch.py -emb_file_both glove.txt \
         -dict_file data/demo.vocab.pt -output_file data/emb
     onmt_lite_train ... -pre_word_vecs_enc data/emb.enc.pt -pre_word_vecs_dec data/emb.dec.pt \
         -word_vec_size DIM
 
-``-emb_file_both FILE`` reads one file for both sides; ``-emb_file_enc`` and ``-emb_file_dec`` read one
-file for each (as in OpenNMT-py 1.x, give one or the other way). An embedding file is UTF-8 text,
-one ``word v1 v2 ...`` a line (any run of whitespace separates fields), after the first
+``-emb_file_both FILE`` reads one file for both sides; ``-emb_file_enc`` and ``-emb_file_dec`` read
+one file for each (as in OpenNMT-py 1.x, give one or the other way). An embedding file is UTF-8
+text, one ``word v1 v2 ...`` a line (any run of whitespace separates fields), after the first
 ``-skip_lines`` lines. With ``-type word2vec`` the first line read must be word2vec's ``COUNT DIM``
 header; with ``-type GloVe`` (the default) a first line ``N DIM`` is taken as such a header and
 skipped. Every line must have as many values as the first (and the header's DIM); the values of a
@@ -135,10 +136,14 @@ def parse_vector(path: str, lineno: int, fields: list[str]) -> torch.Tensor:
 def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
     """``({word: float32 vector} for the words in ``wanted``, dim)``; a word's first vector wins.
 
-    The first ``skip_lines`` lines are skipped; with ``word2vec`` the next line must be a ``COUNT DIM``
-    header, otherwise such a line (the first read) is taken as a header. The values of the vectors
-    of ``wanted`` words must be finite as float32 (``parse_vector``); other lines are not parsed."""
-    vectors, dim, header_dim, first = {}, None, None, True
+    The first ``skip_lines`` lines are skipped; with ``word2vec`` the next line must be a
+    ``COUNT DIM`` header, otherwise such a line (the first read) is taken as a header. The values of
+    the vectors of ``wanted`` words must be finite as float32 (``parse_vector``); other lines are
+    not parsed."""
+    vectors = {}
+    dim = None
+    header_dim = None
+    first = True
     for lineno, text in read_lines(path):
         if lineno <= skip_lines:
             continue
@@ -149,7 +154,8 @@ def read_embeddings(path, wanted, skip_lines=0, word2vec=False):
                 f"found {text.strip()[:40]!r}"
             )
         if first and (word2vec or is_header(fields)):
-            header_dim, first = int(fields[1]), False
+            header_dim = int(fields[1])
+            first = False
             continue
         first = False
         if not fields:
@@ -187,8 +193,8 @@ def embedding_tensor(words, vectors, dim):
 
 
 def convert(emb_path, words, side, vectors, dim, verbose=False):
-    """The tensor for ``words`` from the ``vectors`` read from ``emb_path``; prints how many words were
-    found (and with ``verbose`` the others)."""
+    """The tensor for ``words`` from the ``vectors`` read from ``emb_path``; prints how many words
+    were found (and with ``verbose`` the others)."""
     found = sum(word in vectors for word in words)
     print(
         f"{side}: found {found} of {len(words)} vocabulary words "

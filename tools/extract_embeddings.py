@@ -56,7 +56,8 @@ def table(checkpoint, side, path):
     name = TABLES[side]
     if name not in checkpoint["model"]:
         raise UserError(f"{path}: the model has no {name}")
-    weight, words = checkpoint["model"][name], checkpoint["vocab"][side]
+    weight = checkpoint["model"][name]
+    words = checkpoint["vocab"][side]
     if weight.dim() != 2 or weight.shape[0] != len(words):
         raise UserError(
             f"{path}: {name} has shape {tuple(weight.shape)} but the {side} vocabulary "
@@ -66,8 +67,8 @@ def table(checkpoint, side, path):
 
 
 def output_paths(output_dir):
-    """``{side: path}`` of the files to write; a UserError, before anything is read, if ``output_dir``
-    or one of the files cannot be what it must be."""
+    """``{side: path}`` of the files to write; a UserError, before anything is read, if
+    ``output_dir`` or one of the files cannot be what it must be."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UserError(f"-output_dir {output_dir}: not a directory")
     paths = {side: os.path.join(output_dir, f"{side}_embeddings.txt") for side in TABLES}

@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     add(group, "src", default="", help="The words (letters separated by spaces), for the examples")
     add(group, "examples", type=int, default=10, help="How many examples to print")
     opt = parse(parser, argv)
-    hypotheses, references = read_tokens(opt.hyp), read_tokens(opt.ref)
+    hypotheses = read_tokens(opt.hyp)
+    references = read_tokens(opt.ref)
     if len(hypotheses) != len(references):
         raise UserError(f"{opt.hyp} has {len(hypotheses)} lines, {opt.ref} has {len(references)}")
     if not references:

@@ -3,14 +3,14 @@
 
     python tools/options_table.py -output docs/options.md
 
-``onmt_lite/opts/opennmt_py_1x_options.txt`` lists every option of OpenNMT-py 1.x's ``preprocess.py``,
-``train.py`` and ``translate.py``. The status of each is derived from onmt_lite's own parser of the
-same command (built with the option groups of ``onmt_lite/bin/*.py``):
+``onmt_lite/opts/opennmt_py_1x_options.txt`` lists every option of OpenNMT-py 1.x's
+``preprocess.py``, ``train.py`` and ``translate.py``. The status of each is derived from onmt_lite's
+own parser of the same command (built with the option groups of ``onmt_lite/bin/*.py``):
 
 - **same**: the parser accepts the option (a few words from ``NOTES`` may follow);
 - **changed**: the parser accepts it, but it behaves differently: ``CHANGED`` below says how;
-- **not supported**: the parser refuses it by name; the note is its reason in ``UNSUPPORTED_OPTIONS``
-  (``onmt_lite/opts/parser.py``), the same text the command prints;
+- **not supported**: the parser refuses it by name; the note is its reason in
+  ``UNSUPPORTED_OPTIONS`` (``onmt_lite/opts/parser.py``), the same text the command prints;
 - **new**: an option of the onmt_lite command that 1.x's command lacks, with its help text.
 
 A 1.x option that onmt_lite neither accepts nor lists in ``UNSUPPORTED_OPTIONS``, or an entry of
@@ -52,7 +52,8 @@ TITLE = "# OpenNMT-py 1.x options in onmt_lite"
 BEGIN = "<!-- options-table:begin -->"
 END = "<!-- options-table:end -->"
 
-# command: (onmt_lite command, its option groups as in onmt_lite/bin/*.py, the OpenNMT-py 1.x script)
+# command: (onmt_lite command, its option groups as in onmt_lite/bin/*.py, the OpenNMT-py 1.x
+# script)
 COMMANDS = {
     "preprocess": ("onmt_lite_preprocess", (config_opts, preprocess_opts), "preprocess.py"),
     "train": ("onmt_lite_train", (config_opts, model_opts, train_opts), "train.py"),
@@ -63,96 +64,116 @@ COMMANDS = {
 # (for every command that accepts it) or "command:name" (for that command only, tried first).
 CHANGED = {
     "brnn": "sets `-encoder_type brnn` (1.2.0 refused the deprecated flag)",
-    "feat_vec_exponent": "N, a feature's vocabulary size, counts its four specials `<unk> <blank> <s> </s>` "
-    "(1.x's feature vocabularies had `<unk> <blank>`), as every onmt_lite vocabulary",
-    "features_vocabs_prefix": "feature i's vocabulary is read from PREFIX.source_feature_i.dict (i from 1; Lua "
-    "OpenNMT's names), one word a line as -src_vocab (1.x declared it and never read it)",
-    "exp": "names the TensorBoard run: scalars go to -tensorboard_log_dir/EXP (1.x declared it for Crayon and "
-    "never read it)",
-    "batch_size_multiple": "default 1 (1.x: 8 with `-model_dtype fp16`); a batch that cannot hold that many "
-    "sentences is kept (1.x dropped it)",
+    "feat_vec_exponent": "N, a feature's vocabulary size, counts its four specials `<unk> <blank> "
+    "<s> </s>` (1.x's feature vocabularies had `<unk> <blank>`), as every "
+    "onmt_lite vocabulary",
+    "features_vocabs_prefix": "feature i's vocabulary is read from PREFIX.source_feature_i.dict "
+    "(i from 1; Lua OpenNMT's names), one word a line as -src_vocab "
+    "(1.x declared it and never read it)",
+    "exp": "names the TensorBoard run: scalars go to -tensorboard_log_dir/EXP (1.x declared it "
+    "for Crayon and never read it)",
+    "batch_size_multiple": "default 1 (1.x: 8 with `-model_dtype fp16`); a batch that cannot hold "
+    "that many sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
-    "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each batch's noise is "
-    "drawn from a generator seeded by its place in its corpus; refused with `-copy_attn`",
-    "data_to_noise": "needs `-src_noise` and the reverse (1.x noised nothing then); ids of this run's `-data_ids`",
-    "subword_prefix": "used by `-src_noise infilling` only, which is refused when no source word has the prefix "
-    "(word tokens: `-subword_prefix ''`)",
-    "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output the same as "
-    "one process's (1.x: built that many shards side by side)",
-    "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first (1.x: more "
-    "per-GPU log lines)",
-    "gpuid": "accepted without a value, as 1.x accepted it (1.x refused any value: deprecated, use -gpu_ranks)",
-    "max_shard_size": "accepted as 0, its default, as 1.x accepted it (1.x refused any other value: deprecated, "
-    "use -shard_size)",
-    "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one producer "
-    "filled a queue for all)",
-    "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than -max_length is output "
-    "whole; a copy model copies a prefix word that only the source has (docs/usage.md)",
-    "dump_beam": "one JSON object per input line, in input order, with the tokens as strings and where each n-best "
-    "hypothesis ended; dead places are null (docs/usage.md)",
+    "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each "
+    "batch's noise is drawn from a generator seeded by its place in its corpus; "
+    "refused with `-copy_attn`",
+    "data_to_noise": "needs `-src_noise` and the reverse (1.x noised nothing then); ids of this "
+    "run's `-data_ids`",
+    "subword_prefix": "used by `-src_noise infilling` only, which is refused when no source word "
+    "has the prefix (word tokens: `-subword_prefix ''`)",
+    "num_threads": "processes tokenize and numericalise chunks of lines side by side, the output "
+    "the same as one process's (1.x: built that many shards side by side)",
+    "gpu_verbose_level": "1 or more: every training process logs to the console, its rank first "
+    "(1.x: more per-GPU log lines)",
+    "gpuid": "accepted without a value, as 1.x accepted it (1.x refused any value: deprecated, "
+    "use -gpu_ranks)",
+    "max_shard_size": "accepted as 0, its default, as 1.x accepted it (1.x refused any other "
+    "value: deprecated, use -shard_size)",
+    "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one "
+    "producer filled a queue for all)",
+    "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than "
+    "-max_length is output whole; a copy model copies a prefix word that only the "
+    "source has (docs/usage.md)",
+    "dump_beam": "one JSON object per input line, in input order, with the tokens as strings and "
+    "where each n-best hypothesis ended; dead places are null (docs/usage.md)",
     # preprocess
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files `PREFIX.train_ID.N.pt`)",
+    "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files "
+    "`PREFIX.train_ID.N.pt`)",
     "src_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
     "tgt_vocab": "a word list file only (1.x also takes the PREFIX.vocab.pt of an earlier run)",
-    "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in 1.x)",
-    "train_align": "a malformed line or an index outside its sentence pair is an error naming the file and "
-    "line; truncation drops the links it cuts off; refused with -src_spm/-tgt_spm",
-    "valid_align": "checked and stored as -train_align; validation reports the NLL alone (1.x added the "
-    "alignment loss to it)",
+    "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in "
+    "1.x)",
+    "train_align": "a malformed line or an index outside its sentence pair is an error naming the "
+    "file and line; truncation drops the links it cuts off; refused with "
+    "-src_spm/-tgt_spm",
+    "valid_align": "checked and stored as -train_align; validation reports the NLL alone (1.x "
+    "added the alignment loss to it)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or `transformer` "
-    "(an RNN decoder starts from the mean of its output); `cnn` and `ggnn` are refused",
+    "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or "
+    "`transformer` (an RNN decoder starts from the mean of its output); `cnn` and "
+    "`ggnn` are refused",
     "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
     "self_attn_type": "only `scaled-dot`; `average` is refused",
-    "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's get none (1.x "
-    "added them in training but gave every translation step position 0)",
-    "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged over the "
-    "heads (1.x: the first head's)",
+    "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's "
+    "get none (1.x added them in training but gave every translation step "
+    "position 0)",
+    "copy_attn": "a Transformer decoder copies with its top layer's source attention averaged "
+    "over the heads (1.x: the first head's)",
     "rnn_type": "`LSTM` or `GRU`; `SRU` is refused",
-    "global_attention": "`none` (RNN decoders only) refuses the options that need attention: copy and "
-    "coverage attention, and in translation -replace_unk, -attn_debug, -attn_plot and "
-    "-coverage_penalty (1.x ignored -global_attention with a Transformer decoder)",
-    "global_attention_function": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
-    "generator_function": "`sparsemax` is refused with -copy_attn and -label_smoothing (1.x smoothed the "
-    "log of sparsemax, infinite); the logged perplexity is exp of the sparsemax loss",
+    "global_attention": "`none` (RNN decoders only) refuses the options that need attention: copy "
+    "and coverage attention, and in translation -replace_unk, -attn_debug, "
+    "-attn_plot and -coverage_penalty (1.x ignored -global_attention with a "
+    "Transformer decoder)",
+    "global_attention_function": "RNN decoders only (refused with a Transformer decoder, where "
+    "1.x ignored it)",
+    "generator_function": "`sparsemax` is refused with -copy_attn and -label_smoothing (1.x "
+    "smoothed the log of sparsemax, infinite); the logged perplexity is exp "
+    "of the sparsemax loss",
     "context_gate": "RNN decoders only (refused with a Transformer decoder, where 1.x ignored it)",
-    "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); `none` is refused",
-    "lambda_align": "the logged xent and perplexity are the NLL's, without the alignment term (1.x added it); "
-    "also with copy attention; refused without -train_align data or a Transformer decoder",
-    "alignment_layer": "a layer the decoder lacks is refused (with -lambda_align, or at -report_align) where "
-    "1.x failed with an IndexError",
+    "copy_attn_type": "`dot`, `general` or `mlp` (default: as -global_attention); "
+    "`none` is refused",
+    "lambda_align": "the logged xent and perplexity are the NLL's, without the alignment term "
+    "(1.x added it); also with copy attention; refused without -train_align data "
+    "or a Transformer decoder",
+    "alignment_layer": "a layer the decoder lacks is refused (with -lambda_align, or at "
+    "-report_align) where 1.x failed with an IndexError",
     "alignment_heads": "more than -heads is refused (1.x then averaged all heads)",
-    "full_context_alignment": "only the alignment layer runs a second time (1.x ran every layer twice and "
-    "kept one); the same alignment",
+    "full_context_alignment": "only the alignment layer runs a second time (1.x ran every layer "
+    "twice and kept one); the same alignment",
     # train
-    "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each corpus in "
-    "turn, each batch from one corpus (1.x drew WEIGHT examples from each corpus in turn into "
-    "shared batches); one weight per -data_ids corpus",
-    "data_ids": "several corpora cannot be combined with -single_pass or -epochs (each corpus starts its next "
-    "epoch on its own)",
-    "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several machines: torchrun)",
+    "data_weights": "mixes batches, not examples: a round robin of WEIGHT whole batches from each "
+    "corpus in turn, each batch from one corpus (1.x drew WEIGHT examples from "
+    "each corpus in turn into shared batches); one weight per -data_ids corpus",
+    "data_ids": "several corpora cannot be combined with -single_pass or -epochs (each corpus "
+    "starts its next epoch on its own)",
+    "gpu_ranks": "the devices of this machine's processes, as many as -world_size (several "
+    "machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
     "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
-    "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused (use `noam`)",
-    "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion also "
-    "picks SAVE_MODEL_best.pt",
-    "model_dtype": "adds `bf16` (mixed precision that runs on CPUs); `fp16` needs a CUDA device and keeps "
-    "loss sharding on (1.x switched it off under fp16)",
+    "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused "
+    "(use `noam`)",
+    "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion "
+    "also picks SAVE_MODEL_best.pt",
+    "model_dtype": "adds `bf16` (mixed precision that runs on CPUs); `fp16` needs a CUDA device "
+    "and keeps loss sharding on (1.x switched it off under fp16)",
     "label_smoothing": "also applied to copy models (1.x ignores it there); the logged loss and "
     "perplexity stay the unsmoothed NLL (1.x logs the smoothed loss)",
-    "average_decay": "the checkpoint also keeps the raw weights, and `-train_from` trains on from them with the "
-    "average continued (1.x kept only the average, trained on from it and started a new one)",
-    "average_every": "counts the steps from the first of the whole training, so a resumed run averages at "
-    "the steps the uninterrupted one does (1.x counted from the first step of each run)",
+    "average_decay": "the checkpoint also keeps the raw weights, and `-train_from` trains on from "
+    "them with the average continued (1.x kept only the average, trained on from "
+    "it and started a new one)",
+    "average_every": "counts the steps from the first of the whole training, so a resumed run "
+    "averages at the steps the uninterrupted one does (1.x counted from the "
+    "first step of each run)",
     # translate
-    "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` to the "
-    "shorter ones of a batch); ensembles average their alignment heads; refused with "
-    "sentencepiece models (the pairs would count pieces)",
+    "report_align": "every hypothesis is teacher-forced over `<s> w1 .. wn` (1.x also fed `</s>` "
+    "to the shorter ones of a batch); ensembles average their alignment heads; "
+    "refused with sentencepiece models (the pairs would count pieces)",
     "align_debug": "also without -report_align (1.x needed it)",
 }
 
@@ -161,7 +182,8 @@ NOTES = {
     "train:seed": "-1 draws a seed and logs it",
     "translate:tgt": "also logs BLEU and chrF",
     "translate:model": "several make an ensemble",
-    "translate:dynamic_dict": "accepted; not needed (copy models always build their source vocabularies)",
+    "translate:dynamic_dict": "accepted; not needed (copy models always build their source "
+    "vocabularies)",
     "translate:share_vocab": "accepted; not needed (the vocabularies come from the model)",
 }
 
@@ -202,7 +224,8 @@ def command_parser(command):
 
 
 def option_actions(parser):
-    """``{name: argparse action}`` of every ``-name`` the parser accepts (not ``-h``), in parser order."""
+    """``{name: argparse action}`` of every ``-name`` the parser accepts (not ``-h``), in parser
+    order."""
     actions = {}
     for action in parser._actions:
         for string in action.option_strings:
@@ -212,7 +235,8 @@ def option_actions(parser):
 
 
 def _lookup(table, command, name):
-    """``(key, text)`` of the entry of ``table`` for ``name`` in ``command``, or ``(None, None)``."""
+    """``(key, text)`` of the entry of ``table`` for ``name`` in ``command``, or
+    ``(None, None)``."""
     for key in (f"{command}:{name}", name):
         if key in table:
             return key, table[key]
@@ -224,10 +248,12 @@ def _one_line(text):
 
 
 def command_rows(command, names):
-    """``(rows, unknown, used)`` for one command: rows ``(option, status, note)``, the 1.x options that
-    onmt_lite neither accepts nor refuses by name, and the CHANGED/NOTES keys used."""
+    """``(rows, unknown, used)`` for one command: rows ``(option, status, note)``, the 1.x options
+    that onmt_lite neither accepts nor refuses by name, and the CHANGED/NOTES keys used."""
     actions = option_actions(command_parser(command))
-    rows, unknown, used = [], [], set()
+    rows = []
+    unknown = []
+    used = set()
     for name in names:
         if name in actions:
             key, changed = _lookup(CHANGED, command, name)
@@ -259,7 +285,9 @@ def command_rows(command, names):
 
 def table_rows(reference):
     """``{command: rows}`` for every command; a UserError if an option is unaccounted for."""
-    tables, unknown, used = {}, [], set()
+    tables = {}
+    unknown = []
+    used = set()
     for command, names in reference.items():
         rows, missing, keys = command_rows(command, names)
         tables[command] = rows
@@ -297,12 +325,12 @@ def render(reference):
         for command, rows in tables.items()
     }
     out = [
-        f"Generated by `tools/{PROG}` from `onmt_lite/opts/opennmt_py_1x_options.txt` (every option of OpenNMT-py "
-        "1.2.0, the last 1.x release) and onmt_lite's own option parsers. **same**: accepted with the same "
-        "meaning; **changed**: accepted, but it behaves differently (the note says how); **not supported**: "
-        "refused by name, with the reason shown, and exit status 2; **new**: onmt_lite only. Every option "
-        "is also spelled `--name`. onmt_lite reads and writes its own data and checkpoint files, not "
-        "OpenNMT-py's.",
+        f"Generated by `tools/{PROG}` from `onmt_lite/opts/opennmt_py_1x_options.txt` (every "
+        "option of OpenNMT-py 1.2.0, the last 1.x release) and onmt_lite's own option parsers. "
+        "**same**: accepted with the same meaning; **changed**: accepted, but it behaves "
+        "differently (the note says how); **not supported**: refused by name, with the reason "
+        "shown, and exit status 2; **new**: onmt_lite only. Every option is also spelled "
+        "`--name`. onmt_lite reads and writes its own data and checkpoint files, not OpenNMT-py's.",
         "",
         "| command | 1.x options | same | changed | not supported | new in onmt_lite |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -310,8 +338,8 @@ def render(reference):
     for command, (prog, _, script) in COMMANDS.items():
         c = counts[command]
         out.append(
-            f"| `{prog}` (1.x `{script}`) | {len(reference[command])} | {c['same']} | {c['changed']} "
-            f"| {c['not supported']} | {c['new']} |"
+            f"| `{prog}` (1.x `{script}`) | {len(reference[command])} | {c['same']} | "
+            f"{c['changed']} | {c['not supported']} | {c['new']} |"
         )
     for command, (prog, _, script) in COMMANDS.items():
         out += [
@@ -328,12 +356,13 @@ def render(reference):
 
 
 def page(reference):
-    """The whole page docs/options.md: a title, one line on how it is made, then ``render(reference)``."""
+    """The whole page docs/options.md: a title, one line on how it is made, then
+    ``render(reference)``."""
     return (
-        f"{TITLE}\n\nWhich options of OpenNMT-py 1.x each onmt_lite command accepts, changes, refuses or "
-        f"adds; after changing an option, regenerate this page with `python tools/{PROG} -output "
-        f"docs/options.md` (`tests/unit/test_options_table.py` fails while it is out of date).\n\n"
-        + render(reference)
+        f"{TITLE}\n\nWhich options of OpenNMT-py 1.x each onmt_lite command accepts, changes, "
+        "refuses or adds; after changing an option, regenerate this page with `python "
+        f"tools/{PROG} -output docs/options.md` (`tests/unit/test_options_table.py` fails while it "
+        "is out of date).\n\n" + render(reference)
     )
 
 
@@ -345,19 +374,23 @@ def _marker_line(lines, marker, path):
 
 
 def readme_section(text, path="README"):
-    """The text between the marker lines of ``text`` (a UserError naming ``path`` if they are missing)."""
+    """The text between the marker lines of ``text`` (a UserError naming ``path`` if they are
+    missing)."""
     lines = text.splitlines(keepends=True)
-    begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
+    begin = _marker_line(lines, BEGIN, path)
+    end = _marker_line(lines, END, path)
     if end < begin:
         raise UserError(f"{path}: the line {END} comes before {BEGIN}")
     return "".join(lines[begin + 1 : end])
 
 
 def replace_section(text, table, path="README"):
-    """``text`` with the section between its marker lines replaced by ``table`` (blank lines around it)."""
+    """``text`` with the section between its marker lines replaced by ``table`` (blank lines around
+    it)."""
     readme_section(text, path)
     lines = text.splitlines(keepends=True)
-    begin, end = _marker_line(lines, BEGIN, path), _marker_line(lines, END, path)
+    begin = _marker_line(lines, BEGIN, path)
+    end = _marker_line(lines, END, path)
     if not lines[begin].endswith("\n"):
         lines[begin] += "\n"
     return "".join(lines[: begin + 1]) + "\n" + table + "\n" + "".join(lines[end:])

@@ -143,14 +143,16 @@ def split_path(output_dir, side, split):
 
 
 def check_output_dir(output_dir):
-    """A UserError, before any work, if ``-output_dir`` is a file or one of the six files a directory."""
+    """A UserError, before any work, if ``-output_dir`` is a file or one of the six files a
+    directory."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UserError(f"-output_dir {output_dir}: not a directory")
     for split in SPLITS:
         for side in ("src", "tgt"):
             if os.path.isdir(split_path(output_dir, side, split)):
                 raise UserError(
-                    f"-output_dir {output_dir}: {split_path(output_dir, side, split)} is a directory"
+                    f"-output_dir {output_dir}: {split_path(output_dir, side, split)} is a "
+                    "directory"
                 )
 
 

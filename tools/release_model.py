@@ -6,10 +6,10 @@
 The checkpoint is loaded onto the CPU (a checkpoint saved on a GPU machine works anywhere). The
 optimizer, random-generator, data-position and trainer state are removed, and so are the raw weights
 that a ``-average_decay`` run keeps beside its averaged ones (the average is what translates), so
-the released file translates but cannot resume training. With ``-fp16`` every floating-point weight is stored as
-float16 (half the size); translating loads those values into the float32 model. A weight beyond
-float16's range (|w| > 65504, which would become inf) is refused, naming the checkpoint and the
-parameter, and nothing is written: release such a model without ``-fp16``.
+the released file translates but cannot resume training. With ``-fp16`` every floating-point weight
+is stored as float16 (half the size); translating loads those values into the float32 model. A
+weight beyond float16's range (|w| > 65504, which would become inf) is refused, naming the
+checkpoint and the parameter, and nothing is written: release such a model without ``-fp16``.
 """
 
 from __future__ import annotations

@@ -145,8 +145,8 @@ def main(args=None):
                 }
             },
         )
-        # uvicorn stops gracefully on these signals, then raises them again under the handlers it found:
-        # these, so that the command ends here, with its models closed and status 0
+        # uvicorn stops gracefully on these signals, then raises them again under the handlers it
+        # found: these, so that the command ends here, with its models closed and status 0
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: None)
         server.run(sockets=[sock])

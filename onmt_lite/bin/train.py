@@ -69,7 +69,8 @@ def train_process(opt):
 
 
 def training_device_type(opt, dist):
-    """ "cuda" when this process trains on a CUDA device (as ``-gpu_ranks``/``-gpu`` or torchrun say), else "cpu"."""
+    """ "cuda" when this process trains on a CUDA device (as ``-gpu_ranks``/``-gpu`` or torchrun
+    say), else "cpu"."""
     if dist is not None:
         return dist.device.type
     return "cuda" if opt.gpu_ranks or opt.gpu >= 0 else "cpu"

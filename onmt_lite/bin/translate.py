@@ -1,4 +1,5 @@
-"""onmt_lite_translate: translate text with a trained model or an ensemble (see onmt_lite.translate.run)."""
+"""onmt_lite_translate: translate text with a trained model or an ensemble (see
+onmt_lite.translate.run)."""
 
 from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
 from onmt_lite.translate.run import translate

@@ -1,1 +1,2 @@
-"""Data: vocabularies, reading text, examples, the dynamic dictionary for copying, shards, batches."""
+"""Data: vocabularies, reading text, examples, the dynamic dictionary for copying, shards,
+batches."""

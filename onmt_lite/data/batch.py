@@ -17,19 +17,20 @@ class Batch:
     Attributes:
         src: ``[src_len x batch]`` long, padded with ``<blank>``.
         src_lengths: ``[batch]`` long.
-        src_feats: with source word features, ``[src_len x batch x n_feats]`` long feature ids (padded
-            with ``<blank>``); None without.
+        src_feats: with source word features, ``[src_len x batch x n_feats]`` long feature ids
+            (padded with ``<blank>``); None without.
         tgt: ``[tgt_len x batch]`` long, ``<s> w1 .. wn </s>`` then padding; None without targets.
         indices: ``[batch]`` long, each example's line number in its corpus.
-        src_map: copy only, ``[src_len x batch x n_src_words]`` float one-hot of each source position
-            onto its example's vocabulary (rows of padding are zero).
+        src_map: copy only, ``[src_len x batch x n_src_words]`` float one-hot of each source
+            position onto its example's vocabulary (rows of padding are zero).
         alignment: copy only, ``[tgt_len x batch]`` long, each target word's index in its example's
             vocabulary (0 where it is not in the source, and at ``<s>``, ``</s>`` and padding).
         src_ex_vocab: copy only, the per-example source vocabularies (lists of words).
         src_ex_tgt_ids: copy only, ``[batch x n_src_words]`` long, the target-vocabulary id of each
             word of each example's source vocabulary (0 = not in the target vocabulary, or padding).
-        align: with alignment data (``-train_align``), ``[n_links x 3]`` long rows ``(example, target
-            token, source token)``, token indices from 0 in the sentence (see data/alignment.py).
+        align: with alignment data (``-train_align``), ``[n_links x 3]`` long rows ``(example,
+            target token, source token)``, token indices from 0 in the sentence (see
+            data/alignment.py).
         src_lengths_cpu, indices_cpu, tgt_cpu: ``src_lengths``, ``indices`` and ``tgt`` as built,
             on the CPU wherever the batch moves: what the host reads of them needs no wait for a
             device.
@@ -46,13 +47,19 @@ class Batch:
         src_ex_vocab=None,
         src_ex_tgt_ids=None,
     ):
-        self.src, self.src_lengths, self.tgt, self.indices = src, src_lengths, tgt, indices
-        self.src_map, self.alignment, self.src_ex_vocab = src_map, alignment, src_ex_vocab
+        self.src = src
+        self.src_lengths = src_lengths
+        self.tgt = tgt
+        self.indices = indices
+        self.src_map = src_map
+        self.alignment = alignment
+        self.src_ex_vocab = src_ex_vocab
         self.src_ex_tgt_ids = src_ex_tgt_ids
         self.tgt_tokens = None  # validation batches: the reference words
         self.src_feats = None
         self.align = None
-        self.src_lengths_cpu, self.indices_cpu = src_lengths, indices
+        self.src_lengths_cpu = src_lengths
+        self.indices_cpu = indices
         self.tgt_cpu = tgt
 
     @property
@@ -61,8 +68,8 @@ class Batch:
 
     def to(self, device):
         """Move the tensors to ``device`` (in place); returns the batch. To a CUDA device they go
-        through pinned memory, without waiting for the copies (the device's stream orders them before
-        any use); elsewhere a plain ``.to``."""
+        through pinned memory, without waiting for the copies (the device's stream orders them
+        before any use); elsewhere a plain ``.to``."""
         device = torch.device(device)
         pinned = device.type == "cuda" and torch.cuda.is_available()
         for name in (
@@ -87,14 +94,16 @@ class Batch:
 
 def gather_padded(flat, offsets, lengths, ids, pad):
     """Sequences ``ids`` of a flat tensor, padded: ``[max_len x len(ids)]``."""
-    lens, starts = lengths[ids], offsets[ids]
+    lens = lengths[ids]
+    starts = offsets[ids]
     steps = torch.arange(int(lens.max())).unsqueeze(1)
     positions = (starts.unsqueeze(0) + steps).clamp(max=max(flat.numel() - 1, 0))
     return flat[positions].masked_fill(steps >= lens.unsqueeze(0), pad)
 
 
 def add_bos_eos(body, lengths, bos, eos, pad):
-    """``[len x batch]`` -> ``[len + 2 x batch]`` with ``bos`` first and ``eos`` after each example."""
+    """``[len x batch]`` -> ``[len + 2 x batch]`` with ``bos`` first and ``eos`` after each
+    example."""
     out = torch.full((body.size(0) + 2, body.size(1)), pad, dtype=body.dtype)
     out[0] = bos
     out[1:-1] = body
@@ -111,7 +120,8 @@ class ShardView:
 
     def __init__(self, shard):
         self.shard = shard
-        self.src_lengths, self.tgt_lengths = shard["src_lengths"], shard["tgt_lengths"]
+        self.src_lengths = shard["src_lengths"]
+        self.tgt_lengths = shard["tgt_lengths"]
         self.src_offsets, self.tgt_offsets = _offsets(self.src_lengths), _offsets(self.tgt_lengths)
         self.has_copy = "src_map" in shard
         if self.has_copy:
@@ -129,7 +139,8 @@ class ShardView:
         """The Batch of the examples ``ids`` (a list of positions in this shard), in that order."""
         ids = torch.as_tensor(ids, dtype=torch.long)
         shard = self.shard
-        src_lengths, tgt_lengths = self.src_lengths[ids], self.tgt_lengths[ids]
+        src_lengths = self.src_lengths[ids]
+        tgt_lengths = self.tgt_lengths[ids]
         src = gather_padded(shard["src"], self.src_offsets, self.src_lengths, ids, PAD_ID)
         tgt_body = gather_padded(shard["tgt"], self.tgt_offsets, self.tgt_lengths, ids, PAD_ID)
         tgt = add_bos_eos(tgt_body, tgt_lengths, BOS_ID, EOS_ID, PAD_ID)

@@ -10,7 +10,8 @@ import torch
 
 from onmt_lite.data.vocab import PAD, UNK
 
-EX_UNK_ID, EX_PAD_ID = 0, 1
+EX_UNK_ID = 0
+EX_PAD_ID = 1
 
 
 def source_vocab(src_tokens):

@@ -27,8 +27,8 @@ def read_lines(path):
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise UserError(
-                    f"{where(path, lineno)}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
-                    f"{err.start + 1})"
+                    f"{where(path, lineno)}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
+                    f"column {err.start + 1})"
                 ) from None
             if "\x00" in text:
                 raise UserError(f"{where(path, lineno)}: contains a NUL byte")
@@ -43,7 +43,8 @@ def _count_remaining(lines):
 
 def read_parallel(src_path, tgt_path):
     """Yield ``(line_number, src_text, tgt_text)``; the two files must have the same line count."""
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    src_lines = read_lines(src_path)
+    tgt_lines = read_lines(tgt_path)
     n = 0
     for src, tgt in itertools.zip_longest(src_lines, tgt_lines):
         if src is None or tgt is None:
@@ -134,7 +135,8 @@ class LengthLimits:
 
 
 def tokenized_pairs(src_path, tgt_path, src_tok, tgt_tok, limits, stats):
-    """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs kept, counting into ``stats``."""
+    """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs kept, counting into
+    ``stats``."""
     return tokenize_lines(read_parallel(src_path, tgt_path), src_tok, tgt_tok, limits, stats)
 
 
@@ -146,12 +148,13 @@ def links_within(links, src_len, tgt_len):
 
 def tokenize_lines(lines, src_tok, tgt_tok, limits, stats):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for the pairs of ``lines`` (``(line_number,
-    src_text, tgt_text)`` tuples) that the limits keep, counting into ``stats``. A line with a fourth
-    item, its ``alignment.AlignmentLine``, gives its links checked against the tokens (and cut as they
-    are) as a fourth item too."""
+    src_text, tgt_text)`` tuples) that the limits keep, counting into ``stats``. A line with a
+    fourth item, its ``alignment.AlignmentLine``, gives its links checked against the tokens (and
+    cut as they are) as a fourth item too."""
     for lineno, src_text, tgt_text, *alignment in lines:
         stats.read += 1
-        src, tgt = src_tok(src_text), tgt_tok(tgt_text)
+        src = src_tok(src_text)
+        tgt = tgt_tok(tgt_text)
         links = [line.links(len(src), len(tgt)) for line in alignment]
         if not src or not tgt:
             stats.empty += 1

@@ -1,4 +1,5 @@
-"""An example: one sentence pair as plain id lists, the unit that shards store and batches gather."""
+"""An example: one sentence pair as plain id lists, the unit that shards store and batches
+gather."""
 
 from onmt_lite.data import copy as copy_data
 
@@ -44,11 +45,12 @@ def make_example(
 
 
 def feature_ids(columns, feat_vocabs):
-    """Each feature's values (``columns``, from ``FeatureReader.split``) as ids of its vocabulary."""
+    """Each feature's values (``columns``, from ``FeatureReader.split``) as ids of its
+    vocabulary."""
     return [vocab.numericalize(column) for vocab, column in zip(feat_vocabs, columns)]
 
 
 def make_aligned_example(lineno, src_tokens, tgt_tokens, links, **options):
-    """``make_example`` of a pair with its alignment links, as ``corpus_pairs`` gives it with an alignment
-    file (``options``: make_example's keyword arguments)."""
+    """``make_example`` of a pair with its alignment links, as ``corpus_pairs`` gives it with an
+    alignment file (``options``: make_example's keyword arguments)."""
     return make_example(lineno, src_tokens, tgt_tokens, links=links, **options)

@@ -20,8 +20,8 @@ def n_token_features(token):
 
 
 def corpus_feature_count(path):
-    """The number of features of the whitespace tokens of the first non-empty line of ``path`` (0 without
-    features)."""
+    """The number of features of the whitespace tokens of the first non-empty line of ``path`` (0
+    without features)."""
     for _, text in read_lines(path):
         tokens = text.split()
         if tokens:
@@ -31,9 +31,10 @@ def corpus_feature_count(path):
 
 @dataclasses.dataclass(frozen=True)
 class FeatureReader:
-    """Splits the source tokens of ``path``'s lines into words and ``n_feats`` feature columns, refusing
-    a line whose tokens carry another number of features, and the target tokens of ``tgt_path`` that
-    carry features (as in 1.x, the target side has none), naming the file and line."""
+    """Splits the source tokens of ``path``'s lines into words and ``n_feats`` feature columns,
+    refusing a line whose tokens carry another number of features, and the target tokens of
+    ``tgt_path`` that carry features (as in 1.x, the target side has none), naming the file and
+    line."""
 
     n_feats: int
     path: str
@@ -41,7 +42,8 @@ class FeatureReader:
     holder: str = "the corpus's tokens"  # what has ``n_feats`` features, for the error
 
     def split(self, lineno, tokens):
-        """``(words, columns)``: the words, and for each feature the list of its values, one a token."""
+        """``(words, columns)``: the words, and for each feature the list of its values, one a
+        token."""
         if not self.n_feats and not any(FEAT_SEP in token for token in tokens):
             return tokens, []
         parts = [token.split(FEAT_SEP) for token in tokens]
@@ -49,8 +51,8 @@ class FeatureReader:
             if len(token_parts) != self.n_feats + 1:
                 raise UserError(
                     f"{where(self.path, lineno)}: token {position} ({tokens[position - 1]!r}) has "
-                    f"{len(token_parts) - 1} word feature(s) where {self.holder} have {self.n_feats} "
-                    f"(features are separated by U+FFE8 '{FEAT_SEP}')"
+                    f"{len(token_parts) - 1} word feature(s) where {self.holder} have "
+                    f"{self.n_feats} (features are separated by U+FFE8 '{FEAT_SEP}')"
                 )
             if "" in token_parts:  # ￨A or b￨: the empty string would become a vocabulary entry
                 self._refuse_empty_part(lineno, position, tokens[position - 1], token_parts)
@@ -71,6 +73,6 @@ class FeatureReader:
         for position, token in enumerate(tokens, 1):
             if FEAT_SEP in token:
                 raise UserError(
-                    f"{where(self.tgt_path, lineno)}: target token {position} ({token!r}) carries word "
-                    f"features (U+FFE8 '{FEAT_SEP}'); only the source side may have features"
+                    f"{where(self.tgt_path, lineno)}: target token {position} ({token!r}) carries "
+                    f"word features (U+FFE8 '{FEAT_SEP}'); only the source side may have features"
                 )

@@ -16,7 +16,8 @@ from onmt_lite.data.shards import load_shard
 
 
 def padded_size(n_examples, max_src, max_tgt, batch_type):
-    """The size of a batch: sentences, or padded tokens of its larger side (target with <s> </s>)."""
+    """The size of a batch: sentences, or padded tokens of its larger side (target with <s>
+    </s>)."""
     if batch_type == "sents":
         return n_examples
     return n_examples * max(max_src, max_tgt + 2)
@@ -30,18 +31,24 @@ def cut_batches(order, src_lengths, tgt_lengths, batch_size, batch_type, multipl
     and hands the rest to the next batch (1.x's rule, but a batch that cannot hold ``multiple``
     examples stays as it is: 1.x dropped such examples).
     """
-    batches, current, max_src, max_tgt = [], [], 0, 0
+    batches = []
+    current = []
+    max_src = 0
+    max_tgt = 0
     for i in order:
-        new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
+        new_src = max(max_src, src_lengths[i])
+        new_tgt = max(max_tgt, tgt_lengths[i])
         while current and padded_size(len(current) + 1, new_src, new_tgt, batch_type) > batch_size:
             rest = len(current) % multiple if len(current) > multiple else 0
             batches.append(current[: len(current) - rest])
             current = current[len(current) - rest :]
             max_src = max((src_lengths[j] for j in current), default=0)
             max_tgt = max((tgt_lengths[j] for j in current), default=0)
-            new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
+            new_src = max(max_src, src_lengths[i])
+            new_tgt = max(max_tgt, tgt_lengths[i])
         current.append(i)
-        max_src, max_tgt = new_src, new_tgt
+        max_src = new_src
+        max_tgt = new_tgt
     if current:
         batches.append(current)
     return batches
@@ -101,21 +108,29 @@ class BatchIterator:
         epochs=0,
         noise=None,
     ):
-        self.vocab, self.multiple, self.epochs, self.noise = vocab, multiple, epochs, noise
-        self.paths, self.batch_size, self.batch_type = list(paths), batch_size, batch_type
-        self.pool_factor, self.shuffle, self.seed, self.repeat = pool_factor, shuffle, seed, repeat
-        self.epoch, self.shard_index, self.batch_index = 0, 0, 0
+        self.vocab = vocab
+        self.multiple = multiple
+        self.epochs = epochs
+        self.noise = noise
+        self.paths = list(paths)
+        self.batch_size = batch_size
+        self.batch_type = batch_type
+        self.pool_factor = pool_factor
+        self.shuffle = shuffle
+        self.seed = seed
+        self.repeat = repeat
+        self.epoch = 0
+        self.shard_index = 0
+        self.batch_index = 0
 
     def state_dict(self):
         """The position of the next batch, as plain data."""
         return {"epoch": self.epoch, "shard": self.shard_index, "batch": self.batch_index}
 
     def load_state_dict(self, state):
-        self.epoch, self.shard_index, self.batch_index = (
-            state["epoch"],
-            state["shard"],
-            state["batch"],
-        )
+        self.epoch = state["epoch"]
+        self.shard_index = state["shard"]
+        self.batch_index = state["batch"]
 
     def _shard_batches(self, view):
         rng = (
@@ -150,11 +165,13 @@ class BatchIterator:
                     if self.noise is not None:
                         batch = self.noise.batch(batch, self._noise_rng())
                     yield batch
-                self.shard_index, self.batch_index = self.shard_index + 1, 0
+                self.shard_index = self.shard_index + 1
+                self.batch_index = 0
             if not self.repeat or (self.epochs and self.epoch + 1 >= self.epochs):
                 self.shard_index = 0
                 return
-            self.epoch, self.shard_index = self.epoch + 1, 0
+            self.epoch = self.epoch + 1
+            self.shard_index = 0
 
 
 def saved_round(state: dict) -> list:

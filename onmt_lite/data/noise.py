@@ -12,10 +12,10 @@ before it moves to the device:
 Words are found with the subword prefix: a token starts a word if it begins with the prefix (a
 sentencepiece ``▁``), or, with ``subword_prefix_is_joiner``, if it does not begin with it (a joiner
 ``￭`` glues a token to the one before). Special tokens (``<unk>``, ...) start words. The noise of a
-batch is drawn from a generator seeded by the batch's place in its corpus (see ``BatchIterator``), so
-a resumed run, and every process of a distributed one, draws what the uninterrupted run draws.
-Copy attention's fields (``src_map``, ...) describe the source before noise: training refuses the two
-together.
+batch is drawn from a generator seeded by the batch's place in its corpus (see ``BatchIterator``),
+so a resumed run, and every process of a distributed one, draws what the uninterrupted run draws.
+Copy attention's fields (``src_map``, ...) describe the source before noise: training refuses the
+two together.
 """
 
 import math
@@ -73,13 +73,15 @@ def infill(ids, word_start, prob, mask_id, generator):
     lengths[-1] -= sum(lengths) - to_cover  # the last span ends where the cover is reached
     word_bounds = starts + [len(ids)]
     chosen = torch.randperm(len(starts), generator=generator)[: len(lengths)].tolist()
-    removed, insert_at = torch.zeros(len(ids), dtype=torch.bool), set()
+    removed = torch.zeros(len(ids), dtype=torch.bool)
+    insert_at = set()
     for word, length in zip(chosen, lengths):
         if length == 0:
             insert_at.add(word_bounds[word])
         else:
             removed[word_bounds[word] : word_bounds[min(word + length, len(starts))]] = True
-    out, removed = [], removed.tolist()
+    out = []
+    removed = removed.tolist()
     for position, token in enumerate(ids.tolist()):
         if removed[position]:
             if position == 0 or not removed[position - 1]:
@@ -115,9 +117,9 @@ class SourceNoise:
         return ids
 
     def batch(self, batch, generator):
-        """Noise every source of ``batch`` (a ``Batch``), in place: ``src`` ``[src_len x batch]`` becomes
-        ``[new_len x batch]``, padded again, and ``src_lengths`` their new lengths; copy attention's
-        fields, which describe the old sources, are dropped. Returns the batch."""
+        """Noise every source of ``batch`` (a ``Batch``), in place: ``src`` ``[src_len x batch]``
+        becomes ``[new_len x batch]``, padded again, and ``src_lengths`` their new lengths; copy
+        attention's fields, which describe the old sources, are dropped. Returns the batch."""
         sentences = [
             self.sentence(batch.src[:n, b], generator)
             for b, n in enumerate(batch.src_lengths.tolist())
@@ -126,7 +128,9 @@ class SourceNoise:
         src = batch.src.new_full((int(lengths.max()), len(sentences)), PAD_ID)
         for b, s in enumerate(sentences):
             src[: len(s), b] = s
-        batch.src, batch.src_lengths, batch.src_lengths_cpu = src, lengths, lengths
+        batch.src = src
+        batch.src_lengths = lengths
+        batch.src_lengths_cpu = lengths
         batch.src_map = batch.alignment = batch.src_ex_vocab = batch.src_ex_tgt_ids = (
             None  # of the old source
         )

@@ -1,7 +1,8 @@
-"""Preprocessing's per-line work in one process or in several (``-num_threads``), with the same output.
+"""Preprocessing's per-line work in one process or in several (``-num_threads``), with the same
+output.
 
-The parent process reads the files (so an error still names its file and line) and hands out chunks of
-``CHUNK_LINES`` lines; each worker tokenizes, filters and finishes the pairs of its chunk (into
+The parent process reads the files (so an error still names its file and line) and hands out chunks
+of ``CHUNK_LINES`` lines; each worker tokenizes, filters and finishes the pairs of its chunk (into
 examples, say) and the parent takes the chunks back in file order: the same items in the same order
 as one process yields.
 """
@@ -36,9 +37,10 @@ def corpus_pairs(
     src_path, tgt_path, src_tok, tgt_tok, limits, stats, processes=1, finish=None, align_path=""
 ):
     """Yield ``(line_number, src_tokens, tgt_tokens)`` for each pair the limits keep (or, with
-    ``finish``, a picklable function, ``finish(line_number, src_tokens, tgt_tokens)``), counting into
-    ``stats``; with ``processes`` > 1 the pairs are tokenized and finished by that many workers. With
-    ``align_path``, a Pharaoh alignment file, each pair has its links as a fourth item (and argument)."""
+    ``finish``, a picklable function, ``finish(line_number, src_tokens, tgt_tokens)``), counting
+    into ``stats``; with ``processes`` > 1 the pairs are tokenized and finished by that many
+    workers. With ``align_path``, a Pharaoh alignment file, each pair has its links as a fourth item
+    (and argument)."""
     lines = read_parallel(src_path, tgt_path)
     if align_path:
         lines = with_alignment_lines(lines, align_path, src_path)

@@ -4,14 +4,14 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     ``src``, ``tgt``: 1-D long tensors, every example's ids one after another (no ``<s>``/``</s>``);
     ``src_lengths``, ``tgt_lengths``: ``[n_examples]`` long; ``indices``: ``[n_examples]`` long, the
     example's line number in its corpus (from 1);
-    with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see data/copy.py)
-    , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words' target-vocabulary
-    ids laid out one example after another (0 where the target vocabulary lacks the word);
-    with ``-train_align``/``-valid_align``: ``align``, every example's alignment links one after another,
-    each as its source then its target token index, and ``align_lengths`` ``[n_examples]``, the number
-    of links of each example (see data/alignment.py);
-    with source word features: ``src_feats``, ``[n_feats x n_src_tokens]`` long, each feature's ids laid
-    out like ``src``;
+    with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see
+    data/copy.py) , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words'
+    target-vocabulary ids laid out one example after another (0 where the target vocabulary lacks
+    the word); with ``-train_align``/``-valid_align``: ``align``, every example's alignment links
+    one after another, each as its source then its target token index, and ``align_lengths``
+    ``[n_examples]``, the number of links of each example (see data/alignment.py);
+    with source word features: ``src_feats``, ``[n_feats x n_src_tokens]`` long, each feature's ids
+    laid out like ``src``;
     validation shards also hold ``tgt_tokens``, the reference words (for BLEU during training);
     ``vocab_id``: the ``vocab_id`` of the vocabularies whose ids they hold (as the vocab file's).
 """
@@ -45,7 +45,8 @@ def shard_path(prefix: str, corpus_type: str, number: int | str) -> str:
 
 def train_kind(corpus_id):
     """The ``corpus_type`` of a training corpus's shards: ``train`` for the one unnamed corpus (no
-    -train_ids), ``train_ID`` for the corpus named ID (``PREFIX.train_ID.N.pt``, as 1.x named them)."""
+    -train_ids), ``train_ID`` for the corpus named ID (``PREFIX.train_ID.N.pt``, as 1.x named
+    them)."""
     return "train" if corpus_id is None else f"train_{corpus_id}"
 
 
@@ -69,7 +70,8 @@ def shard_paths(prefix, corpus_type):
 
 
 def all_shard_paths(prefix):
-    """Every shard file of ``prefix``: validation and training shards, those of named corpora included."""
+    """Every shard file of ``prefix``: validation and training shards, those of named corpora
+    included."""
     kinds = {"train", "valid"}
     pattern = re.compile(
         re.escape(os.path.basename(prefix)) + r"\.(train_[A-Za-z0-9][A-Za-z0-9_-]*)\.\d+\.pt$"
@@ -89,9 +91,9 @@ def _flat(seqs):
 
 
 def vocab_id(src_words, tgt_words, feat_words=()):
-    """A digest of both word lists (and of the feature vocabularies' ``feat_words``): the shards of one
-    preprocessing run carry their vocab file's, so that shards of a run with other vocabularies are
-    refused instead of read as other words."""
+    """A digest of both word lists (and of the feature vocabularies' ``feat_words``): the shards of
+    one preprocessing run carry their vocab file's, so that shards of a run with other vocabularies
+    are refused instead of read as other words."""
     lists = [list(src_words), list(tgt_words)] + (
         [[list(words) for words in feat_words]] if feat_words else []
     )
@@ -131,7 +133,8 @@ def _one_object_per_word(sentences):
 
 
 def load_plain(path, expected_format, what):
-    """``torch.load(weights_only=True)`` of an onmt_lite file whose ``format`` is ``expected_format``."""
+    """``torch.load(weights_only=True)`` of an onmt_lite file whose ``format`` is
+    ``expected_format``."""
     obj = load_tensors(path, what)
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         raise UserError(f"{path}: not an onmt_lite {what}")

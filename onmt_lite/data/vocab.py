@@ -4,7 +4,10 @@ import collections
 
 from onmt_lite.utils.errors import UserError, where
 
-UNK, PAD, BOS, EOS = "<unk>", "<blank>", "<s>", "</s>"
+UNK = "<unk>"
+PAD = "<blank>"
+BOS = "<s>"
+EOS = "</s>"
 SPECIALS = (UNK, PAD, BOS, EOS)
 UNK_ID, PAD_ID, BOS_ID, EOS_ID = range(4)
 
@@ -26,8 +29,8 @@ class Vocab:
                 self.itos.append(word)
 
     def padded_to_multiple(self, multiple):
-        """This vocabulary with unused words appended (1.x's ``averyunlikelytokenN``) until its size,
-        specials included, is a multiple of ``multiple``; itself when it is one already."""
+        """This vocabulary with unused words appended (1.x's ``averyunlikelytokenN``) until its
+        size, specials included, is a multiple of ``multiple``; itself when it is one already."""
         missing = -len(self.itos) % multiple
         if missing == 0:
             return self
@@ -48,7 +51,8 @@ class Vocab:
 
     @classmethod
     def from_file(cls, path, max_size):
-        """Read one word a line (anything after the first whitespace, such as a count, is ignored)."""
+        """Read one word a line (anything after the first whitespace, such as a count, is
+        ignored)."""
         words = []
         try:
             with open(path, "rb") as f:
@@ -110,8 +114,9 @@ def count_words(sentences):
 
 
 def vocabs_to_plain(vocabs):
-    """``{"src": Vocab, "tgt": Vocab, "src_feats": [Vocab, ..]}`` as plain word lists (for checkpoints);
-    ``src_feats`` only when the source has word features, so that a model without them is saved as before."""
+    """``{"src": Vocab, "tgt": Vocab, "src_feats": [Vocab, ..]}`` as plain word lists (for
+    checkpoints); ``src_feats`` only when the source has word features, so that a model without them
+    is saved as before."""
     plain = {"src": vocabs["src"].to_plain(), "tgt": vocabs["tgt"].to_plain()}
     if vocabs.get("src_feats"):
         plain["src_feats"] = [vocab.to_plain() for vocab in vocabs["src_feats"]]
@@ -119,8 +124,9 @@ def vocabs_to_plain(vocabs):
 
 
 def vocabs_from_plain(plain):
-    """The vocabularies of ``vocabs_to_plain`` (or of a vocab file's record); ``src_feats`` is ``[]``
-    where the data or checkpoint has no word features (those of earlier versions included)."""
+    """The vocabularies of ``vocabs_to_plain`` (or of a vocab file's record); ``src_feats`` is
+    ``[]`` where the data or checkpoint has no word features (those of earlier versions
+    included)."""
     return {
         "src": Vocab.from_plain(plain["src"]),
         "tgt": Vocab.from_plain(plain["tgt"]),

@@ -33,18 +33,21 @@ def _smoothing(opt, train):
 
 
 def _lambda_align(opt, train):
-    """The alignment loss applies to training only (validation reports the NLL's statistics alone)."""
+    """The alignment loss applies to training only (validation reports the NLL's statistics
+    alone)."""
     return opt.lambda_align if train else 0.0
 
 
 def _refuse_sparsemax(cls, opt):
-    """A -generator_function sparsemax model's loss must take the raw scores (``SparsemaxLossCompute``)."""
+    """A -generator_function sparsemax model's loss must take the raw scores
+    (``SparsemaxLossCompute``)."""
     if getattr(opt, "generator_function", "softmax") == "sparsemax" and not issubclass(
         cls, SparsemaxLossCompute
     ):
         raise UserError(
             f"-loss_class {cls.__name__}: a -generator_function sparsemax model needs a loss built "
-            "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the support)"
+            "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the "
+            "support)"
         )
 
 
@@ -53,10 +56,10 @@ def filter_shard_state(
 ) -> Iterator[tuple]:
     """Yield the entries of ``state`` whose value is not None.
 
-    Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks are
-    ``torch.split(value, shard_size)`` along dim 0 (target positions), each detached from the graph (a
-    view, no copy) and requiring grad exactly when ``value`` does, so that a shard's backward stops at
-    the chunk and leaves its gradient in ``chunk.grad``.
+    Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks
+    are ``torch.split(value, shard_size)`` along dim 0 (target positions), each detached from the
+    graph (a view, no copy) and requiring grad exactly when ``value`` does, so that a shard's
+    backward stops at the chunk and leaves its gradient in ``chunk.grad``.
     """
     for key, value in state.items():
         if value is None:
@@ -91,7 +94,8 @@ def shards(
         raise ValueError(f"shard state tensors differ in length along dim 0: {lengths}")
     for i in range(len(next(iter(split.values()))[1])):
         yield {key: chunks[i] for key, (_, chunks) in split.items()}
-    inputs, grads = [], []
+    inputs = []
+    grads = []
     for value, chunks in split.values():
         if not value.requires_grad or all(chunk.grad is None for chunk in chunks):
             continue
@@ -102,7 +106,8 @@ def shards(
 
 
 def coverage_loss(std_attn, coverage, target_mask):
-    """``sum_s min(attn, coverage)`` per target position ``[T x B]``, 0 where ``target_mask`` is False.
+    """``sum_s min(attn, coverage)`` per target position ``[T x B]``, 0 where ``target_mask`` is
+    False.
 
     ``coverage`` is the attention summed over the earlier steps only (See et al. 2017), so the loss
     is not a constant and has a gradient.
@@ -112,8 +117,8 @@ def coverage_loss(std_attn, coverage, target_mask):
 
 def alignment_loss(align_head: Tensor, align_ref: Tensor) -> Tensor:
     """Garg et al. (2019)'s alignment loss as OpenNMT-py 1.x computes it: ``-sum(ref * log(max(head,
-    1e-18)))`` over ``[T x B x S]`` (in float32: 1e-18 is 0 in float16). Padded source positions have
-    attention 0 and reference 0, so the floor adds nothing there."""
+    1e-18)))`` over ``[T x B x S]`` (in float32: 1e-18 is 0 in float16). Padded source positions
+    have attention 0 and reference 0, so the floor adds nothing there."""
     return -(align_ref * align_head.float().clamp(min=1e-18).log()).sum()
 
 
@@ -131,7 +136,8 @@ class LossComputeBase(nn.Module):
 
     def __init__(self, criterion: nn.Module, generator: nn.Module):
         super().__init__()
-        self.criterion, self.generator = criterion, generator
+        self.criterion = criterion
+        self.generator = generator
 
     @property
     def needs_alignment(self) -> bool:
@@ -171,7 +177,8 @@ class LossComputeBase(nn.Module):
         range_: tuple[int, int],
         attns: dict[str, Tensor] | None = None,
     ) -> dict[str, Tensor | None]:
-        """The tensors of the loss for prediction positions ``range_``, each ``[end - start x ...]``."""
+        """The tensors of the loss for prediction positions ``range_``, each
+        ``[end - start x ...]``."""
         raise NotImplementedError
 
     def _compute_loss(self, batch: Batch, **shard: Tensor) -> tuple[Tensor, Statistics]:
@@ -190,8 +197,8 @@ class LossComputeBase(nn.Module):
     ) -> tuple[Tensor | None, Statistics]:
         """Loss of ``output`` (prediction positions ``trunc_start ..``) against ``batch.tgt``.
 
-        Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when ``shard_size``
-        is positive (the backward pass has then been run).
+        Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when
+        ``shard_size`` is positive (the backward pass has then been run).
         """
         if trunc_size is None:
             trunc_size = batch.tgt.size(0) - 1 - trunc_start
@@ -222,9 +229,9 @@ class LossComputeBase(nn.Module):
     def _alignment_state(
         self, batch: Batch, attns: dict[str, Tensor], range_: tuple[int, int]
     ) -> dict[str, Tensor]:
-        """With ``lambda_align``: ``align_head``, the decoder's alignment ``[end - start x B x S]``, and
-        ``align_ref``, the reference alignment of the same positions: the output at position t predicts
-        target token t (``batch.tgt[t + 1]``) and is aligned as that token is."""
+        """With ``lambda_align``: ``align_head``, the decoder's alignment ``[end - start x B x S]``,
+        and ``align_ref``, the reference alignment of the same positions: the output at position t
+        predicts target token t (``batch.tgt[t + 1]``) and is aligned as that token is."""
         if not self.needs_alignment:
             return {}
         if batch.align is None:
@@ -290,7 +297,8 @@ class NMTLossCompute(LossComputeBase):
 
     def __init__(self, criterion, generator, lambda_coverage=0.0, lambda_align=0.0):
         super().__init__(criterion, generator)
-        self.lambda_coverage, self.lambda_align = lambda_coverage, lambda_align
+        self.lambda_coverage = lambda_coverage
+        self.lambda_align = lambda_align
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
@@ -339,9 +347,9 @@ class NMTLossCompute(LossComputeBase):
         )
 
     def _generator_loss(self, hidden, gold):
-        """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold`` ``[N]``.
-        Training with the plain generator and criterion fuses the projection, log-softmax and loss a
-        chunk of rows at a time (``LinearLogSoftmaxNLL``: no ``[N x V]`` matrix)."""
+        """(summed loss, nll ``[N]``, best word ``[N]``) of ``hidden`` ``[N x H]`` against ``gold``
+        ``[N]``. Training with the plain generator and criterion fuses the projection, log-softmax
+        and loss a chunk of rows at a time (``LinearLogSoftmaxNLL``: no ``[N x V]`` matrix)."""
         # the fused form computes the stock forwards: an edited one (patched, overridden) trains
         fused = is_stock(self.generator, NMTGenerator) and is_stock(self.criterion, NMTCriterion)
         if torch.is_grad_enabled() and fused:
@@ -377,7 +385,8 @@ class SparsemaxLossCompute(NMTLossCompute):
 
 class CopyGeneratorLossCompute(LossComputeBase):
     """The copy loss (see ``CopyGeneratorLoss``) plus ``lambda_coverage`` times the coverage loss of
-    each target token. With ``normalize_by_length`` each sentence's loss is divided by its length."""
+    each target token. With ``normalize_by_length`` each sentence's loss is divided by its
+    length."""
 
     def __init__(
         self,
@@ -389,8 +398,10 @@ class CopyGeneratorLossCompute(LossComputeBase):
         lambda_align=0.0,
     ):
         super().__init__(criterion, generator)
-        self.vocab_size, self.normalize_by_length = vocab_size, normalize_by_length
-        self.lambda_coverage, self.lambda_align = lambda_coverage, lambda_align
+        self.vocab_size = vocab_size
+        self.normalize_by_length = normalize_by_length
+        self.lambda_coverage = lambda_coverage
+        self.lambda_align = lambda_align
 
     @classmethod
     def from_options(cls, model, tgt_vocab, opt, train=True):
@@ -442,7 +453,8 @@ class CopyGeneratorLossCompute(LossComputeBase):
             batch.src_map,
             rows,
         )
-        gold, gold_align = target.reshape(-1)[rows], align.reshape(-1)[rows]
+        gold = target.reshape(-1)[rows]
+        gold_align = align.reshape(-1)[rows]
         loss, nll = self.criterion(log_probs, gold_align, gold)
         if std_attn is not None:
             loss = (
@@ -462,7 +474,8 @@ class CopyGeneratorLossCompute(LossComputeBase):
 
     def _copy_stats(self, nll, log_probs, gold, gold_align, ex_ids):
         """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry.
-        ``ex_ids`` ``[N x n]``: the target-vocabulary id of each source word of each row's example."""
+        ``ex_ids`` ``[N x n]``: the target-vocabulary id of each source word of each row's
+        example."""
         pred = collapsed_argmax(log_probs, ex_ids, self.vocab_size)
         copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
         extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)
@@ -525,7 +538,7 @@ def build_loss_compute(
     compute = cls.from_options(model, tgt_vocab, opt, train)
     if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
         raise UserError(
-            f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment loss "
-            f"(give it a lambda_align, see LossComputeBase._alignment_state)"
+            f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment "
+            "loss (give it a lambda_align, see LossComputeBase._alignment_state)"
         )
     return compute

@@ -1,8 +1,9 @@
 """Criteria: per-token losses of a generator's log-probabilities against the target words.
 
 ``NMTCriterion`` scores a plain generator's ``[N x V]`` output, ``CopyGeneratorLoss`` a copy
-generator's ``[N x V + n]``; both optionally label-smoothed over the fixed vocabulary, and both return
-``(loss, nll)``, ``[N]`` each, 0 on padding: ``loss`` is what is optimised, ``nll`` what is reported.
+generator's ``[N x V + n]``; both optionally label-smoothed over the fixed vocabulary, and both
+return ``(loss, nll)``, ``[N]`` each, 0 on padding: ``loss`` is what is optimised, ``nll`` what is
+reported.
 """
 
 import torch
@@ -24,7 +25,8 @@ class UniformNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, log_probs, pad_idx):
-        ctx.shape, ctx.pad_idx = log_probs.shape, pad_idx
+        ctx.shape = log_probs.shape
+        ctx.pad_idx = pad_idx
         total = log_probs[:, :pad_idx].sum(1) + log_probs[:, pad_idx + 1 :].sum(1)
         return -total / (log_probs.size(1) - 1)
 
@@ -48,7 +50,8 @@ def smoothed(nll, fixed_log_probs, label_smoothing, pad_idx=PAD_ID):
 
 
 def smoothed_nll(log_probs, target, label_smoothing, pad_idx=PAD_ID):
-    """(loss, nll), ``[N]`` each, of ``log_probs`` ``[N x V]`` against ``target`` ``[N]``, 0 on padding."""
+    """(loss, nll), ``[N]`` each, of ``log_probs`` ``[N x V]`` against ``target`` ``[N]``, 0 on
+    padding."""
     pad = target == pad_idx
     nll = (
         -log_probs.gather(1, target.masked_fill(pad, UNK_ID).unsqueeze(1))
@@ -64,9 +67,9 @@ CHUNK_SCORES = 1 << 22
 
 
 def _score_gradient_(log_probs, gold, label_smoothing, pad_idx):
-    """``d loss / d scores`` of each row, written over its log-probabilities ``[c x V]`` and returned:
-    ``softmax - (1 - eps) * onehot(gold) - eps * uniform``, uniform over the vocabulary but padding,
-    0 on padding rows."""
+    """``d loss / d scores`` of each row, written over its log-probabilities ``[c x V]`` and
+    returned: ``softmax - (1 - eps) * onehot(gold) - eps * uniform``, uniform over the vocabulary
+    but padding, 0 on padding rows."""
     pad = gold == pad_idx
     grad = log_probs.exp_()
     if label_smoothing:
@@ -89,7 +92,8 @@ class LentBuffer:
     loss before the first one's backward) or a weight that is not a leaf gets a fresh tensor."""
 
     def __init__(self):
-        self.tensor, self.lent = None, False
+        self.tensor = None
+        self.lent = False
 
     def take(self, like):
         if self.lent or like.grad_fn is not None:
@@ -112,7 +116,8 @@ class LentBuffer:
 
 
 class LinearLogSoftmaxNLL(torch.autograd.Function):
-    """The summed ``NMTCriterion`` loss of ``log_softmax(hidden @ weight.T + bias)``, ``CHUNK_SCORES``
+    """The summed ``NMTCriterion`` loss of ``log_softmax(hidden @ weight.T + bias)``,
+    ``CHUNK_SCORES``
     scores at a time: never a whole ``[N x V]`` matrix.
 
     Autograd's chain keeps the ``[N x V]`` log-probabilities and makes up to four more of that size
@@ -135,7 +140,8 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
         ctx.weight_grad_buffer = weight_grad_buffer
         grad_bias = torch.zeros_like(bias) if want_bias else None
         dtype = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
-        loss, nll = hidden.new_zeros((), dtype=dtype), hidden.new_empty(n_rows, dtype=dtype)
+        loss = hidden.new_zeros((), dtype=dtype)
+        nll = hidden.new_empty(n_rows, dtype=dtype)
         best = gold.new_empty(n_rows)
         step = bucket_below(max(1, CHUNK_SCORES // weight.size(0)))  # whole chunks need no padding
         for start in range(0, n_rows, step):
@@ -186,13 +192,15 @@ class NMTCriterion(nn.Module):
 
     def __init__(self, label_smoothing=0.0, pad_idx=PAD_ID):
         super().__init__()
-        self.label_smoothing, self.pad_idx = label_smoothing, pad_idx
+        self.label_smoothing = label_smoothing
+        self.pad_idx = pad_idx
         self.weight_grad_buffer = LentBuffer()
 
     def from_hidden(self, hidden, linear, target):
-        """``hidden`` ``[N x H]``, ``linear`` the generator's projection, ``target`` ``[N]`` -> (summed
-        loss, nll ``[N]``, best word ``[N]``): ``forward(log_softmax(linear(hidden)), target)`` a chunk of
-        rows at a time (``LinearLogSoftmaxNLL``), for training."""
+        """``hidden`` ``[N x H]``, ``linear`` the generator's projection, ``target`` ``[N]`` ->
+        (summed loss, nll ``[N]``, best word ``[N]``):
+        ``forward(log_softmax(linear(hidden)), target)`` a chunk of rows at a time
+        (``LinearLogSoftmaxNLL``), for training."""
         return LinearLogSoftmaxNLL.apply(
             hidden,
             linear.weight,
@@ -213,16 +221,17 @@ class NMTCriterion(nn.Module):
 
 
 class SparsemaxCriterion(nn.Module):
-    """Per-token sparsemax loss (see ``models.sparsemax``) of raw scores, 0 on padding; the loss that
-    trains a ``-generator_function sparsemax`` generator. Its value is reported where the NLL is
-    (the NLL of a word outside the support is infinite)."""
+    """Per-token sparsemax loss (see ``models.sparsemax``) of raw scores, 0 on padding; the loss
+    that trains a ``-generator_function sparsemax`` generator. Its value is reported where the NLL
+    is (the NLL of a word outside the support is infinite)."""
 
     def __init__(self, pad_idx=PAD_ID):
         super().__init__()
         self.pad_idx = pad_idx
 
     def forward(self, scores, target):
-        """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss ``[N]``)."""
+        """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss
+        ``[N]``)."""
         pad = target == self.pad_idx
         scores = scores.to(
             torch.promote_types(scores.dtype, torch.float32)
@@ -234,25 +243,26 @@ class SparsemaxCriterion(nn.Module):
 class CopyGeneratorLoss(nn.Module):
     """Per-token copy loss: ``-log(p_vocab(w) + p_copy(w))``, 0 on padding.
 
-    A target word that is in the source (alignment > 0) and in the vocabulary gets both terms; one that
-    is in the source but out of the vocabulary (target ``<unk>``) gets the copy term alone; one that is
-    not in the source gets the vocabulary term alone. With ``force_copy``, a word in the source always
-    gets the copy term alone. Label smoothing spreads its mass over the fixed vocabulary.
+    A target word that is in the source (alignment > 0) and in the vocabulary gets both terms; one
+    that is in the source but out of the vocabulary (target ``<unk>``) gets the copy term alone; one
+    that is not in the source gets the vocabulary term alone. With ``force_copy``, a word in the
+    source always gets the copy term alone. Label smoothing spreads its mass over the fixed
+    vocabulary.
     """
 
     def __init__(
         self, vocab_size, force_copy=False, label_smoothing=0.0, pad_idx=PAD_ID, unk_idx=UNK_ID
     ):
         super().__init__()
-        self.vocab_size, self.force_copy, self.label_smoothing = (
-            vocab_size,
-            force_copy,
-            label_smoothing,
-        )
-        self.pad_idx, self.unk_idx = pad_idx, unk_idx
+        self.vocab_size = vocab_size
+        self.force_copy = force_copy
+        self.label_smoothing = label_smoothing
+        self.pad_idx = pad_idx
+        self.unk_idx = unk_idx
 
     def forward(self, log_probs, align, target):
-        """``log_probs`` ``[N x V + n]``, ``align`` ``[N]``, ``target`` ``[N]`` -> (loss, nll), ``[N]`` each."""
+        """``log_probs`` ``[N x V + n]``, ``align`` ``[N]``, ``target`` ``[N]`` -> (loss, nll),
+        ``[N]`` each."""
         pad = target == self.pad_idx
         vocab_lp = log_probs.gather(1, target.masked_fill(pad, self.unk_idx).unsqueeze(1)).squeeze(
             1

@@ -21,12 +21,13 @@ class GlobalAttention(nn.Module):
     """Attention of decoder states over the encoder's memory bank.
 
     Scores: ``dot`` q·m, ``general`` (W q)·m, ``mlp`` v·tanh(W_q q + W_m m [+ w_c cov]). With
-    ``coverage``, the running coverage (sum of the attention of earlier steps) enters the score: inside
-    the tanh for ``mlp`` (See et al. 2017), as ``w_c * cov`` added to the score for dot/general.
-    Output: ``attn_h = tanh(W_out [context; q])`` (None with ``output_layer=False``, for an attention
-    whose weights alone are used, such as copy attention). ``attn_func`` turns the scores into weights:
-    ``softmax`` or ``sparsemax`` (weights of exactly 0 inside the source too). Weights on padded
-    positions are exactly 0.
+    ``coverage``, the running coverage (sum of the attention of earlier steps) enters the score:
+    inside the tanh for ``mlp`` (See et al. 2017), as ``w_c * cov`` added to the score for
+    dot/general.
+    Output: ``attn_h = tanh(W_out [context; q])`` (None with ``output_layer=False``, for an
+    attention whose weights alone are used, such as copy attention). ``attn_func`` turns the scores
+    into weights: ``softmax`` or ``sparsemax`` (weights of exactly 0 inside the source too). Weights
+    on padded positions are exactly 0.
     """
 
     def __init__(
@@ -37,7 +38,9 @@ class GlobalAttention(nn.Module):
             raise ValueError(f"unknown attention type {attn_type}")
         if attn_func not in ATTENTION_FUNCTIONS:
             raise ValueError(f"unknown attention function {attn_func}")
-        self.attn_type, self.dim, self.attn_func = attn_type, dim, attn_func
+        self.attn_type = attn_type
+        self.dim = dim
+        self.attn_func = attn_func
         if attn_type == "general":
             self.linear_in = nn.Linear(dim, dim, bias=False)
         elif attn_type == "mlp":

@@ -32,8 +32,8 @@ ATTENTION_OPTIONS = ("reuse_copy_attn", "coverage_attn", "lambda_coverage")
 
 
 def check_attention_variants(opt):
-    """Refuse -global_attention none with what needs attention, the RNN-only variants with a Transformer
-    decoder, and -generator_function sparsemax with copy attention."""
+    """Refuse -global_attention none with what needs attention, the RNN-only variants with a
+    Transformer decoder, and -generator_function sparsemax with copy attention."""
     if opt.decoder_type == "transformer":
         rnn_only = {
             "global_attention": opt.global_attention == "none",
@@ -91,8 +91,9 @@ def check_options(opt):
 
 
 def feature_spec(opt, vocabs):
-    """The source word features' ``FeatureSpec`` (-feat_merge, -feat_vec_size, -feat_vec_exponent and the
-    sizes of the feature vocabularies; none without them). Options of checkpoints from before features
+    """The source word features' ``FeatureSpec`` (-feat_merge, -feat_vec_size, -feat_vec_exponent
+    and the sizes of the feature vocabularies; none without them). Options of checkpoints from
+    before features
     lack these: 1.x's defaults."""
     sizes = tuple(len(vocab) for vocab in vocabs.get("src_feats") or ())
     return FeatureSpec(
@@ -113,7 +114,8 @@ def _concat_hint(side, dims):
 
 
 def _check_source_input(opt, dims):
-    """The mean encoder's memory bank is its input: of -rnn_size; a position encoding needs an even size."""
+    """The mean encoder's memory bank is its input: of -rnn_size; a position encoding needs an even
+    size."""
     if opt.encoder_type == "mean" and dims.src_input != dims.dec_rnn:
         raise UserError(
             f"-encoder_type mean needs -src_word_vec_size ({dims.src_input}) equal to -rnn_size "
@@ -129,8 +131,8 @@ def _check_source_input(opt, dims):
 
 def model_dims(opt, vocabs=None):
     """Resolve -word_vec_size, -layers and -rnn_size (when > 0) into per-side sizes; check them.
-    ``src_input`` is the size of the source embeddings' output: the word size, or with word features of
-    ``vocabs`` and -feat_merge concat, the word and feature sizes together."""
+    ``src_input`` is the size of the source embeddings' output: the word size, or with word features
+    of ``vocabs`` and -feat_merge concat, the word and feature sizes together."""
     src_emb = opt.word_vec_size if opt.word_vec_size > 0 else opt.src_word_vec_size
     dims = types.SimpleNamespace(
         src_emb=src_emb,
@@ -169,7 +171,8 @@ def model_dims(opt, vocabs=None):
         raise UserError(f"-rnn_size {dims.dec_rnn} is not a multiple of -heads {opt.heads}")
     if opt.position_encoding and (dims.src_emb % 2 or dims.tgt_emb % 2):
         raise UserError(
-            f"-position_encoding needs even word vector sizes (got {dims.src_emb} and {dims.tgt_emb})"
+            f"-position_encoding needs even word vector sizes (got {dims.src_emb} and "
+            f"{dims.tgt_emb})"
         )
     if opt.share_decoder_embeddings and dims.tgt_emb != dims.dec_rnn:
         raise UserError(
@@ -200,8 +203,9 @@ def check_alignment(opt, dims):
 
 def build_embeddings(opt, dims, vocabs):
     """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
-    encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step and
-    knows no positions (1.x gave every step of its translation position 0, unlike its training)."""
+    encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step
+    and knows no positions (1.x gave every step of its translation position 0, unlike its
+    training)."""
     src = Embeddings(
         len(vocabs["src"]),
         dims.src_emb,
@@ -235,7 +239,8 @@ def build_embeddings(opt, dims, vocabs):
 
 
 def build_encoder(opt, dims, embeddings):
-    """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean, TransformerEncoder for transformer."""
+    """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean, TransformerEncoder for
+    transformer."""
     if opt.encoder_type == "transformer":
         n_states = 2 if opt.rnn_type == "LSTM" else 1
         return TransformerEncoder(
@@ -315,7 +320,8 @@ def initialise(model, opt, src_emb, tgt_emb):
 
 
 def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
-    """An initialised NMTModel for options ``opt`` and ``vocabs`` (``{"src": Vocab, "tgt": Vocab}``)."""
+    """An initialised NMTModel for options ``opt`` and ``vocabs``
+    (``{"src": Vocab, "tgt": Vocab}``)."""
     check_options(opt)
     dims = model_dims(opt, vocabs)
     check_alignment(opt, dims)

@@ -1,12 +1,12 @@
 """Checkpoints: plain data and CPU tensors, written atomically, opened with weights_only=True.
 
 A checkpoint is a dict: ``model`` and ``generator`` state dicts, ``vocab`` (``{"src": [...], "tgt":
-[...]}``), ``opt`` (the options as a plain dict), ``optim`` (Optimizer.state_dict), ``step``, ``rng``
-(torch and Python generator states), ``data`` (the training iterator's position), ``trainer``
-(early-stopping and best-score state) and ``preprocess`` (how the text was tokenized: ``lower``,
-``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way). Trained with a
-moving average (``-average_decay``), ``model`` and ``generator`` hold the average and ``raw_weights``
-(``{"model": ..., "generator": ...}``) the weights training goes on with.
+[...]}``), ``opt`` (the options as a plain dict), ``optim`` (Optimizer.state_dict), ``step``,
+``rng`` (torch and Python generator states), ``data`` (the training iterator's position),
+``trainer`` (early-stopping and best-score state) and ``preprocess`` (how the text was tokenized:
+``lower``, ``src_spm``, ``tgt_spm``, ``dynamic_dict``, for translating new text the same way).
+Trained with a moving average (``-average_decay``), ``model`` and ``generator`` hold the average and
+``raw_weights`` (``{"model": ..., "generator": ...}``) the weights training goes on with.
 
 Training and translation both read and write checkpoints here only, and both turn a checkpoint's
 options into the options that rebuild its model with ``model_options``.
@@ -56,7 +56,8 @@ def saved_checkpoints(prefix):
 def split_state(model, state=None):
     """``(model state without the generator, generator state)`` of ``model.state_dict()`` (or of
     ``state``, a dict like it), as CPU tensors."""
-    model_state, generator_state = {}, {}
+    model_state = {}
+    generator_state = {}
     for key, value in (model.state_dict() if state is None else state).items():
         if key.startswith(GENERATOR_PREFIX):
             generator_state[key[len(GENERATOR_PREFIX) :]] = value.detach().cpu()
@@ -76,7 +77,8 @@ def rng_state():
 
 def set_rng_state(state):
     """Restore ``rng_state()``'s states; the CUDA one into the current device, when there is one (a
-    list from an earlier version, one state per visible GPU: the current device's entry, or the first)."""
+    list from an earlier version, one state per visible GPU: the current device's entry, or the
+    first)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     saved = state.get("cuda")
@@ -104,9 +106,9 @@ def build_checkpoint(
     preprocess=None,
     averaged=None,
 ):
-    """The checkpoint of ``model`` with the training state given. With ``averaged`` (a state dict like
-    ``model.state_dict()``, a moving average's weights), those are its weights and ``model``'s own
-    are kept beside them as ``raw_weights``."""
+    """The checkpoint of ``model`` with the training state given. With ``averaged`` (a state dict
+    like ``model.state_dict()``, a moving average's weights), those are its weights and ``model``'s
+    own are kept beside them as ``raw_weights``."""
     model_state, generator_state = split_state(model, averaged)
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
@@ -131,23 +133,25 @@ class CheckpointWriter:
     earlier runs' included (-1: all; see ``prune``).
 
     It holds ``PREFIX.lock`` (an exclusive ``flock``) from its creation to ``close()`` or the end of
-    the process, so that a second run on the same prefix is refused instead of overwriting this one's
-    checkpoints and removing its temporaries. A run started after another one ended is refused too
-    while that run's checkpoints are there (``PREFIX_step_N.pt``, ``PREFIX_best.pt``), unless it
+    the process, so that a second run on the same prefix is refused instead of overwriting this
+    one's checkpoints and removing its temporaries. A run started after another one ended is refused
+    too while that run's checkpoints are there (``PREFIX_step_N.pt``, ``PREFIX_best.pt``), unless it
     resumes one of them (``train_from``) or ``overwrite`` lets it write over them. Usable as a
     context manager (``close()`` at the end).
     """
 
     def __init__(self, prefix: str, keep: int = -1, overwrite: bool = False, train_from: str = ""):
-        self.prefix, self.keep, self.written = prefix, keep, []
+        self.prefix = prefix
+        self.keep = keep
+        self.written = []
         require_directory(prefix, "-save_model")
         self._lock = try_lock(lock_path(prefix))
         if self._lock is None:
             holder = lock_holder(lock_path(prefix))
             raise UserError(
-                f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is held"
-                f"{f' by process {holder}' if holder else ''}); wait for it to end or choose another "
-                f"-save_model"
+                f"-save_model {prefix}: another run is using this prefix ({lock_path(prefix)} is "
+                f"held{f' by process {holder}' if holder else ''}); wait for it to end or choose "
+                "another -save_model"
             )
         if not overwrite:
             try:
@@ -189,9 +193,10 @@ class CheckpointWriter:
         return path
 
     def prune(self):
-        """Delete all but the newest ``keep`` of the ``PREFIX_step_N.pt`` files on disk, whichever run
-        wrote them (never ``PREFIX_best.pt``). Newest is by step, with this run's checkpoints newer than
-        any earlier run's, so that a new run over older, higher steps never deletes what it just wrote."""
+        """Delete all but the newest ``keep`` of the ``PREFIX_step_N.pt`` files on disk, whichever
+        run wrote them (never ``PREFIX_best.pt``). Newest is by step, with this run's checkpoints
+        newer than any earlier run's, so that a new run over older, higher steps never deletes what
+        it just wrote."""
         mine = set(self.written)
         on_disk = sorted(
             saved_checkpoints(self.prefix),
@@ -245,7 +250,8 @@ def _same_file(path: str, other: str) -> bool:
 
 
 def load_checkpoint(path):
-    """Open a checkpoint with ``weights_only=True``; clear errors for missing, corrupt or foreign files."""
+    """Open a checkpoint with ``weights_only=True``; clear errors for missing, corrupt or foreign
+    files."""
     checkpoint = load_plain(path, CHECKPOINT_FORMAT, "checkpoint")
     missing = [k for k in ("model", "generator", "vocab", "opt", "step") if k not in checkpoint]
     if missing:
@@ -335,7 +341,8 @@ def _dropout_lists(opt):
 
 
 def restore_model(model, checkpoint, path):
-    """Load the checkpoint's weights into ``model``; a mismatch of names or shapes is a UserError."""
+    """Load the checkpoint's weights into ``model``; a mismatch of names or shapes is a
+    UserError."""
     state = dict(checkpoint["model"])
     state.update({GENERATOR_PREFIX + k: v for k, v in checkpoint["generator"].items()})
     expected = model.state_dict()

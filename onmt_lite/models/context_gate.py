@@ -1,4 +1,5 @@
-"""Context gates (Tu et al. 2017, "Context Gates for Neural Machine Translation") of the RNN decoders.
+"""Context gates (Tu et al. 2017, "Context Gates for Neural Machine Translation") of the RNN
+decoders.
 
 A gate ``z = sigmoid(W [x; h; a] + b)`` of the decoder's input ``x``, the RNN output ``h`` and the
 attentional output ``a`` weighs a source projection ``S a`` against a target projection

@@ -26,8 +26,9 @@ def at_least_float32(tensor):
 
 
 def log_softmax_(logits):
-    """``log_softmax(logits, -1)`` written over ``logits`` (contiguous, no autograd) and returned: the
-    same kernel and values without a fresh ``[N x V]`` buffer to fill, which would be out of cache."""
+    """``log_softmax(logits, -1)`` written over ``logits`` (contiguous, no autograd) and returned:
+    the same kernel and values without a fresh ``[N x V]`` buffer to fill, which would be out of
+    cache."""
     return torch.log_softmax(logits, -1, out=logits)
 
 
@@ -60,9 +61,9 @@ class LogSparsemax(nn.Module):
 
 
 class SparsemaxGenerator(nn.Sequential):
-    """``[N x H]`` -> ``[N x V]`` log-probabilities ``log(sparsemax(W h + b))`` (Linear + LogSparsemax;
-    the state dict of ``NMTGenerator``): ``-inf`` for the words outside the support. ``scores`` gives
-    ``W h + b`` alone, what the sparsemax loss is trained on."""
+    """``[N x H]`` -> ``[N x V]`` log-probabilities ``log(sparsemax(W h + b))`` (Linear +
+    LogSparsemax; the state dict of ``NMTGenerator``): ``-inf`` for the words outside the support.
+    ``scores`` gives ``W h + b`` alone, what the sparsemax loss is trained on."""
 
     def __init__(self, hidden_size, vocab_size):
         super().__init__(nn.Linear(hidden_size, vocab_size), LogSparsemax(dim=-1))
@@ -76,10 +77,12 @@ class SparsemaxGenerator(nn.Sequential):
 
 
 class CopyGenerator(nn.Module):
-    """Pointer-generator (See et al. 2017) over the target vocabulary plus each example's source words.
+    """Pointer-generator (See et al. 2017) over the target vocabulary plus each example's source
+    words.
 
-    ``p_copy = sigmoid(w·h)``; the output is ``[(1 - p_copy) softmax(W h) ; p_copy * attn @ src_map]``,
-    returned as log-probabilities ``[N x V + n]``. The padding word gets probability 0.
+    ``p_copy = sigmoid(w·h)``; the output is
+    ``[(1 - p_copy) softmax(W h) ; p_copy * attn @ src_map]``, returned as log-probabilities
+    ``[N x V + n]``. The padding word gets probability 0.
     """
 
     def __init__(self, hidden_size, vocab_size, pad_idx=PAD_ID):
@@ -89,10 +92,10 @@ class CopyGenerator(nn.Module):
         self.pad_idx = pad_idx
 
     def forward(self, hidden, attn, src_map, rows=None):
-        """``hidden`` ``[N x H]``, ``attn`` ``[N x S]`` (copy attention), ``src_map`` ``[S x B x n]``;
-        the N rows are time-major (row ``t * B + b``). ``rows``, ``[M]`` row indices, asks for those
-        rows alone (``[M x V + n]``): the vocabulary projection, the costly part, then skips the rest
-        (the loss leaves out padding positions so)."""
+        """``hidden`` ``[N x H]``, ``attn`` ``[N x S]`` (copy attention), ``src_map``
+        ``[S x B x n]``; the N rows are time-major (row ``t * B + b``). ``rows``, ``[M]`` row
+        indices, asks for those rows alone (``[M x V + n]``): the vocabulary projection, the costly
+        part, then skips the rest (the loss leaves out padding positions so)."""
         src_len, batch, n_words = src_map.shape
         # The copy branch in float32 under autocast: in float16, TINY and a rare word's copy
         # probability are 0, and log(0)'s infinite gradient times 0 is NaN in every backward.
@@ -124,9 +127,11 @@ class CopyGenerator(nn.Module):
 
 
 def _copy_entries(scores, src_ex_tgt_ids, vocab_size):
-    """The fixed-vocabulary part ``[... x V]`` and the copy part ``[... x n]`` of ``scores`` (views),
-    the vocabulary id of each copy entry's word and whether the vocabulary has it (``[... x n]``)."""
-    fixed, copy = scores[..., :vocab_size], scores[..., vocab_size:]
+    """The fixed-vocabulary part ``[... x V]`` and the copy part ``[... x n]`` of ``scores``
+    (views), the vocabulary id of each copy entry's word and whether the vocabulary has it
+    (``[... x n]``)."""
+    fixed = scores[..., :vocab_size]
+    copy = scores[..., vocab_size:]
     ids = src_ex_tgt_ids.expand_as(copy)
     return fixed, copy, ids, ids != 0
 
@@ -136,8 +141,8 @@ def collapse_copy_scores(probs, src_ex_tgt_ids, vocab_size):
 
     Args:
         probs: ``[... x V + n]`` probabilities (not log).
-        src_ex_tgt_ids: target-vocabulary id of each example word, broadcastable to ``probs[..., V:]``
-            (0 = not in the vocabulary: that copy entry stays where it is).
+        src_ex_tgt_ids: target-vocabulary id of each example word, broadcastable to
+            ``probs[..., V:]`` (0 = not in the vocabulary: that copy entry stays where it is).
     Returns:
         probabilities of the same shape and the same total: copy entries of words in the
         vocabulary become 0 and their mass is added to the word's vocabulary entry.
@@ -167,9 +172,9 @@ def collapsed_argmax(log_probs, src_ex_tgt_ids, vocab_size):
 
 def collapse_copy_log_probs(log_probs, src_ex_tgt_ids, vocab_size):
     """``log(collapse_copy_scores(log_probs.exp(), src_ex_tgt_ids, vocab_size))``, computed in place
-    on ``log_probs`` ``[N x V + n]`` and returned: only the entries of each example's own words change
-    (the fixed entry of a word the vocabulary has becomes ``logaddexp`` of both terms, its copy entry
-    ``-inf``), so no pass over the whole matrix is needed beyond the caller's."""
+    on ``log_probs`` ``[N x V + n]`` and returned: only the entries of each example's own words
+    change (the fixed entry of a word the vocabulary has becomes ``logaddexp`` of both terms, its
+    copy entry ``-inf``), so no pass over the whole matrix is needed beyond the caller's."""
     fixed, copy, ids, in_vocab = _copy_entries(log_probs, src_ex_tgt_ids, vocab_size)
     current = fixed.gather(1, ids)
     fixed.scatter_(1, ids, torch.where(in_vocab, torch.logaddexp(current, copy), current))

@@ -15,8 +15,8 @@ LEVELS = 1 << 16
 
 
 def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
-    """A boolean mask of ``shape`` keeping each element with probability ``1 - p`` (to 1/65,536), and
-    the scale of the kept values (the inverse of that probability)."""
+    """A boolean mask of ``shape`` keeping each element with probability ``1 - p`` (to 1/65,536),
+    and the scale of the kept values (the inverse of that probability)."""
     kept = round((1 - p) * LEVELS)
     numel = shape.numel()
     words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(
@@ -29,7 +29,8 @@ def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """``x`` with each element zeroed with probability ``p`` (to 1/65,536) and the rest scaled up."""
+    """``x`` with each element zeroed with probability ``p`` (to 1/65,536) and the rest scaled
+    up."""
     if not training or p == 0:
         return x
     if x.device.type != "cpu":
@@ -41,7 +42,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 class _ReluDropout(torch.autograd.Function):
     """``dropout(relu(x))`` with the same mask, keeping only its output for the backward pass: where
     the output is 0 the gradient is 0 (``x <= 0`` or dropped), elsewhere it is the scale. Autograd's
-    chain keeps the ReLU's output and the mask as well, a third of a Transformer layer's activations."""
+    chain keeps the ReLU's output and the mask as well, a third of a Transformer layer's
+    activations."""
 
     @staticmethod
     def forward(ctx, x, keep, scale):

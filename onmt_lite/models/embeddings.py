@@ -1,5 +1,5 @@
-"""Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors, freezing and
-source word features (1.x's ``-feat_merge``, ``-feat_vec_size``, ``-feat_vec_exponent``)."""
+"""Word embeddings with padding, dropout, sinusoidal position encoding, pretrained vectors, freezing
+and source word features (1.x's ``-feat_merge``, ``-feat_vec_size``, ``-feat_vec_exponent``)."""
 
 import dataclasses
 import math
@@ -13,8 +13,9 @@ from onmt_lite.utils.files import load_tensors
 
 
 def sinusoids(positions, dim):
-    """Position encodings (Vaswani et al. 2017) of ``positions`` ``[...]`` (any shape): ``[... x dim]``,
-    ``sin(p / 10000^(i/dim))`` at even columns i and ``cos`` of the same angle at the odd column after."""
+    """Position encodings (Vaswani et al. 2017) of ``positions`` ``[...]`` (any shape):
+    ``[... x dim]``, ``sin(p / 10000^(i/dim))`` at even columns i and ``cos`` of the same angle at
+    the odd column after."""
     rates = torch.exp(torch.arange(0, dim, 2, device=positions.device) * (-math.log(10000.0) / dim))
     angles = positions.unsqueeze(-1).float() * rates
     return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)
@@ -25,7 +26,8 @@ FEAT_MERGES = ("concat", "sum", "mlp")
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
-    """The source word features of a model: each feature's vocabulary size and how they are merged."""
+    """The source word features of a model: each feature's vocabulary size and how they are
+    merged."""
 
     vocab_sizes: tuple = ()
     merge: str = "concat"
@@ -33,8 +35,8 @@ class FeatureSpec:
     exponent: float = 0.7
 
     def dims(self, word_dim):
-        """Each feature's embedding size (1.x's rule): the word size with ``sum``, else ``vec_size`` when
-        > 0, else ``int(vocab_size ** exponent)``."""
+        """Each feature's embedding size (1.x's rule): the word size with ``sum``, else ``vec_size``
+        when > 0, else ``int(vocab_size ** exponent)``."""
         if self.merge == "sum":
             return [word_dim] * len(self.vocab_sizes)
         if self.vec_size > 0:
@@ -42,8 +44,8 @@ class FeatureSpec:
         return [int(size**self.exponent) for size in self.vocab_sizes]
 
     def output_size(self, word_dim):
-        """The merged embedding's size: the word and feature sizes together with ``concat``, the word
-        size with ``sum`` and ``mlp``."""
+        """The merged embedding's size: the word and feature sizes together with ``concat``, the
+        word size with ``sum`` and ``mlp``."""
         return word_dim + sum(self.dims(word_dim)) if self.merge == "concat" else word_dim
 
 
@@ -51,10 +53,11 @@ class Embeddings(nn.Module):
     """``[len x batch]`` word ids (and ``[len x batch x n_feats]`` feature ids) -> ``[len x batch x
     embedding_size]`` vectors (dropout applied).
 
-    With features, each has its own table and ``features.merge`` combines them with the word's vector:
-    ``concat`` ``[word; f1; f2 ..]``, ``sum`` ``word + f1 + f2 ..``, ``mlp`` ``relu(W [word; f1; ..] + b)``
-    (back to the word size). With ``position_encoding`` (the Transformer's), the merged vectors are scaled
-    by ``sqrt(embedding_size)`` and each position's ``sinusoids`` added before the dropout.
+    With features, each has its own table and ``features.merge`` combines them with the word's
+    vector: ``concat`` ``[word; f1; f2 ..]``, ``sum`` ``word + f1 + f2 ..``, ``mlp``
+    ``relu(W [word; f1; ..] + b)`` (back to the word size). With ``position_encoding`` (the
+    Transformer's), the merged vectors are scaled by ``sqrt(embedding_size)`` and each position's
+    ``sinusoids`` added before the dropout.
     """
 
     def __init__(
@@ -69,7 +72,8 @@ class Embeddings(nn.Module):
         super().__init__()
         if features.merge not in FEAT_MERGES:
             raise ValueError(f"unknown feature merge {features.merge!r}")
-        self.word_vec_size, self.position_encoding = dim, position_encoding
+        self.word_vec_size = dim
+        self.position_encoding = position_encoding
         self.embedding_size = features.output_size(dim)
         if position_encoding and self.embedding_size % 2:
             raise ValueError(
@@ -95,8 +99,8 @@ class Embeddings(nn.Module):
         return self.lut.weight
 
     def merged(self, ids, feats):
-        """The word vectors of ``ids`` ``[len x batch]`` merged with those of the feature ids ``feats``
-        ``[len x batch x n_feats]``: ``[len x batch x embedding_size]``."""
+        """The word vectors of ``ids`` ``[len x batch]`` merged with those of the feature ids
+        ``feats`` ``[len x batch x n_feats]``: ``[len x batch x embedding_size]``."""
         emb = self.lut(ids)
         if not self.n_feats:
             return emb
@@ -110,9 +114,9 @@ class Embeddings(nn.Module):
         return self.feat_mlp(emb) if self.feat_mlp is not None else emb
 
     def forward(self, ids, offsets=None, feats=None):
-        """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first id
-        (None: 0), for the position encoding; ``feats`` ``[len x batch x n_feats]``, the feature ids of a
-        model with features."""
+        """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first
+        id (None: 0), for the position encoding; ``feats`` ``[len x batch x n_feats]``, the feature
+        ids of a model with features."""
         emb = self.merged(ids, feats)
         if self.position_encoding:
             positions = torch.arange(ids.size(0), device=ids.device).unsqueeze(1)  # [len x 1]

@@ -9,8 +9,9 @@ from onmt_lite.utils.tensors import to_device
 
 
 def mean_final_state(memory_bank, lengths, num_layers, n_states):
-    """The mean of ``memory_bank`` ``[S x B x H]`` over each example's real positions (zeros past each
-    length, as encoders give), as ``n_states`` states ``[num_layers x B x H]`` of a decoder to start from."""
+    """The mean of ``memory_bank`` ``[S x B x H]`` over each example's real positions (zeros past
+    each length, as encoders give), as ``n_states`` states ``[num_layers x B x H]`` of a decoder to
+    start from."""
     mean = memory_bank.sum(0) / lengths.to(memory_bank.device, memory_bank.dtype).unsqueeze(1)
     return (mean.unsqueeze(0).expand(num_layers, -1, -1).contiguous(),) * n_states
 
@@ -32,7 +33,8 @@ class MeanEncoder(nn.Module):
 
     def __init__(self, rnn_type, num_layers, embeddings, bridge_layers=None):
         super().__init__()
-        self.embeddings, self.num_layers = embeddings, num_layers
+        self.embeddings = embeddings
+        self.num_layers = num_layers
         self.n_states = 2 if rnn_type == "LSTM" else 1
         dim = embeddings.embedding_size
         self.bridge = (
@@ -40,11 +42,12 @@ class MeanEncoder(nn.Module):
         )
 
     def forward(self, src, lengths, src_feats=None):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
-        their ids ``src_feats`` ``[S x B x n_feats]``).
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word
+        features, their ids ``src_feats`` ``[S x B x n_feats]``).
 
         Returns:
-            final: tuple of ``[layers x B x dim]`` states (``(mean, mean)`` for LSTM, ``(mean,)`` for GRU),
+            final: tuple of ``[layers x B x dim]`` states (``(mean, mean)`` for LSTM, ``(mean,)``
+                for GRU),
             memory_bank: ``[S x B x dim]`` (the embeddings, zeros past each length),
             lengths: ``[B]``.
         """

@@ -18,15 +18,17 @@ class NMTModel(nn.Module):
 
     def __init__(self, encoder, decoder, generator):
         super().__init__()
-        self.encoder, self.decoder, self.generator = encoder, decoder, generator
+        self.encoder = encoder
+        self.decoder = decoder
+        self.generator = generator
 
     def encode(
         self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None
     ) -> tuple[Tensor, Tensor, DecoderState]:
-        """``src`` ``[S x B]`` (with word features: their ids ``src_feats`` ``[S x B x n_feats]``) ->
-        memory_bank ``[S x B x H]``, lengths ``[B]`` (on ``src``'s device), the first DecoderState.
-        ``lengths`` may be on the host (a batch's ``src_lengths_cpu``): an RNN encoder packs with
-        them there, where device lengths cost a host sync."""
+        """``src`` ``[S x B]`` (with word features: their ids ``src_feats`` ``[S x B x n_feats]``)
+        -> memory_bank ``[S x B x H]``, lengths ``[B]`` (on ``src``'s device), the first
+        DecoderState. ``lengths`` may be on the host (a batch's ``src_lengths_cpu``): an RNN encoder
+        packs with them there, where device lengths cost a host sync."""
         if src_feats is None:  # an encoder may take no features (a test's stand-in)
             final, memory_bank, lengths = self.encoder(src, lengths)
         else:
@@ -46,9 +48,9 @@ class NMTModel(nn.Module):
         """``tgt`` ``[T x B]`` inputs -> dec_out ``[T x B x H]``, attns, the next DecoderState.
         ``memory_keys``: ``decoder.memory_keys(memory_bank)``, when decoding position by position.
         ``need_attention=False``: the caller reads no attention, so a decoder may leave it out (the
-        Transformer's then runs its top layer on the fused kernel too; copy attention is always returned).
-        ``need_alignment``: also ``attns["align"]``, the alignment head's attention (Transformer decoders
-        only, see ``TransformerDecoder``)."""
+        Transformer's then runs its top layer on the fused kernel too; copy attention is always
+        returned). ``need_alignment``: also ``attns["align"]``, the alignment head's attention
+        (Transformer decoders only, see ``TransformerDecoder``)."""
         if (
             need_alignment
         ):  # only a Transformer decoder takes it: the commands refuse alignment with others

@@ -31,7 +31,8 @@ def row_bucket(rows):
 
 
 def bucket_below(rows):
-    """The largest ``row_bucket`` value not above ``rows`` (rows below ``MIN_STEP`` are their own)."""
+    """The largest ``row_bucket`` value not above ``rows`` (rows below ``MIN_STEP`` are their
+    own)."""
     if rows < MIN_STEP:
         return rows
     step = max(MIN_STEP, (1 << (rows.bit_length() - 1)) // BUCKETS_PER_OCTAVE)
@@ -47,9 +48,10 @@ def padded_rows(hidden):
 
 
 def project(linear, hidden):
-    """``linear(hidden)`` for ``hidden`` ``[N x H]`` -> ``[N x V]``, its rows padded to ``row_bucket(N)``
-    under CPU autocast (see the module doc)."""
-    rows, padded = hidden.size(0), padded_rows(hidden)
+    """``linear(hidden)`` for ``hidden`` ``[N x H]`` -> ``[N x V]``, its rows padded to
+    ``row_bucket(N)`` under CPU autocast (see the module doc)."""
+    rows = hidden.size(0)
+    padded = padded_rows(hidden)
     if padded == rows:
         return linear(hidden)
     return linear(F.pad(hidden, (0, 0, 0, padded - rows)))[:rows]

@@ -35,10 +35,13 @@ class DecoderState:
         input_feed: Tensor | None = None,
         coverage: Tensor | None = None,
     ):
-        self.hidden, self.input_feed, self.coverage = tuple(hidden), input_feed, coverage
+        self.hidden = tuple(hidden)
+        self.input_feed = input_feed
+        self.coverage = coverage
 
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> DecoderState:
-        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
+        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g.
+        index_select)."""
         return DecoderState(
             tuple(fn(h, 1) for h in self.hidden),
             None if self.input_feed is None else fn(self.input_feed, 0),
@@ -64,16 +67,17 @@ class DecoderState:
         )
 
     def compact(self, unused: int) -> DecoderState:
-        """The state itself: it holds nothing per past position (see ``TransformerState.compact``)."""
+        """The state itself: it holds nothing per past position (see
+        ``TransformerState.compact``)."""
         return self
 
 
 def step_dropout_masks(dropout, steps, count, like):
     """The dropout masks of ``steps`` decoding steps, ``count`` per step, drawn in one call:
     ``[steps x count x B x H]`` (the shape of ``like`` ``[B x H]``), each entry 0 with probability
-    ``dropout.p`` and ``1 / (1 - p)`` otherwise, what ``dropout`` multiplies by; None when ``dropout``
-    does nothing (evaluation, p = 0). One call instead of one per step: each call's own cost was
-    most of what drawing them step by step took."""
+    ``dropout.p`` and ``1 / (1 - p)`` otherwise, what ``dropout`` multiplies by; None when
+    ``dropout`` does nothing (evaluation, p = 0). One call instead of one per step: each call's own
+    cost was most of what drawing them step by step took."""
     if not dropout.training or dropout.p == 0:
         return None
     keep = torch.rand((steps, count) + tuple(like.shape), device=like.device) >= dropout.p
@@ -81,12 +85,14 @@ def step_dropout_masks(dropout, steps, count, like):
 
 
 def masked(x, masks, i):
-    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is None."""
+    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is
+    None."""
     return x if masks is None else x * masks[i].to(x.dtype)
 
 
 class StackedCells(nn.Module):
-    """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks given)."""
+    """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks
+    given)."""
 
     def __init__(self, rnn_type, num_layers, input_size, hidden_size):
         super().__init__()
@@ -98,8 +104,9 @@ class StackedCells(nn.Module):
 
     def forward(self, x, hidden, masks=None):
         """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``; ``masks``
-        ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]`` after
-        layer i but the last (``masks[0]`` is the caller's, for the step's output), or None: no dropout."""
+        ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]``
+        after layer i but the last (``masks[0]`` is the caller's, for the step's output), or None:
+        no dropout."""
         new_states = []
         for i, cell in enumerate(self.cells):
             if self.is_lstm:
@@ -114,7 +121,8 @@ class StackedCells(nn.Module):
 
 
 class RNNDecoderBase(nn.Module):
-    """What both decoders share: embeddings, attention, copy attention, context gate, state initialisation.
+    """What both decoders share: embeddings, attention, copy attention, context gate, state
+    initialisation.
 
     Args:
         rnn_type, num_layers, hidden_size, dropout: of the RNN (dropout also on the output).
@@ -154,7 +162,8 @@ class RNNDecoderBase(nn.Module):
             )
         if attn_type == "none" and copy_attn and copy_attn_type is None:
             raise ValueError("copy attention without attention needs its own type (copy_attn_type)")
-        self.embeddings, self.hidden_size = embeddings, hidden_size
+        self.embeddings = embeddings
+        self.hidden_size = hidden_size
         self.dropout = nn.Dropout(dropout)
         self.attn = (
             None
@@ -179,7 +188,8 @@ class RNNDecoderBase(nn.Module):
 
     @property
     def attentional(self):
-        """Whether the decoder attends to the source (``attns["std"]``); not with -global_attention none."""
+        """Whether the decoder attends to the source (``attns["std"]``); not with -global_attention
+        none."""
         return self.attn is not None
 
     def init_state(self, encoder_final, memory_bank):
@@ -196,14 +206,15 @@ class RNNDecoderBase(nn.Module):
 
     @property
     def precomputes_memory_keys(self):
-        """Whether ``memory_keys`` computes something (mlp attention) rather than return the memory."""
+        """Whether ``memory_keys`` computes something (mlp attention) rather than return the
+        memory."""
         return self.attentional and self.attn.projects_memory
 
     def memory_keys(self, memory_bank):
         """What the attention scores ``memory_bank`` ``[S x B x H]`` by: ``[B x S x H]``, the memory
         itself for dot and general attention (and without attention), a projection of it for mlp. A
-        caller that decodes one position at a time computes it once and passes it back to ``forward``
-        (``memory_keys=``)."""
+        caller that decodes one position at a time computes it once and passes it back to
+        ``forward`` (``memory_keys=``)."""
         memory = memory_bank.transpose(0, 1)
         return self.attn.memory_keys(memory) if self.attentional else memory
 
@@ -219,7 +230,9 @@ class RNNDecoderBase(nn.Module):
         if coverage is None:
             attn_h, align = self.attn(query, memory, lengths, keys=keys, mask=mask)
             return attn_h, align, None, None
-        outs, aligns, covs = [], [], []
+        outs = []
+        aligns = []
+        covs = []
         for t in range(query.size(1)):
             covs.append(coverage)
             attn_h, align = self.attn(
@@ -260,8 +273,9 @@ class InputFeedRNNDecoder(RNNDecoderBase):
     def forward(
         self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True
     ):
-        """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``: ``self.memory_keys(memory_bank)``
-        if already computed; ``need_attention`` changes nothing: the attention makes the output).
+        """Decode ``tgt`` ``[T x B]`` from ``state`` (``memory_keys``:
+        ``self.memory_keys(memory_bank)`` if already computed; ``need_attention`` changes nothing:
+        the attention makes the output).
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
@@ -270,8 +284,12 @@ class InputFeedRNNDecoder(RNNDecoderBase):
             self.memory_keys(memory_bank) if memory_keys is None else memory_keys
         )  # once, not per position
         mask = length_mask(memory_lengths, memory.size(1))
-        hidden, feed, coverage = state.hidden, state.input_feed, state.coverage
-        outs, aligns, covs = [], [], []
+        hidden = state.hidden
+        feed = state.input_feed
+        coverage = state.coverage
+        outs = []
+        aligns = []
+        covs = []
         # each step's dropout masks: [0] the output's, [1:] between the layers
         masks = step_dropout_masks(self.dropout, tgt.size(0), len(self.rnn.cells), feed)
         for t, emb_t in enumerate(self.embeddings(tgt)):
@@ -314,7 +332,8 @@ class StdRNNDecoder(RNNDecoderBase):
     def forward(
         self, tgt, memory_bank, state, memory_lengths, memory_keys=None, need_attention=True
     ):
-        """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last output."""
+        """As ``InputFeedRNNDecoder.forward``; the returned state's input feed is the last
+        output."""
         emb = self.embeddings(tgt)
         rnn_out, hidden = run_rnn(self.rnn, emb, state.hidden if self.is_lstm else state.hidden[0])
         hidden = hidden if self.is_lstm else (hidden,)

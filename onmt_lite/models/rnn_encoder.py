@@ -27,7 +27,8 @@ class Bridge(nn.Module):
 
     def __init__(self, n_states, enc_layers, dec_layers, hidden):
         super().__init__()
-        self.dec_layers, self.hidden = dec_layers, hidden
+        self.dec_layers = dec_layers
+        self.hidden = hidden
         self.maps = nn.ModuleList(
             nn.Linear(enc_layers * hidden, dec_layers * hidden) for _ in range(n_states)
         )
@@ -66,7 +67,9 @@ class RNNEncoder(nn.Module):
         super().__init__()
         if bidirectional and hidden_size % 2:
             raise ValueError("a bidirectional encoder needs an even -rnn_size")
-        self.embeddings, self.num_layers, self.bidirectional = embeddings, num_layers, bidirectional
+        self.embeddings = embeddings
+        self.num_layers = num_layers
+        self.bidirectional = bidirectional
         self.rnn = getattr(nn, rnn_type)(
             input_size=embeddings.embedding_size,
             hidden_size=hidden_size // (2 if bidirectional else 1),
@@ -80,12 +83,14 @@ class RNNEncoder(nn.Module):
         )
 
     def forward(self, src, lengths, src_feats=None):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word features,
-        their ids ``src_feats`` ``[S x B x n_feats]``). ``lengths`` may be on the host (a batch's
-        ``src_lengths_cpu``): packing reads them there, where device lengths cost a host sync.
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and, for embeddings with word
+        features, their ids ``src_feats`` ``[S x B x n_feats]``). ``lengths`` may be on the host (a
+        batch's ``src_lengths_cpu``): packing reads them there, where device lengths cost a host
+        sync.
 
         Returns:
-            final: tuple of ``[layers x B x hidden]`` states (``(h, c)`` for LSTM, ``(h,)`` for GRU),
+            final: tuple of ``[layers x B x hidden]`` states (``(h, c)`` for LSTM, ``(h,)`` for
+                GRU),
             memory_bank: ``[S x B x hidden]`` (zeros past each length),
             lengths: ``[B]`` on ``src``'s device.
         """

@@ -46,23 +46,24 @@ class Sparsemax(torch.autograd.Function):
 
 
 def sparsemax(scores, dim=-1):
-    """Sparsemax of ``scores`` along ``dim``: non-negative, sums to 1, 0 outside the support. Computed
-    in float32 at least (in bfloat16 the sorted cumulative sums would miss the support), returned in
-    the dtype of ``scores``."""
+    """Sparsemax of ``scores`` along ``dim``: non-negative, sums to 1, 0 outside the support.
+    Computed in float32 at least (in bfloat16 the sorted cumulative sums would miss the support),
+    returned in the dtype of ``scores``."""
     wide = torch.promote_types(scores.dtype, torch.float32)
     return Sparsemax.apply(scores.to(wide), dim).to(scores.dtype)
 
 
 def log_sparsemax(scores, dim=-1):
-    """``log(sparsemax(scores))``: ``-inf`` for the words outside the support (1.x's LogSparsemax)."""
+    """``log(sparsemax(scores))``: ``-inf`` for the words outside the support (1.x's
+    LogSparsemax)."""
     return torch.log(sparsemax(scores, dim))
 
 
 class SparsemaxLossFunction(torch.autograd.Function):
-    """The sparsemax loss (Martins and Astudillo 2016, eq. 18) of scores ``[N x V]`` against gold ids
-    ``[N]``: ``-z_y + 1/2 sum_{j in S} (z_j^2 - tau^2) + 1/2`` per row ``[N]``, ``S`` the support of
-    ``sparsemax(z)``. It is non-negative, 0 when ``z_y`` beats every other score by 1 or more, and its
-    gradient is ``sparsemax(z) - onehot(y)``."""
+    """The sparsemax loss (Martins and Astudillo 2016, eq. 18) of scores ``[N x V]`` against gold
+    ids ``[N]``: ``-z_y + 1/2 sum_{j in S} (z_j^2 - tau^2) + 1/2`` per row ``[N]``, ``S`` the
+    support of ``sparsemax(z)``. It is non-negative, 0 when ``z_y`` beats every other score by 1 or
+    more, and its gradient is ``sparsemax(z) - onehot(y)``."""
 
     @staticmethod
     def forward(ctx, scores, gold):

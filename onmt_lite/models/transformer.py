@@ -30,9 +30,10 @@ LAYER_NORM_EPS = 1e-6
 
 
 def relative_positions(query_len: int, key_len: int, max_distance: int, device) -> Tensor:
-    """``[query_len x key_len]`` ids into a table of ``2 * max_distance + 1`` relative positions: the
-    key's position minus the query's, clipped to ``±max_distance``, plus ``max_distance``. The queries
-    are the last ``query_len`` of the ``key_len`` positions (the new ones, after the cached ones)."""
+    """``[query_len x key_len]`` ids into a table of ``2 * max_distance + 1`` relative positions:
+    the key's position minus the query's, clipped to ``±max_distance``, plus ``max_distance``. The
+    queries are the last ``query_len`` of the ``key_len`` positions (the new ones, after the cached
+    ones)."""
     keys = torch.arange(key_len, device=device)
     queries = keys[key_len - query_len :]
     return (keys.unsqueeze(0) - queries.unsqueeze(1)).clamp(
@@ -58,7 +59,8 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if dim % heads:
             raise ValueError(f"model size {dim} is not a multiple of {heads} heads")
-        self.heads, self.head_dim = heads, dim // heads
+        self.heads = heads
+        self.head_dim = dim // heads
         self.dropout_p = dropout
         self.out = nn.Linear(dim, dim)
         self.max_relative_positions = max_relative_positions
@@ -77,11 +79,13 @@ class MultiHeadAttention(nn.Module):
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
-        ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
+        ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or
+        None."""
         p = self.dropout_p if self.training else 0.0
         if self.relative is None and not need_weights and p == 0:
-            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid them (with
-            # dropout its CPU version writes them out too, and draws the masks more slowly than ours)
+            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid
+            # them (with dropout its CPU version writes them out too, and draws the masks more
+            # slowly than ours)
             context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
             weights = None
         else:
@@ -143,11 +147,12 @@ def spare_room(columns: int) -> int:
 
 def appended(buffer: Tensor, used: int, new: Tensor) -> tuple[Tensor, Tensor]:
     """A self-attention cache with ``new`` ``[B x h x T x d]`` after the first ``used`` columns of
-    ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns ``[B x h x used+T x d]``.
+    ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns
+    ``[B x h x used+T x d]``.
 
-    Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then copies
-    the cache once (the search's reorder), not twice (that and a concatenation). With a gradient
-    (``-truncated_decoder`` windows) it concatenates."""
+    Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then
+    copies the cache once (the search's reorder), not twice (that and a concatenation). With a
+    gradient (``-truncated_decoder`` windows) it concatenates."""
     total = used + new.size(2)
     if used == 0 and new.size(2) > 1:  # a whole target at once (teacher forcing): no room needed
         return new, new
@@ -163,8 +168,9 @@ def appended(buffer: Tensor, used: int, new: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class SelfAttention(nn.Module):
-    """Self-attention of a layer: one product for queries, keys and values, then ``MultiHeadAttention``.
-    Given ``cache`` (the keys and values of earlier positions), the new keys and values are appended."""
+    """Self-attention of a layer: one product for queries, keys and values, then
+    ``MultiHeadAttention``. Given ``cache`` (the keys and values of earlier positions), the new keys
+    and values are appended."""
 
     def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
         super().__init__()
@@ -172,9 +178,9 @@ class SelfAttention(nn.Module):
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
     def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int] | None = None):
-        """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of earlier
-        positions and how many of their columns are used (P). Returns ``[B x T x H]`` and the buffers
-        with the new keys and values after the P columns (see ``appended``)."""
+        """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of
+        earlier positions and how many of their columns are used (P). Returns ``[B x T x H]`` and
+        the buffers with the new keys and values after the P columns (see ``appended``)."""
         query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
         if cache is not None:
             key_buffer, value_buffer, used = cache
@@ -183,7 +189,8 @@ class SelfAttention(nn.Module):
                 appended(value_buffer, used, values),
             )
         else:
-            key_buffer, value_buffer = keys, values
+            key_buffer = keys
+            value_buffer = values
         out, _ = self.attention(query, keys, values, mask)
         return out, (key_buffer, value_buffer)
 
@@ -199,20 +206,23 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """``x`` ``[B x S x H]``, ``mask`` ``[B x 1 x 1 x S]`` (real source positions) -> ``[B x S x H]``."""
+        """``x`` ``[B x S x H]``, ``mask`` ``[B x 1 x 1 x S]`` (real source positions) ->
+        ``[B x S x H]``."""
         attended, _ = self.self_attn(self.norm(x), mask)
         return self.feed_forward(x + self.dropout(attended))
 
 
 class TransformerEncoder(nn.Module):
-    """Encode a padded source batch with ``num_layers`` Transformer layers (interface of ``RNNEncoder``).
+    """Encode a padded source batch with ``num_layers`` Transformer layers (interface of
+    ``RNNEncoder``).
 
     Args:
-        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the layers'.
+        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the
+            layers'.
         embeddings: an ``Embeddings`` module of size ``dim`` (with position encoding, normally).
-        final_layers: for an RNN decoder, the ``(n_states, layers)`` of the state it starts from: the
-            mean of the memory bank over the real positions, as ``-encoder_type mean`` gives; None:
-            no final state (a Transformer decoder needs none).
+        final_layers: for an RNN decoder, the ``(n_states, layers)`` of the state it starts from:
+            the mean of the memory bank over the real positions, as ``-encoder_type mean`` gives;
+            None: no final state (a Transformer decoder needs none).
     """
 
     def __init__(
@@ -228,7 +238,8 @@ class TransformerEncoder(nn.Module):
         final_layers=None,
     ):
         super().__init__()
-        self.embeddings, self.final_layers = embeddings, final_layers
+        self.embeddings = embeddings
+        self.final_layers = final_layers
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(
                 dim, heads, ff_size, dropout, attention_dropout, max_relative_positions
@@ -238,9 +249,11 @@ class TransformerEncoder(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
 
     def forward(self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None):
-        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and word features ``src_feats`` ``[S x B x F]``).
+        """Encode ``src`` ``[S x B]`` with ``lengths`` ``[B]`` (and word features ``src_feats``
+        ``[S x B x F]``).
 
-        Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length), lengths.
+        Returns final (see ``final_layers``), memory_bank ``[S x B x H]`` (zeros past each length),
+        lengths.
         """
         x = self.embeddings(src, feats=src_feats).transpose(0, 1)  # [B x S x H]
         lengths = to_device(lengths, x.device)  # given on the host or the device
@@ -260,20 +273,22 @@ class TransformerState:
     """The Transformer decoder's state between calls: its self-attention cache.
 
     Attributes:
-        cache: per layer, keys then values ``[B x h x C x d]`` (``2 x layers`` tensors), of which the
-            first ``cached`` columns hold the P positions decoded so far (P = 0 at first); the columns
-            after them are spare room for the next positions (see ``appended``).
+        cache: per layer, keys then values ``[B x h x C x d]`` (``2 x layers`` tensors), of which
+            the first ``cached`` columns hold the P positions decoded so far (P = 0 at first); the
+            columns after them are spare room for the next positions (see ``appended``).
         start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
             search later have fewer positions: their cache is padded on the left, and columns before
             ``start`` are masked. A row's next position is ``P - start``.
     """
 
     def __init__(self, cache: tuple[Tensor, ...], start: Tensor, cached: int | None = None):
-        self.cache, self.start = tuple(cache), start
+        self.cache = tuple(cache)
+        self.start = start
         self.cached = self.cache[0].size(2) if cached is None else cached
 
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
-        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g. index_select)."""
+        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g.
+        index_select)."""
         return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0), self.cached)
 
     def detach(self) -> TransformerState:
@@ -323,10 +338,11 @@ class TransformerDecoderLayer(nn.Module):
     def forward(
         self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False
     ):
-        """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys and
-        values buffers and P (see ``SelfAttention``); ``memory_keys``/``memory_values`` ``[B x h x S x d]``;
-        ``memory_mask`` ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new cache, the context attention weights
-        ``[B x h x T x S]`` (or None unless ``need_weights``)."""
+        """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys
+        and values buffers and P (see ``SelfAttention``); ``memory_keys``/``memory_values``
+        ``[B x h x S x d]``; ``memory_mask`` ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new
+        cache, the context attention weights ``[B x h x T x S]`` (or None unless
+        ``need_weights``)."""
         attended, cache = self.self_attn(self.self_attn_norm(x), self_mask, cache)
         x = x + self.dropout(attended)
         query = self.context_attn.split(self.context_query(self.context_norm(x)))
@@ -339,13 +355,15 @@ class TransformerDecoderLayer(nn.Module):
 class TransformerDecoder(nn.Module):
     """``num_layers`` Transformer decoder layers (interface of the RNN decoders).
 
-    ``attns["std"]`` is the top layer's attention over the memory bank, averaged over its heads; with
-    ``copy_attn`` it is ``attns["copy"]`` too (1.x copies with that attention as well). Asked for
-    (``need_alignment``), ``attns["align"]`` is the attention of the ``alignment`` head: ``[T x B x S]``,
-    row t the attention of the output at position t, the one that predicts the next token.
+    ``attns["std"]`` is the top layer's attention over the memory bank, averaged over its heads;
+    with ``copy_attn`` it is ``attns["copy"]`` too (1.x copies with that attention as well). Asked
+    for (``need_alignment``), ``attns["align"]`` is the attention of the ``alignment`` head:
+    ``[T x B x S]``, row t the attention of the output at position t, the one that predicts the next
+    token.
 
     Args:
-        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the layers'.
+        num_layers, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions: the
+            layers'.
         embeddings: an ``Embeddings`` module of size ``dim``.
         copy_attn: return ``attns["copy"]``.
         alignment: the ``AlignmentHead`` that gives ``attns["align"]``.
@@ -367,7 +385,9 @@ class TransformerDecoder(nn.Module):
         alignment=DEFAULT_ALIGNMENT,
     ):
         super().__init__()
-        self.embeddings, self.copy_attn, self.alignment = embeddings, copy_attn, alignment
+        self.embeddings = embeddings
+        self.copy_attn = copy_attn
+        self.alignment = alignment
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(
                 dim, heads, ff_size, dropout, attention_dropout, max_relative_positions
@@ -393,8 +413,9 @@ class TransformerDecoder(nn.Module):
         )
 
     def memory_keys(self, memory_bank: Tensor) -> Tensor:
-        """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``: ``[layers*2 x B x h x S x d]``,
-        keys then values for each layer (each ``[B x h x S x d]`` contiguous: no copy at each step)."""
+        """Every layer's keys and values of ``memory_bank`` ``[S x B x H]``:
+        ``[layers*2 x B x h x S x d]``, keys then values for each layer (each ``[B x h x S x d]``
+        contiguous: no copy at each step)."""
         src_len, batch, _ = memory_bank.shape
         attention = self.layers[0].context_attn
         projected = self.memory_projection(memory_bank).view(
@@ -414,12 +435,13 @@ class TransformerDecoder(nn.Module):
     ):
         """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
 
-        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when ``need_attention`` is
-        False and there is no copy attention; with ``need_alignment`` also ``"align"``), the new
-        TransformerState.
+        Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when
+        ``need_attention`` is False and there is no copy attention; with ``need_alignment`` also
+        ``"align"``), the new TransformerState.
         """
         need_weights = need_attention or self.copy_attn
-        length, cached = tgt.size(0), state.cached
+        length = tgt.size(0)
+        cached = state.cached
         positions = cached - state.start  # [B]: each row's position of tgt[0]
         x = self.embeddings(tgt, positions).transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
@@ -435,10 +457,12 @@ class TransformerDecoder(nn.Module):
         )
         self_mask = started & causal  # [B x 1 x T x P+T]
         align_layer = self._alignment_layer() if need_alignment else None
-        cache, attns = [], {}
+        cache = []
+        attns = {}
         for i, layer in enumerate(self.layers):
             layer_cache = (state.cache[2 * i], state.cache[2 * i + 1], cached)
-            layer_in, top = x, i == len(self.layers) - 1
+            layer_in = x
+            top = i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context
             x, (layer_k, layer_v), weights = layer(
                 x,
@@ -482,15 +506,15 @@ class TransformerDecoder(nn.Module):
 
     @staticmethod
     def _full_context_mask(tgt: Tensor, started: Tensor, cached: int) -> Tensor:
-        """The self-attention mask ``[B x 1 x 1 x P+T]`` of the full-context alignment pass: every cached
-        and new position of each row, but not padding (``tgt`` ``[T x B]``)."""
+        """The self-attention mask ``[B x 1 x 1 x P+T]`` of the full-context alignment pass: every
+        cached and new position of each row, but not padding (``tgt`` ``[T x B]``)."""
         real = torch.cat(
             [tgt.new_ones(tgt.size(1), cached, dtype=torch.bool), (tgt != PAD_ID).t()], 1
         )
         return started & real[:, None, None, :]
 
     def _alignment_of(self, weights: Tensor) -> Tensor:
-        """The alignment ``[T x B x S]`` of a layer's context attention ``[B x h x T x S]``: its first
-        ``alignment.heads`` heads (0: all) averaged."""
+        """The alignment ``[T x B x S]`` of a layer's context attention ``[B x h x T x S]``: its
+        first ``alignment.heads`` heads (0: all) averaged."""
         heads = self.alignment.heads or weights.size(1)
         return weights[:, :heads].mean(1).transpose(0, 1)

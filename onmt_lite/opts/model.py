@@ -64,7 +64,8 @@ def _model_embeddings_opts(parser):
         group,
         "pre_word_vecs_enc",
         default="",
-        help="Pretrained source embeddings: a [vocab x dim] tensor file (tools/embeddings_to_torch.py)",
+        help="Pretrained source embeddings: a [vocab x dim] tensor file "
+        "(tools/embeddings_to_torch.py)",
     )
     add(
         group,
@@ -79,15 +80,17 @@ def _model_embeddings_opts(parser):
         "feat_merge",
         default="concat",
         type=choice("feat_merge", ("concat", "sum", "mlp")),
-        help="How the source word features' embeddings join the word's: concat [word; f1; f2 ..], sum (each "
-        "feature of the word size, added), mlp (concatenated, then Linear + ReLU back to the word size)",
+        help="How the source word features' embeddings join the word's: concat [word; f1; f2 ..], "
+        "sum (each feature of the word size, added), mlp (concatenated, then Linear + ReLU "
+        "back to the word size)",
     )
     add(
         group,
         "feat_vec_size",
         type=int_in(-1, MAX_SIZE),
         default=-1,
-        help="Embedding size of every source word feature, if > 0 (concat and mlp; else -feat_vec_exponent)",
+        help="Embedding size of every source word feature, if > 0 (concat and mlp; else "
+        "-feat_vec_exponent)",
     )
     # at most 1: N ** e stays finite and no larger than N, one dimension per value
     add(
@@ -95,8 +98,8 @@ def _model_embeddings_opts(parser):
         "feat_vec_exponent",
         type=float_in(0, 1),
         default=0.7,
-        help="Without -feat_vec_size, a feature taking N values (its vocabulary size) gets int(N ** this) "
-        "dimensions (concat and mlp; 0 to 1: at most one dimension per value)",
+        help="Without -feat_vec_size, a feature taking N values (its vocabulary size) gets int(N "
+        "** this) dimensions (concat and mlp; 0 to 1: at most one dimension per value)",
     )
 
 
@@ -117,10 +120,10 @@ def _model_encoder_and_decoder_opts(parser):
                 ),
             },
         ),
-        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions), mean "
-        "(no recurrence: the memory bank is the source embeddings and the decoder starts from their "
-        "mean; needs -src_word_vec_size equal to -rnn_size) or transformer (an RNN decoder then "
-        "starts from the mean of its output)",
+        help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions), "
+        "mean (no recurrence: the memory bank is the source embeddings and the decoder "
+        "starts from their mean; needs -src_word_vec_size equal to -rnn_size) or transformer "
+        "(an RNN decoder then starts from the mean of its output)",
     )
     group.add_argument(
         "-brnn",
@@ -215,8 +218,8 @@ def _model_transformer_opts(parser):
         group,
         "position_encoding",
         action="store_true",
-        help="Add sinusoidal position encodings to the source embeddings and a Transformer decoder's "
-        "(scaled by the square root of their size); a Transformer without them or "
+        help="Add sinusoidal position encodings to the source embeddings and a Transformer "
+        "decoder's (scaled by the square root of their size); a Transformer without them or "
         "-max_relative_positions sees no word order",
     )
     # a distance in a sequence is less than its length: a larger clip would clip nothing
@@ -246,7 +249,8 @@ def _model_transformer_opts(parser):
         type=float_in(0, 1),
         nargs="+",
         default=[0.1],
-        help="Dropout of the Transformer's attention weights; several values: a schedule, with -dropout_steps",
+        help="Dropout of the Transformer's attention weights; several values: a schedule, with "
+        "-dropout_steps",
     )
 
 
@@ -257,8 +261,8 @@ def _model_attention_and_generator_opts(parser):
         "global_attention",
         default="general",
         type=choice("global_attention", ["dot", "general", "mlp", "none"]),
-        help="dot, general (Luong), mlp (Bahdanau) or none (an RNN decoder without attention: its output "
-        "is the RNN's)",
+        help="dot, general (Luong), mlp (Bahdanau) or none (an RNN decoder without attention: its "
+        "output is the RNN's)",
     )
     add(
         group,
@@ -273,16 +277,16 @@ def _model_attention_and_generator_opts(parser):
         "generator_function",
         default="softmax",
         type=choice("generator_function", ["softmax", "sparsemax"]),
-        help="What turns the generator's scores into word probabilities: softmax or sparsemax (trained "
-        "with the sparsemax loss; not with -copy_attn or -label_smoothing)",
+        help="What turns the generator's scores into word probabilities: softmax or sparsemax "
+        "(trained with the sparsemax loss; not with -copy_attn or -label_smoothing)",
     )
     add(
         group,
         "context_gate",
         default=None,
         type=choice("context_gate", ["source", "target", "both"]),
-        help="A context gate (Tu et al. 2017) in the RNN decoder, after the attention: scale the source "
-        "context, the target context or both",
+        help="A context gate (Tu et al. 2017) in the RNN decoder, after the attention: scale the "
+        "source context, the target context or both",
     )
     add(
         group,
@@ -347,15 +351,17 @@ def _model_alignment_opts(parser):
         "lambda_align",
         type=float_in(0, FLOAT32_MAX),
         default=0.0,
-        help="Weight of the alignment loss of Garg et al. (2019): the cross-entropy between the alignment "
-        "head's attention and the -train_align alignments (0: off; needs a Transformer decoder)",
+        help="Weight of the alignment loss of Garg et al. (2019): the cross-entropy between the "
+        "alignment head's attention and the -train_align alignments (0: off; needs a "
+        "Transformer decoder)",
     )
     add(
         group,
         "alignment_layer",
         type=int_in(-MAX_LAYERS, MAX_LAYERS - 1),
         default=-3,
-        help="The decoder layer whose attention over the source is the alignment (negative: from the last)",
+        help="The decoder layer whose attention over the source is the alignment (negative: from "
+        "the last)",
     )
     add(
         group,
@@ -368,8 +374,8 @@ def _model_alignment_opts(parser):
         group,
         "full_context_alignment",
         action="store_true",
-        help="Take the alignment from a second pass of that layer without the future mask (the whole "
-        "target as context)",
+        help="Take the alignment from a second pass of that layer without the future mask (the "
+        "whole target as context)",
     )
 
 

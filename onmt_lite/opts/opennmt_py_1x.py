@@ -14,7 +14,8 @@ COMMANDS = ("preprocess", "train", "translate")
 
 
 def read_reference(path=REFERENCE):
-    """``{command: [option name, ...]}`` from a 1.x option list (``COMMAND NAME`` lines), in file order."""
+    """``{command: [option name, ...]}`` from a 1.x option list (``COMMAND NAME`` lines), in file
+    order."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -33,7 +34,8 @@ def read_reference(path=REFERENCE):
                 f"{where(path, lineno)}: expected 'COMMAND NAME' with COMMAND one of "
                 f"{', '.join(COMMANDS)}, got {line!r}"
             )
-        command, name = fields[0], fields[1].lstrip("-")
+        command = fields[0]
+        name = fields[1].lstrip("-")
         if name in reference[command]:
             raise UserError(f"{where(path, lineno)}: {command} {name} is listed twice")
         reference[command].append(name)

@@ -33,7 +33,8 @@ UNSUPPORTED_OPTIONS = {
     ),
     "aan_useffn": "the average attention network (-self_attn_type average) is not implemented",
     "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
-    "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); use -tensorboard",
+    "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); "
+    "use -tensorboard",
     **dict.fromkeys(
         ["loss_scale", "apex_opt_level"],
         "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported",
@@ -62,7 +63,8 @@ def add(group, name, *aliases, help, **kwargs):  # noqa: A002  (argparse's own k
 
 
 def choice(option, allowed, unsupported=None):
-    """A ``type=`` that accepts one of ``allowed``; a known-but-unsupported value gets its reason."""
+    """A ``type=`` that accepts one of ``allowed``; a known-but-unsupported value gets its
+    reason."""
     unsupported = unsupported or {}
 
     def parse(value):
@@ -82,8 +84,9 @@ def choice(option, allowed, unsupported=None):
 
 
 def only_value(option, allowed, reason):
-    """A ``type=`` that accepts the one value ``allowed`` (a string; None accepts none) and refuses any
-    other with ``reason`` (for 1.x's deprecated options, which 1.x accepted at their default only)."""
+    """A ``type=`` that accepts the one value ``allowed`` (a string; None accepts none) and refuses
+    any other with ``reason`` (for 1.x's deprecated options, which 1.x accepted at their default
+    only)."""
 
     def parse(value):
         if value == allowed:
@@ -155,7 +158,8 @@ LOG_LEVELS = {"CRITICAL": 50, "ERROR": 40, "WARNING": 30, "INFO": 20, "DEBUG": 1
 
 
 def log_level(value):
-    """A ``type=`` for a logging level, by 1.x's names or numbers (``INFO`` or ``20``): the number."""
+    """A ``type=`` for a logging level, by 1.x's names or numbers (``INFO`` or ``20``): the
+    number."""
     if value in LOG_LEVELS:
         return LOG_LEVELS[value]
     if value in map(str, LOG_LEVELS.values()):
@@ -174,8 +178,8 @@ def log_file_opts(group):
         "log_file_level",
         type=log_level,
         default=0,
-        help="The least level the log file records (CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET or "
-        "50 ... 0); the log records INFO and above",
+        help="The least level the log file records (CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET "
+        "or 50 ... 0); the log records INFO and above",
     )
 
 
@@ -200,8 +204,9 @@ def float_in(low, high, infinite=False):
 
 
 def opennmt_py_1x_command(command):
-    """Mark an option group (a function such as ``train_opts``) as part of OpenNMT-py 1.x's ``command``
-    (preprocess, train or translate): a parser built with it matches that command's abbreviations."""
+    """Mark an option group (a function such as ``train_opts``) as part of OpenNMT-py 1.x's
+    ``command`` (preprocess, train or translate): a parser built with it matches that command's
+    abbreviations."""
 
     def mark(add_group):
         add_group.opennmt_py_1x_command = command
@@ -214,16 +219,18 @@ NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a va
 
 
 class OptionParser(configargparse.ArgumentParser):
-    """configargparse with YAML configs, one-line errors (exit 2) and OpenNMT-py 1.x's abbreviations.
+    """configargparse with YAML configs, one-line errors (exit 2) and OpenNMT-py 1.x's
+    abbreviations.
 
-    ``opennmt_py_1x_command`` (preprocess, train or translate; ``build_parser`` sets it from the option
-    groups) names the 1.x command whose abbreviations the parser accepts, as 1.x's argparse did: a
-    prefix of exactly one of that command's 1.x option names (``-beam`` for ``-beam_size``), on the
-    command line, is read as the full name and logged once at INFO. A prefix of several 1.x names is
-    refused, naming them; a prefix of an option that onmt_lite refuses is refused with the reason.
-    Only 1.x names are abbreviated: onmt_lite's own options (and every option of a parser without a
-    1.x command, such as the tools') must be spelled in full, and so must the keys of a -config file.
-    An exact onmt_lite option name is never read as an abbreviation (``-gpu`` in training, ``-out``).
+    ``opennmt_py_1x_command`` (preprocess, train or translate; ``build_parser`` sets it from the
+    option groups) names the 1.x command whose abbreviations the parser accepts, as 1.x's argparse
+    did: a prefix of exactly one of that command's 1.x option names (``-beam`` for ``-beam_size``),
+    on the command line, is read as the full name and logged once at INFO. A prefix of several 1.x
+    names is refused, naming them; a prefix of an option that onmt_lite refuses is refused with the
+    reason. Only 1.x names are abbreviated: onmt_lite's own options (and every option of a parser
+    without a 1.x command, such as the tools') must be spelled in full, and so must the keys of a
+    -config file. An exact onmt_lite option name is never read as an abbreviation (``-gpu`` in
+    training, ``-out``).
     """
 
     def __init__(self, prog, description=None, opennmt_py_1x_command=None):
@@ -253,9 +260,9 @@ class OptionParser(configargparse.ArgumentParser):
         return super().parse_known_args(self.expand_abbreviations(args), namespace, **kwargs)
 
     def abbreviated_name(self, token):
-        """The 1.x option name that ``token`` (``-name``, ``--name`` or ``--name=value``) abbreviates,
-        or None when it is no abbreviation (an exact name, a value, or a prefix of no 1.x name);
-        exits (status 2) when it is ambiguous."""
+        """The 1.x option name that ``token`` (``-name``, ``--name`` or ``--name=value``)
+        abbreviates, or None when it is no abbreviation (an exact name, a value, or a prefix of no
+        1.x name); exits (status 2) when it is ambiguous."""
         names = OPENNMT_PY_1X_OPTIONS.get(self.opennmt_py_1x_command, ())
         option = token.split("=", 1)[0]
         if (
@@ -279,8 +286,10 @@ class OptionParser(configargparse.ArgumentParser):
         return matches[0] if matches else None
 
     def expand_abbreviations(self, args):
-        """``args`` with each abbreviated 1.x option name replaced by the full name (see the class)."""
-        expanded, notes = [], []
+        """``args`` with each abbreviated 1.x option name replaced by the full name (see the
+        class)."""
+        expanded = []
+        notes = []
         for i, token in enumerate(args):
             if token == "--":
                 return expanded + list(args[i:])
@@ -346,7 +355,8 @@ def config_opts(parser):
 
 
 def build_parser(prog, groups, description=None):
-    """A parser for ``prog`` holding the option ``groups`` (functions such as ``preprocess_opts``)."""
+    """A parser for ``prog`` holding the option ``groups`` (functions such as
+    ``preprocess_opts``)."""
     commands = {getattr(add_group, "opennmt_py_1x_command", None) for add_group in groups} - {None}
     parser = OptionParser(prog, description, commands.pop() if len(commands) == 1 else None)
     for add_group in groups:
@@ -355,14 +365,16 @@ def build_parser(prog, groups, description=None):
 
 
 def option_defaults(groups):
-    """``{name: default}`` of every option the groups define (e.g. to complete a checkpoint's options)."""
+    """``{name: default}`` of every option the groups define (e.g. to complete a checkpoint's
+    options)."""
     parser = build_parser("defaults", groups)
     return {a.dest: a.default for a in parser._actions if a.option_strings and a.dest != "help"}
 
 
 def check_values(groups, values, source):
-    """Check option ``values`` (a plain dict, e.g. a checkpoint's options) as the command line would:
-    types, ranges and choices of every option the groups define; a UserError naming ``source``."""
+    """Check option ``values`` (a plain dict, e.g. a checkpoint's options) as the command line
+    would: types, ranges and choices of every option the groups define; a UserError naming
+    ``source``."""
     parser = build_parser("check", groups)
     for action in parser._actions:
         if action.dest not in values or values[action.dest] is None or not action.option_strings:
@@ -415,14 +427,16 @@ def config_dict(parser, opt):
 
 
 def parse(parser, args=None):
-    """Parse ``args`` (default ``sys.argv[1:]``); handle ``-save_config``; refuse unknown options."""
+    """Parse ``args`` (default ``sys.argv[1:]``); handle ``-save_config``; refuse unknown
+    options."""
     opt, unknown = parser.parse_known_args(args)
     if unknown:
         _refuse_unknown(parser, unknown)
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
-        # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back as "None"
+        # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back
+        # as "None"
         values = {
             k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]
         }

@@ -44,7 +44,8 @@ def _data_opts(parser):
         "train_src",
         required=True,
         nargs="+",
-        help="Training source text, one sentence a line; several files: several corpora, named by -train_ids",
+        help="Training source text, one sentence a line; several files: several corpora, named by "
+        "-train_ids",
     )
     add(
         group,
@@ -58,9 +59,9 @@ def _data_opts(parser):
         "train_ids",
         nargs="+",
         default=[None],
-        help="Names of the training corpora, one per -train_src file (letters, digits, - and _): their shards "
-        "are PREFIX.train_ID.N.pt, and onmt_lite_train picks them with -data_ids; needed with several "
-        "corpora",
+        help="Names of the training corpora, one per -train_src file (letters, digits, - and _): "
+        "their shards are PREFIX.train_ID.N.pt, and onmt_lite_train picks them with "
+        "-data_ids; needed with several corpora",
     )
     add(group, "valid_src", default="", help="Validation source text")
     add(group, "valid_tgt", default="", help="Validation target text")
@@ -68,8 +69,8 @@ def _data_opts(parser):
         group,
         "train_align",
         default="",
-        help="Word alignments of the training pairs (guided alignment, -lambda_align): one line a pair, "
-        "Pharaoh 'SRC-TGT' pairs of 0-based token indices",
+        help="Word alignments of the training pairs (guided alignment, -lambda_align): one line a "
+        "pair, Pharaoh 'SRC-TGT' pairs of 0-based token indices",
     )
     add(
         group,
@@ -97,8 +98,8 @@ def _data_opts(parser):
         "num_threads",
         type=int_in(1, MAX_PROCESSES),
         default=1,
-        help="Processes that tokenize and numericalise the text, a chunk of lines each at a time; the "
-        "output is the same as with one",
+        help="Processes that tokenize and numericalise the text, a chunk of lines each at a time; "
+        "the output is the same as with one",
     )
     add(
         group,
@@ -123,8 +124,8 @@ def _vocab_opts(parser):
         group,
         "features_vocabs_prefix",
         default="",
-        help="Source word feature i's vocabulary from the file PREFIX.source_feature_i.dict (i from 1), "
-        "as -src_vocab; without it, from the training data",
+        help="Source word feature i's vocabulary from the file PREFIX.source_feature_i.dict (i "
+        "from 1), as -src_vocab; without it, from the training data",
     )
     add(
         group,
@@ -160,9 +161,9 @@ def _vocab_opts(parser):
         "vocab_size_multiple",
         type=int_in(1, MAX_VOCAB_MULTIPLE),
         default=1,
-        help="Pad each vocabulary with unused words (averyunlikelytokenN, as 1.x) to a multiple of this "
-        "size, specials included (matrix products of such sizes can be faster on some "
-        f"hardware; at most {MAX_VOCAB_MULTIPLE})",
+        help="Pad each vocabulary with unused words (averyunlikelytokenN, as 1.x) to a multiple "
+        "of this size, specials included (matrix products of such sizes can be faster on "
+        f"some hardware; at most {MAX_VOCAB_MULTIPLE})",
     )
     add(
         group,
@@ -215,8 +216,8 @@ def _pruning_and_tokenization_opts(parser):
         group,
         "subword_prefix",
         default="▁",
-        help="The mark of a subword token that starts a word (sentencepiece's); training's -src_noise "
-        "infills whole words found with it",
+        help="The mark of a subword token that starts a word (sentencepiece's); training's "
+        "-src_noise infills whole words found with it",
     )
     add(
         group,

@@ -33,8 +33,8 @@ def _general_opts(parser):
         "data_ids",
         nargs="+",
         default=[None],
-        help="Train on these corpora of -data (its -train_ids, shards PREFIX.train_ID.N.pt); left out: the one "
-        "corpus of data preprocessed without -train_ids",
+        help="Train on these corpora of -data (its -train_ids, shards PREFIX.train_ID.N.pt); left "
+        "out: the one corpus of data preprocessed without -train_ids",
     )
     # weights are relative: 2 ** 31 - 1 to 1 is past any mix a run can show
     add(
@@ -43,9 +43,9 @@ def _general_opts(parser):
         type=int_in(1, MAX_SIZE),
         nargs="+",
         default=[1],
-        help="One whole number per -data_ids corpus: a step's batches come from the corpora in turn, WEIGHT "
-        "batches from each (a round robin), every corpus starting its next epoch on its own "
-        f"(at most {MAX_SIZE})",
+        help="One whole number per -data_ids corpus: a step's batches come from the corpora in "
+        "turn, WEIGHT batches from each (a round robin), every corpus starting its next "
+        f"epoch on its own (at most {MAX_SIZE})",
     )
     add(
         group, "save_model", default="model", help="Checkpoints are written to SAVE_MODEL_step_N.pt"
@@ -77,8 +77,9 @@ def _general_opts(parser):
         "reset_optim",
         default="none",
         type=choice("reset_optim", ["none", "all", "states", "keep_states"]),
-        help="With -train_from: none (resume everything), all (new optimizer and schedule), states (new "
-        "optimizer moments, checkpoint settings), keep_states (checkpoint moments, new settings)",
+        help="With -train_from: none (resume everything), all (new optimizer and schedule), "
+        "states (new optimizer moments, checkpoint settings), keep_states (checkpoint "
+        "moments, new settings)",
     )
     add(group, "seed", type=SEED, default=-1, help="Random seed (-1: draw one and log it)")
     add(
@@ -129,7 +130,8 @@ def _general_opts(parser):
         "gpu_verbose_level",
         type=int_in(0, MAX_SIZE),
         default=0,
-        help="With several processes: 1 or more, every process logs (its rank first), not only rank 0",
+        help="With several processes: 1 or more, every process logs (its rank first), not only "
+        "rank 0",
     )
     add(
         compatibility_group(parser),
@@ -146,8 +148,8 @@ def _general_opts(parser):
         "queue_size",
         type=int_in(1, MAX_SIZE),
         default=40,
-        help="1.x's queue of batches that one producer process filled for the training processes; here "
-        "each process reads its own batches",
+        help="1.x's queue of batches that one producer process filled for the training processes; "
+        "here each process reads its own batches",
     )
     log_file_opts(group)
     add(
@@ -185,16 +187,17 @@ def _batches_and_steps_opts(parser):
         group,
         "single_pass",
         action="store_true",
-        help="Stop after one pass over the training data (or at -train_steps, if sooner); the pass's last "
-        "step takes the batches left (with several processes, an incomplete last step is left out)",
+        help="Stop after one pass over the training data (or at -train_steps, if sooner); the "
+        "pass's last step takes the batches left (with several processes, an incomplete last "
+        "step is left out)",
     )
     add(
         group,
         "epochs",
         type=int_in(0, MAX_STEPS),
         default=0,
-        help="Stop after this many passes over the training data (or at -train_steps, if sooner), as "
-        "-single_pass does after one; 0: -train_steps decides",
+        help="Stop after this many passes over the training data (or at -train_steps, if sooner), "
+        "as -single_pass does after one; 0: -train_steps decides",
     )
     add(
         group,
@@ -215,7 +218,8 @@ def _batches_and_steps_opts(parser):
         "batch_size_multiple",
         type=int_in(1, MAX_SIZE),
         default=1,
-        help="A batch holds a multiple of this many sentences where it can (the rest goes to the next batch)",
+        help="A batch holds a multiple of this many sentences where it can (the rest goes to the "
+        "next batch)",
     )
     add(
         group,
@@ -238,8 +242,8 @@ def _batches_and_steps_opts(parser):
         type=int_in(1, MAX_SIZE),
         nargs="+",
         default=[1],
-        help="Accumulate gradients over N batches before an optimizer step; several values: a schedule, "
-        "with -accum_steps",
+        help="Accumulate gradients over N batches before an optimizer step; several values: a "
+        "schedule, with -accum_steps",
     )
     add(
         group,
@@ -298,7 +302,8 @@ def _batches_and_steps_opts(parser):
         nargs="*",
         default=[],
         type=choice("valid_metrics", ["BLEU", "chrF"]),
-        help="Also decode the validation set greedily at each validation and log these sacrebleu scores",
+        help="Also decode the validation set greedily at each validation and log these sacrebleu "
+        "scores",
     )
 
 
@@ -358,7 +363,8 @@ def _optimization_opts(parser):
             ["none", "noam", "rsqrt", "plateau"],
             {"noamwd": "noam with a step decay is not implemented; use noam"},
         ),
-        help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no improvement)",
+        help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no "
+        "improvement)",
     )
     add(
         group,
@@ -423,8 +429,8 @@ def _optimization_opts(parser):
         "model_dtype",
         default="fp32",
         type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
-        help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; fp16 "
-        "with dynamic loss scaling)",
+        help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; "
+        "fp16 with dynamic loss scaling)",
     )
     add(
         group,
@@ -486,11 +492,12 @@ def _noise_opts(parser):
             "src_noise",
             ["sen_shuffling", "infilling"],
             {
-                "mask": "word masking is not implemented (1.x's did not run either); infilling masks spans of words"
+                "mask": "word masking is not implemented (1.x's did not run either); infilling "
+                "masks spans of words"
             },
         ),
-        help="Noises applied in this order to those sources: sen_shuffling (swap sentences), infilling "
-        "(replace spans of whole words with one <unk> each)",
+        help="Noises applied in this order to those sources: sen_shuffling (swap sentences), "
+        "infilling (replace spans of whole words with one <unk> each)",
     )
     add(
         group,

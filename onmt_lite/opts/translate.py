@@ -27,8 +27,8 @@ def _model_and_data_opts(parser):
         group,
         "tgt_prefix",
         action="store_true",
-        help="Each line's -tgt (needed) is a prefix its translations start with: forced, then decoding goes on "
-        "(gold scores of -tgt are logged, BLEU and chrF are not)",
+        help="Each line's -tgt (needed) is a prefix its translations start with: forced, then "
+        "decoding goes on (gold scores of -tgt are logged, BLEU and chrF are not)",
     )
     add(group, "output", "-out", default="pred.txt", help="Where to write the translations")
     add(
@@ -177,7 +177,8 @@ def _search_opts(parser):
         group,
         "replace_unk",
         action="store_true",
-        help="Replace <unk> with the source word of highest attention (copy attention for copy models)",
+        help="Replace <unk> with the source word of highest attention (copy attention for copy "
+        "models)",
     )
     add(
         group,
@@ -216,8 +217,8 @@ def _efficiency_and_logging_opts(parser):
         "shard_size",
         type=int_in(0, MAX_SIZE),
         default=0,
-        help="Read, translate and write -src in pieces of N lines, never holding the whole file (0: all "
-        "at once); the output is the same",
+        help="Read, translate and write -src in pieces of N lines, never holding the whole file "
+        "(0: all at once); the output is the same",
     )
     add(
         group,
@@ -232,9 +233,9 @@ def _efficiency_and_logging_opts(parser):
         "threads",
         type=int_in(0, MAX_PROCESSES),
         default=0,
-        help="CPU threads for the tensor operations (0: PyTorch's default, one per core); with 2 or "
-        "more, searches decode side by side: one per thread, each in a process of its own, on "
-        "Linux; elsewhere two threads, each with half of them",
+        help="CPU threads for the tensor operations (0: PyTorch's default, one per core); with 2 "
+        "or more, searches decode side by side: one per thread, each in a process of its "
+        "own, on Linux; elsewhere two threads, each with half of them",
     )
     add(
         group,
@@ -267,8 +268,9 @@ def _efficiency_and_logging_opts(parser):
         group,
         "report_align",
         action="store_true",
-        help="After each output line write ' ||| ' and its word alignment, Pharaoh 'SRC-TGT' pairs: each "
-        "output token's most attended source token in the alignment head (Transformer decoders)",
+        help="After each output line write ' ||| ' and its word alignment, Pharaoh 'SRC-TGT' "
+        "pairs: each output token's most attended source token in the alignment head "
+        "(Transformer decoders)",
     )
     add(
         group,
@@ -289,8 +291,8 @@ def _efficiency_and_logging_opts(parser):
         "dump_beam",
         default="",
         metavar="FILE",
-        help="Write each line's search steps (every kept hypothesis: token, parent, score) to FILE as JSON "
-        "when translation ends",
+        help="Write each line's search steps (every kept hypothesis: token, parent, score) to "
+        "FILE as JSON when translation ends",
     )
     log_file_opts(group)
 

@@ -1,13 +1,15 @@
 """The HTTP API of ``onmt_lite_server``: OpenNMT-py 1.x's endpoints and JSON, on Starlette.
 
     POST {url_root}/translate           [{"src": "text", "id": 100}, ...]
-                                        -> [[{"src", "tgt", "n_best", "pred_score"}, ...], ...] (a list per
+                                        -> [[{"src", "tgt", "n_best", "pred_score"}, ...], ...] (a
+                                        list per
                                            n-best rank, each in request order)
     GET  {url_root}/models              -> [{"model_id", "opt", "models", "loaded", "timeout"}, ...]
     GET  {url_root}/health              -> {"status": "ok"}
     GET  {url_root}/unload_model/ID     -> {"status": "ok", "model_id": ID}    (POST too)
     GET  {url_root}/to_cpu/ID, /to_gpu/ID                                      (POST too)
-    POST {url_root}/clone_model/ID      {"opt": {...}, "timeout": T} -> {"status": "ok", "model_id", "load_time"}
+    POST {url_root}/clone_model/ID      {"opt": {...}, "timeout": T} -> {"status": "ok", "model_id",
+    "load_time"}
 
 Unlike 1.x, a bad request is answered with a 4xx status (1.x: 200), its JSON body still 1.x's
 ``{"status": "error", "error": MESSAGE}``. Every request is logged as one JSON line.
@@ -112,27 +114,35 @@ def _spaces(text):
 
 
 def endpoint(handler):
-    """An endpoint running ``handler(request, fields)`` for a JSON answer: errors become a JSON error
-    with their status; one log line a request, with the ``fields`` the handler filled in."""
+    """An endpoint running ``handler(request, fields)`` for a JSON answer: errors become a JSON
+    error with their status; one log line a request, with the ``fields`` the handler filled in."""
 
     async def wrapped(request):
-        start, status, fields, response = time.perf_counter(), 200, {}, None
+        start = time.perf_counter()
+        status = 200
+        fields = {}
+        response = None
         try:
             response = AnswerJSON(await handler(request, fields))
         except HTTPError as err:
-            status, fields["error"] = err.status, str(err)
+            status = err.status
+            fields["error"] = str(err)
         except UnknownModel as err:
-            status, fields["error"] = 404, str(err)
+            status = 404
+            fields["error"] = str(err)
         except UserError as err:
-            status, fields["error"] = 400, str(err)
+            status = 400
+            fields["error"] = str(err)
         except ClientDisconnect:
-            status, fields["error"] = 499, "the client disconnected"
+            status = 499
+            fields["error"] = "the client disconnected"
             response = Response(status_code=499)
         except (
             Exception
         ) as err:  # a bug or a failed model: the client hears of it, the server goes on
             logger.exception("internal error")
-            status, fields["error"] = 500, f"internal error: {type(err).__name__}: {err}"
+            status = 500
+            fields["error"] = f"internal error: {type(err).__name__}: {err}"
         if response is None:
             response = JSONResponse(
                 {"status": "error", "error": fields["error"]}, status_code=status
@@ -177,8 +187,10 @@ class Endpoints:
     """The handlers of the endpoints, over a ModelRegistry (see ``create_app``)."""
 
     def __init__(self, registry, max_request_bytes, request_timeout, debug):
-        self.registry, self.max_request_bytes = registry, max_request_bytes
-        self.request_timeout, self.debug = request_timeout, debug
+        self.registry = registry
+        self.max_request_bytes = max_request_bytes
+        self.request_timeout = request_timeout
+        self.debug = debug
 
     async def translate(self, request, fields):
         inputs = await read_json(request, self.max_request_bytes)

@@ -1,14 +1,17 @@
-"""The server's configuration file (OpenNMT-py 1.x's ``conf.json``) and each model's translation options.
+"""The server's configuration file (OpenNMT-py 1.x's ``conf.json``) and each model's translation
+options.
 
     {"models_root": "./available_models",
-     "models": [{"id": 100, "model": "model_0.pt", "timeout": 600, "on_timeout": "to_cpu", "load": true,
+     "models": [{"id": 100, "model": "model_0.pt", "timeout": 600, "on_timeout": "to_cpu", "load":
+     true,
                  "opt": {"gpu": 0, "beam_size": 5},
                  "tokenizer": {"type": "sentencepiece", "model": "wmtenfr.model"}}]}
 
-A model's ``opt`` is checked as ``onmt_lite_translate``'s command line would check it (1.x builds the
-same command line from it); options that belong to the file command (``src``, ``output``, ...) are
-refused by name. Paths in the file are relative to ``models_root`` (or the model's ``model_root``),
-which is relative to the current directory as in 1.x. Everything is checked when the server starts,
+A model's ``opt`` is checked as ``onmt_lite_translate``'s command line would check it (1.x builds
+the same command line from it); options that belong to the file command (``src``, ``output``, ...)
+are refused by name. Paths in the file are relative to ``models_root`` (or the model's
+``model_root``), which is relative to the current directory as in 1.x. Everything is checked when
+the server starts,
 before it listens: a bad file is one line naming the file, the model and the problem.
 """
 
@@ -52,7 +55,8 @@ SERVER_REFUSES = {
     "attn_plot": "the file command writes plots; the server answers requests",
     "attn_debug": "the file command logs attention; the server answers requests",
     "verbose": "the file command logs sentences; the server logs requests (--debug: their bodies)",
-    "report_align": "the server's answers carry no alignments (onmt_lite_translate -report_align writes them)",
+    "report_align": "the server's answers carry no alignments (onmt_lite_translate -report_align "
+    "writes them)",
     "align_debug": "the file command logs alignments; the server answers requests",
     "report_time": "the server logs each request's time",
     "tgt_prefix": "requests carry no target prefixes",
@@ -73,7 +77,8 @@ MAX_MODEL_ID = 2**31 - 1
 
 
 class _RaisingParser(OptionParser):
-    """The translate parser, whose errors are a UserError (a request's or the config's) instead of an exit."""
+    """The translate parser, whose errors are a UserError (a request's or the config's) instead of
+    an exit."""
 
     def error(self, message):
         raise UserError(
@@ -285,7 +290,8 @@ def read_config(path):
     models_root = conf.get("models_root", "./available_models")
     if not isinstance(models_root, str):
         raise UserError(f"{path}: \"models_root\" must be a directory")
-    specs, next_id = {}, 0
+    specs = {}
+    next_id = 0
     for i, entry in enumerate(conf["models"]):
         where = f"{path}: models[{i}]"
         model_id = entry.get("id") if isinstance(entry, dict) else None

@@ -21,7 +21,8 @@ class ServedModel:
     """A model of the server: its spec and the TranslationService that decodes its requests."""
 
     def __init__(self, spec: ModelSpec, max_tokens: int):
-        self.spec, self.load_time = spec, None
+        self.spec = spec
+        self.load_time = None
         self.service = TranslationService(
             self._load,
             spec.opt.gpu,
@@ -88,7 +89,8 @@ class ModelRegistry:
                 f"clone of model {model_id}",
             )
             if source.tokenizer is not None:  # the clone tokenizes as its model does
-                opt.src_spm, opt.tgt_spm = source.opt.src_spm, source.opt.tgt_spm
+                opt.src_spm = source.opt.src_spm
+                opt.tgt_spm = source.opt.tgt_spm
             spec = ModelSpec(
                 new_id,
                 source.paths,

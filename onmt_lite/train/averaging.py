@@ -1,9 +1,9 @@
 """An exponential moving average of a model's parameters (``-average_decay``, ``-average_every``).
 
-OpenNMT-py 1.x's rule: after the optimizer step of step number ``step`` (from 1), when ``(step - 1)``
-is a multiple of ``every``, the average is updated. The first update copies the parameters (as
-float32, whatever the precision of the forward pass); each later one mixes the parameters in with
-the weight ``w = max(decay, 1 - (step + 1) / (step + 10))``:
+OpenNMT-py 1.x's rule: after the optimizer step of step number ``step`` (from 1), when
+``(step - 1)`` is a multiple of ``every``, the average is updated. The first update copies the
+parameters (as float32, whatever the precision of the forward pass); each later one mixes the
+parameters in with the weight ``w = max(decay, 1 - (step + 1) / (step + 10))``:
 ``average = (1 - w) * average + w * parameter``. ``w`` is large early on, so the average follows the
 fast-changing first weights, and settles at ``decay``.
 
@@ -19,20 +19,23 @@ import torch
 
 
 def mixing_weight(step, decay):
-    """The weight of the parameters at update step ``step``: ``max(decay, 1 - (step + 1) / (step + 10))``."""
+    """The weight of the parameters at update step ``step``:
+    ``max(decay, 1 - (step + 1) / (step + 10))``."""
     return max(decay, 1 - (step + 1) / (step + 10))
 
 
 class MovingAverage:
-    """The moving average of ``model``'s parameters (its ``named_parameters``, the generator's included).
+    """The moving average of ``model``'s parameters (its ``named_parameters``, the generator's
+    included).
 
-    ``average`` is None until the first update (or ``start``), then one float32 tensor per parameter,
-    on the parameter's device.
+    ``average`` is None until the first update (or ``start``), then one float32 tensor per
+    parameter, on the parameter's device.
     """
 
     def __init__(self, model, decay, every=1):
         self.params = [p for _, p in model.named_parameters()]
-        self.decay, self.every = decay, every
+        self.decay = decay
+        self.every = every
         self.average = None
 
     def is_update_step(self, step):
@@ -46,7 +49,8 @@ class MovingAverage:
 
     @torch.no_grad()
     def update(self, step):
-        """After the optimizer step of step number ``step``: update the average if it is an update step."""
+        """After the optimizer step of step number ``step``: update the average if it is an update
+        step."""
         if not self.is_update_step(step):
             return
         if self.average is None:
@@ -57,8 +61,8 @@ class MovingAverage:
             average.mul_(1 - weight).add_(param.detach().float() * weight)
 
     def state_dict(self, model):
-        """``model.state_dict()`` with each parameter replaced by its average (in the parameter's dtype):
-        the weights that ``applied`` puts into the model, without touching it."""
+        """``model.state_dict()`` with each parameter replaced by its average (in the parameter's
+        dtype): the weights that ``applied`` puts into the model, without touching it."""
         averages = {id(param): average for param, average in zip(self.params, self.average or [])}
         return {
             name: averages[id(value)].to(value.dtype) if id(value) in averages else value.detach()

@@ -1,10 +1,10 @@
-"""The training data of ``-data``: its vocab record, the corpora chosen by -data_ids and -data_weights,
-the stream of training batches, and where that stream resumes from a checkpoint.
+"""The training data of ``-data``: its vocab record, the corpora chosen by -data_ids and
+-data_weights, the stream of training batches, and where that stream resumes from a checkpoint.
 
 Data preprocessed without -train_ids has one unnamed corpus (``PREFIX.train.N.pt``), read by one
 ``BatchIterator`` whose position is ``{epoch, shard, batch}`` (as before corpora had names). Several
-corpora (``PREFIX.train_ID.N.pt``) are read by a ``WeightedBatches``, whose position is every corpus's
-plus the round robin's turn.
+corpora (``PREFIX.train_ID.N.pt``) are read by a ``WeightedBatches``, whose position is every
+corpus's plus the round robin's turn.
 """
 
 import os
@@ -57,9 +57,10 @@ def _holding(ids):
 
 
 def check_data_ids(opt, record):
-    """-data_ids must name corpora of the data (each once), -data_weights give one weight per id, and
-    several corpora exclude -single_pass and -epochs (each corpus has epochs of its own)."""
-    held, ids = record.get("train_ids", [None]), list(opt.data_ids)
+    """-data_ids must name corpora of the data (each once), -data_weights give one weight per id,
+    and several corpora exclude -single_pass and -epochs (each corpus has epochs of its own)."""
+    held = record.get("train_ids", [None])
+    ids = list(opt.data_ids)
     if ids == [None] and held != [None]:
         raise UserError(
             f"-data {opt.data} holds {_holding(held)}: choose them with -data_ids (and their "
@@ -68,7 +69,8 @@ def check_data_ids(opt, record):
     for corpus_id in ids:
         if corpus_id not in held:
             raise UserError(
-                f"-data_ids {corpus_id}: -data {opt.data} has no such corpus (it holds {_holding(held)})"
+                f"-data_ids {corpus_id}: -data {opt.data} has no such corpus (it holds "
+                f"{_holding(held)})"
             )
         if ids.count(corpus_id) > 1:
             raise UserError(f"-data_ids {' '.join(ids)}: {corpus_id} is given twice")
@@ -100,7 +102,8 @@ def chosen_corpora(opt, record):
 
 
 def describe_corpora(corpora, weights, record):
-    """A log line's words on the training corpora: shards, examples and, with several, their weights."""
+    """A log line's words on the training corpora: shards, examples and, with several, their
+    weights."""
     counts = record.get("counts", {})
 
     def described(corpus_id, paths):

@@ -3,9 +3,10 @@ on GPUs), on one machine or many.
 
 Two ways in, one code path:
 
-* ``torchrun --nproc_per_node N -m onmt_lite.bin.train ...``: torchrun sets ``RANK``, ``WORLD_SIZE``,
-  ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (several machines: ``--nnodes``, ``--node_rank``,
-  ``--rdzv_endpoint``), and each process finds its rank there (``from_environment``).
+* ``torchrun --nproc_per_node N -m onmt_lite.bin.train ...``: torchrun sets ``RANK``,
+  ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (several machines:
+  ``--nnodes``, ``--node_rank``, ``--rdzv_endpoint``), and each process finds its rank there
+  (``from_environment``).
 * ``onmt_lite_train -world_size N [-gpu_ranks 0 1 ...] [-master_ip -master_port]`` as in OpenNMT-py
   1.x: the command starts the N processes itself (``spawn``) with the same variables set.
 
@@ -41,10 +42,13 @@ TIMEOUT = datetime.timedelta(
 
 
 class Distributed:
-    """This process's place among ``world_size`` training processes (after ``init_process_group``)."""
+    """This process's place among ``world_size`` training processes (after
+    ``init_process_group``)."""
 
     def __init__(self, rank, world_size, device):
-        self.rank, self.world_size, self.device = rank, world_size, device
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
 
     @property
     def is_main(self):
@@ -194,7 +198,8 @@ def from_environment(opt):
     the process group initialised; None when training in one process."""
     if not launched_by_torchrun():
         return None
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if opt.world_size not in (1, world_size):
         raise UserError(

@@ -1,4 +1,5 @@
-"""Early stopping on validation scores (perplexity: lower is better; accuracy, BLEU, chrF: higher)."""
+"""Early stopping on validation scores (perplexity: lower is better; accuracy, BLEU, chrF:
+higher)."""
 
 HIGHER_IS_BETTER = {"ppl": False, "accuracy": True, "BLEU": True, "chrF": True}
 

@@ -91,9 +91,9 @@ def choose_device(opt, dist=None):
 
 
 def resolve_options(opt, checkpoint, record):
-    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint, but
-    ``RESUME_FROM_COMMAND_LINE`` from the command line (as 1.x: guided alignment can start at -train_from,
-    and the attention dropout schedule goes with -dropout's)."""
+    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint,
+    but ``RESUME_FROM_COMMAND_LINE`` from the command line (as 1.x: guided alignment can start at
+    -train_from, and the attention dropout schedule goes with -dropout's)."""
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
         optim_options = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
@@ -111,7 +111,8 @@ def resolve_options(opt, checkpoint, record):
         )
     if opt.lambda_align > 0 and not record.get("train_align"):
         raise UserError(
-            f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has none)"
+            f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has "
+            "none)"
         )
     return opt
 
@@ -153,8 +154,8 @@ def check_options(opt):
 
 def prepare_model(opt, vocabs, checkpoint, device, is_main):
     """``(model, average)``: the model on ``device``, new or with the checkpoint's weights (see
-    ``resume_weights``), and the run's MovingAverage with -average_decay, else None. Only the process
-    that validates and saves keeps an average: the weights are the same in all processes."""
+    ``resume_weights``), and the run's MovingAverage with -average_decay, else None. Only the
+    process that validates and saves keeps an average: the weights are the same in all processes."""
     model = (
         build_model(opt, vocabs)
         if checkpoint is None
@@ -178,16 +179,17 @@ def prepare_model(opt, vocabs, checkpoint, device, is_main):
 
 
 def resume_weights(checkpoint, model, average, path):
-    """After ``model_from_checkpoint`` put the checkpoint's weights (its average, if it kept one) into
-    ``model``: ``average`` (a MovingAverage, or None) continues from them, and the model takes the raw
-    weights the checkpoint keeps, if any, to train on."""
+    """After ``model_from_checkpoint`` put the checkpoint's weights (its average, if it kept one)
+    into ``model``: ``average`` (a MovingAverage, or None) continues from them, and the model takes
+    the raw weights the checkpoint keeps, if any, to train on."""
     raw = checkpoint.get("raw_weights")
     if average is not None:
         average.start()
         logger.info(
             f"-average_decay: the moving average continues from {path}'s weights"
             if raw is not None
-            else f"-average_decay: {path} holds no average; the moving average starts afresh from its weights"
+            else f"-average_decay: {path} holds no average; the moving average starts afresh from "
+            "its weights"
         )
     if raw is not None:
         restore_model(model, raw, path)
@@ -197,8 +199,8 @@ def resume_weights(checkpoint, model, average, path):
 
 
 def resume(checkpoint, opt, trainer, train_iter, early_stopping):
-    """Restore the training state of ``checkpoint`` (optimizer per -reset_optim, data position, early
-    stopping, loss scale, random generators); returns its step."""
+    """Restore the training state of ``checkpoint`` (optimizer per -reset_optim, data position,
+    early stopping, loss scale, random generators); returns its step."""
     step = checkpoint["step"]
     if not all(key in checkpoint for key in ("optim", "data", "trainer", "rng")):
         logger.info(
@@ -249,8 +251,8 @@ def _train(opt, dist, held):
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
     logger.info(
         f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
-        f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid shard(s); "
-        f"vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}"
+        f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid "
+        f"shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}"
     )
     model, average = prepare_model(opt, vocabs, checkpoint, device, is_main)
     if dist is not None:

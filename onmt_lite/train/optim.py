@@ -74,13 +74,12 @@ class Schedule:
     """
 
     def __init__(self, method, decay, start_decay_steps, decay_steps, warmup_steps, model_size):
-        self.method, self.decay, self.start, self.every = (
-            method,
-            decay,
-            start_decay_steps,
-            decay_steps,
-        )
-        self.warmup, self.model_size = max(warmup_steps, 1), model_size
+        self.method = method
+        self.decay = decay
+        self.start = start_decay_steps
+        self.every = decay_steps
+        self.warmup = max(warmup_steps, 1)
+        self.model_size = model_size
         self.plateau_scale = 1.0
 
     def __call__(self, step):
@@ -132,7 +131,8 @@ class Optimizer:
                     f"-learning_rate {opt.learning_rate:g} times -lr_mult {group['lr_mult']:g} "
                     f"({group['names'][0]}, ...) is beyond float32's range"
                 )
-        self.base_lr, self.max_grad_norm = opt.learning_rate, opt.max_grad_norm
+        self.base_lr = opt.learning_rate
+        self.max_grad_norm = opt.max_grad_norm
         self.schedule = Schedule(
             opt.decay_method,
             opt.learning_rate_decay,
@@ -163,10 +163,11 @@ class Optimizer:
 
     def step(self, grad_scale=1.0, total_norm=None, norm=None):
         """Check, unscale (by ``grad_scale``, the fp16 loss scale) and clip the gradients, set the
-        scheduled learning rates, update; returns the gradient norm before clipping. A NaN or infinite
-        gradient raises NonFiniteError before any parameter or schedule changes. ``total_norm`` and
-        ``norm``: ``gradient_norm()`` and its value, when the caller has read them already (the
-        trainer reads the norm with the step's statistics: one host sync for both)."""
+        scheduled learning rates, update; returns the gradient norm before clipping. A NaN or
+        infinite gradient raises NonFiniteError before any parameter or schedule changes.
+        ``total_norm`` and ``norm``: ``gradient_norm()`` and its value, when the caller has read
+        them already (the trainer reads the norm with the step's statistics: one host sync for
+        both)."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if total_norm is None:
             total_norm = self.gradient_norm()
@@ -205,10 +206,8 @@ class Optimizer:
     def load_state_dict(self, saved, moments=True, schedule=True):
         """Restore the schedule position and/or the per-parameter moments."""
         if schedule:
-            self.decay_step, self.schedule.plateau_scale = (
-                saved["decay_step"],
-                saved["plateau_scale"],
-            )
+            self.decay_step = saved["decay_step"]
+            self.schedule.plateau_scale = saved["plateau_scale"]
         if not moments:
             return
         by_name = {self.names[id(p)]: p for p in self.params}
@@ -222,8 +221,8 @@ class Optimizer:
                         f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
                         f"the parameter {tuple(param.shape)}"
                     )
-            # moments go to the parameter's device; Adam's scalar step count too when it is fused, else
-            # it stays a CPU tensor
+            # moments go to the parameter's device; Adam's scalar step count too when it is fused,
+            # else it stays a CPU tensor
             scalar_device = (
                 param.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
             )
@@ -238,5 +237,6 @@ class Optimizer:
         for group in self.groups:
             n_values = sum(p.numel() for p in group["params"])
             log(
-                f"parameter group: lr x {group['lr_mult']:g}, {len(group['params'])} tensors, {n_values} values"
+                f"parameter group: lr x {group['lr_mult']:g}, {len(group['params'])} tensors, "
+                f"{n_values} values"
             )

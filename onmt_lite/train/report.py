@@ -24,16 +24,17 @@ class Reporter:
     def training(self, step, stats, lr):
         elapsed = max(stats.elapsed_time(), 1e-9)
         logger.info(
-            f"Step {step}/{self.train_steps}; acc: {stats.accuracy():6.2f}; ppl: {stats.ppl():8.2f}; "
-            f"xent: {stats.xent():5.2f}; lr: {lr:.5g}; {stats.n_src_words / elapsed:5.0f}/"
-            f"{stats.n_words / elapsed:5.0f} tok/s; {time.time() - self.start:6.0f} sec"
+            f"Step {step}/{self.train_steps}; acc: {stats.accuracy():6.2f}; ppl: "
+            f"{stats.ppl():8.2f}; xent: {stats.xent():5.2f}; lr: {lr:.5g}; "
+            f"{stats.n_src_words / elapsed:5.0f}/{stats.n_words / elapsed:5.0f} tok/s; "
+            f"{time.time() - self.start:6.0f} sec"
         )
         self._scalars("train", step, stats, lr=lr, tgt_per_sec=stats.n_words / elapsed)
 
     def validation(self, step, stats, extra=""):
         logger.info(
-            f"Validation at step {step}: perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, "
-            f"xent {stats.xent():.4f}{extra}"
+            f"Validation at step {step}: perplexity {stats.ppl():.4f}, accuracy "
+            f"{stats.accuracy():.2f}, xent {stats.xent():.4f}{extra}"
         )
         self._scalars("valid", step, stats)
 

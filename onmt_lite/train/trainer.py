@@ -46,15 +46,17 @@ def check_schedule(values, steps, name, steps_name):
     value for all), from 0, increasing."""
     if len(values) not in (1, len(steps)) or (name == "-accum_count" and len(values) != len(steps)):
         raise UserError(
-            f"{name} has {len(values)} value(s) but {steps_name} {len(steps)}: give a step for each value"
+            f"{name} has {len(values)} value(s) but {steps_name} {len(steps)}: give a step for "
+            "each value"
         )
     if steps[0] != 0 or any(a >= b for a, b in zip(steps, steps[1:])):
         raise UserError(f"{steps_name} {' '.join(map(str, steps))}: must start at 0 and increase")
 
 
 def scheduled(step, values, steps):
-    """The value of a schedule for step number ``step`` (from 1): that of the last entry of ``steps``
-    that ``step`` is past (OpenNMT-py 1.x's rule for -accum_count and -dropout); one value: always it."""
+    """The value of a schedule for step number ``step`` (from 1): that of the last entry of
+    ``steps`` that ``step`` is past (OpenNMT-py 1.x's rule for -accum_count and -dropout); one
+    value: always it."""
     value = values[0]
     for candidate, start in zip(values, steps):
         if step > start:
@@ -69,8 +71,8 @@ class Trainer:
         model: the NMTModel. loss_compute / valid_loss_compute: LossComputeBase objects (training's
         and validation's: no label smoothing). optim: an ``Optimizer``. device: where batches go.
         shard_size (``max_generator_batches``), trunc_size (``truncated_decoder``), norm_method
-        ("sents" or "tokens"): as the options of the same names (``train_step`` takes a step's batches,
-        as many as -accum_count says).
+        ("sents" or "tokens"): as the options of the same names (``train_step`` takes a step's
+        batches, as many as -accum_count says).
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
         dist: a ``Distributed`` when training with several processes, else None.
     """
@@ -89,13 +91,12 @@ class Trainer:
         precision: Precision = None,
         dist=None,
     ):
-        self.model, self.loss_compute, self.valid_loss_compute = (
-            model,
-            loss_compute,
-            valid_loss_compute,
-        )
+        self.model = model
+        self.loss_compute = loss_compute
+        self.valid_loss_compute = valid_loss_compute
         self.optim, self.device = optim, torch.device(device)
-        self.shard_size, self.trunc_size = shard_size, trunc_size
+        self.shard_size = shard_size
+        self.trunc_size = trunc_size
         self.norm_method = norm_method
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
@@ -104,8 +105,8 @@ class Trainer:
     def from_opt(
         cls, opt, model: nn.Module, tgt_vocab, optim: Optimizer, device, dist=None
     ) -> "Trainer":
-        """The Trainer of ``onmt_lite_train``'s options: its loss computes (``-loss_class``, copy or NLL),
-        accumulation, sharding, truncation, normalisation and precision."""
+        """The Trainer of ``onmt_lite_train``'s options: its loss computes (``-loss_class``, copy or
+        NLL), accumulation, sharding, truncation, normalisation and precision."""
         return cls(
             model,
             loss_compute=build_loss_compute(model, tgt_vocab, opt),
@@ -120,7 +121,8 @@ class Trainer:
         )
 
     def forward_backward(self, batch, norm):
-        """Loss and gradients of one batch (window by window with truncation); returns Statistics."""
+        """Loss and gradients of one batch (window by window with truncation); returns
+        Statistics."""
         stats = Statistics(n_src_words=int(batch.src_lengths_cpu.sum()))
         n_positions = batch.tgt.size(0) - 1
         window = self.trunc_size or n_positions
@@ -149,8 +151,9 @@ class Trainer:
         return stats
 
     def train_step(self, batches):
-        """One optimizer step over ``batches`` (a list of ``accum_count`` batches; this process's share
-        of the step with several processes). Returns the step's Statistics (of all processes)."""
+        """One optimizer step over ``batches`` (a list of ``accum_count`` batches; this process's
+        share of the step with several processes). Returns the step's Statistics (of all
+        processes)."""
         self.model.train()
         norm = normalization(batches, self.norm_method)  # on the CPU: no wait for the device
         batches = [b.to(self.device) for b in batches]
@@ -167,7 +170,8 @@ class Trainer:
             self.dist.sum_statistics(stats)
         total_norm = self.optim.gradient_norm()
         (norm,) = stats.settle(total_norm)  # the step's one host read: statistics and gradient norm
-        try:  # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
+        # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
+        try:
             if not math.isfinite(stats.loss):
                 raise NonFiniteError(f"the loss is {stats.loss}")
             self.optim.step(self.precision.scale, total_norm, norm)
@@ -214,25 +218,30 @@ class TrainingRun:
         metric_scorer=None,
         average=None,
     ):
-        self.trainer, self.opt, self.reporter, self.writer = trainer, opt, reporter, writer
-        self.early_stopping, self.make_checkpoint, self.valid_batches = (
-            early_stopping,
-            make_checkpoint,
-            valid_batches,
-        )
-        self.metric_scorer, self.average = metric_scorer, average
+        self.trainer = trainer
+        self.opt = opt
+        self.reporter = reporter
+        self.writer = writer
+        self.early_stopping = early_stopping
+        self.make_checkpoint = make_checkpoint
+        self.valid_batches = valid_batches
+        self.metric_scorer = metric_scorer
+        self.average = average
         self.dist = trainer.dist
         self.is_main = self.dist is None or self.dist.is_main  # logs, validates, writes checkpoints
         self.dropout_rates = None  # those the model holds once a step has set them
 
     def run(self, train_iter, step):
-        """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last step."""
+        """Train from ``step`` (the steps already done) to ``opt.train_steps``; returns the last
+        step."""
         with _StopSignals() as signals:
             return self._run(train_iter, step, signals)
 
     def _run(self, train_iter, step, signals):
-        opt, batches = self.opt, iter(train_iter)
-        report_stats, saved = Statistics(), step
+        opt = self.opt
+        batches = iter(train_iter)
+        report_stats = Statistics()
+        saved = step
         while step < opt.train_steps:
             lr = self.trainer.optim.learning_rate()
             self._schedule_dropout(step + 1)
@@ -284,13 +293,15 @@ class TrainingRun:
                 )
             if stop:
                 logger.info(
-                    f"early stopping at step {step}: no improvement in {opt.early_stopping} validations"
+                    f"early stopping at step {step}: no improvement in {opt.early_stopping} "
+                    "validations"
                 )
                 break
         return step
 
     def _schedule_dropout(self, step):
-        """Set the dropouts of step number ``step`` (-dropout, -attention_dropout, -dropout_steps)."""
+        """Set the dropouts of step number ``step`` (-dropout, -attention_dropout,
+        -dropout_steps)."""
         opt = self.opt
         rates = (
             scheduled(step, opt.dropout, opt.dropout_steps),
@@ -305,11 +316,13 @@ class TrainingRun:
             self.dropout_rates = rates
 
     def _end_of_pass(self, step, saved):
-        """-single_pass or -epochs: the training data has ended at ``step``: save it unless just saved."""
+        """-single_pass or -epochs: the training data has ended at ``step``: save it unless just
+        saved."""
         if self.is_main:
             passes = self.opt.epochs if not self.opt.single_pass else 1
             logger.info(
-                f"{passes} pass(es) over the training data end at step {step} (-single_pass, -epochs)"
+                f"{passes} pass(es) over the training data end at step {step} (-single_pass, "
+                "-epochs)"
             )
             if saved != step:
                 self._check_weights(step)
@@ -343,7 +356,8 @@ class TrainingRun:
                 self.average
             ):  # the raw weights are back for the checkpoint and the next step
                 stats = self.trainer.validate(self.valid_batches())
-                scores, extra = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}, ""
+                scores = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}
+                extra = ""
                 if self.metric_scorer is not None:
                     metric_scores, extra = self.metric_scorer(self.valid_batches())
                     scores.update(metric_scores)
@@ -366,7 +380,8 @@ class _StopSignals(contextlib.AbstractContextManager):
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
-        self.received, self._previous = 0, {}
+        self.received = 0
+        self._previous = {}
 
     def _handle(self, signum, frame):
         if self.received:

@@ -22,8 +22,11 @@ class MetricScorer:
     """
 
     def __init__(self, model, vocabs, preprocess, metrics, device):
-        self.model, self.vocabs, self.preprocess = model, vocabs, preprocess
-        self.metrics, self.device = metrics, device
+        self.model = model
+        self.vocabs = vocabs
+        self.preprocess = preprocess
+        self.metrics = metrics
+        self.device = device
 
     def __call__(self, batches):
         self.model.eval()

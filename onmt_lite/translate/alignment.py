@@ -1,10 +1,12 @@
-"""Word alignments of translations (``-report_align``, ``-align_debug``), as OpenNMT-py 1.x makes them.
+"""Word alignments of translations (``-report_align``, ``-align_debug``), as OpenNMT-py 1.x makes
+them.
 
 After the search, the decoder runs once more, teacher-forced over each finished hypothesis
-(inputs ``<s> w1 .. wn``, as 1.x's), and asked for its alignment head (``TransformerDecoder``'s ``attns["align"]``): the
-output at position t predicts token t+1, so its row of the alignment is token t+1's. Each output token
-is aligned to its most attended source token; the Pharaoh pairs ``src-tgt`` (0-based) are sorted by
-source, then target index. With an ensemble the models' alignments are averaged.
+(inputs ``<s> w1 .. wn``, as 1.x's), and asked for its alignment head (``TransformerDecoder``'s
+``attns["align"]``): the output at position t predicts token t+1, so its row of the alignment is
+token t+1's. Each output token is aligned to its most attended source token; the Pharaoh pairs
+``src-tgt`` (0-based) are sorted by source, then target index. With an ensemble the models'
+alignments are averaged.
 """
 
 import torch
@@ -20,8 +22,9 @@ def check_alignment_models(models, option="-report_align"):
         decoder = model.decoder
         if not isinstance(decoder, TransformerDecoder):
             raise UserError(
-                f"{option} needs a Transformer decoder (-decoder_type transformer): the alignment is "
-                f"a decoder layer's attention over the source, and an RNN decoder has no layers of it"
+                f"{option} needs a Transformer decoder (-decoder_type transformer): the alignment "
+                "is a decoder layer's attention over the source, and an RNN decoder has no layers "
+                "of it"
             )
         problem = decoder.alignment.problem(
             len(decoder.layers), decoder.layers[0].context_attn.heads
@@ -31,8 +34,8 @@ def check_alignment_models(models, option="-report_align"):
 
 
 def decoder_inputs(hypotheses, vocab_size):
-    """``[max_len + 1 x R]`` long: ``<s>`` then each hypothesis's tokens (lists of ids; copied words,
-    ids from ``vocab_size`` on, as ``<unk>``), then padding."""
+    """``[max_len + 1 x R]`` long: ``<s>`` then each hypothesis's tokens (lists of ids; copied
+    words, ids from ``vocab_size`` on, as ``<unk>``), then padding."""
     length = 1 + max((len(tokens) for tokens in hypotheses), default=0)
     inputs = torch.full((length, len(hypotheses)), PAD_ID, dtype=torch.long)
     inputs[0] = BOS_ID
@@ -43,8 +46,9 @@ def decoder_inputs(hypotheses, vocab_size):
 
 @torch.no_grad()
 def alignment_matrices(models, batch, hypotheses, vocab_size):
-    """The alignment ``[n_tokens x src_len]`` of each hypothesis: ``hypotheses`` is a list of ``(example
-    in batch, token ids)`` pairs; every model's alignment head, averaged, one teacher-forced pass for all."""
+    """The alignment ``[n_tokens x src_len]`` of each hypothesis: ``hypotheses`` is a list of
+    ``(example in batch, token ids)`` pairs; every model's alignment head, averaged, one
+    teacher-forced pass for all."""
     rows = torch.tensor(
         [example for example, _ in hypotheses], dtype=torch.long, device=batch.src.device
     )
@@ -71,9 +75,9 @@ def alignment_matrices(models, batch, hypotheses, vocab_size):
 
 
 def pharaoh(matrix):
-    """``"src-tgt src-tgt ..."``: each output token (row of ``matrix`` ``[n_tokens x src_len]``) with its
-    most attended source token, sorted by source then target index (1.x's order); "" for None (an
-    empty line)."""
+    """``"src-tgt src-tgt ..."``: each output token (row of ``matrix`` ``[n_tokens x src_len]``)
+    with its most attended source token, sorted by source then target index (1.x's order); "" for
+    None (an empty line)."""
     if matrix is None:
         return ""
     pairs = (

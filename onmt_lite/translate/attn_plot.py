@@ -2,9 +2,9 @@
 see onmt_lite/utils/plotting.py).
 
 Geometry, in pixels (``DPI`` pixels an inch): a heatmap is ``CELL`` pixels per source token wide and
-``CELL`` per row high (a row per output token, plus ``</s>`` when the hypothesis ended with it), each
-side clamped to ``[MIN_SIDE, MAX_SIDE]``. With ``h`` heatmaps (1, or 2 with the copy attention) and
-an optional p_copy strip::
+``CELL`` per row high (a row per output token, plus ``</s>`` when the hypothesis ended with it),
+each side clamped to ``[MIN_SIDE, MAX_SIDE]``. With ``h`` heatmaps (1, or 2 with the copy attention)
+and an optional p_copy strip::
 
     width  = LEFT + h * (side(src_len) + GAP) + (STRIP + GAP if p_copy) + COLORBAR + RIGHT
     height = BOTTOM + side(rows) + TOP
@@ -17,8 +17,16 @@ from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 from onmt_lite.utils.progress import Progress
 
-CELL, MIN_SIDE, MAX_SIDE = 25, 150, 2000
-LEFT, BOTTOM, TOP, RIGHT, GAP, STRIP, COLORBAR = 120, 120, 40, 60, 30, 30, 15
+CELL = 25
+MIN_SIDE = 150
+MAX_SIDE = 2000
+LEFT = 120
+BOTTOM = 120
+TOP = 40
+RIGHT = 60
+GAP = 30
+STRIP = 30
+COLORBAR = 15
 MAX_LABELS = MAX_SIDE // CELL  # more tokens than this: label every k-th one
 LABEL_CHARS = 12  # longer tokens are cut, so that labels fit the margins
 
@@ -59,12 +67,14 @@ def _labels(axis, tokens):
 
 def _axes(figure, x, width, height):
     """An Axes ``width x height`` pixels, ``x`` pixels from the left, above the bottom margin."""
-    fig_w, fig_h = figure.bbox.width, figure.bbox.height
+    fig_w = figure.bbox.width
+    fig_h = figure.bbox.height
     return figure.add_axes((x / fig_w, BOTTOM / fig_h, width / fig_w, height / fig_h))
 
 
 def _heatmap(figure, x, matrix, source, rows, title, first):
-    """One heatmap ``[rows x src_len]``; the output tokens are labelled on the ``first`` one only."""
+    """One heatmap ``[rows x src_len]``; the output tokens are labelled on the ``first`` one
+    only."""
     axes = _axes(figure, x, side(len(source)), side(len(rows)))
     image = axes.imshow(
         matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
@@ -86,7 +96,8 @@ def plot_attention(result, path, copy_attention=None, p_copy=None):
 
     ``result.attention[0]`` is ``[rows x S]`` (S >= the source length; the padding is cut off), a
     row per output token and ``</s>``; ``copy_attention`` ``[rows x S]`` (copy models) adds a second
-    heatmap, ``p_copy`` ``[rows]`` (or ``[rows x 1]``) a strip with the copy probability of each row.
+    heatmap, ``p_copy`` ``[rows]`` (or ``[rows x 1]``) a strip with the copy probability of each
+    row.
     """
     source = list(result.source)
     attention = _array(result.attention[0], len(source))

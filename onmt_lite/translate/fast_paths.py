@@ -2,10 +2,14 @@
 
 | path | what it does | where it lives |
 | --- | --- | --- |
-| packed weights | every linear layer and the fused decoder cells on prepacked oneDNN weights | ``packed.py`` |
-| int8 (``-quantize int8``) | the linear and recurrent layers dynamically quantised | ``packed.py`` |
-| decoding streams | several searches side by side, each over its share of the batches | ``streams.py`` |
-| the allocator | glibc keeps freed memory instead of unmapping it (the commands only) | ``utils/memory.py`` |
+| packed weights | every linear layer and the fused decoder cells on prepacked oneDNN weights |
+``packed.py`` |
+| int8 (``-quantize int8``) | the linear and recurrent layers dynamically quantised | ``packed.py``
+|
+| decoding streams | several searches side by side, each over its share of the batches |
+``streams.py`` |
+| the allocator | glibc keeps freed memory instead of unmapping it (the commands only) |
+``utils/memory.py`` |
 
 Each is for the CPU alone: on any other device ``prepare_model`` leaves the model as it is (int8 is
 refused) but for ``-precision`` (``decoding_dtype``, ``cast_for_decoding``: a half-precision model
@@ -111,13 +115,14 @@ def prepare_model(model, device, quantize: str = "none", rows=None, precision: s
 def decoding_streams(
     threads: int, device, sampling: bool, batches: int, fork: bool = False
 ) -> tuple:
-    """``(thread counts, in_processes)``: the decoding streams for ``batches`` batches on ``threads``.
+    """``(thread counts, in_processes)``: the decoding streams for ``batches`` batches on
+    ``threads``.
 
     On a CPU with at least 2 threads: one stream per thread (but no more than batches) in forked
     processes when ``fork`` is asked for and the system can fork, else two threads of half the
-    ``threads`` each. One stream for a single batch, off the CPU, or when sampling (the streams would
-    take random numbers from one generator in an order that depends on timing, and ``-seed`` would no
-    longer fix the output)."""
+    ``threads`` each. One stream for a single batch, off the CPU, or when sampling (the streams
+    would take random numbers from one generator in an order that depends on timing, and ``-seed``
+    would no longer fix the output)."""
     if not on_cpu(device) or sampling or threads < 2 or batches < 2:
         return [threads], False
     if fork and can_fork():

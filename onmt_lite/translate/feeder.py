@@ -17,20 +17,26 @@ class RowFeeder:
     tokens) are being decoded. ``examples[id]`` is ``(line, copy words or None)`` of each example.
 
     Greedy search and sampling (``beam`` 1) are refilled at every step, which saves the most where
-    outputs vary most in length (copy models). A beam search's rows are ``beam`` times wider and every
-    join copies the running rows' state, so refilling it at every step costs more than it saves: its
-    examples join in groups instead, once at least ``BEAM_JOIN_FREE`` of the batch is free
-    (bench/README.md has the measurements behind both choices).
+    outputs vary most in length (copy models). A beam search's rows are ``beam`` times wider and
+    every join copies the running rows' state, so refilling it at every step costs more than it
+    saves: its examples join in groups instead, once at least ``BEAM_JOIN_FREE`` of the batch is
+    free (bench/README.md has the measurements behind both choices).
 
     ``prefixes``: ``{line: target prefix ids}`` (``TextBatches.prefixes``), which the examples join
     with (``-tgt_prefix``); None: no example has one.
     """
 
     def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device, prefixes=None):
-        self.batches, self.make_stepper, self.beam = iter(batches), make_stepper, beam
-        self.batch_size, self.batch_type, self.device = batch_size, batch_type, device
+        self.batches = iter(batches)
+        self.make_stepper = make_stepper
+        self.beam = beam
+        self.batch_size = batch_size
+        self.batch_type = batch_type
+        self.device = device
         self.prefixes = prefixes
-        self.stepper, self.waiting, self.examples = None, None, {}
+        self.stepper = None
+        self.waiting = None
+        self.examples = {}
         self.next_id = 0
 
     def _used(self, count, tokens):
@@ -53,7 +59,8 @@ class RowFeeder:
         full = self._used(count, tokens) > (1 - BEAM_JOIN_FREE) * self.batch_size
         if count and self.beam > 1 and full:
             return None
-        ids, lengths = [], []
+        ids = []
+        lengths = []
         while True:
             self.waiting = self.waiting or self._next_batch()
             if self.waiting is None:

@@ -13,9 +13,9 @@ from onmt_lite.utils.errors import UserError
 
 def prefix_ids(example, vocab_size):
     """The ids a target prefix forces (``-tgt_prefix``): its target-vocabulary ids, but a word the
-    vocabulary lacks is copied (id ``vocab_size`` + its place in the example's source vocabulary) when
-    the source has it (copy models), and the specials (a literal ``</s>``...) are ``<unk>``: a prefix
-    never ends a sentence."""
+    vocabulary lacks is copied (id ``vocab_size`` + its place in the example's source vocabulary)
+    when the source has it (copy models), and the specials (a literal ``</s>``...) are ``<unk>``: a
+    prefix never ends a sentence."""
     alignment = example.get("alignment")
     ids = []
     for position, token in enumerate(example["tgt"]):
@@ -43,8 +43,8 @@ class TextBatches:
             callers decoded together keep distinct indices).
         prefixes: the targets are prefixes to force (``-tgt_prefix``): ``prefixes`` is then
             ``{index: prefix ids}`` (``prefix_ids``) of the lines decoded, else None.
-        where: ``(name, line number)`` of the first source line, for errors (a line whose tokens carry
-            another number of word features than the model's ``vocabs["src_feats"]``).
+        where: ``(name, line number)`` of the first source line, for errors (a line whose tokens
+            carry another number of word features than the model's ``vocabs["src_feats"]``).
 
     ``src_tokens`` are each line's words, without their features.
     """
@@ -69,7 +69,8 @@ class TextBatches:
         self.src_tokens = [words for words, _ in split]
         tgt_tokens = [tokenizers[1](line) for line in targets] if targets is not None else None
         self.has_target = targets is not None
-        examples, self.lines = [], []
+        examples = []
+        self.lines = []
         for i, tokens in enumerate(self.src_tokens):
             if tokens:  # an empty source gives an empty output line, without running the model
                 examples.append(
@@ -113,8 +114,9 @@ class TextBatches:
         return len(self._cut(batch_size, batch_type))
 
     def batches(self, batch_size, batch_type, part=0, parts=1):
-        """Yield Batch objects; ``batch.indices`` holds each example's line number (from ``first_index``). With
-        ``parts``, only every ``parts``-th batch from the ``part``-th (from 0): a stream's share."""
+        """Yield Batch objects; ``batch.indices`` holds each example's line number (from
+        ``first_index``). With ``parts``, only every ``parts``-th batch from the ``part``-th (from
+        0): a stream's share."""
         for ids in self._cut(batch_size, batch_type)[part::parts]:
             yield self.view.batch(ids)
 

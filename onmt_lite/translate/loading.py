@@ -22,7 +22,8 @@ def load_models(
     """Models and vocabularies of the checkpoints; an ensemble must share its vocabularies. Each
     model is prepared for decoding on ``device`` by ``fast_paths.prepare_model`` (int8 with
     ``quantize``, cast to ``precision``, else packed for ``rows`` on the CPU)."""
-    models, first = [], None
+    models = []
+    first = None
     for path in paths:
         checkpoint = load_checkpoint(path)
         if first is None:

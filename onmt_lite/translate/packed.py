@@ -8,8 +8,8 @@ layout runs them several times faster, still in float32: outputs differ from the
 by float rounding (about 1e-6 relative). ``pack_for_cpu(model, rows)`` swaps the model's
 ``nn.Linear`` modules for packed ones (inference only: no gradients), after ``fuse_cells`` has made
 each ``nn.LSTMCell`` and ``nn.GRUCell`` of products of ``nn.Linear`` modules; ``-quantize int8``
-quantises those same linear modules instead (``quantize_int8``). The encoder's ``nn.LSTM``/``nn.GRU``
-run whole sequences and keep PyTorch's kernels.
+quantises those same linear modules instead (``quantize_int8``). The encoder's
+``nn.LSTM``/``nn.GRU`` run whole sequences and keep PyTorch's kernels.
 """
 
 import torch
@@ -33,18 +33,19 @@ def packing_available():
 
 
 class PackedLinear(nn.Module):
-    """``nn.Linear`` on a prepacked weight; ``rows`` is the expected number of input rows, whose count
-    is padded to a multiple of ``multiple``."""
+    """``nn.Linear`` on a prepacked weight; ``rows`` is the expected number of input rows, whose
+    count is padded to a multiple of ``multiple``."""
 
     def __init__(self, weight, bias, rows, multiple=ROW_BUCKET):
         super().__init__()
-        self.out_features, self.multiple = weight.size(0), multiple
+        self.out_features = weight.size(0)
+        self.multiple = multiple
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows)
         self.bias = None if bias is None else bias.detach().contiguous()
 
     def forward(self, x):
-        """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``multiple``: oneDNN
-        builds (and caches) a kernel for each new number of rows, which takes a while for the
+        """``[... x in]`` -> ``[... x out]``. The rows are padded to a multiple of ``multiple``:
+        oneDNN builds (and caches) a kernel for each new number of rows, which takes a while for the
         vocabulary projection. A beam search's rows are always whole beams: padded to the beam width
         they are not padded at all, and there are at most batch-size different counts."""
         flat = x.reshape(-1, x.size(-1))
@@ -59,8 +60,8 @@ class PackedLinear(nn.Module):
 
 
 def tanh_by_sigmoid(x):
-    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (within 2e-7): PyTorch's CPU tanh is much slower than its
-    sigmoid."""
+    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (within 2e-7): PyTorch's CPU tanh is much slower than
+    its sigmoid."""
     return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 
@@ -99,7 +100,8 @@ class FusedLSTMCell(nn.Module):
 
 
 class FusedGRUCell(nn.Module):
-    """``nn.GRUCell`` (gates in PyTorch's order: reset, update, new) as an input and a hidden product."""
+    """``nn.GRUCell`` (gates in PyTorch's order: reset, update, new) as an input and a hidden
+    product."""
 
     def __init__(self, cell):
         super().__init__()
@@ -109,7 +111,8 @@ class FusedGRUCell(nn.Module):
     def forward(self, x, h):
         x_r, x_z, x_n = self.input(x).chunk(3, 1)
         h_r, h_z, h_n = self.hidden(h).chunk(3, 1)
-        reset, update = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        reset = torch.sigmoid(x_r + h_r)
+        update = torch.sigmoid(x_z + h_z)
         new = tanh_by_sigmoid(x_n + reset * h_n)
         return (1 - update) * new + update * h
 
@@ -132,8 +135,8 @@ def fuse_cells(model):
 
 
 def pack_for_cpu(model, rows, multiple=ROW_BUCKET):
-    """Replace, in place, the cells (fused) and linear layers of the float32 ``model`` (on the CPU, in
-    eval mode) by packed ones tuned for ``rows`` input rows, their count padded to a multiple of
+    """Replace, in place, the cells (fused) and linear layers of the float32 ``model`` (on the CPU,
+    in eval mode) by packed ones tuned for ``rows`` input rows, their count padded to a multiple of
     ``multiple``; returns the model (unchanged when this PyTorch has no oneDNN)."""
     if not packing_available():
         return model
@@ -166,8 +169,8 @@ def quantize_int8(model):
     (the default) is the faster for the cells and the attention's layers, but slower than oneDNN for
     wide products with many rows on a CPU with VNNI (its int8 dot-product instructions), with the
     same quantisation (outputs within 1e-6). Layers with at least ``WIDE_INT8_OUTPUTS`` outputs
-    (the vocabulary projection) are therefore packed for oneDNN where this PyTorch has it and the CPU
-    has VNNI; without VNNI fbgemm is the faster there too (bench/README.md has the figures).
+    (the vocabulary projection) are therefore packed for oneDNN where this PyTorch has it and the
+    CPU has VNNI; without VNNI fbgemm is the faster there too (bench/README.md has the figures).
     """
     import warnings
 
@@ -182,7 +185,8 @@ def quantize_int8(model):
     with warnings.catch_warnings():  # torch marks its quantized tensor types deprecated; they work
         warnings.simplefilter("ignore")
         if wide and "onednn" in torch.backends.quantized.supported_engines and _has_vnni():
-            default, torch.backends.quantized.engine = torch.backends.quantized.engine, "onednn"
+            default = torch.backends.quantized.engine
+            torch.backends.quantized.engine = "onednn"
             try:
                 quantize_dynamic(model, wide, dtype=torch.qint8, inplace=True)
             finally:

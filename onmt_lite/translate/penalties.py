@@ -9,7 +9,8 @@ from onmt_lite.utils.errors import UserError
 
 
 def length_penalty(kind, length, alpha):
-    """``none``: 1; ``wu``: ((5 + length) / 6) ** alpha; ``avg``: length. ``length`` may be a tensor."""
+    """``none``: 1; ``wu``: ((5 + length) / 6) ** alpha; ``avg``: length. ``length`` may be a
+    tensor."""
     if kind == "wu":
         return ((5.0 + length) / 6.0) ** alpha
     if kind == "avg":

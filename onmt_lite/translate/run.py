@@ -183,9 +183,15 @@ class Summary:
     come (-verbose, -attn_debug), then the scores, BLEU and chrF against -tgt, and the speed."""
 
     def __init__(self, opt):
-        self.opt, self.elapsed, self.lines = opt, 0.0, 0
-        self.pred_total, self.gold_total, self.pred_words, self.gold_words = 0.0, 0.0, 0, 0
-        self.hypotheses, self.references = [], []
+        self.opt = opt
+        self.elapsed = 0.0
+        self.lines = 0
+        self.pred_total = 0.0
+        self.gold_total = 0.0
+        self.pred_words = 0
+        self.gold_words = 0
+        self.hypotheses = []
+        self.references = []
 
     def add(self, results, targets, first):
         opt = self.opt
@@ -199,7 +205,8 @@ class Summary:
                     logger.info(f"PRED {i}: {hyp}\nPRED SCORE: {score:.4f}")
                 if result.gold_score is not None:
                     logger.info(
-                        f"GOLD {i}: {targets[i - first - 1].strip()}\nGOLD SCORE: {result.gold_score:.4f}"
+                        f"GOLD {i}: {targets[i - first - 1].strip()}\nGOLD SCORE: "
+                        f"{result.gold_score:.4f}"
                     )
             if opt.attn_debug and result.attention[0] is not None:
                 rows = "\n".join(
@@ -230,6 +237,6 @@ class Summary:
         if self.opt.report_time:
             elapsed = max(self.elapsed, 1e-9)
             logger.info(
-                f"translated {self.lines} lines in {self.elapsed:.2f} s: {self.lines / elapsed:.1f} "
-                f"sentences/s, {self.pred_words / elapsed:.1f} tokens/s"
+                f"translated {self.lines} lines in {self.elapsed:.2f} s: "
+                f"{self.lines / elapsed:.1f} sentences/s, {self.pred_words / elapsed:.1f} tokens/s"
             )

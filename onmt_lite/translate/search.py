@@ -1,12 +1,13 @@
 """One decode loop for beam search, greedy search (beam 1) and random sampling.
 
 The loop works on ``B x K`` rows (B examples still searching, K beams each). Each step asks a
-``stepper`` for log-probabilities ``[rows x V']`` and attention ``{name: [rows x S]}``, picks the K best
-continuations per example (or samples one), and tells the stepper how to reorder its state. A
-hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example stops
-when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them, so the
-first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream`` (continuous
-batching) waiting examples take their place at once, each example counting its own length.
+``stepper`` for log-probabilities ``[rows x V']`` and attention ``{name: [rows x S]}``, picks the K
+best continuations per example (or samples one), and tells the stepper how to reorder its state. A
+hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example
+stops when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them,
+so the first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream``
+(continuous batching) waiting examples take their place at once, each example counting its own
+length.
 
 An example joins with one row in the stepper: its K beams would be alike until its first step, so
 the stepper computes that step once, and the reorder after it gives the example its K rows.
@@ -15,8 +16,9 @@ An example may join with a target prefix (``-tgt_prefix``): while it has produce
 its prefix, each of its rows can only take the prefix's next token, at the model's log-probability
 (every other token is -inf, end-of-sentence too), so its beam holds one live hypothesis until the
 prefix ends; the search then goes on freely. The prefix counts in the output, its score and its
-length (-min_length, -max_length, -ratio), but an example's maximum is never shorter than its prefix.
-A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses (``-dump_beam``).
+length (-min_length, -max_length, -ratio), but an example's maximum is never shorter than its
+prefix. A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses
+(``-dump_beam``).
 """
 
 import dataclasses
@@ -33,7 +35,8 @@ from onmt_lite.utils.topk import top_k, top_k_with_offsets
 
 
 def require_whole(name, value, least):
-    """A UserError naming ``name`` unless ``value`` is a whole number (not a bool) of at least ``least``."""
+    """A UserError naming ``name`` unless ``value`` is a whole number (not a bool) of at least
+    ``least``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UserError(f"{name} must be a whole number of at least {least} (got {value!r})")
 
@@ -101,8 +104,9 @@ class SearchOptions:
 def block_ngrams(log_probs, seqs, n, ignore, first=None):
     """Forbid tokens that would repeat an n-gram already in each row of ``seqs`` ``[R x t]``.
 
-    n-grams containing a token of ``ignore`` do not count, nor those starting before ``first`` ``[R]``
-    (the first column of each row's own tokens; None: all columns). Vectorised over rows and positions.
+    n-grams containing a token of ``ignore`` do not count, nor those starting before ``first``
+    ``[R]`` (the first column of each row's own tokens; None: all columns). Vectorised over rows and
+    positions.
     """
     if seqs.size(1) < n:
         return log_probs
@@ -119,16 +123,17 @@ def block_ngrams(log_probs, seqs, n, ignore, first=None):
         repeated &= torch.arange(grams.size(1), device=seqs.device).unsqueeze(0) >= first.unsqueeze(
             1
         )
-    # several n-grams can end in the same token: count the hits (a plain scatter_ would let any one win)
+    # several n-grams can end in the same token: count the hits (a plain scatter_ would let any one
+    # win)
     hits = torch.zeros(log_probs.shape, dtype=torch.long, device=log_probs.device)
     hits.scatter_add_(1, grams[:, :, -1], repeated.long())
     return log_probs.masked_fill(hits > 0, NEG_INF)
 
 
 def force_tokens(log_probs, model_log_probs, rows, tokens):
-    """``log_probs`` ``[R x V]`` with rows ``rows`` ``[F]`` able to take only ``tokens`` ``[F x 1]``, at
-    their log-probability in ``model_log_probs`` (before any blocking: a prefix is taken whatever it
-    repeats)."""
+    """``log_probs`` ``[R x V]`` with rows ``rows`` ``[F]`` able to take only ``tokens``
+    ``[F x 1]``, at their log-probability in ``model_log_probs`` (before any blocking: a prefix is
+    taken whatever it repeats)."""
     kept = model_log_probs[rows].gather(1, tokens)
     only = torch.full(
         (rows.numel(), log_probs.size(1)), NEG_INF, dtype=log_probs.dtype, device=log_probs.device
@@ -137,7 +142,8 @@ def force_tokens(log_probs, model_log_probs, rows, tokens):
 
 
 def sample(log_probs, topk, temperature):
-    """One token per row from ``softmax(log_probs / temperature)`` restricted to the top ``topk``."""
+    """One token per row from ``softmax(log_probs / temperature)`` restricted to the top
+    ``topk``."""
     logits = log_probs / max(temperature, 1e-10)
     if 0 < topk < logits.size(1):
         kth = logits.topk(topk, dim=1).values[:, -1:]

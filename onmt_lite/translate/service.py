@@ -1,4 +1,5 @@
-"""TranslationService: one model serving many callers at once (what ``onmt_lite_server`` runs per model).
+"""TranslationService: one model serving many callers at once (what ``onmt_lite_server`` runs per
+model).
 
 Every caller's sentences join one running search (the continuous batching of ``feeder.RowFeeder``):
 a caller that arrives while others' sentences are decoding does not wait for them to finish, its
@@ -7,9 +8,9 @@ its sentences alone gives, because an example's output does not depend on what i
 (the batch-invariance tests), with two exceptions named in the server's documentation: int8 models
 (activations quantised over all rows of a product) and random sampling (draws in arrival order).
 
-One thread decodes; callers hand it work through a queue and wait on a ``concurrent.futures.Future``.
-Loading, unloading and moving the model between devices go through the same queue, so they happen
-between searches, never under one.
+One thread decodes; callers hand it work through a queue and wait on a
+``concurrent.futures.Future``. Loading, unloading and moving the model between devices go through
+the same queue, so they happen between searches, never under one.
 """
 
 import collections
@@ -35,13 +36,16 @@ class _Job:
     """One caller's sentences: their Results, filled as examples finish, and the caller's future."""
 
     def __init__(self, sources, future):
-        self.sources, self.future = sources, future
-        self.results, self.remaining = None, 0
+        self.sources = sources
+        self.future = future
+        self.results = None
+        self.remaining = 0
 
 
 class _Control:
     def __init__(self, action, future):
-        self.action, self.future = action, future
+        self.action = action
+        self.future = future
 
 
 _STOP = object()
@@ -107,9 +111,13 @@ class TranslationService:
     ):
         if on_timeout not in ("to_cpu", "unload"):
             raise UserError(f"on_timeout must be to_cpu or unload (got {on_timeout!r})")
-        self._load, self.gpu, self.max_tokens = load, gpu, max_tokens
-        self.idle_timeout, self.on_timeout = idle_timeout, on_timeout
-        self.translator, self._idled = None, False
+        self._load = load
+        self.gpu = gpu
+        self.max_tokens = max_tokens
+        self.idle_timeout = idle_timeout
+        self.on_timeout = on_timeout
+        self.translator = None
+        self._idled = False
         self._inbox = queue.Queue()  # jobs and controls, in arrival order
         self._ready = collections.deque()  # batches of accepted sentences not yet in the search
         self._lines = {}  # example index -> (job, line)
@@ -124,13 +132,15 @@ class TranslationService:
     # ---- the callers' side ------------------------------------------------------------------
 
     def translate(self, sources: list[str]) -> concurrent.futures.Future:
-        """A Future of the Results of ``sources`` (translated together with whatever else is running)."""
+        """A Future of the Results of ``sources`` (translated together with whatever else is
+        running)."""
         if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
             raise TypeError("translate: sources must be a list of strings")
         return self._put(_Job(list(sources), concurrent.futures.Future()))
 
     def control(self, action: str) -> concurrent.futures.Future:
-        """A Future of doing ``action`` (one of ``ACTIONS``) between searches; its result is None."""
+        """A Future of doing ``action`` (one of ``ACTIONS``) between searches; its result is
+        None."""
         if action not in ACTIONS:
             raise ValueError(f"unknown action {action!r}")
         return self._put(_Control(action, concurrent.futures.Future()))
@@ -265,7 +275,8 @@ class TranslationService:
             torch.cuda.empty_cache()
 
     def _accept(self, job):
-        """Tokenise a job's sentences and queue their batches (a job with a too long sentence fails)."""
+        """Tokenise a job's sentences and queue their batches (a job with a too long sentence
+        fails)."""
         if not job.future.set_running_or_notify_cancel():
             return  # its caller gave up while it waited
         translator = self.translator
@@ -287,7 +298,8 @@ class TranslationService:
         except Exception as err:
             job.future.set_exception(err)
             return
-        first, self._next_index = self._next_index, self._next_index + inputs.n_lines
+        first = self._next_index
+        self._next_index = self._next_index + inputs.n_lines
         job.results = [Result(tokens) for tokens in inputs.src_tokens]
         for result in job.results:
             if not result.source:  # an empty line: not decoded, as by the Translator

@@ -2,13 +2,13 @@
 
 ``ModelStepper`` holds the encoder output and the DecoderState of one model, one row per example
 until the search's reorder after an example's first step gives it a row per beam;
-``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy models,
-the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
+``step(tokens)`` returns log-probabilities ``[rows x V']`` (``V' = V + n_src_words`` for copy
+models, the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
 ``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models), or
 only what the copy needs when the search keeps no attention (``keep_attention=False``);
-``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move rows
-from one stepper to another: examples encoded in one batch join a search that is already running
-(the source width S of the attention then grows to the longest; it never shrinks).
+``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move
+rows from one stepper to another: examples encoded in one batch join a search that is already
+running (the source width S of the attention then grows to the longest; it never shrinks).
 """
 
 import copy
@@ -22,35 +22,41 @@ from onmt_lite.utils.tensors import pad_to
 
 
 def _joined(a, b, dim, pad_dims=()):
-    """``a`` and ``b`` concatenated along ``dim``, first padded to the larger size along ``pad_dims``."""
+    """``a`` and ``b`` concatenated along ``dim``, first padded to the larger size along
+    ``pad_dims``."""
     for pad_dim in pad_dims:
         size = max(a.size(pad_dim), b.size(pad_dim))
-        a, b = pad_to(a, pad_dim, size), pad_to(b, pad_dim, size)
+        a = pad_to(a, pad_dim, size)
+        b = pad_to(b, pad_dim, size)
     return torch.cat([a, b], dim)
 
 
 class ModelStepper:
     def __init__(self, model, batch, vocab_size, keep_attention=True):
-        self.model, self.vocab_size, self.copy = model, vocab_size, model.decoder.copy_attn
+        self.model = model
+        self.vocab_size = vocab_size
+        self.copy = model.decoder.copy_attn
         self.keep_attention = keep_attention
         # the lengths on the host: an RNN encoder packs with them there
         encoded = model.encode(batch.src, batch.src_lengths_cpu, batch.src_feats)
         memory_bank, lengths, state = encoded
-        # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one contiguous
-        # copy per row (not a gather of the rows of a time-major tensor), and the attention reads each
-        # row's memory contiguously
+        # the memory bank batch-first, [rows x S x H]: examples that leave are dropped with one
+        # contiguous copy per row (not a gather of the rows of a time-major tensor), and the
+        # attention reads each row's memory contiguously
         self.memory = memory_bank.transpose(0, 1).contiguous()
-        # what the attention computes of the memory (mlp attention's projection, the Transformer's keys and
-        # values): once per example here, not at every step for every beam
+        # what the attention computes of the memory (mlp attention's projection, the Transformer's
+        # keys and values): once per example here, not at every step for every beam
         self.keys = (
             model.decoder.memory_keys(memory_bank)
             if model.decoder.precomputes_memory_keys
             else None
         )
         self.keys_batch_dim, self.keys_source_dim = model.decoder.memory_keys_dims
-        self.lengths, self.state = lengths, state
+        self.lengths = lengths
+        self.state = state
         if self.copy:
-            self.src_map, self.ex_ids = batch.src_map, batch.src_ex_tgt_ids
+            self.src_map = batch.src_map
+            self.ex_ids = batch.src_ex_tgt_ids
 
     def step(self, tokens):
         inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
@@ -101,8 +107,8 @@ class ModelStepper:
             self.ex_ids = _joined(self.ex_ids, other.ex_ids, 0, (1,))
 
     def reorder(self, rows, memory_rows=None, unused_columns: int = 0):
-        """Follow the search: state rows ``rows``; with ``memory_rows`` the rows' examples changed too
-        (examples left, or rows joined: a row per beam after each example's first step), and the
+        """Follow the search: state rows ``rows``; with ``memory_rows`` the rows' examples changed
+        too (examples left, or rows joined: a row per beam after each example's first step), and the
         first ``unused_columns`` positions of the state are no row's any more (examples left)."""
         self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
         if memory_rows is not None:
@@ -121,7 +127,8 @@ class EnsembleStepper:
     space with ``raw_probs``), attention averaged (each kind that every model has)."""
 
     def __init__(self, steppers, raw_probs=False):
-        self.steppers, self.raw_probs = steppers, raw_probs
+        self.steppers = steppers
+        self.raw_probs = raw_probs
 
     def step(self, tokens):
         outputs = [s.step(tokens) for s in self.steppers]

@@ -41,7 +41,8 @@ def can_fork():
 
 
 class StreamTraceback(Exception):
-    """The traceback of an error raised in a stream's child process (the cause of the re-raised error)."""
+    """The traceback of an error raised in a stream's child process (the cause of the re-raised
+    error)."""
 
 
 def run_streams(threads, work, consume, processes=False):
@@ -88,7 +89,8 @@ def _run_stream(i, threads, work, consume, autocast):
 def _run_in_threads(threads, work, consume):
     """Each stream in a thread of its own (PyTorch keeps a thread count per thread, MKL one for
     the process); ``consume`` is thread-safe."""
-    errors, autocast = [], _autocast()
+    errors = []
+    autocast = _autocast()
 
     def run(i):
         try:
@@ -147,7 +149,10 @@ def _run_in_processes(threads, work, consume):
     here by a thread per child; the first runs here. ``consume`` is thread-safe."""
     sys.stdout.flush()
     sys.stderr.flush()
-    autocast, children, drains, errors = _autocast(), [], [], []
+    autocast = _autocast()
+    children = []
+    drains = []
+    errors = []
 
     def drain(i, pid, reader):
         try:

@@ -45,13 +45,16 @@ class Translator:
     """Translate with one model or an ensemble.
 
     Args:
-        models: NMTModels on ``device``, in eval mode (``load_models``). vocabs: ``{"src", "tgt"}`` Vocabs.
-        preprocess: the checkpoint's ``preprocess`` record (tokenization: ``lower``, sentencepiece models).
+        models: NMTModels on ``device``, in eval mode (``load_models``). vocabs: ``{"src", "tgt"}``
+            Vocabs.
+        preprocess: the checkpoint's ``preprocess`` record (tokenization: ``lower``, sentencepiece
+            models).
         search: ``SearchOptions`` (default: beam 5). replace_unk, phrase_table (a dict), batch_size,
         batch_type, avg_raw_probs, src_spm, tgt_spm: as the options of ``onmt_lite_translate``.
         report_align: give each Result the alignments of its hypotheses (Transformer decoders only).
         device: where the models are. fork_streams: on a CPU with 2 or more threads, decode the
-        streams in forked processes (Linux) instead of threads (see ``fast_paths.decoding_streams``).
+        streams in forked processes (Linux) instead of threads (see
+        ``fast_paths.decoding_streams``).
         tgt_prefix: ``translate``'s targets are prefixes that each line's translations start with
             (``-tgt_prefix``). dump_beam: record each line's search steps in ``Result.beam``.
     """
@@ -118,10 +121,10 @@ class Translator:
     def load(
         cls, paths, device="cpu", quantize: str = "none", precision: str = "fp32", **kwargs
     ) -> "Translator":
-        """A Translator of the checkpoints ``paths`` (a list: several make an ensemble; or one path).
-        ``quantize`` and ``precision``: as -quantize and -precision (``fast_paths.prepare_model``).
-        ``kwargs`` are ``SearchOptions`` fields (``beam_size=5``, ``n_best``, ...) and the keyword
-        arguments of ``__init__``."""
+        """A Translator of the checkpoints ``paths`` (a list: several make an ensemble; or one
+        path). ``quantize`` and ``precision``: as -quantize and -precision
+        (``fast_paths.prepare_model``). ``kwargs`` are ``SearchOptions`` fields (``beam_size=5``,
+        ``n_best``, ...) and the keyword arguments of ``__init__``."""
         paths = (
             [paths]
             if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__")
@@ -140,8 +143,8 @@ class Translator:
 
     @classmethod
     def from_opt(cls, opt) -> "Translator":
-        """The Translator of ``onmt_lite_translate``'s parsed options (models loaded, decoding streams
-        in forked processes where the system allows)."""
+        """The Translator of ``onmt_lite_translate``'s parsed options (models loaded, decoding
+        streams in forked processes where the system allows)."""
         if opt.gpu >= 0 and not torch.cuda.is_available():
             raise UserError(f"-gpu {opt.gpu}: this machine has no CUDA device")
         device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
@@ -181,8 +184,9 @@ class Translator:
         where: tuple = ("the source", 1),
     ) -> list[Result]:
         """Translate a list of strings; returns one ``Result`` per string, in order. ``targets``:
-        references (gold scores), or the prefixes of the translations with ``tgt_prefix``. ``where``:
-        ``(name, line number)`` of the first source, for errors naming a line (word features).
+        references (gold scores), or the prefixes of the translations with ``tgt_prefix``.
+        ``where``: ``(name, line number)`` of the first source, for errors naming a line (word
+        features).
 
         ``progress``, if given, is called with the number of lines just finished: once with the
         empty lines (not decoded), then as lines finish; the numbers add up to ``len(sources)``.
@@ -195,7 +199,8 @@ class Translator:
                 lines is not None and not all(isinstance(x, str) for x in lines)
             ):
                 raise TypeError(
-                    f"translate: {name} must be a list of strings, one a line (got {type(lines).__name__})"
+                    f"translate: {name} must be a list of strings, one a line (got "
+                    f"{type(lines).__name__})"
                 )
         if self.tgt_prefix and targets is None:
             raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
@@ -220,7 +225,8 @@ class Translator:
         )
 
         def decode_stream(i):
-            """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)`` each."""
+            """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)``
+            each."""
             batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
             feeder = RowFeeder(
                 batches,

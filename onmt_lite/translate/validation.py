@@ -12,7 +12,8 @@ def greedy_translations(model, vocabs: dict, preprocess: dict, batches, device) 
     translator = Translator(
         [model], vocabs, preprocess=preprocess, search=SearchOptions(beam_size=1), device=device
     )
-    hypotheses, references = [], []
+    hypotheses = []
+    references = []
     for batch in batches:
         if batch.tgt_tokens is None:
             raise UserError(

@@ -53,14 +53,15 @@ def _report(err):
 
 
 def run_command(name):
-    """Decorate a command's ``main`` so that every error is one line on stderr and an exit status."""
+    """Decorate a command's ``main`` so that every error is one line on stderr and an exit
+    status."""
 
     def decorate(main):
         @functools.wraps(main)
         def wrapped(*args, **kwargs):
             try:
                 return main(*args, **kwargs)
-            except (KeyboardInterrupt, Exception) as err:  # noqa: BLE001  (every failure is reported)
+            except (KeyboardInterrupt, Exception) as err:  # every failure is reported
                 code, message = _report(err)
                 if _DEBUG:
                     traceback.print_exception(err)

@@ -1,8 +1,8 @@
 """Reading and writing files safely: tensors only, and nothing half-written under a final name.
 
 Every file is written under a temporary name beside its target (``.NAME.XXXX.tmp``), flushed to
-disk, and renamed into place only when the whole write succeeded. ``StagedOutputs`` does the same for
-a group of files that must appear together (preprocess shards, a translation's outputs): all are
+disk, and renamed into place only when the whole write succeeded. ``StagedOutputs`` does the same
+for a group of files that must appear together (preprocess shards, a translation's outputs): all are
 renamed at the end, or all are removed if anything fails. A failed write (full disk, file size
 limit, read-only directory) is a UserError naming the file and the reason.
 
@@ -36,7 +36,8 @@ _DESCRIPTOR_PATH = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
 
 
 def _descriptor(path):
-    """The file descriptor that ``path`` names (/dev/stdout, /dev/fd/N, /proc/self/fd/N), or None."""
+    """The file descriptor that ``path`` names (/dev/stdout, /dev/fd/N, /proc/self/fd/N), or
+    None."""
     name = os.path.normpath(os.path.abspath(path))
     if name in _DESCRIPTOR_NAMES:
         return _DESCRIPTOR_NAMES[name]
@@ -126,9 +127,10 @@ def require_distinct_outputs(
 
 
 def require_directory(path, option):
-    """The directory that ``path`` will be written in (that of a symbolic link's target); a UserError
-    naming ``option`` if it is missing or not writable. A path that is written straight into (a device,
-    a FIFO, /dev/stdout) needs no writable directory: its own directory is returned unchecked."""
+    """The directory that ``path`` will be written in (that of a symbolic link's target); a
+    UserError naming ``option`` if it is missing or not writable. A path that is written straight
+    into (a device, a FIFO, /dev/stdout) needs no writable directory: its own directory is returned
+    unchecked."""
     kind, target = _destination(path)
     if kind != "atomic":
         return os.path.dirname(os.path.abspath(path))
@@ -141,16 +143,17 @@ def require_directory(path, option):
 
 
 def require_file_path(path, option):
-    """``require_directory`` for the path of one file to write: also a UserError naming ``option`` if
-    ``path`` is a directory or ends with a path separator (so that a command refuses it before any
-    work, rather than failing at the final rename)."""
+    """``require_directory`` for the path of one file to write: also a UserError naming ``option``
+    if ``path`` is a directory or ends with a path separator (so that a command refuses it before
+    any work, rather than failing at the final rename)."""
     if str(path).endswith(("/", os.sep)) or os.path.isdir(path):
         raise UserError(f"{option} {path}: is a directory; give the path of a file")
     return require_directory(path, option)
 
 
 def _write_file(tmp, write, final):
-    """Open ``tmp``, call ``write(file)`` and flush the file to disk; a UserError naming ``final`` on failure."""
+    """Open ``tmp``, call ``write(file)`` and flush the file to disk; a UserError naming ``final``
+    on failure."""
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -165,8 +168,8 @@ def _write_bytes(tmp, data, final):
 
 
 def _torch_save(obj, f):
-    """``torch.save`` into the Python file object ``f``, whose write reports an OS error as ``OSError``
-    (torch's own file writer, given a path, hides it)."""
+    """``torch.save`` into the Python file object ``f``, whose write reports an OS error as
+    ``OSError`` (torch's own file writer, given a path, hides it)."""
     import torch  # imported here so that text-only tools do not pay for loading torch
 
     try:
@@ -178,7 +181,8 @@ def _torch_save(obj, f):
 
 
 def _serialize(obj):
-    """``torch.save`` into memory, for a destination written straight into (see ``_destination``)."""
+    """``torch.save`` into memory, for a destination written straight into (see
+    ``_destination``)."""
     buffer = io.BytesIO()
     _torch_save(obj, buffer)
     return buffer.getbuffer()
@@ -210,8 +214,8 @@ def write_bytes(data, path):
 
 
 def save_tensors(obj, path):
-    """``torch.save`` plain data and tensors to ``path`` atomically: straight into a temporary file, so
-    that a checkpoint is not held in memory a second time as bytes."""
+    """``torch.save`` plain data and tensors to ``path`` atomically: straight into a temporary file,
+    so that a checkpoint is not held in memory a second time as bytes."""
     kind, where = _destination(path)
     if kind != "atomic":
         write_bytes(_serialize(obj), path)
@@ -332,7 +336,8 @@ class StagedOutputs:
         return tmp
 
     def _stage(self, data, final):
-        """Stage the bytes ``data`` as ``final`` (held in memory when ``final`` is written straight into)."""
+        """Stage the bytes ``data`` as ``final`` (held in memory when ``final`` is written straight
+        into)."""
         kind, where = _destination(final)
         if kind != "atomic":
             self._streamed.append((kind, where, data, final))
@@ -340,7 +345,8 @@ class StagedOutputs:
         _write_bytes(self.path_for(final), data, final)
 
     def save(self, obj, final):
-        """Stage plain data and tensors as ``final`` (``torch.save``, into the temporary file itself)."""
+        """Stage plain data and tensors as ``final`` (``torch.save``, into the temporary file
+        itself)."""
         if _destination(final)[0] != "atomic":
             self._stage(_serialize(obj), final)
             return
@@ -366,7 +372,8 @@ class StagedOutputs:
         for kind, where, data, final in self._streamed:
             _write_stream(kind, where, data, final)
         self._close()
-        self._staged, self._streamed = [], []
+        self._staged = []
+        self._streamed = []
 
     def discard(self):
         for tmp, _, _ in self._staged:
@@ -375,7 +382,8 @@ class StagedOutputs:
         for tmp, _, _ in self._directories:
             shutil.rmtree(tmp, ignore_errors=True)
         self._close()  # after the removals: the locks kept other processes off them meanwhile
-        self._staged, self._streamed = [], []
+        self._staged = []
+        self._streamed = []
 
     def _close(self):
         """Close the files written piece by piece and release the locks of the temporaries."""
@@ -383,7 +391,8 @@ class StagedOutputs:
             f.close()
         for _, _, fd in self._directories:
             os.close(fd)
-        self._open, self._directories = [], []
+        self._open = []
+        self._directories = []
 
     def __enter__(self):
         return self

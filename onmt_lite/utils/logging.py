@@ -12,8 +12,9 @@ _waiting = []  # INFO lines that log_when_ready held back until init_logger
 
 
 def log_when_ready(message):
-    """Log ``message`` at INFO now if the logger is set up, else as soon as ``init_logger`` sets it up
-    (the option parser's notes: the commands set up logging after parsing, with its -log_file)."""
+    """Log ``message`` at INFO now if the logger is set up, else as soon as ``init_logger`` sets it
+    up (the option parser's notes: the commands set up logging after parsing, with its
+    -log_file)."""
     if logger.handlers:
         logger.info(message)
     else:
@@ -40,7 +41,8 @@ def init_logger(
     log_file=None, level=logging.INFO, json_lines=False, file_level=logging.NOTSET, prefix=""
 ):
     """(Re)configure the ``onmt_lite`` logger; returns it. ``file_level``: the least level the log
-    file records (-log_file_level); ``prefix`` starts every message (another training process's rank)."""
+    file records (-log_file_level); ``prefix`` starts every message (another training process's
+    rank)."""
     fmt = (
         JsonLines()
         if json_lines

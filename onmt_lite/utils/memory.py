@@ -2,12 +2,12 @@
 
 A training step on the CPU allocates and frees the same large buffers every time: the scores of one
 loss shard alone are ``[positions x batch x vocabulary]``, 160 MB at 32 x 64 x 20000. glibc serves
-every block over 32 MB with a fresh ``mmap`` and unmaps it when it is freed, so each step page-faults
-its way through new memory again (bench/README.md has what that cost). ``reuse_freed_memory()`` tells
-glibc to take large blocks from its heap and never to trim it; the resident memory then stays at the
-highest it reached instead of shrinking between steps. It is one of the CPU-only fast paths
-(``onmt_lite/translate/fast_paths.py``): the commands set it for a CPU run, never for a CUDA device,
-and the library never sets it by itself.
+every block over 32 MB with a fresh ``mmap`` and unmaps it when it is freed, so each step
+page-faults its way through new memory again (bench/README.md has what that cost).
+``reuse_freed_memory()`` tells glibc to take large blocks from its heap and never to trim it; the
+resident memory then stays at the highest it reached instead of shrinking between steps. It is one
+of the CPU-only fast paths (``onmt_lite/translate/fast_paths.py``): the commands set it for a CPU
+run, never for a CUDA device, and the library never sets it by itself.
 """
 
 import ctypes

@@ -1,7 +1,8 @@
-"""Corpus BLEU, chrF and TER with sacrebleu: the one place that builds the metrics and words their scores.
+"""Corpus BLEU, chrF and TER with sacrebleu: the one place that builds the metrics and words their
+scores.
 
-Translation (``-tgt``), validation (``-valid_metrics``) and ``tools/bleu.py`` score through here, so a
-score always comes with sacrebleu's signature and reads the same in every log.
+Translation (``-tgt``), validation (``-valid_metrics``) and ``tools/bleu.py`` score through here, so
+a score always comes with sacrebleu's signature and reads the same in every log.
 """
 
 import dataclasses
@@ -10,7 +11,8 @@ METRICS = ("BLEU", "chrF", "TER")
 
 
 def make_metric(name: str, tokenize: str = "13a", lowercase: bool = False):
-    """A sacrebleu metric object for ``name`` (one of ``METRICS``). TER keeps sacrebleu's defaults."""
+    """A sacrebleu metric object for ``name`` (one of ``METRICS``). TER keeps sacrebleu's
+    defaults."""
     from sacrebleu.metrics import BLEU, CHRF, TER  # imported when scoring: it takes a while
 
     if name == "BLEU":
@@ -43,8 +45,8 @@ class CorpusScore:
 def corpus_scores(
     names, hypotheses: list, references: list, tokenize: str = "13a", lowercase: bool = False
 ) -> list:
-    """A ``CorpusScore`` per metric name, of ``hypotheses`` (strings) against ``references``: a list of
-    reference sets, each a list of strings line-aligned with the hypotheses."""
+    """A ``CorpusScore`` per metric name, of ``hypotheses`` (strings) against ``references``: a list
+    of reference sets, each a list of strings line-aligned with the hypotheses."""
     scores = []
     for name in names:
         metric = make_metric(name, tokenize, lowercase)

@@ -13,9 +13,11 @@ DPI = 100
 
 
 def require_matplotlib(what):
-    """``(Figure, FigureCanvasAgg)``; a UserError naming ``what`` when matplotlib is not installed."""
+    """``(Figure, FigureCanvasAgg)``; a UserError naming ``what`` when matplotlib is not
+    installed."""
     try:
-        import matplotlib  # noqa: F401  (first: a cached submodule would hide matplotlib set to None)
+        # first: a cached submodule would hide matplotlib set to None
+        import matplotlib  # noqa: F401
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:

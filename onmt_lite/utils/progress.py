@@ -37,11 +37,13 @@ def duration(seconds):
 def count_lines(path):
     """Lines of a file, counted in binary chunks (a last line without ``\\n`` counts); None if the
     file cannot be read (its reader reports the error)."""
-    count, last = 0, b"\n"
+    count = 0
+    last = b"\n"
     try:
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(CHUNK), b""):
-                count, last = count + chunk.count(b"\n"), chunk[-1:]
+                count = count + chunk.count(b"\n")
+                last = chunk[-1:]
     except OSError:
         return None
     return count + (last != b"\n")
@@ -51,11 +53,16 @@ class Progress:
     """Counts ``unit``s done out of ``total`` (None: unknown); ``clock`` is injectable for tests."""
 
     def __init__(self, total, unit, desc, stream=None, every_seconds=None, clock=time.monotonic):
-        self.total, self.unit, self.desc, self.clock = total, unit, desc, clock
+        self.total = total
+        self.unit = unit
+        self.desc = desc
+        self.clock = clock
         self.stream = sys.stderr if stream is None else stream
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = every_seconds if every_seconds is not None else (0.1 if self.tty else 10.0)
-        self.count, self.width, self.closed = 0, 0, False
+        self.count = 0
+        self.width = 0
+        self.closed = False
         self.start = self.drawn = clock()
 
     def update(self, n=1):

@@ -14,7 +14,8 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def pad_to(tensor, dim, size, left=False):
-    """``tensor`` padded with zeros along ``dim`` to ``size`` (after it, or before it with ``left``)."""
+    """``tensor`` padded with zeros along ``dim`` to ``size`` (after it, or before it with
+    ``left``)."""
     missing = size - tensor.size(dim)
     if missing <= 0:
         return tensor

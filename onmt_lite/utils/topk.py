@@ -1,8 +1,8 @@
 """The k best entries (and the first best) of each row of a wide score matrix, faster than
 ``torch.topk`` and ``torch.argmax`` on the CPU.
 
-A search step picks the k best of ``beam x vocabulary`` scores per example (100,000 entries for beam 5
-and a 20,000-word vocabulary). PyTorch's CPU ``topk`` (and ``max`` with indices) walks such rows
+A search step picks the k best of ``beam x vocabulary`` scores per example (100,000 entries for beam
+5 and a 20,000-word vocabulary). PyTorch's CPU ``topk`` (and ``max`` with indices) walks such rows
 element by element, a large part of a decoding step; ``amax`` is vectorised and much faster, so
 ``top_k`` first takes the maximum of each chunk of ``CHUNK`` entries, keeps the k chunks with the
 highest maxima and runs ``topk`` on those alone. On any other device the functions are PyTorch's own
@@ -11,8 +11,8 @@ highest maxima and runs ``topk`` on those alone. On any other device the functio
 Why that is exact: an entry outside the k kept chunks is at most its own chunk's maximum, which is
 at most each kept chunk's maximum; so each of the k kept chunks holds an entry at least as large,
 and the k best values all lie in the kept chunks. Only the order of equal values may differ from
-``torch.topk``'s (which does not specify it either). ``row_argmax`` does the same for the accuracy of
-a training step (the first best of each of some thousand rows of the vocabulary).
+``torch.topk``'s (which does not specify it either). ``row_argmax`` does the same for the accuracy
+of a training step (the first best of each of some thousand rows of the vocabulary).
 """
 
 import torch
@@ -44,10 +44,10 @@ def top_k(scores, k):
 
 
 def row_argmax(scores):
-    """``scores.argmax(1)`` for ``scores`` ``[rows x width]`` without NaN: the first position of each
-    row's maximum. The first chunk whose maximum is the row's holds that position (an earlier one
-    would have the maximum too); ``argmax`` returns the first of equal values, among the chunks' maxima
-    and within the chunk."""
+    """``scores.argmax(1)`` for ``scores`` ``[rows x width]`` without NaN: the first position of
+    each row's maximum. The first chunk whose maximum is the row's holds that position (an earlier
+    one would have the maximum too); ``argmax`` returns the first of equal values, among the chunks'
+    maxima and within the chunk."""
     rows, width = scores.shape
     full = width // CHUNK
     if full < 2 or not chunked(scores):
@@ -56,7 +56,8 @@ def row_argmax(scores):
     if full * CHUNK < width:  # the last, partial chunk
         maxima = torch.cat([maxima, scores[:, full * CHUNK :].amax(1, keepdim=True)], 1)
     first = maxima.argmax(1, keepdim=True)
-    # the columns of that chunk; past the last column, the last again (later, so never the first best)
+    # the columns of that chunk; past the last column, the last again (later, so never the first
+    # best)
     columns = (first * CHUNK + torch.arange(CHUNK, device=scores.device)).clamp_(max=width - 1)
     return columns.gather(1, scores.gather(1, columns).argmax(1, keepdim=True)).squeeze(1)
 
@@ -69,8 +70,8 @@ def row_positions(rows, total):
 
 
 def _spread(values, rows, total):
-    """``values`` ``[len(rows) x ...]`` placed at ``rows`` of a ``[total x ...]`` tensor of -inf (None:
-    ``values`` itself, which then holds every row)."""
+    """``values`` ``[len(rows) x ...]`` placed at ``rows`` of a ``[total x ...]`` tensor of -inf
+    (None: ``values`` itself, which then holds every row)."""
     if rows is None:
         return values
     out = values.new_full((total,) + values.shape[1:], float("-inf"))
@@ -91,7 +92,9 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     """
     width = scores.size(1)
     groups, n = offsets.shape
-    total, n_chunks, device = groups * n, width // CHUNK, scores.device
+    total = groups * n
+    n_chunks = width // CHUNK
+    device = scores.device
     row_offsets = (
         offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]
     )  # [len(rows) x 1]

@@ -1,6 +1,7 @@
-"""Guided alignment end to end: -train_align in preprocessing (errors naming file and line, filtering and
-truncation), training's refusals, and a copy Transformer trained with -lambda_align whose -report_align
-output (1.x's `` ||| `` format, every n-best hypothesis) is the identity alignment on held-out lines."""
+"""Guided alignment end to end: -train_align in preprocessing (errors naming file and line,
+filtering and truncation), training's refusals, and a copy Transformer trained with -lambda_align
+whose -report_align output (1.x's `` ||| `` format, every n-best hypothesis) is the identity
+alignment on held-out lines."""
 
 import os
 import random
@@ -105,9 +106,11 @@ def preprocess(args):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A copy Transformer trained with identity alignments and -lambda_align 1 (first head of the top layer)."""
+    """A copy Transformer trained with identity alignments and -lambda_align 1 (first head of the
+    top layer)."""
     directory = str(tmp_path_factory.mktemp("aligned"))
-    train, valid = copy_corpus(directory, "train", 400, 0), copy_corpus(directory, "valid", 30, 1)
+    train = copy_corpus(directory, "train", 400, 0)
+    valid = copy_corpus(directory, "valid", 30, 1)
     prefix = os.path.join(directory, "data")
     preprocess(
         preprocess_args(
@@ -144,7 +147,8 @@ def trained(tmp_path_factory):
 def test_the_trained_model_reports_the_identity_alignment_in_1x_format(trained, tmp_path):
     sources = lines(trained["valid"]["src"])
     src = write_lines(tmp_path / "src.txt", sources + [""])
-    output, log = tmp_path / "out.txt", tmp_path / "log.txt"
+    output = tmp_path / "out.txt"
+    log = tmp_path / "log.txt"
     done = run_cli(
         "translate",
         "-model",
@@ -376,7 +380,8 @@ def test_a_resumed_run_with_guided_alignment_gives_the_losses_of_an_uninterrupte
         "-train_from",
         tmp_path / "part_step_3.pt",
     )
-    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    full_losses = step_losses(full)
+    resumed = {**step_losses(first), **step_losses(second)}
     assert sorted(full_losses) == list(range(1, 7)) and resumed == full_losses
     assert len(set(full_losses.values())) == 6
 

@@ -105,7 +105,8 @@ def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_
         beam,
         "-verbose",
     )
-    hypotheses, references = lines(out), lines(m["tgt"])
+    hypotheses = lines(out)
+    references = lines(m["tgt"])
     assert len(hypotheses) == beam * len(references)
     assert exact_match(hypotheses[::beam], references) >= MINIMUM[kind]
     scores = first_best_scores(log)

@@ -102,7 +102,8 @@ def test_world_size_2_logs_validates_and_saves_once_and_its_checkpoints_resume_i
 def test_world_size_2_saves_the_moving_average_of_the_weights_every_process_trains(data, tmp_path):
     """-average_decay with 2 processes: rank 0's average follows 1.x's formula over the raw weights
     that the checkpoints keep, and a resume in one process continues that average."""
-    prefix, decay = str(tmp_path / "m"), 0.1
+    prefix = str(tmp_path / "m")
+    decay = 0.1
     train(
         data,
         prefix,

@@ -1,4 +1,5 @@
-"""Faults during training: SIGKILL at any moment, SIGINT/SIGTERM, NaN losses, files carrying code."""
+"""Faults during training: SIGKILL at any moment, SIGINT/SIGTERM, NaN losses, files carrying
+code."""
 
 import glob
 import os
@@ -115,7 +116,8 @@ def reference(data, tmp_path_factory):
 
 
 def check_after_kill_and_resume(data, prefix, reference):
-    """Every checkpoint loads; resuming from the newest reaches the reference losses. Returns its step."""
+    """Every checkpoint loads; resuming from the newest reaches the reference losses. Returns its
+    step."""
     saved = checkpoints(prefix)
     for step, path in saved.items():
         assert load_checkpoint(path)["step"] == step
@@ -193,7 +195,8 @@ def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(
         last,
     )
     assert match, last
-    step, path = int(match.group(1)), match.group(2)
+    step = int(match.group(1))
+    path = match.group(2)
     assert path == f"{prefix}_step_{step}.pt" and load_checkpoint(path)["step"] == step
     assert "Traceback" not in stderr
     resumed = train(data, prefix, "-train_steps", step + 2, "-train_from", path)

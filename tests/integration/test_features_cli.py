@@ -41,9 +41,10 @@ TRAIN = [
 
 
 def feature_task(rng, n):
-    """Sources of 1-3 words, each with a feature ``a`` or ``b``; the target word is ``WORD_FEATURE``:
-    without the feature a model can only guess it."""
-    sources, targets = [], []
+    """Sources of 1-3 words, each with a feature ``a`` or ``b``; the target word is
+    ``WORD_FEATURE``: without the feature a model can only guess it."""
+    sources = []
+    targets = []
     for _ in range(n):
         tokens = [(rng.choice(WORDS), rng.choice("ab")) for _ in range(rng.randint(1, 3))]
         sources.append(" ".join(f"{w}{S}{f}" for w, f in tokens))
@@ -130,7 +131,8 @@ def test_a_model_with_the_features_learns_what_only_the_features_tell(task, tmp_
     assert result.returncode == 0, result.stderr
     result, without = translate(task["without"], [strip_features(s) for s in sources], tmp_path)
     assert result.returncode == 0, result.stderr
-    accuracy, baseline = exact_match(with_features, targets), exact_match(without, targets)
+    accuracy = exact_match(with_features, targets)
+    baseline = exact_match(without, targets)
     assert accuracy >= 0.9 and accuracy >= baseline + 0.3, (accuracy, baseline)
 
 
@@ -149,8 +151,8 @@ def test_translation_refuses_a_line_with_another_number_of_features(task, tmp_pa
     result, _ = translate(task["with"], [f"w1{S}a", f"w2{S}a w3"], tmp_path)
     assert result.returncode == 2
     assert (
-        f"{tmp_path / 'in.txt'}:2: token 2 ('w3') has 0 word feature(s) where the model's source tokens have 1"
-        in result.stderr
+        f"{tmp_path / 'in.txt'}:2: token 2 ('w3') has 0 word feature(s) where the model's source "
+        "tokens have 1" in result.stderr
     )
     result, _ = translate(task["without"], [f"w1{S}a"], tmp_path)
     assert result.returncode == 2 and "in.txt:1: token 1" in result.stderr
@@ -232,8 +234,8 @@ def test_feature_options_on_data_without_features_are_reported_as_doing_nothing(
 
 
 def test_replace_unk_copies_the_bare_source_word_not_its_features(task, tmp_path):
-    """Target vocabulary of 2 words: most outputs are <unk>, each replaced by the attended source word
-    (w0..w5, words no target has), never by the token with its feature."""
+    """Target vocabulary of 2 words: most outputs are <unk>, each replaced by the attended source
+    word (w0..w5, words no target has), never by the token with its feature."""
     root = task["root"] / "feats"
     result = run_cli(
         "preprocess",

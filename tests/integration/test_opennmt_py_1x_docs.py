@@ -1,7 +1,7 @@
-"""OpenNMT-py 1.x's command lines for the options of the later 1.x releases, one per group of them, run
-unchanged but for the command names, the file names and the scale (steps, sizes), on the shared corpora:
-the documented ones (1.x's FAQ), and for the groups its documentation has no command line for, one as a
-1.x user writes it."""
+"""OpenNMT-py 1.x's command lines for the options of the later 1.x releases, one per group of them,
+run unchanged but for the command names, the file names and the scale (steps, sizes), on the shared
+corpora: the documented ones (1.x's FAQ), and for the groups its documentation has no command line
+for, one as a 1.x user writes it."""
 
 import json
 
@@ -26,7 +26,8 @@ def test_faq_weighting_corpora(tmp_path):
     """1.x FAQ, "How can I weight different corpora at training?": -train_ids at preprocessing,
     -data_ids and -data_weights 1 7 at training."""
     data = shared_data("toy-ende")
-    src, tgt = halves(tmp_path, "src-train.txt"), halves(tmp_path, "tgt-train.txt")
+    src = halves(tmp_path, "src-train.txt")
+    tgt = halves(tmp_path, "tgt-train.txt")
     result = run_cli(
         "preprocess",
         "-train_src",
@@ -207,7 +208,8 @@ def small_toy_ende(tmp_path, n=200, *preprocess_args, src_lines=None):
 
 
 def case_feature(line):
-    """Lua OpenNMT's case feature written out: each word lowercased, with ``C`` (capitalised) or ``l``."""
+    """Lua OpenNMT's case feature written out: each word lowercased, with ``C`` (capitalised) or
+    ``l``."""
     return " ".join(f"{w.lower()}\uffe8{'C' if w[:1].isupper() else 'l'}" for w in line.split())
 
 
@@ -281,7 +283,8 @@ def test_averaging_and_schedules(tmp_path):
         "-single_pass",
     )
     assert result.returncode == 0, result.stderr
-    # one pass of 13 batches of 16 (200 examples): steps 1-4 take a batch each, 5-8 two, 9 the last one
+    # one pass of 13 batches of 16 (200 examples): steps 1-4 take a batch each, 5-8 two, 9 the last
+    # one
     saved = sorted(tmp_path.glob("m_step_*.pt"))
     assert [p.name for p in saved] == ["m_step_9.pt"], saved
     checkpoint = load_checkpoint(str(saved[0]))

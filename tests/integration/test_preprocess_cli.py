@@ -164,7 +164,8 @@ def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
         == 0
     )
     assert load(out / "c.vocab.pt") == load(out / "l.vocab.pt")
-    from_config, from_line = load(out / "c.train.0.pt"), load(out / "l.train.0.pt")
+    from_config = load(out / "c.train.0.pt")
+    from_line = load(out / "l.train.0.pt")
     assert from_config.keys() == from_line.keys()
     for key, value in from_config.items():
         assert (
@@ -348,8 +349,8 @@ def test_vocab_size_multiple_pads_both_vocabularies_and_keeps_their_words(tmp_pa
 
 
 def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
-    """-num_threads: 10,000 lines in chunks over 3 worker processes give byte-identical vocab and shards
-    (shuffled, with copy data and validation references) to one process."""
+    """-num_threads: 10,000 lines in chunks over 3 worker processes give byte-identical vocab and
+    shards (shuffled, with copy data and validation references) to one process."""
     data = shared_data("toy-ende")
     base = [
         "-train_src",

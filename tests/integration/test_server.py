@@ -36,7 +36,9 @@ SMALL = [
     "-seed",
     1,
 ]
-PLAIN, COPY, SPM = 100, 7, 8
+PLAIN = 100
+COPY = 7
+SPM = 8
 OPTIONS = {
     PLAIN: {"beam_size": 5, "n_best": 2},
     COPY: {"beam_size": 3, "max_length": 20},
@@ -46,7 +48,8 @@ OPTIONS = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A plain model and a copy model whose target vocabulary lacks most words (trained on reversal)."""
+    """A plain model and a copy model whose target vocabulary lacks most words (trained on
+    reversal)."""
     return {
         kind: trained_reversal_model(tmp_path_factory, f"server_{kind}", pre, [*SMALL, *extra], 300)
         for kind, pre, extra in (
@@ -123,7 +126,8 @@ def translators(models, sentencepiece_model):
 @pytest.fixture(scope="module")
 def alone(models, sentencepiece_model):
     """``alone(model_id, sentence)``: the Result of translating the sentence by itself (cached)."""
-    by_id, cache = translators(models, sentencepiece_model), {}
+    by_id = translators(models, sentencepiece_model)
+    cache = {}
 
     def translate(model_id, sentence):
         if (model_id, sentence) not in cache:
@@ -134,7 +138,8 @@ def alone(models, sentencepiece_model):
 
 
 def in_threads(function, n):
-    """``[function(0), ..., function(n - 1)]``, each call in a thread of its own, all started at once."""
+    """``[function(0), ..., function(n - 1)]``, each call in a thread of its own, all started at
+    once."""
     out = [None] * n
     threads = [
         threading.Thread(target=lambda i: out.__setitem__(i, function(i)), args=(i,))
@@ -157,20 +162,17 @@ def check_answer(answer, model_id, sources, alone):
         for source, item in zip(sources, rank):
             assert set(item) == {"src", "tgt", "n_best", "pred_score"} and item["src"] == source
             expected = alone(model_id, source)
-            head, tail = (
-                source[: len(source) - len(source.lstrip())],
-                source[len(source.rstrip()) :],
-            )
+            head = source[: len(source) - len(source.lstrip())]
+            tail = source[len(source.rstrip()) :]
             assert item["tgt"] == head + expected.hypotheses[k] + tail and item["n_best"] == n_best
             assert scores_agree(item["pred_score"], expected.scores[k], len(expected.tokens[k]) + 1)
 
 
 def test_translate_answers_in_1x_shape_what_each_sentence_gets_alone(server, models, alone):
     sources = lines(models["plain"]["src"])[:12]
-    sources[3], sources[5] = (
-        "  " + sources[3] + " ",
-        "",
-    )  # 1.x keeps the white space around; empty stays empty
+    # 1.x keeps the white space around; empty stays empty
+    sources[3] = "  " + sources[3] + " "
+    sources[5] = ""
     status, answer = server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in sources])
     assert status == 200
     check_answer(answer, PLAIN, sources, alone)
@@ -209,8 +211,8 @@ def test_concurrent_clients_each_get_what_their_sentences_get_alone(server, mode
 def test_sentences_arriving_during_a_search_join_it_and_translate_as_alone(
     models, alone, monkeypatch
 ):
-    """The library under the server: requests from 16 threads, while a long one decodes, run in fewer
-    searches than requests; every request's Results are its sentences' alone."""
+    """The library under the server: requests from 16 threads, while a long one decodes, run in
+    fewer searches than requests; every request's Results are its sentences' alone."""
     searches = []
     stream = Search.stream
     monkeypatch.setattr(
@@ -368,7 +370,8 @@ def test_under_load_16_clients_and_2000_sentences_no_error_no_lost_or_reordered_
         requests = [[rng.choice(sources) for _ in range(5)] for _ in range(16 * 25)]
 
         def client(c, requests=requests):
-            """The requests of client ``c`` that were not answered with their own sentences, in order."""
+            """The requests of client ``c`` that were not answered with their own sentences, in
+            order."""
             failed = []
             for batch in requests[c::16]:
                 status, answer = server.call(

@@ -36,7 +36,9 @@ SMALL = [
     "-seed",
     1,
 ]
-PLAIN, SPARSE, SLOW = 1, 2, 3
+PLAIN = 1
+SPARSE = 2
+SLOW = 3
 SPARSE_OPT = {"beam_size": 5, "n_best": 5, "max_length": 20}
 
 

@@ -1,5 +1,6 @@
-"""Source noise in training (-data_to_noise, -src_noise, -src_noise_prob; preprocess -subword_prefix):
-the noised corpus's batches against their plain versions, exact resume, refusals."""
+"""Source noise in training (-data_to_noise, -src_noise, -src_noise_prob; preprocess
+-subword_prefix): the noised corpus's batches against their plain versions, exact resume,
+refusals."""
 
 import os
 import random
@@ -109,7 +110,8 @@ def test_infilled_batches_are_the_plain_ones_with_whole_words_replaced_and_resum
 
 
 def test_one_text_under_two_corpus_ids_is_noised_two_ways(data, tmp_path):
-    """The same shard under two names (a corpus listed twice, both noised): the same batches, other noise."""
+    """The same shard under two names (a corpus listed twice, both noised): the same batches, other
+    noise."""
     import shutil
 
     record = load_plain(vocab_path(data), VOCAB_FORMAT, "vocab")
@@ -126,7 +128,8 @@ def test_one_text_under_two_corpus_ids_is_noised_two_ways(data, tmp_path):
         )
         return [next(batches) for _ in range(5)]
 
-    one, other = first_batches([path]), first_batches([twin])
+    one = first_batches([path])
+    other = first_batches([twin])
     assert [b.indices.tolist() for b in one] == [b.indices.tolist() for b in other]
     assert [b.src.tolist() for b in one] != [b.src.tolist() for b in other]
     assert [b.src.tolist() for b in one] == [b.src.tolist() for b in first_batches([path])]

@@ -1,4 +1,5 @@
-"""onmt_lite_train end to end: 1.x command lines, exact resume, checkpoints, early stopping, bad input."""
+"""onmt_lite_train end to end: 1.x command lines, exact resume, checkpoints, early stopping, bad
+input."""
 
 import fcntl
 import os
@@ -93,7 +94,8 @@ def test_a_resumed_run_gives_the_same_losses_as_an_uninterrupted_one(data, tmp_p
         "-train_from",
         tmp_path / "part_step_4.pt",
     )
-    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    full_losses = step_losses(full)
+    resumed = {**step_losses(first), **step_losses(second)}
     assert sorted(full_losses) == list(range(1, 9))
     assert resumed == full_losses
     assert any("resuming from" in line and "at step 4" in line for line in second)
@@ -528,9 +530,9 @@ def test_an_accumulation_schedule_takes_more_batches_a_step_after_its_steps(data
 
 
 def test_a_dropout_schedule_changes_the_rates_at_its_steps_and_resumes_exactly(data, tmp_path):
-    """-dropout 0.5 0 -dropout_steps 0 3 (1.x's rule: 0 from step 4): the run says so; from step 4 on
-    a step equals a run built with -dropout 0 given the same weights; a run resumed at step 4 gives the
-    uninterrupted run's losses."""
+    """-dropout 0.5 0 -dropout_steps 0 3 (1.x's rule: 0 from step 4): the run says so; from step 4
+    on a step equals a run built with -dropout 0 given the same weights; a run resumed at step 4
+    gives the uninterrupted run's losses."""
     args = [
         *TINY_MODEL,
         "-layers",

@@ -1,6 +1,6 @@
-"""The Transformer end to end: 1.x's FAQ command line, learning the reversal task to exact match, copying
-words outside the vocabulary, exact resume, and translation (batch invariance, n-best, ensembles with an
-RNN, -replace_unk, gold scores, -attn_debug, int8)."""
+"""The Transformer end to end: 1.x's FAQ command line, learning the reversal task to exact match,
+copying words outside the vocabulary, exact resume, and translation (batch invariance, n-best,
+ensembles with an RNN, -replace_unk, gold scores, -attn_debug, int8)."""
 
 import os
 
@@ -116,9 +116,9 @@ FAQ = [
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A Transformer trained on 3,000 reversal pairs (measured: 100% exact match on held-out lines); a
-    copy Transformer whose target vocabulary lacks most words (it must copy them); a plain one with
-    that small vocabulary (it can only write <unk> for them)."""
+    """A Transformer trained on 3,000 reversal pairs (measured: 100% exact match on held-out lines);
+    a copy Transformer whose target vocabulary lacks most words (it must copy them); a plain one
+    with that small vocabulary (it can only write <unk> for them)."""
     corpus = {"n_train": 3000, "n_valid": 100}
     return {
         kind: trained_reversal_model(
@@ -272,7 +272,9 @@ def test_replace_unk_writes_the_source_word_the_top_layer_attends_to(models, tmp
     replaced = [r.hypotheses[0] for r in replacing.translate(sources)]
     unknown = 0
     for result, line in zip(plain, replaced):
-        words, attention = result.hypotheses[0].split(), result.attention[0]  # [out_len x src_len]
+        # [out_len x src_len]
+        words = result.hypotheses[0].split()
+        attention = result.attention[0]
         expected = [
             result.source[int(attention[i].argmax())] if word == "<unk>" else word
             for i, word in enumerate(words)
@@ -356,7 +358,8 @@ def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one
         "-train_from",
         tmp_path / "part_step_4.pt",
     )
-    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    full_losses = step_losses(full)
+    resumed = {**step_losses(first), **step_losses(second)}
     assert sorted(full_losses) == list(range(1, 9)) and resumed == full_losses
     assert len(set(full_losses.values())) == 8
 

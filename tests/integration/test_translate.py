@@ -224,10 +224,10 @@ def test_int8_output_does_not_depend_on_the_streams_timing(models, two_threads):
 def test_examples_joining_a_running_search_translate_as_on_their_own(
     models, kind, batch_type, batch_size, beam, monkeypatch, one_stream
 ):
-    """Continuous batching (greedy search): rows of finished examples are refilled with waiting ones;
-    every line's n-best list, scores and attention are those of translating the line alone. A beam
-    search's examples join in groups, once a quarter of the batch is free. One decoding stream: the
-    step counts below are those of one search."""
+    """Continuous batching (greedy search): rows of finished examples are refilled with waiting
+    ones; every line's n-best list, scores and attention are those of translating the line alone. A
+    beam search's examples join in groups, once a quarter of the batch is free. One decoding stream:
+    the step counts below are those of one search."""
     sources = lines(models[kind]["src"])[:40]
     options = dict(beam_size=beam, n_best=min(beam, 2), block_ngram_repeat=2, min_length=1)
     alone = Translator.load([models[kind]["model"]], batch_size=1, **options).translate(sources)
@@ -246,7 +246,8 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(
         assert_same_translation(a, b)
         for attention_a, attention_b in zip(a.attention, b.attention):
             torch.testing.assert_close(attention_a, attention_b, atol=1e-5, rtol=1e-5)
-    streamed, rows[:] = list(rows), []
+    streamed = list(rows)
+    rows[:] = []
     for batch in TextBatches(
         sources, None, translator.vocabs, translator.tokenizers, translator.copy
     ).batches(batch_size, batch_type):
@@ -345,7 +346,8 @@ def test_empty_and_very_long_lines(models, tmp_path):
 
 def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     m = models["unk"]
-    src, tgt = lines(m["src"]), lines(m["tgt"])
+    src = lines(m["src"])
+    tgt = lines(m["tgt"])
     plain_results = Translator.load([m["model"]]).translate(src)
     plain = [r.hypotheses[0] for r in plain_results]
     one_path = Translator.load(pathlib.Path(m["model"])).translate(
@@ -360,7 +362,8 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     assert exact_match(plain, tgt) == 0
     # each <unk> is replaced by the source word its row of the attention weighs most (the attention
     # the plain run returns); other words stay. How often that is the right word depends on how well
-    # the small model's attention learnt the reversal: 0.32 to 0.83 over seeds, so it is not asserted.
+    # the small model's attention learnt the reversal: 0.32 to 0.83 over seeds, so it is not
+    # asserted.
     n_unk = 0
     for result, replaced_line, source_line in zip(plain_results, replaced, src):
         source_words = source_line.split()
@@ -398,7 +401,8 @@ def test_gold_and_predicted_scores_do_not_depend_on_the_batch(models, kind):
     """Batch 1, 7 and 64, beam 3 and 2-best: the same words, and every score, gold ones too, within
     the bound of docs/usage.md (the products round by their row count)."""
     m = models[kind]
-    sources, targets = lines(m["src"]), lines(m["tgt"])
+    sources = lines(m["src"])
+    targets = lines(m["tgt"])
     runs = [
         Translator.load([m["model"]], batch_size=size, beam_size=3, n_best=2).translate(
             sources, targets
@@ -501,8 +505,9 @@ def assert_same_printed_scores(logged, other):
 def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(
     models, tmp_path, monkeypatch
 ):
-    """-shard_size 7 on 40 lines: the translator sees pieces of at most 7 lines, and the output file,
-    the scores, BLEU and the numbering of -verbose's lines are those of the whole file at once."""
+    """-shard_size 7 on 40 lines: the translator sees pieces of at most 7 lines, and the output
+    file, the scores, BLEU and the numbering of -verbose's lines are those of the whole file at
+    once."""
     from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
     from onmt_lite.translate import run
 

@@ -1,4 +1,5 @@
-"""onmt_lite_translate -tgt_prefix and -dump_beam end to end, on a model trained here on the reversal task."""
+"""onmt_lite_translate -tgt_prefix and -dump_beam end to end, on a model trained here on the
+reversal task."""
 
 import fcntl
 import json
@@ -125,7 +126,8 @@ def backtrack_words(entry, step, place):
     words = []
     while step >= 0:
         words.append(entry["predicted_tokens"][step][place])
-        place, step = entry["beam_parent_ids"][step][place], step - 1
+        place = entry["beam_parent_ids"][step][place]
+        step = step - 1
     return words[::-1]
 
 

@@ -1,5 +1,6 @@
-"""Several training corpora: onmt_lite_preprocess -train_ids, onmt_lite_train -data_ids -data_weights
-(per-corpus shards, one vocabulary, the weighted round robin, exact resume, refusals)."""
+"""Several training corpora: onmt_lite_preprocess -train_ids, onmt_lite_train -data_ids
+-data_weights (per-corpus shards, one vocabulary, the weighted round robin, exact resume,
+refusals)."""
 
 import os
 
@@ -78,7 +79,8 @@ def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(t
         "d.vocab.pt",
     ]
     vocab = load(out / "d.vocab.pt")
-    # by hand over the kept pairs of both corpora (q q q q / o filtered): w 4, y 3, z 2, x 1; k 3, n 2, m 1
+    # by hand over the kept pairs of both corpora (q q q q / o filtered): w 4, y 3, z 2, x 1; k 3, n
+    # 2, m 1
     assert vocab["src"][4:] == ["w", "y", "z", "x"] and vocab["tgt"][4:] == ["k", "n", "m"]
     assert vocab["train_ids"] == ["a", "b"]
     assert vocab["counts"]["train_a"]["examples"] == vocab["counts"]["train_b"]["examples"] == 2
@@ -101,11 +103,9 @@ def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(t
 )
 def test_bad_corpus_lists_are_refused_and_nothing_is_written(tiny, case, expected):
     files, out = tiny
-    src, tgt, ids = (
-        [files["src_a"], files["src_b"]],
-        [files["tgt_a"], files["tgt_b"]],
-        ["-train_ids", "a", "b"],
-    )
+    src = [files["src_a"], files["src_b"]]
+    tgt = [files["tgt_a"], files["tgt_b"]]
+    ids = ["-train_ids", "a", "b"]
     if case == "tgt_count":
         tgt = tgt[:1]
     elif case == "no_ids":
@@ -115,7 +115,9 @@ def test_bad_corpus_lists_are_refused_and_nothing_is_written(tiny, case, expecte
     elif case == "duplicate":
         ids = ["-train_ids", "a", "a"]
     elif case == "bad_id":
-        src, tgt, ids = src[:1], tgt[:1], ["-train_ids", "a.1"]
+        src = src[:1]
+        tgt = tgt[:1]
+        ids = ["-train_ids", "a.1"]
     elif case == "align":
         ids += ["-train_align", files["src_a"]]
     result = run_cli(
@@ -153,7 +155,8 @@ def test_overwrite_removes_the_shards_of_corpora_the_new_run_lacks(tiny):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """Corpus a: 200 reversal pairs (25 batches of 8); corpus b: 12 (2 batches: 8 and 4), one valid set."""
+    """Corpus a: 200 reversal pairs (25 batches of 8); corpus b: 12 (2 batches: 8 and 4), one valid
+    set."""
     from onmt_lite.opts import build_parser, config_opts, parse, preprocess_opts
     from onmt_lite.preprocess import preprocess
 
@@ -192,8 +195,8 @@ WEIGHTED = [*TINY_MODEL, "-data_ids", "a", "b", "-data_weights", 3, 1]
 
 
 def test_a_resumed_run_with_weights_3_1_gives_the_losses_of_the_uninterrupted_run(data, tmp_path):
-    """Resumed at step 3 (6 batches drawn: turn 2 of a a a b, b in its first epoch); by step 8 corpus b
-    (2 batches an epoch) is in its third epoch."""
+    """Resumed at step 3 (6 batches drawn: turn 2 of a a a b, b in its first epoch); by step 8
+    corpus b (2 batches an epoch) is in its third epoch."""
     args = [
         *WEIGHTED,
         "-optim",
@@ -226,7 +229,8 @@ def test_a_resumed_run_with_weights_3_1_gives_the_losses_of_the_uninterrupted_ru
         "-train_from",
         tmp_path / "part_step_3.pt",
     )
-    full_losses, resumed = step_losses(full), {**step_losses(first), **step_losses(second)}
+    full_losses = step_losses(full)
+    resumed = {**step_losses(first), **step_losses(second)}
     assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
     assert resumed == full_losses
     assert load_checkpoint(str(tmp_path / "part_step_3.pt"))["data"] == {
@@ -257,8 +261,8 @@ def test_the_command_line_trains_on_weighted_corpora_and_logs_them(data, tmp_pat
     )
     assert result.returncode == 0, result.stderr
     assert (
-        "training corpora: a (weight 3): 1 shard(s), 200 examples; b (weight 1): 1 shard(s), 12 examples"
-        in result.stderr
+        "training corpora: a (weight 3): 1 shard(s), 200 examples; b (weight 1): 1 shard(s), 12 "
+        "examples" in result.stderr
     )
     # 5 batches drawn: a a a b a (b's 12 examples need more than one batch of 40 padded tokens)
     assert load_checkpoint(str(tmp_path / "m_step_5.pt"))["data"] == {

@@ -1,5 +1,6 @@
-"""Guided alignment: Pharaoh lines, links through truncation, shards and batches, the reference matrix, the
-alignment head's attention and loss against a re-computation written here, exact sharding, refusals."""
+"""Guided alignment: Pharaoh lines, links through truncation, shards and batches, the reference
+matrix, the alignment head's attention and loss against a re-computation written here, exact
+sharding, refusals."""
 
 import math
 
@@ -26,7 +27,7 @@ from tests.model_helpers import (
 )
 
 
-# --- Pharaoh lines and links ----------------------------------------------------------------------------
+# --- Pharaoh lines and links ----------------------------------------------------------------------
 
 
 def test_a_pharaoh_line_gives_its_source_target_pairs_in_order():
@@ -61,7 +62,8 @@ def test_truncation_drops_the_links_beyond_it_and_filtering_the_whole_pair():
     ]
     stats = CorpusStats()
     kept = list(tokenize_lines(lines, Tokenizer(), Tokenizer(), LengthLimits(0, 2, 4, 2), stats))
-    # the target is cut to 2 tokens: the link to target token 2 goes; line 2's 6 source tokens are too many
+    # the target is cut to 2 tokens: the link to target token 2 goes; line 2's 6 source tokens are
+    # too many
     assert kept == [
         (1, ["a", "b", "c", "d"], ["x", "y"], [(0, 0), (3, 1), (2, 1), (1, 1)]),
         (3, ["a"], ["x"], [(0, 0)]),
@@ -77,7 +79,7 @@ def test_truncation_drops_the_links_beyond_it_and_filtering_the_whole_pair():
     ]  # the source cut to 2 tokens: links from tokens 2 and 3 go
 
 
-# --- shards, batches and the reference matrix ----------------------------------------------------------
+# --- shards, batches and the reference matrix -----------------------------------------------------
 
 PAIRS = [
     ("s0 s1 s2", "t0 t1 t2 t3", [(0, 0), (2, 0), (1, 2)]),  # a row with two links, rows with none
@@ -120,7 +122,7 @@ def test_the_reference_matrix_normalises_each_target_row_over_its_links():
     )  # a link given twice counts once
 
 
-# --- the alignment head and its loss -------------------------------------------------------------------
+# --- the alignment head and its loss --------------------------------------------------------------
 
 
 def random_aligned_pairs(n, seed):
@@ -146,11 +148,12 @@ def captured_context_queries(layer):
 
 
 def recomputed_alignment(model, batch, layer_index, heads, query_input):
-    """softmax(Q K^T / sqrt(d)) of decoder layer ``layer_index`` written out from its weights, the first
-    ``heads`` heads averaged: ``[T x B x S]``."""
+    """softmax(Q K^T / sqrt(d)) of decoder layer ``layer_index`` written out from its weights, the
+    first ``heads`` heads averaged: ``[T x B x S]``."""
     decoder = model.decoder
     _, memory_bank, _ = model.encoder(batch.src, batch.src_lengths)
-    size, n_heads = memory_bank.size(2), decoder.layers[0].context_attn.heads
+    size = memory_bank.size(2)
+    n_heads = decoder.layers[0].context_attn.heads
     d = size // n_heads
     rows = slice(
         2 * layer_index * size, (2 * layer_index + 1) * size
@@ -198,7 +201,8 @@ def test_the_alignment_loss_is_the_formula_over_the_chosen_layers_and_heads_atte
     )
     expected_align = recomputed_alignment(model, batch, layer % 2, heads, seen[-1])
     torch.testing.assert_close(attns["align"], expected_align)
-    # the reference, written out: row t of example b is target token t's links, each 1 / (its number of links)
+    # the reference, written out: row t of example b is target token t's links, each 1 / (its number
+    # of links)
     ref = torch.zeros_like(expected_align)
     for b, (_, _, links) in enumerate(pairs):
         for src, tgt in links:
@@ -245,7 +249,8 @@ def test_the_full_context_pass_ignores_target_padding():
         alone = aligned_batch([(src, tgt, links)], [0])
         memory_bank, lengths, state = model.encode(alone.src, alone.src_lengths)
         _, own, _ = model.decode(alone.tgt[:-1], memory_bank, lengths, state, need_alignment=True)
-        n, s = own["align"].size(0), len(src.split())
+        n = own["align"].size(0)
+        s = len(src.split())
         torch.testing.assert_close(attns["align"][:n, b, :s], own["align"][:, 0, :s])
 
 
@@ -282,7 +287,8 @@ def test_sharded_gradients_with_the_alignment_loss_equal_the_unsharded_ones(extr
                 ]
             )
         ).batch([3, 1, 0, 2])
-        batch, copy_batch.src_map = copy_batch, copy_batch.src_map.double()
+        batch = copy_batch
+        copy_batch.src_map = copy_batch.src_map.double()
     expected = loss_and_grads(model, opt, batch, 0)
     assert_grads_equal(expected, loss_and_grads(model, opt, batch, shard_size))
     # the alignment term reaches the gradients (the shared lower layers' at least)
@@ -314,7 +320,8 @@ def test_the_windows_alignment_losses_sum_to_the_whole_targets():
             batch.tgt[:-1], memory_bank, lengths, state, need_alignment=True
         )
         full = loss_compute(batch, dec_out, attns)[0] - nll_compute(batch, dec_out, attns)[0]
-        total, n_positions = 0.0, batch.tgt.size(0) - 1
+        total = 0.0
+        n_positions = batch.tgt.size(0) - 1
         for start in range(0, n_positions, 2):
             window = batch.tgt[start : min(start + 2, n_positions)]
             dec_out, attns, state = model.decode(
@@ -326,7 +333,7 @@ def test_the_windows_alignment_losses_sum_to_the_whole_targets():
     assert full > 0
 
 
-# --- refusals and the head's description ---------------------------------------------------------------
+# --- refusals and the head's description ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ def test_dot_attention_by_hand_and_zero_weight_on_padding():
 
 def test_every_type_sums_to_one_and_masks_padding_exactly():
     torch.manual_seed(0)
-    memory, query = torch.randn(3, 5, 4), torch.randn(3, 2, 4)
+    memory = torch.randn(3, 5, 4)
+    query = torch.randn(3, 2, 4)
     lengths = torch.tensor([5, 2, 1])
     for kind in ("dot", "general", "mlp"):
         attn_h, align = GlobalAttention(4, kind)(query, memory, lengths)
@@ -28,7 +29,8 @@ def test_every_type_sums_to_one_and_masks_padding_exactly():
 
 def test_coverage_enters_the_score():
     torch.manual_seed(0)
-    memory, query = torch.randn(2, 4, 3), torch.randn(2, 1, 3)
+    memory = torch.randn(2, 4, 3)
+    query = torch.randn(2, 1, 3)
     lengths = torch.tensor([4, 4])
     for kind in ("dot", "general", "mlp"):
         attn = GlobalAttention(3, kind, coverage=True)

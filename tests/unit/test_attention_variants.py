@@ -1,5 +1,6 @@
-"""Attention variants: sparsemax (attention and generator) and its loss, context gates, no attention,
-against references written out here (a bisection projection onto the simplex, the 1.x formulas)."""
+"""Attention variants: sparsemax (attention and generator) and its loss, context gates, no
+attention, against references written out here (a bisection projection onto the simplex, the 1.x
+formulas)."""
 
 import copy
 import math
@@ -21,11 +22,13 @@ NEG_INF = float("-inf")
 
 
 def projection(z):
-    """The Euclidean projection of the 1-D ``z`` (``-inf`` allowed) onto the simplex, by bisection on
-    the threshold tau of ``p = max(z - tau, 0)``: ``sum p`` falls from >= 1 at ``max z - 1`` to 0 at ``max z``."""
+    """The Euclidean projection of the 1-D ``z`` (``-inf`` allowed) onto the simplex, by bisection
+    on the threshold tau of ``p = max(z - tau, 0)``: ``sum p`` falls from >= 1 at ``max z - 1`` to 0
+    at ``max z``."""
     values = [float(v) for v in z.detach().tolist()]
     top = max(v for v in values if v != NEG_INF)
-    low, high = top - 1.0, top
+    low = top - 1.0
+    high = top
     for _ in range(200):
         tau = (low + high) / 2
         if sum(max(v - tau, 0.0) for v in values) > 1:
@@ -38,7 +41,8 @@ def projection(z):
 
 
 def random_scores(seed, rows=20, width=9):
-    """Scores with ties (halves of small integers) and with spread-out values, some rows masked at the end."""
+    """Scores with ties (halves of small integers) and with spread-out values, some rows masked at
+    the end."""
     g = torch.Generator().manual_seed(seed)
     ties = torch.randint(-4, 4, (rows, width), generator=g).double() / 2
     spread = torch.randn(rows, width, generator=g, dtype=torch.float64) * 2
@@ -109,7 +113,8 @@ def test_sparsemax_loss_value_follows_the_formula_and_its_gradient_is_sparsemax_
 def test_sparsemax_loss_is_zero_for_a_margin_of_one_and_the_criterion_skips_padding():
     scores = torch.tensor([[3.0, 1.5, 0.0], [3.0, 2.5, 0.0], [0.0, 5.0, 0.0]], dtype=torch.float64)
     loss, reported = SparsemaxCriterion(pad_idx=1)(scores.requires_grad_(), torch.tensor([0, 0, 1]))
-    # row 0: margin 1.5, loss 0; row 1: support {3, 2.5}, tau 2.25: -3 + (9 + 6.25 - 2 * 2.25^2) / 2 + 1/2
+    # row 0: margin 1.5, loss 0; row 1: support {3, 2.5}, tau 2.25: -3 + (9 + 6.25 - 2 * 2.25^2) / 2
+    # + 1/2
     torch.testing.assert_close(loss, torch.tensor([0.0, 0.0625, 0.0], dtype=torch.float64))
     assert torch.equal(reported, loss.detach())
     loss.sum().backward()
@@ -119,10 +124,8 @@ def test_sparsemax_loss_is_zero_for_a_margin_of_one_and_the_criterion_skips_padd
 def test_sparsemax_attention_weights_are_the_projection_of_the_masked_scores():
     torch.manual_seed(7)
     attention = GlobalAttention(5, "general", attn_func="sparsemax").double()
-    query, memory = (
-        torch.randn(3, 2, 5, dtype=torch.float64) * 3,
-        torch.randn(3, 6, 5, dtype=torch.float64),
-    )
+    query = torch.randn(3, 2, 5, dtype=torch.float64) * 3
+    memory = torch.randn(3, 6, 5, dtype=torch.float64)
     lengths = torch.tensor([6, 2, 4])
     _, align = attention(query, memory, lengths)
     scores = attention.score(query, memory)
@@ -164,7 +167,9 @@ def decoded(model, batch, steps):
 def input_feed_by_hand(decoder, tgt, memory_bank, lengths, state, kind):
     """The input-feed decoder stepped by hand: the RNN on ``[embedding; previous output]``, then the
     attention (or none), then the gate (or none); the output is fed to the next step."""
-    hidden, feed, outs = state.hidden, state.input_feed, []
+    hidden = state.hidden
+    feed = state.input_feed
+    outs = []
     for t in range(tgt.size(0)):
         x = torch.cat([decoder.embeddings(tgt[t : t + 1])[0], feed], 1)
         rnn_out, hidden = decoder.rnn(x, hidden)
@@ -315,7 +320,8 @@ def test_sparsemax_generator_refuses_label_smoothing_and_a_softmax_loss_class():
     model, opt = make_model("-generator_function", "sparsemax", "-label_smoothing", 0.1)
     with pytest.raises(UserError, match="-label_smoothing 0.1 .*-generator_function sparsemax"):
         build_loss_compute(model, TGT_VOCAB, opt)
-    opt.label_smoothing, opt.loss_class = 0.0, "onmt_lite.loss:NMTLossCompute"
+    opt.label_smoothing = 0.0
+    opt.loss_class = "onmt_lite.loss:NMTLossCompute"
     with pytest.raises(UserError, match="NMTLossCompute: a -generator_function sparsemax model"):
         build_loss_compute(model, TGT_VOCAB, opt)
 
@@ -351,13 +357,14 @@ def test_sparsemax_generator_statistics_report_the_sparsemax_loss_without_nan():
 
 
 class OneWordStepper:
-    """A stepper over 6 tokens whose log-probabilities are a sparsemax's: word 4 (probability 0.75) or
-    5 (0.25) first, then </s> alone: two hypotheses of nonzero probability."""
+    """A stepper over 6 tokens whose log-probabilities are a sparsemax's: word 4 (probability 0.75)
+    or 5 (0.25) first, then </s> alone: two hypotheses of nonzero probability."""
 
     def step(self, tokens):
         first = tokens == 2
         probs = torch.zeros(tokens.numel(), 6)
-        probs[first, 4], probs[first, 5] = 0.75, 0.25
+        probs[first, 4] = 0.75
+        probs[first, 5] = 0.25
         probs[~first, 3] = 1.0
         return torch.log(probs), {}
 
@@ -404,8 +411,8 @@ def test_a_search_with_zero_probability_words_fills_the_n_best_with_impossible_h
     ],
 )
 def test_the_cpu_fast_paths_decode_every_variant_like_the_general_path(args):
-    """Packed (float32) within float rounding, int8 within its rounding: the gate's and the generators'
-    layers are linear layers like the others, the sparsemax runs as it is."""
+    """Packed (float32) within float rounding, int8 within its rounding: the gate's and the
+    generators' layers are linear layers like the others, the sparsemax runs as it is."""
     model, _ = make_model(*args)
     model = model.float().eval()
     batch = make_batch(random_pairs(4, seed=11))

@@ -1,5 +1,6 @@
-"""-average_decay and -average_every: OpenNMT-py 1.x's moving average of the weights, checked against
-the formula written out here over the weights of a run without averaging, saved after every step."""
+"""-average_decay and -average_every: OpenNMT-py 1.x's moving average of the weights, checked
+against the formula written out here over the weights of a run without averaging, saved after every
+step."""
 
 import os
 
@@ -60,7 +61,8 @@ def reference_average(raw, steps, decay, every, start=None):
 
 
 def weights(checkpoint, entry=None):
-    """``{"model.X": ..., "generator.Y": ...}`` of a checkpoint (of its ``raw_weights`` with entry)."""
+    """``{"model.X": ..., "generator.Y": ...}`` of a checkpoint (of its ``raw_weights`` with
+    entry)."""
     source = checkpoint if entry is None else checkpoint[entry]
     return {f"{part}.{k}": v for part in ("model", "generator") for k, v in source[part].items()}
 
@@ -89,7 +91,8 @@ def plain(data, tmp_path_factory):
 
 @pytest.fixture(scope="module", params=[1, 3])
 def averaged(request, data, tmp_path_factory):
-    """The same run with -average_decay and -average_every 1 or 3, validated (with chrF) at the end."""
+    """The same run with -average_decay and -average_every 1 or 3, validated (with chrF) at the
+    end."""
     every = request.param
     prefix = str(tmp_path_factory.mktemp(f"avg{every}") / "m")
     _, logged = train_in_process(
@@ -124,7 +127,8 @@ def test_the_saved_model_is_1x_moving_average_of_the_weights_of_each_step(plain,
 
 
 def validation_of(model_checkpoint, path, data):
-    """Validation loss statistics and chrF of ``model_checkpoint``'s model weights, computed here."""
+    """Validation loss statistics and chrF of ``model_checkpoint``'s model weights, computed
+    here."""
     checkpoint = load_checkpoint(path)
     vocabs = {side: Vocab.from_plain(words) for side, words in checkpoint["vocab"].items()}
     opt = model_options(checkpoint["opt"], path)
@@ -148,8 +152,8 @@ def test_validation_runs_with_the_averaged_weights(averaged, data):
     for model_weights, expected in ((checkpoint, True), (checkpoint["raw_weights"], False)):
         stats, chrf = validation_of(model_weights, path, data)
         line = (
-            f"perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, xent {stats.xent():.4f}"
-            f"{chrf}"
+            f"perplexity {stats.ppl():.4f}, accuracy {stats.accuracy():.2f}, xent "
+            f"{stats.xent():.4f}{chrf}"
         )
         assert (line in logged) == expected, (line, logged)
 

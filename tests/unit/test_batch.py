@@ -31,7 +31,8 @@ def test_batch_tensors_are_time_major_padded_with_bos_eos():
 
 def test_copy_fields_by_hand():
     batch = shard_view(True).batch([1, 2])
-    # example 2: "c Zed c a" -> vocab [<unk>, <blank>, c, Zed, a]; example 3: "b" -> [<unk>, <blank>, b]
+    # example 2: "c Zed c a" -> vocab [<unk>, <blank>, c, Zed, a]; example 3: "b" -> [<unk>,
+    # <blank>, b]
     assert batch.src_ex_vocab == [["<unk>", "<blank>", "c", "Zed", "a"], ["<unk>", "<blank>", "b"]]
     expected_map = torch.zeros(4, 2, 5)
     for pos, idx in enumerate([2, 3, 2, 4]):

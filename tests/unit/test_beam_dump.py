@@ -24,9 +24,11 @@ def translate(args, prefixes=False, **search):
 
 
 def backtrack(beam, step, place):
-    """The token ids, words and log-probabilities on the path that ends at ``place`` of step ``step``,
-    found by following the parent places back to the first step."""
-    ids, words, log_probs = [], [], []
+    """The token ids, words and log-probabilities on the path that ends at ``place`` of step
+    ``step``, found by following the parent places back to the first step."""
+    ids = []
+    words = []
+    log_probs = []
     while step >= 0:
         ids.append(beam["predicted_ids"][step][place])
         words.append(beam["predicted_tokens"][step][place])

@@ -1,4 +1,5 @@
-"""build_model and model_dims: sizes, contradictions, sharing, initialisation, pretrained and frozen embeddings."""
+"""build_model and model_dims: sizes, contradictions, sharing, initialisation, pretrained and frozen
+embeddings."""
 
 import math
 

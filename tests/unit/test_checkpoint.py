@@ -99,7 +99,7 @@ def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path
         load_checkpoint(str(tmp_path / "bad.pt"))
 
 
-def test_keep_checkpoint_prunes_the_checkpoints_on_disk_by_step_but_never_best_or_what_this_run_wrote(
+def test_keep_checkpoint_prunes_by_step_but_never_best_or_what_this_run_wrote(
     tmp_path,
 ):
     prefix = str(tmp_path / "m")
@@ -149,10 +149,12 @@ def test_a_writer_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_
 
 
 class FakeCuda:
-    """torch.cuda's random-state calls on a machine with ``count`` GPUs, the current one ``current``."""
+    """torch.cuda's random-state calls on a machine with ``count`` GPUs, the current one
+    ``current``."""
 
     def __init__(self, count, current):
-        self.count, self.current = count, current
+        self.count = count
+        self.current = current
         self.states = {i: torch.tensor([i], dtype=torch.uint8) for i in range(count)}
 
     def install(self, monkeypatch):
@@ -193,7 +195,8 @@ def test_a_checkpoint_of_one_dropout_number_gives_dropout_schedules():
     saved = saved_options(
         "-encoder_type", "transformer", "-decoder_type", "transformer", "-heads", 2
     )
-    saved["dropout"], saved["attention_dropout"] = 0.2, 0.15
+    saved["dropout"] = 0.2
+    saved["attention_dropout"] = 0.15
     assert model_options(saved, "ckpt.pt").attention_dropout == [0.15]
     onto = argparse.Namespace(**{**saved, "dropout": 0.25})
     resumed = model_options(saved, "ckpt.pt", onto=onto)

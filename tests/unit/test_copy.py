@@ -22,7 +22,8 @@ def test_copy_ids_point_each_position_into_the_example_vocab():
 def test_alignment_gives_source_index_for_copyable_words_and_zero_otherwise():
     src = "Obama visited Zagreb".split()
     words = copy.source_vocab(src)
-    # "Zagreb" is out of any vocabulary but in the source: index 4; "besuchte" is not in the source: 0
+    # "Zagreb" is out of any vocabulary but in the source: index 4; "besuchte" is not in the source:
+    # 0
     assert copy.alignment_ids("Obama besuchte Zagreb".split(), words) == [2, 0, 4]
     assert copy.alignment_ids(["<blank>", "<unk>"], words) == [0, 0]
 

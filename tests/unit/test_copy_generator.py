@@ -1,4 +1,5 @@
-"""The copy generator, its loss and the collapse of copy scores, against hand-built distributions."""
+"""The copy generator, its loss and the collapse of copy scores, against hand-built
+distributions."""
 
 import math
 
@@ -55,7 +56,8 @@ def test_copy_generator_gives_the_same_scores_with_and_without_gradients():
 
 
 def test_the_generator_gives_the_same_log_probs_in_place_without_gradients():
-    """Inference writes log_softmax over the logits: the values of the autograd path, bit for bit."""
+    """Inference writes log_softmax over the logits: the values of the autograd path, bit for
+    bit."""
     torch.manual_seed(4)
     generator = NMTGenerator(8, 300)
     hidden = torch.randn(7, 8) * 4
@@ -82,7 +84,8 @@ def test_copy_loss_cases_by_hand():
 
 def test_label_smoothing_is_applied_to_the_copy_loss():
     probs, log_probs = hand_distribution()
-    target, align = torch.tensor([4, 0, 5, 1]), torch.tensor([2, 2, 0, 0])
+    target = torch.tensor([4, 0, 5, 1])
+    align = torch.tensor([2, 2, 0, 0])
     loss, nll = CopyGeneratorLoss(V, label_smoothing=0.1)(log_probs, align, target)
     fixed = [0, 2, 3, 4, 5]  # the fixed vocabulary but padding (probability 0 at <blank>)
     spread = -sum(math.log(probs[0, j].item()) if probs[0, j] > 0 else 0 for j in fixed) / (V - 1)
@@ -122,7 +125,9 @@ def test_collapse_over_a_real_batch_keeps_totals_per_row():
 
 def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
     draw = torch.Generator().manual_seed(0)
-    vocab_size, n_words, rows = 50, 6, 4000
+    vocab_size = 50
+    n_words = 6
+    rows = 4000
     log_probs = torch.log_softmax(3 * torch.randn(rows, vocab_size + n_words, generator=draw), 1)
     ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[
         :, :n_words
@@ -146,7 +151,9 @@ def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
 
 def test_collapse_in_log_space_equals_the_log_of_the_collapsed_probabilities():
     draw = torch.Generator().manual_seed(1)
-    vocab_size, n_words, rows = 40, 5, 300
+    vocab_size = 40
+    n_words = 5
+    rows = 300
     log_probs = torch.log_softmax(
         2 * torch.randn(rows, vocab_size + n_words, generator=draw, dtype=torch.float64), 1
     )

@@ -1,5 +1,6 @@
-"""Distributed training: 2 gloo processes on this machine take exactly the step of one process on the
-concatenated batches (with accumulation, loss sharding, truncation, normalised by sentences or tokens)."""
+"""Distributed training: 2 gloo processes on this machine take exactly the step of one process on
+the concatenated batches (with accumulation, loss sharding, truncation, normalised by sentences or
+tokens)."""
 
 import re
 
@@ -97,7 +98,8 @@ def one_step(settings, dist=None):
 
 
 def _worker(rank, store, settings, path):
-    # a file store: a free port picked beforehand can be taken by another connection before rank 0 binds it
+    # a file store: a free port picked beforehand can be taken by another connection before rank 0
+    # binds it
     torch.distributed.init_process_group(
         "gloo", init_method=f"file://{store}", rank=rank, world_size=2
     )
@@ -152,7 +154,8 @@ def test_two_processes_take_the_step_of_one_process_on_the_concatenated_batch(na
 def test_step_share_gives_each_process_its_slice_of_the_same_stream():
     class Rank:
         def __init__(self, rank):
-            self.rank, self.world_size = rank, 3
+            self.rank = rank
+            self.world_size = 3
 
     stream = iter(range(100))
     assert step_share(stream, 2, None) == [0, 1]

@@ -86,7 +86,8 @@ def test_dropout_is_active_in_train_mode_and_off_in_eval_mode():
     emb = Embeddings(10, 5, dropout=0.5)
     lookup = emb.weight[IDS].detach()
     emb.train()
-    first, second = emb(IDS).detach(), emb(IDS).detach()
+    first = emb(IDS).detach()
+    second = emb(IDS).detach()
     assert not torch.equal(first, second)
     nonpad = IDS != 1
     # each surviving value is scaled by 1 / (1 - 0.5); some values are dropped

@@ -1,4 +1,5 @@
-"""run_command: how each kind of failure is reported (one line and an exit status; -debug traceback)."""
+"""run_command: how each kind of failure is reported (one line and an exit status; -debug
+traceback)."""
 
 import pytest
 

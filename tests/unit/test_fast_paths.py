@@ -1,4 +1,5 @@
-"""fast_paths.py: the CPU-only fast paths are chosen for the CPU alone, and streams fork only when asked."""
+"""fast_paths.py: the CPU-only fast paths are chosen for the CPU alone, and streams fork only when
+asked."""
 
 import pytest
 import torch

@@ -1,5 +1,6 @@
 """Source word features in preprocessing: the feature vocabularies against a hand count, the shards'
-feature ids against a hand mapping, batches, and the refusals (feature counts, target features, spm)."""
+feature ids against a hand mapping, batches, and the refusals (feature counts, target features,
+spm)."""
 
 import collections
 import os
@@ -176,7 +177,8 @@ def test_num_threads_writes_the_same_feature_files_as_one_process(tmp_path, monk
     from onmt_lite.data import parallel
 
     monkeypatch.setattr(parallel, "CHUNK_LINES", 4)  # 30 lines: 8 chunks over 3 workers
-    src, tgt = (SRC * 10)[:-1] + [f"dog{S}NOUN{S}b sat{S}VERB{S}c"], (TGT * 10)[:-1] + ["chien"]
+    src = (SRC * 10)[:-1] + [f"dog{S}NOUN{S}b sat{S}VERB{S}c"]
+    tgt = (TGT * 10)[:-1] + ["chien"]
     files = {}
     for threads in ("1", "3"):
         (tmp_path / threads).mkdir()

@@ -1,5 +1,6 @@
 """Models with source word features: the builder sizes the encoder by the merged embedding, refuses
-the combinations that cannot work, and the features change the encoding; checkpoints without them load."""
+the combinations that cannot work, and the features change the encoding; checkpoints without them
+load."""
 
 import pytest
 import torch
@@ -32,8 +33,10 @@ def test_features_change_the_encoding_and_their_padding_rows_are_zero():
     assert all(
         torch.equal(lut.weight[1], torch.zeros(6)) for lut in model.encoder.embeddings.feat_luts
     )
-    src, lengths = torch.tensor([[4], [5]]), torch.tensor([2])
-    feats_a, feats_b = torch.tensor([[[4, 4]], [[5, 4]]]), torch.tensor([[[6, 4]], [[5, 4]]])
+    src = torch.tensor([[4], [5]])
+    lengths = torch.tensor([2])
+    feats_a = torch.tensor([[[4, 4]], [[5, 4]]])
+    feats_b = torch.tensor([[[6, 4]], [[5, 4]]])
     bank_a, _, _ = model.encode(src, lengths, feats_a)
     bank_b, _, _ = model.encode(src, lengths, feats_b)
     assert not torch.allclose(bank_a[0], bank_b[0])

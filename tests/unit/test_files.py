@@ -77,7 +77,8 @@ def test_a_write_that_fails_midway_names_the_file_and_leaves_nothing(tmp_path):
 
 
 class _MakesAFile:
-    """Unpickling this object creates ``path``: the kind of code a malicious model file could run."""
+    """Unpickling this object creates ``path``: the kind of code a malicious model file could
+    run."""
 
     def __init__(self, path):
         self.path = path
@@ -87,7 +88,8 @@ class _MakesAFile:
 
 
 def test_a_file_carrying_pickled_code_is_refused_without_running_it(tmp_path):
-    marker, crafted = tmp_path / "marker", str(tmp_path / "crafted.pt")
+    marker = tmp_path / "marker"
+    crafted = str(tmp_path / "crafted.pt")
     torch.save({"format": "onmt_lite.checkpoint.v1", "model": _MakesAFile(str(marker))}, crafted)
     with pytest.raises(
         UserError, match=r"crafted\.pt: refused: the checkpoint holds pickled Python objects"
@@ -160,7 +162,8 @@ def test_a_symbolic_link_stays_a_link_and_its_target_gets_the_content(tmp_path):
 
 
 def character_devices(tmp_path):
-    """/dev/null, and (as root) a private copy of its device node that an old bug could replace safely."""
+    """/dev/null, and (as root) a private copy of its device node that an old bug could replace
+    safely."""
     devices = ["/dev/null"]
     with contextlib.suppress(OSError):
         os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))

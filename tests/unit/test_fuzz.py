@@ -1,4 +1,5 @@
-"""Property-based tests (hypothesis) of the text reader and the translator on random Unicode lines."""
+"""Property-based tests (hypothesis) of the text reader and the translator on random Unicode
+lines."""
 
 import os
 import tempfile

@@ -88,7 +88,8 @@ def batch_iter_1x(order, src_lengths, tgt_lengths, batch_size, batch_type, multi
             batch_type,
         )
 
-    batches, minibatch = [], []
+    batches = []
+    minibatch = []
     for i in order:
         minibatch.append(i)
         if size(minibatch) < batch_size:
@@ -170,8 +171,10 @@ def corpus_of(batch):
 def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own_epochs(
     two_corpora,
 ):
-    """Corpus a has 10 batches an epoch, b 3: 60 batches are 45 of a (4.5 epochs) and 15 of b (5 epochs).
-    Brute force: within each corpus, every run of (its size) consecutive examples holds each example once."""
+    """Corpus a has 10 batches an epoch, b 3: 60 batches are 45 of a (4.5 epochs) and 15 of b (5
+    epochs).
+    Brute force: within each corpus, every run of (its size) consecutive examples holds each example
+    once."""
     stream = iter(weighted(two_corpora))
     batches = [next(stream) for _ in range(60)]
     assert [corpus_of(b) for b in batches] == ["a", "a", "a", "b"] * 15

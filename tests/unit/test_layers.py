@@ -1,6 +1,6 @@
-"""The package's parts depend on each other one way: utils < opts < data < models < loss < translate,
-preprocess < train < bin (docs/architecture.md). Every import is read with ``ast``, those inside
-functions too, so that a lazy import cannot hide a cycle."""
+"""The package's parts depend on each other one way: utils < opts < data < models < loss <
+translate, preprocess < train < bin (docs/architecture.md). Every import is read with ``ast``, those
+inside functions too, so that a lazy import cannot hide a cycle."""
 
 import ast
 import pathlib

@@ -1,4 +1,5 @@
-"""The loss API: sharding is exact, truncation is exact in value, coverage, and a researcher's subclass."""
+"""The loss API: sharding is exact, truncation is exact in value, coverage, and a researcher's
+subclass."""
 
 import pytest
 import torch
@@ -122,7 +123,9 @@ def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
         dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
         full, full_stats = loss_compute(batch, dec_out, attns)
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
-        total, n_words, n_positions = 0.0, 0, batch.tgt.size(0) - 1
+        total = 0.0
+        n_words = 0
+        n_positions = batch.tgt.size(0) - 1
         for start in range(0, n_positions, trunc_size):
             window = batch.tgt[start : min(start + trunc_size, n_positions)]
             dec_out, attns, state = model.decode(window, memory_bank, lengths, state)
@@ -130,7 +133,8 @@ def test_truncated_windows_sum_to_the_full_loss(case, trunc_size):
                 batch, dec_out, attns, trunc_start=start, trunc_size=window.size(0)
             )
             state = state.detach()
-            total, n_words = total + loss, n_words + stats.n_words
+            total = total + loss
+            n_words = n_words + stats.n_words
     torch.testing.assert_close(total, full)
     assert n_words == full_stats.n_words
 
@@ -188,7 +192,10 @@ def test_filter_shard_state_without_shard_size_yields_values_unsplit():
 
 def test_shards_skip_tensors_no_gradient_reached_and_eval_only_yields_everything_once():
     x = torch.randn(5, 3, requires_grad=True)
-    used, unused, first_only, target = x * 2, x * 3, x * 5, torch.arange(5)
+    used = x * 2
+    unused = x * 3
+    first_only = x * 5
+    target = torch.arange(5)
     weights = torch.full((5,), 2.0)  # a float state tensor that needs no gradient
     state = {
         "used": used,
@@ -274,8 +281,8 @@ def test_loss_options_without_their_feature_are_refused(args, message):
 
 @pytest.mark.parametrize("pad_log_prob", [None, float("-inf")])
 def test_the_smoothing_term_and_its_gradient_equal_autograds_masked_mean(pad_log_prob):
-    """UniformNLL (written out for speed) against the plain masked mean, also with a padding column of
-    -inf (the copy generator's)."""
+    """UniformNLL (written out for speed) against the plain masked mean, also with a padding column
+    of -inf (the copy generator's)."""
     from onmt_lite.loss.criteria import UniformNLL
 
     torch.manual_seed(0)
@@ -330,7 +337,7 @@ def test_the_fused_projection_and_loss_equal_autograds_chain_in_value_and_gradie
     assert grads[0][[2, 7]].eq(0).all()  # no gradient from padding rows
 
 
-def test_the_fused_loss_leaves_a_frozen_projection_without_gradient_and_still_gives_the_hidden_ones():
+def test_the_fused_loss_leaves_a_frozen_projection_without_gradient_but_gives_the_hidden_ones():
     from onmt_lite.loss import NMTCriterion
 
     torch.manual_seed(3)
@@ -345,9 +352,10 @@ def test_the_fused_loss_leaves_a_frozen_projection_without_gradient_and_still_gi
     torch.testing.assert_close(hidden.grad, reference.grad, rtol=0, atol=1e-12)
 
 
-def test_the_fused_loss_reuses_its_weight_gradient_buffer_only_once_the_last_backward_has_taken_it():
-    """One loss, then backward, then another: the second call gets the same [V x H] buffer. Two losses
-    before one backward (summed): the second gets a fresh one, and the gradients are those of autograd."""
+def test_the_fused_loss_reuses_its_weight_gradient_buffer_once_the_last_backward_took_it():
+    """One loss, then backward, then another: the second call gets the same [V x H] buffer. Two
+    losses before one backward (summed): the second gets a fresh one, and the gradients are those of
+    autograd."""
     from onmt_lite.loss import NMTCriterion
 
     torch.manual_seed(4)
@@ -425,7 +433,8 @@ def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_g
     monkeypatch,
 ):
     """The default NMT loss fuses the plain generator and criterion; a subclass of the generator (a
-    researcher's) gets the generator then the criterion. Both give the same gradients and statistics."""
+    researcher's) gets the generator then the criterion. Both give the same gradients and
+    statistics."""
     from onmt_lite.loss import criteria
     from onmt_lite.models.copy_generator import NMTGenerator
 

@@ -30,14 +30,16 @@ def test_final_state_is_the_mean_of_the_unpadded_embeddings_by_hand():
 
 
 def test_padding_does_not_change_an_example():
-    """One example alone (no padding) and in a padded batch: the same state, memory and decoder output."""
+    """One example alone (no padding) and in a padded batch: the same state, memory and decoder
+    output."""
     model, _ = make_model(*MEAN)
     model.eval()
     pairs = random_pairs(4, seed=5)
     batch = make_batch(pairs)
     b = min(range(4), key=lambda i: batch.src_lengths[i])  # the shortest: the most padding
     alone = make_batch([pairs[b]])
-    src_len, tgt_len = int(batch.src_lengths[b]), len(pairs[b][1]) + 2
+    src_len = int(batch.src_lengths[b])
+    tgt_len = len(pairs[b][1]) + 2
     with torch.no_grad():
         (h, c), memory_bank, _ = model.encoder(batch.src, batch.src_lengths)
         (h1, c1), memory_bank1, _ = model.encoder(alone.src, alone.src_lengths)

@@ -63,10 +63,9 @@ def test_an_example_gives_the_same_outputs_alone_and_inside_a_padded_batch(combi
         together = run(model, make_batch(pairs, order))
         for position, index in enumerate(order):
             alone = run(model, make_batch([pairs[index]]))
-            src_len, tgt_len = (
-                len(pairs[index][0]),
-                len(pairs[index][1]) + 1,
-            )  # predictions: tokens + </s>
+            # predictions: tokens + </s>
+            src_len = len(pairs[index][0])
+            tgt_len = len(pairs[index][1]) + 1
             torch.testing.assert_close(
                 together["memory_bank"][:src_len, position], alone["memory_bank"][:, 0]
             )

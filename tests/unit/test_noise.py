@@ -71,7 +71,8 @@ def test_sentence_shuffling_moves_whole_sentences_and_at_most_ceil_n_prob_of_the
 
 
 def infilled_from(source, output, starts):
-    """Whether ``output`` is ``source`` with runs of whole words replaced by one <unk> each and <unk>s
+    """Whether ``output`` is ``source`` with runs of whole words replaced by one <unk> each and
+    <unk>s
     inserted before words: a search over every way to read it so."""
     bounds = set(starts) | {len(source)}
 
@@ -91,7 +92,9 @@ def infilled_from(source, output, starts):
 def test_infilling_replaces_runs_of_whole_words_covering_about_prob_of_them():
     word_start = word_start_flags(SPM, "▁", False)
     rng = torch.Generator().manual_seed(1)
-    covered, words, masks = 0, 0, 0
+    covered = 0
+    words = 0
+    masks = 0
     for _ in range(400):
         source = torch.tensor(
             [4, 5, 6, 7, 12, 13, 14, 4, 5, 6, 7, 9] * 2
@@ -101,7 +104,8 @@ def test_infilling_replaces_runs_of_whole_words_covering_about_prob_of_them():
         assert infilled_from(tuple(source.tolist()), tuple(out), tuple(starts))
         kept = [t for t in out if t != UNK_ID]
         covered += sum(word_start[torch.tensor(kept, dtype=torch.long)].tolist()) if kept else 0
-        words, masks = words + len(starts), masks + out.count(UNK_ID)
+        words = words + len(starts)
+        masks = masks + out.count(UNK_ID)
     removed = 1 - covered / words
     assert 0.2 < removed <= 0.3 and masks > 0  # overlapping spans cover less than asked
     assert infill(torch.tensor([4, 5, 6]), word_start, 0.0, UNK_ID, rng).tolist() == [4, 5, 6]

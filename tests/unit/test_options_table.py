@@ -1,5 +1,5 @@
-"""tools/options_table.py and docs/opennmt_py_1x_options.txt: every OpenNMT-py 1.x option is accepted
-or refused by name, as docs/options.md says, and docs/options.md is the tool's output."""
+"""tools/options_table.py and docs/opennmt_py_1x_options.txt: every OpenNMT-py 1.x option is
+accepted or refused by name, as docs/options.md says, and docs/options.md is the tool's output."""
 
 import os
 import re
@@ -44,7 +44,8 @@ def reference(table):
 
 
 def test_the_parser_abbreviates_the_listed_1x_names(reference):
-    """The names the parser abbreviates are the reference list's, which is installed with the package."""
+    """The names the parser abbreviates are the reference list's, which is installed with the
+    package."""
     from onmt_lite.opts.opennmt_py_1x import OPENNMT_PY_1X_OPTIONS
 
     assert {command: list(names) for command, names in OPENNMT_PY_1X_OPTIONS.items()} == reference
@@ -57,7 +58,8 @@ def rows_with(table, reference, command, statuses):
 
 
 def sample_values(action):
-    """Command-line values for ``action``: its default where that is a valid value, else a sample."""
+    """Command-line values for ``action``: its default where that is a valid value, else a
+    sample."""
     if action.nargs == 0:
         return []
     default = action.default
@@ -77,7 +79,7 @@ def required_args(parser):
     return args
 
 
-# --- (c) the data file ------------------------------------------------------------------------------
+# --- (c) the data file ----------------------------------------------------------------------------
 
 
 def test_the_reference_lists_every_1x_option_of_each_command(reference):
@@ -123,7 +125,7 @@ def test_every_1x_option_is_accepted_or_refused_by_name(table, reference):
     )
 
 
-# --- (a) same and changed options are accepted -------------------------------------------------------
+# --- (a) same and changed options are accepted ----------------------------------------------------
 
 
 @pytest.mark.parametrize("command", COUNTS)
@@ -162,7 +164,7 @@ def test_changed_options_say_how(table, reference):
             assert len(note) > 10, (command, name)
 
 
-# --- (b) not supported options are refused with their reason -----------------------------------------
+# --- (b) not supported options are refused with their reason --------------------------------------
 
 
 @pytest.mark.parametrize("command", COUNTS)
@@ -191,7 +193,7 @@ def test_new_options_are_those_1x_lacks(table, reference):
     assert ("-out", "new", "another spelling of -output") in rows
 
 
-# --- (d) docs/options.md is the tool's output ----------------------------------------------------------
+# --- (d) docs/options.md is the tool's output -----------------------------------------------------
 
 
 def test_docs_options_md_is_up_to_date(table, reference):
@@ -207,7 +209,7 @@ def test_docs_options_md_is_up_to_date(table, reference):
     assert table.BEGIN not in text and table.END not in text
 
 
-# --- the tool ----------------------------------------------------------------------------------------
+# --- the tool -------------------------------------------------------------------------------------
 
 
 def run(table, *args):

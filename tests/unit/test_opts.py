@@ -123,7 +123,8 @@ def test_abbreviation_of_an_unsupported_1x_option_is_refused_with_the_reason(cap
 
 
 def test_onmt_lite_options_and_tools_take_full_names_only(capsys):
-    """Only 1.x names are abbreviated: -src_sp would be -src_spm, an onmt_lite option, and is refused."""
+    """Only 1.x names are abbreviated: -src_sp would be -src_spm, an onmt_lite option, and is
+    refused."""
     expect_exit_2(REQUIRED + ["-src_sp", "m.model"], capsys, "unrecognized arguments: -src_sp")
     from onmt_lite.opts import OptionParser, add
 
@@ -219,7 +220,8 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     "corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]]
 )
 def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora):
-    """Several -train_src files and their ids, or no ids (1.x's [None]), survive -save_config and -config."""
+    """Several -train_src files and their ids, or no ids (1.x's [None]), survive -save_config and
+    -config."""
     saved = tmp_path / "saved.yaml"
     with pytest.raises(SystemExit):
         parse(parser(), REQUIRED + corpora + ["-save_config", str(saved)])
@@ -299,8 +301,8 @@ def test_unsupported_options_share_a_reason_only_with_related_options(name, fami
 
 
 def test_no_reason_says_rnn_only():
-    """'RNN encoders and decoders only' was the reason given for an RNN decoder option (and is no longer
-    true of the encoders)."""
+    """'RNN encoders and decoders only' was the reason given for an RNN decoder option (and is no
+    longer true of the encoders)."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert not [name for name, reason in UNSUPPORTED_OPTIONS.items() if "RNN encoders" in reason]
@@ -375,7 +377,8 @@ def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_er
 
     result = run_cli("preprocess", *REQUIRED, "-save_config", tmp_path / "dir")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the path of a file"
+        f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the "
+        "path of a file"
     ]
     assert list((tmp_path / "dir").iterdir()) == [] and list(tmp_path.glob(".*.tmp")) == []
 
@@ -384,7 +387,8 @@ def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_er
     "value", ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET", "50", "30", "0"]
 )
 def test_log_file_level_takes_1x_names_and_numbers(value):
-    """The level is logging's number for the name (1.x's StoreLoggingLevelAction), the number itself."""
+    """The level is logging's number for the name (1.x's StoreLoggingLevelAction), the number
+    itself."""
     import logging
 
     opt = parse(
@@ -420,11 +424,13 @@ def test_brnn_is_encoder_type_brnn_and_builds_a_bidirectional_encoder():
 
 
 def test_deprecated_1x_options_take_the_one_value_1x_accepted(capsys):
-    """1.x refused -max_shard_size other than 0 and -gpuid with any value; both parse as 1.x parsed them."""
+    """1.x refused -max_shard_size other than 0 and -gpuid with any value; both parse as 1.x parsed
+    them."""
     from onmt_lite.opts import model_opts, train_opts
 
     pre = ["-train_src", "a", "-train_tgt", "b", "-save_data", "x"]
-    preprocess, train = [config_opts, preprocess_opts], [config_opts, model_opts, train_opts]
+    preprocess = [config_opts, preprocess_opts]
+    train = [config_opts, model_opts, train_opts]
     assert (
         parse(build_parser("p", preprocess), [*pre, "-max_shard_size", "0"]).max_shard_size == "0"
     )

@@ -67,7 +67,9 @@ def test_fused_and_packed_cells_step_like_pytorchs_cells(cell_class, fused_class
     fused = fuse_cells(nn.Sequential(copy.deepcopy(cell)))[0]
     assert isinstance(fused, fused_class)
     layer = pack_for_cpu(nn.Sequential(fused), rows=6)[0] if pack else fused
-    x, h, c = torch.randn(6, 12), torch.randn(6, 16), torch.randn(6, 16)
+    x = torch.randn(6, 12)
+    h = torch.randn(6, 16)
+    c = torch.randn(6, 16)
     with torch.no_grad():
         if cell_class is nn.LSTMCell:
             for got, expected in zip(layer(x, (h, c)), cell(x, (h, c))):
@@ -108,7 +110,8 @@ def test_int8_wide_layers_are_packed_for_onednn_and_compute_what_the_default_bac
         nn.Linear(32, WIDE_INT8_OUTPUTS), nn.ReLU(), nn.Linear(WIDE_INT8_OUTPUTS, 8)
     )
     x = torch.randn(20, 32)
-    engines, quantize_dynamic = [], torch.ao.quantization.quantize_dynamic
+    engines = []
+    quantize_dynamic = torch.ao.quantization.quantize_dynamic
 
     def spy(module, spec, **kwargs):
         engines.append((torch.backends.quantized.engine, spec))

@@ -40,17 +40,20 @@ def test_workers_yield_the_pairs_and_counts_of_one_process(tmp_path, small_chunk
     src = write_lines(tmp_path / "s.txt", sentences(200, 1))
     tgt = write_lines(tmp_path / "t.txt", sentences(200, 2))
     limits = LengthLimits(src_trunc=7, src_max=6, tgt_max=5)
-    expected, expected_stats = [], CorpusStats()
+    expected = []
+    expected_stats = CorpusStats()
     for lineno, (s, t) in enumerate(
         zip(sentences(200, 1), sentences(200, 2)), 1
     ):  # the filter written out
-        s, t = s.split(), t.split()
+        s = s.split()
+        t = t.split()
         expected_stats.read += 1
         if not s or not t:
             expected_stats.empty += 1
             continue
         if len(s) > 7:
-            expected_stats.truncated, s = expected_stats.truncated + 1, s[:7]
+            expected_stats.truncated = expected_stats.truncated + 1
+            s = s[:7]
         if len(s) > 6 or len(t) > 5:
             expected_stats.too_long += 1
             continue

@@ -47,7 +47,8 @@ def fails(capsys, main, args):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny model trained 4 steps, validated (with BLEU and chrF) at steps 2 and 4, and its log."""
+    """A tiny model trained 4 steps, validated (with BLEU and chrF) at steps 2 and 4, and its
+    log."""
     directory = tmp_path_factory.mktemp("plots")
     data = preprocess_in_process(str(directory), n_train=40, n_valid=8)
     save_model = str(directory / "m")
@@ -70,7 +71,7 @@ def trained(tmp_path_factory):
     return {"log": f"{save_model}.log", "model": f"{save_model}_step_4.pt", "dir": directory}
 
 
-# --- tools/plot_training.py ------------------------------------------------------------------------
+# --- tools/plot_training.py -----------------------------------------------------------------------
 
 
 def test_the_log_of_a_real_training_is_read(trained):
@@ -86,11 +87,15 @@ def test_a_resumed_run_keeps_the_last_value_of_each_step(tmp_path):
     log = write_lines(
         tmp_path / "t.log",
         [
-            "[2026-01-01 00:00:00 INFO] Step 1/3; acc:  10.00; ppl:    50.00; xent:  3.91; lr: 1; 10/ 10 tok/s; 0 sec",
-            "[2026-01-01 00:00:01 INFO] Step 2/3; acc:  20.00; ppl:    40.00; xent:  3.69; lr: 1; 10/ 10 tok/s; 1 sec",
+            "[2026-01-01 00:00:00 INFO] Step 1/3; acc:  10.00; ppl:    50.00; xent:  3.91; lr: 1; "
+            "10/ 10 tok/s; 0 sec",
+            "[2026-01-01 00:00:01 INFO] Step 2/3; acc:  20.00; ppl:    40.00; xent:  3.69; lr: 1; "
+            "10/ 10 tok/s; 1 sec",
             "some other line",
-            "[2026-01-01 00:01:00 INFO] Step 2/3; acc:  21.00; ppl:    39.00; xent:  3.66; lr: 1; 10/ 10 tok/s; 1 sec",
-            "[2026-01-01 00:01:01 INFO] Validation at step 2: perplexity 38.5000, accuracy 22.50, xent 3.6507",
+            "[2026-01-01 00:01:00 INFO] Step 2/3; acc:  21.00; ppl:    39.00; xent:  3.66; lr: 1; "
+            "10/ 10 tok/s; 1 sec",
+            "[2026-01-01 00:01:01 INFO] Validation at step 2: perplexity 38.5000, accuracy 22.50, "
+            "xent 3.6507",
         ],
     )
     curves = tool("plot_training").read_log(log)
@@ -115,7 +120,8 @@ def test_the_training_plot_is_a_png_of_the_documented_size(trained, tmp_path, ca
 
 
 def test_bad_training_logs_are_one_line_errors_and_write_nothing(trained, tmp_path, capsys):
-    main, output = tool("plot_training").main, tmp_path / "out" / "c.png"
+    main = tool("plot_training").main
+    output = tmp_path / "out" / "c.png"
     os.makedirs(tmp_path / "out")
     not_a_log = write_lines(tmp_path / "src.txt", ["a b c", "Step by step"])
     assert "missing.log: cannot read" in fails(
@@ -132,7 +138,7 @@ def test_bad_training_logs_are_one_line_errors_and_write_nothing(trained, tmp_pa
     assert os.listdir(tmp_path / "out") == []
 
 
-# --- attention plots -------------------------------------------------------------------------------
+# --- attention plots ------------------------------------------------------------------------------
 
 
 def make_translator(copy):
@@ -249,7 +255,7 @@ def test_an_attn_plot_directory_that_cannot_be_made_fails_before_translating(
     assert not os.path.exists(tmp_path / "pred.txt")
 
 
-# --- without matplotlib ----------------------------------------------------------------------------
+# --- without matplotlib ---------------------------------------------------------------------------
 
 MISSING = "needs matplotlib (pip install matplotlib, or pip install -e '.[plot]')"
 

@@ -56,7 +56,8 @@ def test_bf16_sharded_gradients_equal_unsharded_ones_to_bf16_rounding():
 
 
 def without_autocast(monkeypatch):
-    """fp16 autocast has no CPU kernels for LSTMs: test the loss scaling around float32 arithmetic."""
+    """fp16 autocast has no CPU kernels for LSTMs: test the loss scaling around float32
+    arithmetic."""
     monkeypatch.setattr(Precision, "autocast", lambda self: contextlib.nullcontext())
 
 
@@ -81,7 +82,8 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale_then_good_steps_doubl
     trainer, model = float32_trainer(Precision("fp16"))
     batch = float_batch(random_pairs(4, seed=24))
     hook = model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
-    before, scale = params(model), trainer.precision.scale
+    before = params(model)
+    scale = trainer.precision.scale
     trainer.train_step([batch])  # no exception: an overflow is expected now and then with fp16
     assert trainer.precision.scale == scale / 2
     assert all(torch.equal(before[n], v) for n, v in params(model).items())

@@ -1,4 +1,5 @@
-"""Progress: the terminal bar, the periodic log lines, line counting, and its use in preprocess and translate."""
+"""Progress: the terminal bar, the periodic log lines, line counting, and its use in preprocess and
+translate."""
 
 import io
 
@@ -30,7 +31,8 @@ class Clock:
 
 
 def test_the_terminal_bar_shows_count_percent_rate_and_time_left(logged):
-    clock, tty = Clock(100.0), FakeTTY()
+    clock = Clock(100.0)
+    tty = FakeTTY()
     progress = Progress(2000, "lines", "translate", stream=tty, clock=clock)
     clock.now = (
         104.0  # 1200 lines in 4 s: 300.0 lines/s, 800 left: 2.67 s -> "3 s left"; 60%: 12 of 20 #
@@ -58,7 +60,8 @@ def test_the_terminal_bar_shows_count_percent_rate_and_time_left(logged):
 
 
 def test_log_lines_come_at_the_interval_and_at_close_not_on_every_update(logged):
-    clock, stream = Clock(0.0), io.StringIO()
+    clock = Clock(0.0)
+    stream = io.StringIO()
     with Progress(3000, "lines", "translate", stream=stream, clock=clock) as progress:
         for second in range(1, 26):
             clock.now = float(second)
@@ -72,7 +75,8 @@ def test_log_lines_come_at_the_interval_and_at_close_not_on_every_update(logged)
 
 
 def test_an_unknown_total_gives_count_and_rate_only(logged):
-    clock, tty = Clock(0.0), FakeTTY()
+    clock = Clock(0.0)
+    tty = FakeTTY()
     progress = Progress(None, "lines", "read", stream=tty, every_seconds=1, clock=clock)
     clock.now = 10.0
     progress.update(500)
@@ -82,7 +86,8 @@ def test_an_unknown_total_gives_count_and_rate_only(logged):
 
 
 def test_an_error_inside_the_block_erases_the_bar_without_a_final_line(logged):
-    clock, tty = Clock(0.0), FakeTTY()
+    clock = Clock(0.0)
+    tty = FakeTTY()
     with pytest.raises(RuntimeError):
         with Progress(10, "lines", "x", stream=tty, clock=clock) as progress:
             clock.now = 1.0

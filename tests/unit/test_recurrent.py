@@ -2,8 +2,9 @@
 their dropout between layers from PyTorch's generator, not from a kernel's state; nothing else
 changes.
 
-This machine's torch has no CUDA, so ``torch.autocast("cuda")`` cannot be entered: the tests switch on
-the CUDA autocast state that ``run_rnn`` reads, and check what the recurrent layer is called under.
+This machine's torch has no CUDA, so ``torch.autocast("cuda")`` cannot be entered: the tests switch
+on the CUDA autocast state that ``run_rnn`` reads, and check what the recurrent layer is called
+under.
 """
 
 import contextlib
@@ -21,7 +22,8 @@ from tests.model_helpers import make_batch, make_model, random_pairs
 @contextlib.contextmanager
 def cuda_autocast_state(dtype):
     """CUDA autocast's state as ``torch.autocast("cuda", dtype=dtype)`` sets it."""
-    enabled, previous = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    enabled = torch.is_autocast_enabled("cuda")
+    previous = torch.get_autocast_dtype("cuda")
     torch.set_autocast_enabled("cuda", True)
     torch.set_autocast_dtype("cuda", dtype)
     try:
@@ -34,7 +36,8 @@ def cuda_autocast_state(dtype):
 class Recorder(nn.Module):
     """Stands for an nn.LSTM: records the autocast state and the dtypes it is called with."""
 
-    dropout, num_layers = 0.0, 1
+    dropout = 0.0
+    num_layers = 1
 
     def forward(self, inputs, hx=None):
         data = inputs.data if isinstance(inputs, PackedSequence) else inputs
@@ -80,7 +83,8 @@ def test_cpu_bf16_autocast_runs_the_lstm_in_bfloat16_where_onednn_can_else_in_fl
         pytest.skip("this CPU has no oneDNN bfloat16 LSTM (no AVX-512 BF16 or AMX)")
     monkeypatch.setattr(recurrent, "cpu_bf16_rnn", lambda: bf16_kernels)
     torch.manual_seed(0)
-    lstm, inputs = nn.LSTM(4, 6), torch.randn(5, 2, 4)
+    lstm = nn.LSTM(4, 6)
+    inputs = torch.randn(5, 2, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = lstm(inputs)[0] if bf16_kernels else None
         out, _ = run_rnn(lstm, inputs)

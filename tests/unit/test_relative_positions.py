@@ -175,7 +175,8 @@ def largest_output_of_a_layer(
 
 
 def test_no_op_makes_a_length_by_length_by_head_size_tensor():
-    length, head_dim = 400, 64
+    length = 400
+    head_dim = 64
     largest = largest_output_of_a_layer(length)
     assert largest.numel < length * length * head_dim, largest.op
     # 4 heads' scores [1 x 4 x T x K] are the largest
@@ -184,7 +185,8 @@ def test_no_op_makes_a_length_by_length_by_head_size_tensor():
 
 def test_the_old_formula_trips_the_same_check(monkeypatch):
     """The check above bites: the reference builds its ``[T x K x d]`` table rows."""
-    length, head_dim = 400, 64
+    length = 400
+    head_dim = 64
     monkeypatch.setattr(MultiHeadAttention, "_attend", old_attend)
     largest = largest_output_of_a_layer(length)
     assert largest.numel >= length * length * head_dim

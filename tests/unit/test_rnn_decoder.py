@@ -1,4 +1,5 @@
-"""Decoders: stepping one position at a time equals the whole-sequence call; state map and detach."""
+"""Decoders: stepping one position at a time equals the whole-sequence call; state map and
+detach."""
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ def test_step_by_step_decoding_equals_the_whole_sequence(decoder, extra):
     with torch.no_grad():
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         whole, whole_attns, whole_state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
-        outs, attns = [], {k: [] for k in whole_attns}
+        outs = []
+        attns = {k: [] for k in whole_attns}
         for t in range(batch.tgt.size(0) - 1):
             out, step_attns, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state)
             outs.append(out)
@@ -40,7 +42,8 @@ def test_state_map_reorders_the_batch(decoder):
     model, _ = make_model(*DECODERS[decoder], "-coverage_attn")
     pairs = random_pairs(3, seed=8)
     order = [2, 0, 1]
-    batch, reordered = make_batch(pairs), make_batch(pairs, order)
+    batch = make_batch(pairs)
+    reordered = make_batch(pairs, order)
     index = torch.tensor(order)
     with torch.no_grad():
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)

@@ -1,4 +1,5 @@
-"""The decode loop against brute force on a small Markov model: beam, greedy, sampling, constraints."""
+"""The decode loop against brute force on a small Markov model: beam, greedy, sampling,
+constraints."""
 
 import itertools
 import math
@@ -9,7 +10,11 @@ import torch
 from onmt_lite.translate.penalties import Penalties, length_penalty
 from onmt_lite.translate.search import Search, SearchOptions, block_ngrams
 
-BOS, EOS, V, MAX = 2, 3, 7, 4  # tokens 4..6 are words; <unk>/<blank> (0, 1) get no probability
+# tokens 4..6 are words; <unk>/<blank> (0, 1) get no probability
+BOS = 2
+EOS = 3
+V = 7
+MAX = 4
 
 
 def markov_table(seed, steps=MAX, scale=2.0):
@@ -25,7 +30,8 @@ class MarkovStepper:
     with one row per example, as a model's stepper does."""
 
     def __init__(self, table, batch_size):
-        self.table, self.step_no = table, 0
+        self.table = table
+        self.step_no = 0
         self.example = torch.arange(batch_size)
 
     def step(self, tokens):
@@ -42,7 +48,9 @@ def brute_force(table, example, penalty="none", alpha=0.0, min_length=0, max_len
     found = []
     for length in range(1, max_length + 1):
         for words in itertools.product(range(4, V), repeat=length - 1):
-            sequence, last, total = list(words) + [EOS], BOS, 0.0
+            sequence = list(words) + [EOS]
+            last = BOS
+            total = 0.0
             for step, token in enumerate(sequence):
                 total += table[example, last, step, token].item()
                 last = token
@@ -50,7 +58,8 @@ def brute_force(table, example, penalty="none", alpha=0.0, min_length=0, max_len
                 found.append((total / length_penalty(penalty, float(length), alpha), list(words)))
     # sequences forced to end at the maximum length without </s>
     for words in itertools.product(range(4, V), repeat=max_length):
-        last, total = BOS, 0.0
+        last = BOS
+        total = 0.0
         for step, token in enumerate(words):
             total += table[example, last, step, token].item()
             last = token
@@ -123,7 +132,8 @@ def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(pen
     """The early stop bounds what a live beam can still score with its example's maximum length
     (-ratio) and the length penalty at either end of the lengths left: the results are those of a
     search that runs every beam to its end."""
-    steps, stopped_early = 10, 0
+    steps = 10
+    stopped_early = 0
     for seed in range(30):
         table = markov_table(seed, steps, scale=3.0)
         for beam_size, n_best in ((2, 1), (3, 2)):
@@ -136,7 +146,8 @@ def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(pen
                 alpha=alpha,
             )
             lengths = torch.tensor([6, 9])
-            early_stepper, full_stepper = MarkovStepper(table, 2), MarkovStepper(table, 2)
+            early_stepper = MarkovStepper(table, 2)
+            full_stepper = MarkovStepper(table, 2)
             early = Search(opts, BOS, EOS).run(early_stepper, 2, lengths)
             full = SearchToTheEnd(opts, BOS, EOS).run(full_stepper, 2, lengths)
             for a, b in zip(early, full):
@@ -148,7 +159,8 @@ def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(pen
 @pytest.mark.parametrize("seed", range(5))
 def test_the_first_of_an_n_best_list_is_the_1_best(seed):
     table = markov_table(seed)
-    one, five = run(table, beam_size=5, n_best=1), run(table, beam_size=5, n_best=5)
+    one = run(table, beam_size=5, n_best=1)
+    five = run(table, beam_size=5, n_best=5)
     for example in range(2):
         assert one[example][0].tokens == five[example][0].tokens
         scores = [h.score for h in five[example]]
@@ -164,7 +176,8 @@ def test_a_search_without_attention_finds_the_same_hypotheses_and_keeps_no_atten
         assert [(h.tokens, h.score, h.log_prob) for h in a] == [
             (h.tokens, h.score, h.log_prob) for h in b
         ]
-        # a row per token and </s> (none when cut at the maximum length), a column per source position
+        # a row per token and </s> (none when cut at the maximum length), a column per source
+        # position
         assert all(h.attention["std"].shape in ((len(h.tokens) + 1, 3), (MAX, 3)) for h in a)
         assert all(h.attention == {} for h in b)
 
@@ -173,7 +186,8 @@ def test_greedy_follows_the_argmax_chain():
     table = markov_table(3)
     result = run(table, beam_size=1)
     for example in range(2):
-        last, tokens = BOS, []
+        last = BOS
+        tokens = []
         for step in range(MAX):
             token = int(table[example, last, step].argmax())
             if token == EOS:
@@ -223,7 +237,8 @@ def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     # "4 5" must be blocked after "... 4" although "6 5", which also ends in 5, is not a repeat
     colliding = block_ngrams(torch.zeros(1, V), torch.tensor([[4, 5, 6, 5, 4]]), 2, ())
     assert math.isinf(colliding[0, 5]) and torch.isfinite(colliding[0, [4, 6]]).all()
-    # a row whose own tokens start at column 1 (a later joiner): the n-gram "4 5" before them does not count
+    # a row whose own tokens start at column 1 (a later joiner): the n-gram "4 5" before them does
+    # not count
     late = block_ngrams(torch.zeros(2, V), seqs, 2, (), first=torch.tensor([1, 0]))
     assert torch.isfinite(late[0]).all()
     table = markov_table(6)
@@ -241,14 +256,17 @@ class FocusedStepper(MarkovStepper):
 
 
 def brute_force_with_coverage(table, example, beta, stepwise):
-    """Scores with a wu coverage penalty of attention rows one_hot(last token % 3) * 0.8 + 0.2 / 3."""
+    """Scores with a wu coverage penalty of attention rows one_hot(last token % 3) * 0.8 + 0.2 /
+    3."""
     found = []
     for length in range(1, MAX + 2):
         for words in itertools.product(range(4, V), repeat=length - 1):
             sequence = list(words) + ([EOS] if length <= MAX else [])
             if len(sequence) > MAX:
                 sequence = sequence[:MAX]
-            last, total, coverage = BOS, 0.0, torch.zeros(3)
+            last = BOS
+            total = 0.0
+            coverage = torch.zeros(3)
             for step, token in enumerate(sequence):
                 total += table[example, last, step, token].item()
                 coverage += (

@@ -25,8 +25,8 @@ BEAM = 2
 def test_rows_that_join_and_leave_step_as_each_example_alone(args):
     """Examples 0-2 start with a row each and get two after their first step; 3-4 join after one
     step and get theirs after their own first step; example 1 leaves after two: every output row
-    equals that example's row when it is decoded alone with the same inputs. (A Transformer's cache of
-    the joining rows is then padded on the left, and trimmed once the first rows have left.)"""
+    equals that example's row when it is decoded alone with the same inputs. (A Transformer's cache
+    of the joining rows is then padded on the left, and trimmed once the first rows have left.)"""
     model, _ = make_model(*args)
     model.eval()
     pairs = random_pairs(5, seed=11, min_len=2)

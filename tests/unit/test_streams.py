@@ -20,7 +20,8 @@ needs_fork = pytest.mark.skipif(
 
 
 def _where(i):
-    """What stream ``i`` runs in: process, thread, thread count, gradient mode, a product's dtype."""
+    """What stream ``i`` runs in: process, thread, thread count, gradient mode, a product's
+    dtype."""
     product = torch.ones(2, 2) @ torch.ones(2, 2)
     return (
         i,
@@ -68,7 +69,8 @@ def test_a_stream_process_sends_what_does_not_fit_a_pipe_at_once():
 
 
 def test_streams_in_threads_of_their_own_with_their_threads_and_no_gradients(two_threads):
-    seen, both_started = [], threading.Barrier(2, timeout=10)
+    seen = []
+    both_started = threading.Barrier(2, timeout=10)
 
     def work(i):
         both_started.wait()  # both run at the same time: neither waits for the other to finish
@@ -103,7 +105,8 @@ def _failing_stream(failing, finished):
 def test_an_error_in_a_later_stream_reaches_the_caller_after_the_first_stream_is_done(
     two_threads, processes
 ):
-    finished, seen = [], []
+    finished = []
+    seen = []
     with pytest.raises(ValueError, match="stream 1 failed") as raised:
         run_streams([1, 1], _failing_stream(1, finished), seen.append, processes=processes)
     assert 0 in finished and sorted(seen) == [0, 0, 1] and torch.get_num_threads() == 2

@@ -1,5 +1,6 @@
-"""-tgt_prefix: each line's target prefix is forced, then the search goes on; checked against a greedy
-decoding written out here (the model run teacher-forced over the whole sequence at every step)."""
+"""-tgt_prefix: each line's target prefix is forced, then the search goes on; checked against a
+greedy decoding written out here (the model run teacher-forced over the whole sequence at every
+step)."""
 
 import pytest
 import torch
@@ -25,8 +26,8 @@ def models(args, count=1):
 
 
 def copy_log_probs(model, hidden, attention, source, ex_words):
-    """log p over the vocabulary and the source's words: the copy generator, then each copied word that
-    the vocabulary has moved onto its vocabulary id (written out, word by word)."""
+    """log p over the vocabulary and the source's words: the copy generator, then each copied word
+    that the vocabulary has moved onto its vocabulary id (written out, word by word)."""
     src_map = torch.zeros(len(source), 1, len(ex_words))
     for position, word in enumerate(source):
         src_map[position, 0, ex_words.index(word)] = 1
@@ -43,7 +44,8 @@ def reference(ensemble, source_line, prefix_line, max_length):
     each model over ``<s>`` and all tokens so far, averages the log-probabilities of the next token,
     takes the prefix's next token while there is one (a copy id for a word only the source has,
     else <unk>), then the best until </s> or ``max_length`` tokens."""
-    source, prefix = source_line.split(), prefix_line.split()
+    source = source_line.split()
+    prefix = prefix_line.split()
     src = torch.tensor([SRC_VOCAB.lookup(w) for w in source]).view(-1, 1)
     lengths = torch.tensor([len(source)])
     ex_words = ["<unk>", "<blank>"] + list(dict.fromkeys(source))
@@ -54,7 +56,8 @@ def reference(ensemble, source_line, prefix_line, max_length):
             return TGT_VOCAB.lookup(word)
         return V + ex_words.index(word) if copy and word in ex_words else UNK_ID
 
-    tokens, total = [], 0.0
+    tokens = []
+    total = 0.0
     with torch.no_grad():
         while len(tokens) < max_length:
             tgt = torch.tensor([BOS_ID] + [t if t < V else UNK_ID for t in tokens] + [PAD_ID]).view(
@@ -168,7 +171,8 @@ def test_the_prefix_counts_in_the_length_but_is_always_output_whole():
     assert (
         short.tokens[0] == reference(ensemble, "s1 s2", "t1 t2", 4)[0] and len(short.tokens[0]) <= 4
     )
-    # -min_length counts the prefix: with a minimum of the prefix's length, </s> may follow it at once
+    # -min_length counts the prefix: with a minimum of the prefix's length, </s> may follow it at
+    # once
     ended = translator(ensemble, min_length=2, max_length=9).translate(["s1 s2"], ["t1 t2"])[0]
     assert ended.tokens[0] == reference(ensemble, "s1 s2", "t1 t2", 9)[0]
 

@@ -1,4 +1,5 @@
-"""The scripts in tools/: scoring, checkpoint averaging and release, embeddings, vocabularies, spm."""
+"""The scripts in tools/: scoring, checkpoint averaging and release, embeddings, vocabularies,
+spm."""
 
 import os
 import subprocess
@@ -60,7 +61,7 @@ def test_help_runs_as_a_script(name):
     assert f"usage: {name}.py" in result.stdout
 
 
-# --- bleu.py ---------------------------------------------------------------------------------------
+# --- bleu.py --------------------------------------------------------------------------------------
 
 HYP = ["the cat sat on the mat .", "a quick brown fox jumps", "hello , world !"]
 REF = ["the cat sat on a mat .", "the quick brown fox jumped", "Hello , world !"]
@@ -79,7 +80,8 @@ def test_bleu_of_identical_files_is_100(tmp_path, capsys):
 def test_bleu_matches_sacrebleu(tmp_path, capsys, tokenize):
     import sacrebleu
 
-    hyp, ref = write_lines(tmp_path / "h.txt", HYP), write_lines(tmp_path / "r.txt", REF)
+    hyp = write_lines(tmp_path / "h.txt", HYP)
+    ref = write_lines(tmp_path / "r.txt", REF)
     run("bleu", "-hyp", hyp, "-ref", ref, "-tokenize", tokenize, "-lowercase")
     expected = sacrebleu.corpus_bleu(HYP, [REF], tokenize=tokenize, lowercase=True)
     out = capsys.readouterr().out
@@ -87,7 +89,8 @@ def test_bleu_matches_sacrebleu(tmp_path, capsys, tokenize):
 
 
 def test_bleu_refuses_different_line_counts(tmp_path, capsys):
-    hyp, ref = write_lines(tmp_path / "h.txt", HYP), write_lines(tmp_path / "r.txt", REF[:2])
+    hyp = write_lines(tmp_path / "h.txt", HYP)
+    ref = write_lines(tmp_path / "r.txt", REF[:2])
     err = fails(capsys, "bleu", "-hyp", hyp, "-ref", ref)
     assert "h.txt has 3 lines" in err and "r.txt has 2" in err
     assert "not/there.txt" in fails(capsys, "bleu", "-hyp", "not/there.txt", "-ref", ref)
@@ -103,7 +106,7 @@ def test_bleu_refuses_empty_files_in_one_line(tmp_path, capsys):
     assert " = 0.00 " in capsys.readouterr().out
 
 
-# --- average_models.py -----------------------------------------------------------------------------
+# --- average_models.py ----------------------------------------------------------------------------
 
 
 def fake_checkpoint(path, scale, step, vocab=("<unk>", "<blank>", "<s>", "</s>", "a")):
@@ -227,7 +230,8 @@ def test_release_fp16_halves_weights_and_still_translates(trained, tmp_path):
 
     _, ckpt = trained
     run("release_model", "-model", ckpt, "-output", tmp_path / "h.pt", "-fp16")
-    half, full = torch.load(tmp_path / "h.pt", weights_only=True), load_checkpoint(ckpt)
+    half = torch.load(tmp_path / "h.pt", weights_only=True)
+    full = load_checkpoint(ckpt)
     for part in ("model", "generator"):
         for name, tensor in full[part].items():
             assert half[part][name].dtype == torch.float16
@@ -549,7 +553,7 @@ def test_embeddings_to_torch_refusals_name_the_options(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["d.vocab.pt", "e.txt", "o.dec.pt"]
 
 
-# --- create_vocabulary.py --------------------------------------------------------------------------
+# --- create_vocabulary.py -------------------------------------------------------------------------
 
 
 def test_create_vocabulary_counts_and_orders(tmp_path):
@@ -640,7 +644,7 @@ def test_create_vocabulary_from_a_preprocessed_vocab_field(trained, tmp_path, ca
     assert not os.path.exists(tmp_path / "x.txt")
 
 
-# --- spm_train.py ----------------------------------------------------------------------------------
+# --- spm_train.py ---------------------------------------------------------------------------------
 
 
 def spm_corpus(tmp_path):

@@ -85,7 +85,8 @@ def test_top_k_with_offsets_finds_a_winner_in_a_partial_last_chunk_of_a_later_ro
 def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_at_minus_infinity(
     groups, n, width, k
 ):
-    """Rows just joined have one row in ``scores`` (``rows``); the full-matrix call is the reference."""
+    """Rows just joined have one row in ``scores`` (``rows``); the full-matrix call is the
+    reference."""
     torch.manual_seed(groups + n + width)
     full = torch.randn(groups * n, width).log_softmax(1)
     offsets = torch.randn(groups, n) * 4

@@ -1,4 +1,5 @@
-"""Trainer steps: accumulation equals a larger batch, truncation, freezing, per-group learning rates."""
+"""Trainer steps: accumulation equals a larger batch, truncation, freezing, per-group learning
+rates."""
 
 import argparse
 
@@ -70,7 +71,8 @@ def params(model):
     ],
 )
 def test_accumulating_two_batches_equals_one_batch_twice_as_large(norm, model_args, shard):
-    first, second = random_pairs(3, seed=11), random_pairs(4, seed=12)
+    first = random_pairs(3, seed=11)
+    second = random_pairs(4, seed=12)
     accumulated, model_a = make_trainer(*model_args, shard=shard, norm=norm)
     accumulated.train_step([make_batch(first), make_batch(second)])
     single, model_b = make_trainer(*model_args, shard=shard, norm=norm)
@@ -120,7 +122,8 @@ def test_frozen_parameters_stay_bit_identical_and_the_rest_moves():
 
 
 def start_and_gradient(batch):
-    """The initial parameters of the test model and their gradient on ``batch`` (normalised by 4)."""
+    """The initial parameters of the test model and their gradient on ``batch`` (normalised by
+    4)."""
     reference, model = make_trainer()
     start = params(model)
     model.zero_grad()
@@ -155,7 +158,8 @@ def test_patterns_that_match_nothing_are_refused():
 def test_validation_runs_in_eval_mode_without_gradients():
     trainer, model = make_trainer("-dropout", "0.5")
     batches = [make_batch(random_pairs(4, seed=15))]
-    first, second = trainer.validate(batches), trainer.validate(batches)
+    first = trainer.validate(batches)
+    second = trainer.validate(batches)
     assert first == second and first.n_words > 0
     assert model.training and all(p.grad is None for p in model.parameters())
 
@@ -184,7 +188,8 @@ def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison):
 
     trainer, model = make_trainer(optim="adam", learning_rate=0.01)
     trainer.train_step([make_batch(random_pairs(4, seed=16))])
-    before, schedule_step = params(model), trainer.optim.decay_step
+    before = params(model)
+    schedule_step = trainer.optim.decay_step
     moments = {k: v["exp_avg"].clone() for k, v in trainer.optim.state_dict()["state"].items()}
     if poison == "loss":
         with torch.no_grad():
@@ -209,7 +214,8 @@ def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatc
     from onmt_lite.data.batch import Batch
     from onmt_lite.train import trainer as trainer_module
 
-    original_to, read = Batch.to, []
+    original_to = Batch.to
+    read = []
 
     def to(self, device):
         self.moved = True
@@ -230,7 +236,8 @@ def test_the_accumulation_schedule_follows_opennmt_py_1x():
     """1.x's _accum_count: the count of the last -accum_steps entry the step number is past."""
     from onmt_lite.train.trainer import scheduled as accum_count_at
 
-    counts, steps = [1, 2, 4], [0, 3, 6]
+    counts = [1, 2, 4]
+    steps = [0, 3, 6]
     expected = {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 4, 100: 4}  # written out from the rule
     assert {step: accum_count_at(step, counts, steps) for step in expected} == expected
     assert [accum_count_at(step, [3], [0]) for step in (1, 2, 50)] == [3, 3, 3]

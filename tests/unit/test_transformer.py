@@ -1,6 +1,6 @@
-"""The Transformer: incremental decoding equals the teacher-forced pass, padding and future positions get
-exactly no attention, the cache joins and compacts as the search needs, relative positions and position
-encodings against hand computations, and the option checks."""
+"""The Transformer: incremental decoding equals the teacher-forced pass, padding and future
+positions get exactly no attention, the cache joins and compacts as the search needs, relative
+positions and position encodings against hand computations, and the option checks."""
 
 import math
 
@@ -40,10 +40,12 @@ def transformer(*args, seed=0):
 
 
 def step_by_step(model, batch):
-    """dec_out ``[T x B x H]`` and attns of the teacher-forced targets, decoded one position at a time."""
+    """dec_out ``[T x B x H]`` and attns of the teacher-forced targets, decoded one position at a
+    time."""
     memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
     keys = model.decoder.memory_keys(memory_bank)
-    outs, attns = [], []
+    outs = []
+    attns = []
     for t in range(batch.tgt.size(0) - 1):
         out, step_attns, state = model.decode(
             batch.tgt[t : t + 1], memory_bank, lengths, state, keys
@@ -109,17 +111,17 @@ def test_later_target_words_change_nothing_before_them(variant):
 @pytest.mark.parametrize("variant", ["plain", "relative", "copy"])
 def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(variant):
     model = transformer(*VARIANTS[variant])
-    short, long = (
-        random_pairs(1, seed=8, min_len=2, max_len=3)[0],
-        random_pairs(1, seed=9, min_len=8, max_len=9)[0],
-    )
-    alone, together = make_batch([short]), make_batch([short, long])
+    short = random_pairs(1, seed=8, min_len=2, max_len=3)[0]
+    long = random_pairs(1, seed=9, min_len=8, max_len=9)[0]
+    alone = make_batch([short])
+    together = make_batch([short, long])
     with torch.no_grad():
         memory_alone, _, _ = model.encode(alone.src, alone.src_lengths)
         memory_together, _, _ = model.encode(together.src, together.src_lengths)
         out_alone, attns_alone = model(alone.src, alone.tgt, alone.src_lengths)
         out_together, attns_together = model(together.src, together.tgt, together.src_lengths)
-    src_len, tgt_len = len(short[0]), len(short[1]) + 1
+    src_len = len(short[0])
+    tgt_len = len(short[1]) + 1
     torch.testing.assert_close(memory_together[:src_len, 0], memory_alone[:, 0], rtol=0, atol=1e-12)
     assert torch.equal(memory_together[src_len:, 0], torch.zeros_like(memory_together[src_len:, 0]))
     torch.testing.assert_close(out_together[:tgt_len, 0], out_alone[:, 0], rtol=0, atol=1e-12)
@@ -129,11 +131,12 @@ def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(
 
 
 def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first_rows_leave():
-    """Example A decodes two positions; B joins (its cache padded on the left); A leaves (the columns
-    only A used are dropped): B's outputs at each step equal B's decoded alone."""
+    """Example A decodes two positions; B joins (its cache padded on the left); A leaves (the
+    columns only A used are dropped): B's outputs at each step equal B's decoded alone."""
     model = transformer("-max_relative_positions", 2)
     (pair_a, pair_b) = random_pairs(2, seed=10, min_len=3, max_len=6)
-    batch_a, batch_b = make_batch([pair_a]), make_batch([pair_b])
+    batch_a = make_batch([pair_a])
+    batch_b = make_batch([pair_b])
     tokens_b = batch_b.tgt[:3]
     with torch.no_grad():
         memory_b, lengths_b, state_b = model.encode(batch_b.src, batch_b.src_lengths)
@@ -214,7 +217,8 @@ def test_decoder_positions_count_from_each_rows_own_start():
 
 
 def test_relative_positions_against_a_hand_computation():
-    """Scores q·(k_j + r_{j-i}) / sqrt(d) and outputs Σ_j w_ij (v_j + r_{j-i}), clipped distances."""
+    """Scores q·(k_j + r_{j-i}) / sqrt(d) and outputs Σ_j w_ij (v_j + r_{j-i}), clipped
+    distances."""
     torch.manual_seed(0)
     attention = MultiHeadAttention(4, 1, 0.0, max_relative_positions=1).double().eval()
     q, k, v = (torch.randn(1, 1, 3, 4, dtype=torch.float64) for _ in range(3))
@@ -235,11 +239,9 @@ def test_relative_positions_against_a_hand_computation():
 def test_the_fused_and_the_written_out_attention_agree():
     torch.manual_seed(1)
     attention = MultiHeadAttention(8, 2, 0.0).double().eval()
-    q, k, v = (
-        torch.randn(2, 2, 3, 4).double(),
-        torch.randn(2, 2, 5, 4).double(),
-        torch.randn(2, 2, 5, 4).double(),
-    )
+    q = torch.randn(2, 2, 3, 4).double()
+    k = torch.randn(2, 2, 5, 4).double()
+    v = torch.randn(2, 2, 5, 4).double()
     mask = (torch.arange(5) < torch.tensor([[3], [5]])).view(2, 1, 1, 5)
     fused, _ = attention(q, k, v, mask)
     written, weights = attention(q, k, v, mask, need_weights=True)

@@ -40,7 +40,8 @@ def test_an_empty_line_gives_n_best_empty_outputs_so_groups_stay_aligned(model, 
         ({"length_penalty": "bogus"}, "length_penalty must be one of none, wu, avg"),
         ({"sampling_temp": 0.0}, "sampling_temp above 0"),
         ({"beam_size": 2.5}, "beam_size must be a whole number"),
-        # the early stop bounds a live beam's final score by its log-probability: no penalty raises it
+        # the early stop bounds a live beam's final score by its log-probability: no penalty raises
+        # it
         (
             {"coverage_penalty": "wu", "beta": -0.2},
             "beta must be at least 0 with a coverage penalty",

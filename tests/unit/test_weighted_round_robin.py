@@ -83,7 +83,8 @@ def test_a_position_saved_by_either_resumes_both_at_the_same_batch(weights):
     """At every place of two rounds: the new position resumes the new round robin, and a position
     the expanded one wrote (a checkpoint from before) resumes the new one, as it resumed the old."""
     for taken in range(2 * sum(weights) + 1):
-        old, new = make(ExpandedWeightedBatches, weights), make(WeightedBatches, weights)
+        old = make(ExpandedWeightedBatches, weights)
+        new = make(WeightedBatches, weights)
         take(old, taken)
         take(new, taken)
         expected = take(old, 20)
