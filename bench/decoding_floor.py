@@ -1,15 +1,16 @@
 """The least time a search's matrix products can take: counted while onmt_lite decodes, over this
 machine's float32 matrix-multiply rate.
 
-    .venv/bin/python bench/decoding_floor.py -model M.pt -src FILE [-beam_size 5] [-batch_size 32]
+    .venv/bin/python bench/decoding_floor.py -model M.pt -src FILE [-beam_size 5] \
+        [-batch_size 32]
 
 Decodes ``-src`` with the checkpoint as ``translate_speed.py`` has ``onmt_lite_translate`` do it
 (its ``SEARCH_OPTIONS``: no length penalty, at most 100 tokens), on one thread so that every step is
 seen in this process, and counts what the products multiply:
 
     encoder, per source token     every weight matrix of the encoder (each LSTM/GRU direction and
-    layer) decoder, per row of a step    every weight matrix of the decoder and generator: the
-    cells, the
+                                  layer)
+    decoder, per row of a step    every weight matrix of the decoder and generator: the cells, the
                                   attention's query and output layers, the vocabulary projection
                                   (and a copy model's copy attention and switch)
     attention, per row and source position of its example: 2 x hidden (scores and context), per
@@ -23,8 +24,8 @@ example goes on are counted). The time is that work at the rate of torch.mm on 1
 matrices with the machine's default thread count (2 here), best of 3: a limit no decoder of these
 products reaches, since the step's small products, ``log_softmax`` and the search itself come on
 top. Prints one line of JSON: rows, source tokens, GFLOP, rate (GFLOP/s) and seconds at that rate.
-The attention layers must be dot or general (an mlp attention projects each memory once per example,
-which the per-row count would not describe).
+The attention layers must be dot or general (an mlp attention projects each memory once per
+example, which the per-row count would not describe).
 """
 
 import argparse

@@ -4,8 +4,7 @@ and of the Transformer on the demo's test words, beside the literature.
     .venv/bin/python bench/g2p_cmudict.py -model brnn          # about 35 minutes on 2 cores
     .venv/bin/python bench/g2p_cmudict.py -model transformer   # about 40 minutes
     .venv/bin/python bench/g2p_cmudict.py -ensemble            # both trained models as one ensemble
-    .venv/bin/python bench/g2p_cmudict.py -table               # the table of both from
-    bench/results/
+    .venv/bin/python bench/g2p_cmudict.py -table               # both, from bench/results/
 
 The corpus is `make demo`'s (tools/prepare_cmudict.py: 120,911 training words, 2,000 validation,
 2,000 test, stress removed, each word with cmudict's first pronunciation). Each model trains for

@@ -1,5 +1,5 @@
-"""An onmt_lite Transformer checkpoint as an OpenNMT-py 3.5.1 checkpoint: the same weights, the same
-vocabularies.
+"""An onmt_lite Transformer checkpoint as an OpenNMT-py 3.5.1 checkpoint: the same weights, the
+same vocabularies.
 
     .venv/bin/python bench/peer_checkpoint.py -model LITE.pt -template PEER.pt -output OUT.pt
 
@@ -14,35 +14,31 @@ matter. The vocabularies are onmt_lite's word lists in id order (its 4 specials,
 ``<unk> <blank> <s> </s>``, first, as OpenNMT-py's defaults), so that every id means the same word
 in both toolkits.
 
-Each parameter is mapped explicitly (``parameter_map``):
+Each parameter is mapped explicitly (``parameter_map``), onmt_lite's name, then OpenNMT-py's
+(E: ``encoder.transformer.i``, D: ``decoder.transformer_layers.i``):
 
-    onmt_lite                                      OpenNMT-py 3.5.1
     {enc,dec}oder.embeddings.lut.weight
-    {enc,dec}oder.embeddings.make_embedding.emb_luts.0.weight (sinusoids computed on the fly)
-    {enc,dec}oder.embeddings.make_embedding.pe.pe: onmt_lite's
-                                                   sinusoids() of positions 0..4999, [5000 x 1 x H]
-    encoder.layers.i.norm                          encoder.transformer.i.layer_norm
-    encoder.layers.i.self_attn.qkv [3H x H]
-    encoder.transformer.i.self_attn.linear_{query,keys,values}
+        {enc,dec}oder.embeddings.make_embedding.emb_luts.0.weight
+    (sinusoids computed on the fly)
+        {enc,dec}oder.embeddings.make_embedding.pe.pe: onmt_lite's sinusoids() of positions
+        0..4999, [5000 x 1 x H]
+    encoder.layers.i.norm                          E.layer_norm
+    encoder.layers.i.self_attn.qkv [3H x H]        E.self_attn.linear_{query,keys,values}
                                                    (rows 0:H, H:2H, 2H:3H)
-    encoder.layers.i.self_attn.attention.out       encoder.transformer.i.self_attn.final_linear
+    encoder.layers.i.self_attn.attention.out       E.self_attn.final_linear
     {enc,dec}oder.layers.i.feed_forward.norm       ...feed_forward.layer_norm
     {enc,dec}oder.layers.i.feed_forward.inner      ...feed_forward.w_1
     {enc,dec}oder.layers.i.feed_forward.outer      ...feed_forward.w_2
     encoder.norm, decoder.norm                     encoder.layer_norm, decoder.layer_norm
-    decoder.layers.i.self_attn_norm                decoder.transformer_layers.i.layer_norm_1
-    decoder.layers.i.self_attn.qkv
-    decoder.transformer_layers.i.self_attn.linear_{query,keys,values}
-    decoder.layers.i.self_attn.attention.out
-    decoder.transformer_layers.i.self_attn.final_linear decoder.layers.i.context_norm
-    decoder.transformer_layers.i.layer_norm_2 decoder.layers.i.context_query
-    decoder.transformer_layers.i.context_attn.linear_query decoder.memory_projection [2LH x H]
-    decoder.transformer_layers.i.context_attn.linear_keys
-                                                   (rows 2iH:(2i+1)H) and .linear_values
-                                                   ((2i+1)H:(2i+2)H)
-    decoder.layers.i.context_attn.out
-    decoder.transformer_layers.i.context_attn.final_linear generator 0.weight, 0.bias
-    generator weight, bias
+    decoder.layers.i.self_attn_norm                D.layer_norm_1
+    decoder.layers.i.self_attn.qkv                 D.self_attn.linear_{query,keys,values}
+    decoder.layers.i.self_attn.attention.out       D.self_attn.final_linear
+    decoder.layers.i.context_norm                  D.layer_norm_2
+    decoder.layers.i.context_query                 D.context_attn.linear_query
+    decoder.memory_projection [2LH x H]            D.context_attn.linear_keys (rows 2iH:(2i+1)H)
+                                                   and .linear_values ((2i+1)H:(2i+2)H)
+    decoder.layers.i.context_attn.out              D.context_attn.final_linear
+    generator 0.weight, 0.bias                     generator weight, bias
 
 A parameter of either side left unmapped, a shape that does not fit, or an option this mapping does
 not cover (an RNN, copy attention, relative positions, no position encoding) stops the conversion.
@@ -63,12 +59,13 @@ from onmt_lite.models.embeddings import sinusoids  # noqa: E402
 PEER_PE_LENGTH = (
     5000  # OpenNMT-py 3.5.1's PositionalEncoding max_len (its buffer is saved in the checkpoint)
 )
+# its DefaultTokens UNK, PAD, BOS, EOS; onmt_lite's SPECIALS
 PEER_SPECIALS = (
     "<unk>",
     "<blank>",
     "<s>",
     "</s>",
-)  # its DefaultTokens UNK, PAD, BOS, EOS; onmt_lite's SPECIALS
+)
 LAYER_NORM_EPS = 1e-6  # onmt_lite.models.transformer.LAYER_NORM_EPS; OpenNMT-py's -norm_eps default
 
 
@@ -229,9 +226,8 @@ def parameter_map(lite, dims):
             for name, chunk in zip(("query", "keys", "values"), chunks):
                 model[f"{dst}.linear_{name}.{part}"] = chunk
 
-    pe = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(
-        1
-    )  # [5000 x 1 x H], as the peer keeps it
+    # [5000 x 1 x H], as the peer keeps it
+    pe = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(1)
     for side in ("encoder", "decoder"):
         model[f"{side}.embeddings.make_embedding.emb_luts.0.weight"] = take(
             f"{side}.embeddings.lut.weight"

@@ -2,10 +2,10 @@
 
     bench/quality.sh g2p      # g2p-sr, the same wall-clock budget each (-minutes, default 10)
     bench/quality.sh ende     # toy-ende, 1,000 steps each, with and without copy attention
-    bench/quality.sh g2p -model transformer    # the small Transformer, the same wall-clock budget
-    each bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
-    bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3   # settings for 10,000
-    pairs
+    bench/quality.sh g2p -model transformer    # the small Transformer, the same time budget each
+    bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
+    # the settings for 10,000 pairs:
+    bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3
 
 g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
 match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
@@ -81,9 +81,8 @@ def subword_files(data, pieces, work):
     scoring (``join_pieces``), so that BLEU is computed on the corpus's own tokens."""
     import sentencepiece as spm
 
-    work = os.path.join(
-        work, f"bpe{pieces}"
-    )  # not beside normalised_copy's files, which keep the names
+    # not beside normalised_copy's files, which keep the names
+    work = os.path.join(work, f"bpe{pieces}")
     os.makedirs(work, exist_ok=True)
     prefix = os.path.join(work, "pieces")
     spm.SentencePieceTrainer.train(
@@ -714,9 +713,8 @@ def main():
         results.append(report(opt.task, label, models, score(opt.task, outputs, refs), metric))
         results[-1].update({"lines": opt.lines or "all", "peer_bucket_size": opt.peer_bucket_size})
         if opt.model == "transformer" and opt.task == "ende":
-            gold_refs = first_lines(
-                task_data["tgt_valid"], opt.lines, work
-            )  # in pieces with -subwords
+            # in pieces with -subwords
+            gold_refs = first_lines(task_data["tgt_valid"], opt.lines, work)
             results[-1]["reference_perplexity"] = gold_perplexity(
                 models, src, gold_refs, work, opt.peer
             )

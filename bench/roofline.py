@@ -9,12 +9,12 @@ encoder, 2+2 layers, hidden and embeddings 256, general attention, input feed). 
 products, counted from the shapes (a multiply-add is 2 operations; training does each product three
 times: forward, gradient of the input, gradient of the weight):
 
-    encoder, per source token   layer 1: 2 directions x 4(H/2) x (E + H/2);  layer 2: 2 x 4(H/2) x
-    (H + H/2) decoder, per target token   layer 1: 4H x (E + H + H)  (embedding, input feed,
-    recurrent)
+    encoder, per source token   layer 1: 2 directions x 4(H/2) x (E + H/2);
+                                layer 2: 2 x 4(H/2) x (H + H/2)
+    decoder, per target token   layer 1: 4H x (E + H + H)  (embedding, input feed, recurrent)
                                 layer 2: 4H x (H + H)
-                                attention: H x H (query projection) + 2 S H (scores, context) + 2H x
-                                    H (output)
+                                attention: H x H (query projection) + 2 S H (scores, context)
+                                           + 2H x H (output)
     generator, per target token H x V
 
 with S the mean source length and the source side counted per target token by the corpus's ratio of

@@ -95,9 +95,8 @@ def training_rate(batch_size, length, steps, vocab_size=20000):
     start = time.perf_counter()
     for _ in range(steps):
         trainer.train_step([batch])
-    return (
-        batch_size * (length + 1) * steps / (time.perf_counter() - start)
-    )  # targets: the words and </s>
+    # targets: the words and </s>
+    return batch_size * (length + 1) * steps / (time.perf_counter() - start)
 
 
 def translation_seconds(model, src, beam, work):

@@ -35,10 +35,11 @@ SEARCH = {
     "alpha": 0.0,
     "batch_size": 30,
 }
+# 3.x cuts outputs at 1.25 x the source + 5 unless told
 PEER_SEARCH = {
     **SEARCH,
     "max_length_ratio": 0,
-}  # 3.x cuts outputs at 1.25 x the source + 5 unless told
+}
 MODEL_ID = 100
 
 

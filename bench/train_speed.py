@@ -1,7 +1,8 @@
 """Training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1, side by side on toy-ende.
 
-    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] [-only standard copy
-    ...] .venv/bin/python bench/train_speed.py -only transformer [-steps 60] [-warmup 10]
+    .venv/bin/python bench/train_speed.py [-steps 200] [-warmup 20] [-rounds 2] \
+        [-only standard copy ...]
+    .venv/bin/python bench/train_speed.py -only transformer [-steps 60] [-warmup 10]
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
@@ -293,6 +294,7 @@ def main():
             params = check_models(
                 f"{work}/lite_train_{r}.log", f"{work}/peer_train_{r}.log", model_args
             )
+        # rows of several runs (-only) may differ in it
         row = {
             "config": config,
             "steps": steps,
@@ -300,7 +302,7 @@ def main():
             "parameters": params,
             "peer_bucket_size": opt.peer_bucket_size,
             "machine": machine(),
-        }  # rows of several runs (-only) may differ in it
+        }
         for toolkit, values in runs.items():
             row[toolkit] = {
                 "tgt_tok_s": statistics.median(v["tgt_tok_s"] for v in values),

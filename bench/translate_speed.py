@@ -1,9 +1,9 @@
 """Translation speed, onmt_lite against OpenNMT-py 3.5.1, and onmt_lite's int8 against its float32.
 
-    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-threads N] [-src FILE [-tgt
-    FILE]]
+    .venv/bin/python bench/translate_speed.py [-rounds 2] [-lines 500] [-threads N] \
+        [-src FILE [-tgt FILE]]
         [-only 'no copy'|copy|g2p|transformer|transformer_same_weights [-lite_model PATH]
-        [-peer_template PATH]]
+         [-peer_template PATH]]
 
 Models: the toy-ende checkpoints that ``bench/quality.sh ende`` trains for each toolkit with the
 same settings and the same number of steps (1,000), without and with copy attention; they are
@@ -90,20 +90,20 @@ PEER_TIME = re.compile(r"Average translation time \(ms\): ([\d.]+)")
 # the same search for both toolkits: onmt_lite's defaults (OpenNMT-py 1.x's), which OpenNMT-py 3.5.1
 # changed to an average length penalty (alpha 1) and outputs cut at 1.25 x the batch's longest
 # source + 5
+# decoding_floor.py's too
 SEARCH_OPTIONS = {
     "length_penalty": "none",
     "alpha": 0.0,
     "max_length": 100,
-}  # decoding_floor.py's too
+}
 SEARCH = [arg for name, value in SEARCH_OPTIONS.items() for arg in (f"-{name}", value)]
 PEER_SEARCH = ["-max_length_ratio", 0]
 PEER_DEFAULTS = (
     "OpenNMT-py defaults"  # the peer with its own defaults, a different search: for reference
 )
 TOOLKITS = ("onmt_lite", "onmt_lite int8", "OpenNMT-py", PEER_DEFAULTS)
-SAME_WEIGHTS_TOOLKITS = TOOLKITS[
-    :3
-]  # the same model and the same search: the peer's defaults search another
+# the same model and the same search: the peer's defaults search another
+SAME_WEIGHTS_TOOLKITS = TOOLKITS[:3]
 
 
 def ensure_models(quality_work, setting, train_minutes=10.0):
@@ -178,9 +178,8 @@ def translate(toolkit, model, src, out, beam, peer, log):
 def bleu(hyps, refs):
     from sacrebleu.metrics import BLEU
 
-    return (
-        BLEU(force=True).corpus_score(hyps, [refs]).score
-    )  # toy-ende is tokenized: no warning about it
+    # toy-ende is tokenized: no warning about it
+    return BLEU(force=True).corpus_score(hyps, [refs]).score
 
 
 def measure(
@@ -427,9 +426,8 @@ def main():
     opt = parser.parse_args()
     if (opt.lite_model or opt.peer_template) and opt.only != SAME_WEIGHTS:
         parser.error(f"-lite_model and -peer_template are for -only {SAME_WEIGHTS}")
-    if (
-        opt.threads > 0
-    ):  # both toolkits' subprocesses (the peer's environment is a copy) and this one's probe
+    # both toolkits' subprocesses (the peer's environment is a copy) and this one's probe
+    if opt.threads > 0:
         threads = {"OMP_NUM_THREADS": str(opt.threads), "MKL_NUM_THREADS": str(opt.threads)}
         os.environ.update(threads)
         PEER_ENV.update(threads)

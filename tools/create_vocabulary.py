@@ -3,8 +3,8 @@
 vocabulary.
 
     python tools/create_vocabulary.py -file src-train.txt -out_file src.vocab -size 50000
-    python tools/create_vocabulary.py -file_type field -file data/demo.vocab.pt -side src -out_file
-    src.vocab
+    python tools/create_vocabulary.py -file_type field -file data/demo.vocab.pt -side src \
+        -out_file src.vocab
 
 ``-file_type text`` (the default): words are the whitespace-separated tokens of the UTF-8 input
 files. The output has one ``word count`` a line, most frequent first, ties in alphabetical order (by

@@ -5,16 +5,15 @@
     python tools/plot_training.py -log a.log -log b.log -output compare.png
 
 A log is the ``-log_file`` of onmt_lite_train, or its stderr saved to a file. Four panels against
-the
-step: loss (xent), perplexity (log scale) and accuracy (%), each for training (solid) and validation
-(dashed, dots), and the validation BLEU and chrF when the run logged them (``-valid_metrics``).
-Several logs are drawn together, one colour each. A log that holds several runs (a resumed run
-appends to its ``-log_file``) keeps the last value logged for each step. Only logs are read: the
-checkpoints keep no history of the scores. The lines read are those of onmt_lite.train.report:
+the step: loss (xent), perplexity (log scale) and accuracy (%), each for training (solid) and
+validation (dashed, dots), and the validation BLEU and chrF when the run logged them
+(``-valid_metrics``). Several logs are drawn together, one colour each. A log that holds several
+runs (a resumed run appends to its ``-log_file``) keeps the last value logged for each step. Only
+logs are read: the checkpoints keep no history of the scores. The lines read are those of
+onmt_lite.train.report:
 
-    [2026-11-22 10:00:00 INFO] Step 200/10000; acc:  41.20; ppl:    12.34; xent:  2.51; lr: 0.001;
-    ... [2026-11-22 10:00:09 INFO] Validation at step 1000: perplexity 9.8765, accuracy 45.67, xent
-    2.2901
+    [2026-11-22 10:00:00 INFO] Step 200/10000; acc:  41.20; ppl:    12.34; xent:  2.51; ...
+    [2026-11-22 10:00:09 INFO] Validation at step 1000: perplexity 9.8765, accuracy 45.67, ...
         (then, with -valid_metrics: ; BLEU = 12.34 ... (signature); chrF2 = 45.67 (signature))
 
 The figure is 1000 x 750 pixels (``FIGURE_SIZE``), written atomically.

@@ -90,9 +90,8 @@ def listening_socket(ip, port):
 @run_command(PROG)
 def main(args=None):
     parser = OptionParser(PROG, __doc__)  # its -debug also logs each request's and answer's body
-    parser.add_argument(
-        "-d", dest="debug", action="store_true", help=argparse.SUPPRESS
-    )  # 1.x's short form
+    # 1.x's short form
+    parser.add_argument("-d", dest="debug", action="store_true", help=argparse.SUPPRESS)
     server_opts(parser)
     opt, unknown = parser.parse_known_args(args)
     if unknown:

@@ -80,9 +80,10 @@ class Tokenizer:
             except (RuntimeError, OSError) as err:
                 raise UserError(f"{spm_model}: not a sentencepiece model ({err})") from None
 
+    # a sentencepiece processor does not pickle: worker processes reload the model
     def __getstate__(
         self,
-    ):  # a sentencepiece processor does not pickle: worker processes reload the model
+    ):
         return {"lower": self.lower, "spm_model": self.spm_model}
 
     def __setstate__(self, state):

@@ -85,9 +85,8 @@ def infill(ids, word_start, prob, mask_id, generator):
     for position, token in enumerate(ids.tolist()):
         if removed[position]:
             if position == 0 or not removed[position - 1]:
-                out.append(
-                    mask_id
-                )  # one mask for each run of removed words (overlapping spans merge)
+                # one mask for each run of removed words (overlapping spans merge)
+                out.append(mask_id)
         else:
             out.extend([mask_id, token] if position in insert_at else [token])
     return torch.tensor(out, dtype=ids.dtype)

@@ -5,10 +5,11 @@ A shard is a dict of plain data, opened with ``torch.load(path, weights_only=Tru
     ``src_lengths``, ``tgt_lengths``: ``[n_examples]`` long; ``indices``: ``[n_examples]`` long, the
     example's line number in its corpus (from 1);
     with ``-dynamic_dict``: ``src_map``/``alignment`` laid out like ``src``/``tgt`` (see
-    data/copy.py) , ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words'
+    data/copy.py), ``src_ex_vocab``, a list of word lists, and ``src_ex_tgt_ids``, those words'
     target-vocabulary ids laid out one example after another (0 where the target vocabulary lacks
-    the word); with ``-train_align``/``-valid_align``: ``align``, every example's alignment links
-    one after another, each as its source then its target token index, and ``align_lengths``
+    the word);
+    with ``-train_align``/``-valid_align``: ``align``, every example's alignment links one after
+    another, each as its source then its target token index, and ``align_lengths``
     ``[n_examples]``, the number of links of each example (see data/alignment.py);
     with source word features: ``src_feats``, ``[n_feats x n_src_tokens]`` long, each feature's ids
     laid out like ``src``;
@@ -50,9 +51,8 @@ def train_kind(corpus_id):
     return "train" if corpus_id is None else f"train_{corpus_id}"
 
 
-CORPUS_ID = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9_-]*$"
-)  # names a file part: no dots, slashes or glob characters
+# names a file part: no dots, slashes or glob characters
+CORPUS_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 def shard_paths(prefix, corpus_type):

@@ -2,8 +2,8 @@
 
 A loss compute object is called once per batch (or per truncated-BPTT window)::
 
-    loss, stats = loss_compute(batch, dec_out, attns, normalization, shard_size, trunc_start,
-    trunc_size)
+    loss, stats = loss_compute(batch, dec_out, attns, normalization, shard_size,
+                               trunc_start, trunc_size)
 
 ``dec_out`` is the decoder output ``[T x B x H]`` for prediction positions ``trunc_start ..
 trunc_start + T - 1`` (position t predicts ``batch.tgt[t + 1]``); ``attns`` holds ``[T x B x S]``
@@ -30,18 +30,16 @@ its own (``loss/options.py``). ``docs/research.md`` walks through writing one (a
 ``examples/focal_loss.py``) and testing it; ``tests/unit/test_loss.py`` shows a token-weighted NLL.
 """
 
+from onmt_lite.loss.build import build_loss_compute, load_loss_class
 from onmt_lite.loss.compute import (
     CopyGeneratorLossCompute,
     LossComputeBase,
     NMTLossCompute,
     SparsemaxLossCompute,
-    build_loss_compute,
     coverage_loss,
-    filter_shard_state,
-    load_loss_class,
-    shards,
 )
 from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCriterion, smoothed
+from onmt_lite.loss.sharding import filter_shard_state, shards
 from onmt_lite.loss.statistics import Statistics
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The loss computes: sharding, truncation windows, normalisation, and the NLL and copy losses.
+"""The loss computes: truncation windows, normalisation, and the NLL, sparsemax and copy losses
+(``shards`` in ``loss/sharding.py`` cuts their state into shards; ``loss/build.py`` picks one).
 
 See the package's doc (``onmt_lite.loss``) for the API that subclasses implement.
 """
@@ -6,10 +7,6 @@ See the package's doc (``onmt_lite.loss``) for the API that subclasses implement
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
-from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -18,6 +15,7 @@ from torch import Tensor
 from onmt_lite.data.alignment import reference_alignment
 from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import PAD_ID, Vocab
+from onmt_lite.loss.sharding import shards
 from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCriterion
 from onmt_lite.loss.statistics import Statistics
 from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
@@ -49,60 +47,6 @@ def _refuse_sparsemax(cls, opt):
             "on SparsemaxLossCompute (its generator's log-probabilities are -inf outside the "
             "support)"
         )
-
-
-def filter_shard_state(
-    state: dict[str, Tensor | None], shard_size: int | None = None
-) -> Iterator[tuple]:
-    """Yield the entries of ``state`` whose value is not None.
-
-    Without ``shard_size``: ``(key, value)``. With it: ``(key, (value, chunks))``, where the chunks
-    are ``torch.split(value, shard_size)`` along dim 0 (target positions), each detached from the
-    graph (a view, no copy) and requiring grad exactly when ``value`` does, so that a shard's
-    backward stops at the chunk and leaves its gradient in ``chunk.grad``.
-    """
-    for key, value in state.items():
-        if value is None:
-            continue
-        if shard_size is None:
-            yield key, value
-            continue
-        chunks = [
-            chunk.detach().requires_grad_(value.requires_grad)
-            for chunk in torch.split(value, shard_size)
-        ]
-        yield key, (value, chunks)
-
-
-def shards(
-    state: dict[str, Tensor | None], shard_size: int, eval_only: bool = False
-) -> Iterator[dict[str, Tensor]]:
-    """Yield ``state`` one shard of ``shard_size`` target positions at a time, as dicts.
-
-    After the last shard (the caller has called ``backward`` on every shard's loss) the chunks'
-    gradients are concatenated and backpropagated through the original tensors in one
-    ``torch.autograd.backward`` call. Chunks no gradient reached count as zero; a tensor none of
-    whose chunks got a gradient is left out. With ``eval_only`` the whole state is yielded once and
-    nothing is backpropagated.
-    """
-    if eval_only:
-        yield dict(filter_shard_state(state))
-        return
-    split = dict(filter_shard_state(state, shard_size))
-    lengths = {key: value.size(0) for key, (value, _) in split.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"shard state tensors differ in length along dim 0: {lengths}")
-    for i in range(len(next(iter(split.values()))[1])):
-        yield {key: chunks[i] for key, (_, chunks) in split.items()}
-    inputs = []
-    grads = []
-    for value, chunks in split.values():
-        if not value.requires_grad or all(chunk.grad is None for chunk in chunks):
-            continue
-        inputs.append(value)
-        grads.append(torch.cat([torch.zeros_like(c) if c.grad is None else c.grad for c in chunks]))
-    if inputs:
-        torch.autograd.backward(inputs, grads)
 
 
 def coverage_loss(std_attn, coverage, target_mask):
@@ -212,13 +156,11 @@ class LossComputeBase(nn.Module):
             return loss / float(normalization), stats
         total = Statistics()
         device_type = output.device.type
-        autocast = torch.is_autocast_enabled(
-            device_type
-        )  # -model_dtype: losses under autocast, backward not
+        # -model_dtype: losses under autocast, backward not
+        autocast = torch.is_autocast_enabled(device_type)
         dtype = torch.get_autocast_dtype(device_type)
-        with torch.autocast(
-            device_type, enabled=False
-        ):  # the gathered backward runs after the last shard
+        # the gathered backward runs after the last shard
+        with torch.autocast(device_type, enabled=False):
             for shard in shards(state, shard_size):
                 with torch.autocast(device_type, dtype=dtype, enabled=autocast):
                     loss, stats = self._compute_loss(batch, **shard)
@@ -480,65 +422,3 @@ class CopyGeneratorLossCompute(LossComputeBase):
         copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
         extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)
         return self._stats(nll.sum(), pred, extended_gold)
-
-
-def load_loss_class(spec):
-    """The class named by ``-loss_class``: ``package.module:Class`` or ``path/to/file.py:Class``."""
-    location, sep, name = spec.rpartition(":")
-    if not sep or not location or not name:
-        raise UserError(f"-loss_class {spec}: expected MODULE:CLASS or FILE.py:CLASS")
-    try:
-        if location.endswith(".py"):
-            if not os.path.isfile(location):
-                raise UserError(f"-loss_class {spec}: {location} not found")
-            module_spec = importlib.util.spec_from_file_location(
-                f"onmt_lite_user_loss_{abs(hash(location))}", location
-            )
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(location)
-    except ImportError as err:
-        raise UserError(f"-loss_class {spec}: cannot import {location} ({err})") from None
-    cls = getattr(module, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, LossComputeBase)):
-        raise UserError(
-            f"-loss_class {spec}: {location} has no LossComputeBase subclass named {name}"
-        )
-    return cls
-
-
-def loss_option_defaults(cls: type[LossComputeBase]) -> dict:
-    """``{name: default}`` of the options ``cls`` declares (``add_options``; most declare none)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    cls.add_options(parser)
-    return {action.dest: action.default for action in parser._actions}
-
-
-def build_loss_compute(
-    model: nn.Module, tgt_vocab: Vocab, opt: argparse.Namespace, train: bool = True
-) -> LossComputeBase:
-    """The loss compute for ``model`` from the options: ``-loss_class`` if given, else the copy loss
-    for copy models and the NLL otherwise (label smoothing only when ``train``)."""
-    if getattr(opt, "loss_class", ""):
-        cls = load_loss_class(opt.loss_class)
-        # the class's own options that ``opt`` lacks (a library caller's) at their defaults
-        opt = argparse.Namespace(**{**loss_option_defaults(cls), **vars(opt)})
-    else:
-        sparse = (
-            getattr(opt, "generator_function", "softmax") == "sparsemax"
-        )  # refused with -copy_attn
-        cls = (
-            CopyGeneratorLossCompute
-            if opt.copy_attn
-            else SparsemaxLossCompute
-            if sparse
-            else NMTLossCompute
-        )
-    compute = cls.from_options(model, tgt_vocab, opt, train)
-    if train and getattr(opt, "lambda_align", 0.0) > 0 and not compute.needs_alignment:
-        raise UserError(
-            f"-lambda_align {opt.lambda_align}: -loss_class {opt.loss_class} computes no alignment "
-            "loss (give it a lambda_align, see LossComputeBase._alignment_state)"
-        )
-    return compute

@@ -179,9 +179,8 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
                 "supported: its gradients are scaled in place)"
             )
         grads = [None if grad is None else grad.mul_(grad_loss) for grad in ctx.saved_tensors]
-        ctx.weight_grad_buffer.give_back(
-            grads[1]
-        )  # autograd adds it to weight.grad before any next call
+        # autograd adds it to weight.grad before any next call
+        ctx.weight_grad_buffer.give_back(grads[1])
         ctx.weight_grad_buffer = None
         return (*grads, None, None, None, None)
 
@@ -233,9 +232,8 @@ class SparsemaxCriterion(nn.Module):
         """``scores`` ``[N x V]`` (not normalised), ``target`` ``[N]`` -> (loss ``[N]``, loss
         ``[N]``)."""
         pad = target == self.pad_idx
-        scores = scores.to(
-            torch.promote_types(scores.dtype, torch.float32)
-        )  # bf16/fp16 scores: in float32
+        # bf16/fp16 scores: in float32
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
         loss = sparsemax_loss(scores, target.masked_fill(pad, UNK_ID)).masked_fill(pad, 0)
         return loss, loss.detach()
 

@@ -16,7 +16,7 @@ import contextlib
 import io
 import sys
 
-from onmt_lite.loss.compute import load_loss_class, loss_option_defaults
+from onmt_lite.loss.build import load_loss_class, loss_option_defaults
 
 
 def named_loss_class(parser: argparse.ArgumentParser, args: list[str] | None) -> str:

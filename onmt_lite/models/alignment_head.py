@@ -30,6 +30,5 @@ class AlignmentHead:
         return None
 
 
-DEFAULT = (
-    AlignmentHead()
-)  # 1.x's defaults: the third layer from the top, all its heads, no second pass
+# 1.x's defaults: the third layer from the top, all its heads, no second pass
+DEFAULT = AlignmentHead()

@@ -95,9 +95,8 @@ class GlobalAttention(nn.Module):
         scores = self.score(query, keys, coverage)
         mask = length_mask(memory_lengths, memory.size(1)) if mask is None else mask
         normalise = ATTENTION_FUNCTIONS[self.attn_func]
-        align = normalise(
-            scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1
-        )  # mask [B x 1 x S]
+        # mask [B x 1 x S]
+        align = normalise(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)
         if self.linear_out is None:
             return None, align
         context = torch.bmm(align, memory)

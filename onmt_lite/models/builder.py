@@ -17,7 +17,8 @@ from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
 from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.models.dropout import Dropout
 from onmt_lite.models.alignment_head import AlignmentHead
-from onmt_lite.models.transformer import MultiHeadAttention, TransformerDecoder, TransformerEncoder
+from onmt_lite.models.multihead import MultiHeadAttention
+from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
 COPY_ONLY_OPTIONS = (

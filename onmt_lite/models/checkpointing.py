@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from onmt_lite.models.transformer import FeedForward, MultiHeadAttention
+from onmt_lite.models.multihead import MultiHeadAttention
+from onmt_lite.models.transformer import FeedForward
 from onmt_lite.utils.errors import UserError
 
 PARTS = {"ffn": FeedForward, "mha": MultiHeadAttention}

@@ -19,9 +19,8 @@ def keep_mask(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
     and the scale of the kept values (the inverse of that probability)."""
     kept = round((1 - p) * LEVELS)
     numel = shape.numel()
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(
-        -(1 << 63), None
-    )  # every bit random
+    # every bit random
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
     bits = words.view(torch.int16)[:numel]
     return (bits >= LEVELS // 2 - kept).view(
         shape

@@ -51,9 +51,8 @@ class NMTModel(nn.Module):
         Transformer's then runs its top layer on the fused kernel too; copy attention is always
         returned). ``need_alignment``: also ``attns["align"]``, the alignment head's attention
         (Transformer decoders only, see ``TransformerDecoder``)."""
-        if (
-            need_alignment
-        ):  # only a Transformer decoder takes it: the commands refuse alignment with others
+        # only a Transformer decoder takes it: the commands refuse alignment with others
+        if need_alignment:
             return self.decoder(
                 tgt,
                 memory_bank,

@@ -280,9 +280,8 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``), the new DecoderState.
         """
         memory = memory_bank.transpose(0, 1)
-        keys = (
-            self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        )  # once, not per position
+        # once, not per position
+        keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
         mask = length_mask(memory_lengths, memory.size(1))
         hidden = state.hidden
         feed = state.input_feed

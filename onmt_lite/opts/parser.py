@@ -316,9 +316,8 @@ class OptionParser(configargparse.ArgumentParser):
         return expanded
 
     def error(self, message):
-        message = " ".join(
-            line.strip() for line in str(message).splitlines() if line.strip()
-        )  # one line
+        # one line
+        message = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 

@@ -1,15 +1,14 @@
 """The HTTP API of ``onmt_lite_server``: OpenNMT-py 1.x's endpoints and JSON, on Starlette.
 
     POST {url_root}/translate           [{"src": "text", "id": 100}, ...]
-                                        -> [[{"src", "tgt", "n_best", "pred_score"}, ...], ...] (a
-                                        list per
-                                           n-best rank, each in request order)
+                                        -> [[{"src", "tgt", "n_best", "pred_score"}, ...], ...]
+                                           (a list per n-best rank, each in request order)
     GET  {url_root}/models              -> [{"model_id", "opt", "models", "loaded", "timeout"}, ...]
     GET  {url_root}/health              -> {"status": "ok"}
     GET  {url_root}/unload_model/ID     -> {"status": "ok", "model_id": ID}    (POST too)
     GET  {url_root}/to_cpu/ID, /to_gpu/ID                                      (POST too)
-    POST {url_root}/clone_model/ID      {"opt": {...}, "timeout": T} -> {"status": "ok", "model_id",
-    "load_time"}
+    POST {url_root}/clone_model/ID      {"opt": {...}, "timeout": T}
+                                        -> {"status": "ok", "model_id", "load_time"}
 
 Unlike 1.x, a bad request is answered with a 4xx status (1.x: 200), its JSON body still 1.x's
 ``{"status": "error", "error": MESSAGE}``. Every request is logged as one JSON line.

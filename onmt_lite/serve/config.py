@@ -2,17 +2,16 @@
 options.
 
     {"models_root": "./available_models",
-     "models": [{"id": 100, "model": "model_0.pt", "timeout": 600, "on_timeout": "to_cpu", "load":
-     true,
-                 "opt": {"gpu": 0, "beam_size": 5},
+     "models": [{"id": 100, "model": "model_0.pt", "timeout": 600, "on_timeout": "to_cpu",
+                 "load": true, "opt": {"gpu": 0, "beam_size": 5},
                  "tokenizer": {"type": "sentencepiece", "model": "wmtenfr.model"}}]}
 
 A model's ``opt`` is checked as ``onmt_lite_translate``'s command line would check it (1.x builds
 the same command line from it); options that belong to the file command (``src``, ``output``, ...)
 are refused by name. Paths in the file are relative to ``models_root`` (or the model's
 ``model_root``), which is relative to the current directory as in 1.x. Everything is checked when
-the server starts,
-before it listens: a bad file is one line naming the file, the model and the problem.
+the server starts, before it listens: a bad file is one line naming the file, the model and the
+problem.
 """
 
 import dataclasses
@@ -66,11 +65,12 @@ SERVER_REFUSES = {
     "config": "put the options in \"opt\" itself",
     "save_config": "put the options in \"opt\" itself",
 }
+# read from the model's root, as its checkpoints
 PATH_OPTIONS = (
     "src_spm",
     "tgt_spm",
     "phrase_table",
-)  # read from the model's root, as its checkpoints
+)
 OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 MAX_TIMEOUT = 1e9  # seconds (31 years); Python's waits take at most threading.TIMEOUT_MAX
 MAX_MODEL_ID = 2**31 - 1

@@ -36,9 +36,8 @@ import torch.distributed as dist
 
 from onmt_lite.utils.errors import Stopped, UserError
 
-TIMEOUT = datetime.timedelta(
-    minutes=30
-)  # a collective waiting longer than this fails (rank 0 validating, ...)
+# a collective waiting longer than this fails (rank 0 validating, ...)
+TIMEOUT = datetime.timedelta(minutes=30)
 
 
 class Distributed:

@@ -20,7 +20,6 @@ from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
 from onmt_lite.models.checkpoint import (
     CheckpointWriter,
-    build_checkpoint,
     load_checkpoint,
     model_from_checkpoint,
     model_options,
@@ -32,6 +31,7 @@ from onmt_lite.train.corpora import describe_corpora, load_data, restore_positio
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
+from onmt_lite.train.saver import CheckpointSaver
 from onmt_lite.train.trainer import Trainer, TrainingRun, check_schedule
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
 from onmt_lite.utils.cuda import configure_cuda
@@ -78,9 +78,8 @@ def choose_device(opt, dist=None):
                 f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices"
             )
         device = torch.device("cuda", gpu) if gpu >= 0 else torch.device("cpu")
-        if (
-            device.type == "cuda"
-        ):  # device-less CUDA calls (the random generator's state) mean this one
+        # device-less CUDA calls (the random generator's state) mean this one
+        if device.type == "cuda":
             torch.cuda.set_device(device)
     if device.type == "cpu" and opt.model_dtype == "fp16":
         raise UserError(
@@ -217,12 +216,45 @@ def resume(checkpoint, opt, trainer, train_iter, early_stopping):
     return step
 
 
+def reporting(opt, model, vocabs, record, device, is_main):
+    """The run's ``Reporter`` (TensorBoard on the main process with -tensorboard) and its
+    ``MetricScorer`` (-valid_metrics, on the main process), or None; logs the model's size."""
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
+    board = tensorboard_dir(opt)
+    reporter = Reporter(opt.train_steps, board if opt.tensorboard and is_main else None)
+    scorer = (
+        MetricScorer(model, vocabs, record, opt.valid_metrics, device)
+        if opt.valid_metrics and is_main
+        else None
+    )
+    return reporter, scorer
+
+
+def validation_batches(opt, valid_paths, record):
+    """A function that makes a new pass over the validation shards (``BatchIterator``), or None
+    without validation data."""
+    if not valid_paths:
+        return None
+
+    def batches():
+        return BatchIterator(
+            valid_paths,
+            opt.valid_batch_size,
+            opt.batch_type,
+            opt.pool_factor,
+            vocab=record.get("vocab_id"),
+            multiple=opt.batch_size_multiple,
+        )
+
+    return batches
+
+
 def train(opt, dist=None):
     """Train as the options say (as one of several processes with ``dist``, a ``Distributed``);
     returns the step reached."""
-    with (
-        contextlib.ExitStack() as held
-    ):  # the checkpoint writer's lock on -save_model, released at the end
+    # the checkpoint writer's lock on -save_model, released at the end
+    with contextlib.ExitStack() as held:
         return _train(opt, dist, held)
 
 
@@ -231,9 +263,8 @@ def _train(opt, dist, held):
     checkpoint = load_checkpoint(opt.train_from) if opt.train_from else None
     if checkpoint is not None:
         check_resume(checkpoint, vocabs, opt.train_from)
-    seeded = (
-        opt.seed > 0 or checkpoint is not None
-    )  # asked for reproducible results: before a seed is drawn
+    # asked for reproducible results: before a seed is drawn
+    seeded = opt.seed > 0 or checkpoint is not None
     opt = resolve_options(opt, checkpoint, record)
     check_options(opt)
     device = choose_device(opt, dist)
@@ -249,10 +280,10 @@ def _train(opt, dist, held):
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""
+    corpora_line = describe_corpora(corpora, opt.data_weights, record)
     logger.info(
-        f"seed {opt.seed}; device {device}{processes}; data {opt.data}: "
-        f"{describe_corpora(corpora, opt.data_weights, record)}; {len(valid_paths)} valid "
-        f"shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}"
+        f"seed {opt.seed}; device {device}{processes}; data {opt.data}: {corpora_line}; "
+        f"{len(valid_paths)} valid shard(s); vocabulary {len(vocabs['src'])}/{len(vocabs['tgt'])}"
     )
     model, average = prepare_model(opt, vocabs, checkpoint, device, is_main)
     if dist is not None:
@@ -275,52 +306,23 @@ def _train(opt, dist, held):
         )
         return step
 
-    def make_checkpoint(at_step):
-        return build_checkpoint(
-            model,
-            vocabs,
-            plain_options(opt),
-            at_step,
-            optim.state_dict(),
-            train_iter.state_dict(),
-            {
-                "early_stopping": early_stopping.state_dict(),
-                "precision": trainer.precision.state_dict(),
-            },
-            record,
-            averaged=average.state_dict(model) if average is not None else None,
+    reporter, scorer = reporting(opt, model, vocabs, record, device, is_main)
+    saver = None
+    if writer is not None:
+        saver = CheckpointSaver(
+            writer,
+            model=model,
+            vocabs=vocabs,
+            options=plain_options(opt),
+            optim=optim,
+            train_iter=train_iter,
+            early_stopping=early_stopping,
+            precision=trainer.precision,
+            record=record,
+            average=average,
         )
-
-    def valid_batches():
-        return BatchIterator(
-            valid_paths,
-            opt.valid_batch_size,
-            opt.batch_type,
-            opt.pool_factor,
-            vocab=record.get("vocab_id"),
-            multiple=opt.batch_size_multiple,
-        )
-
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info(f"model: {n_params} parameters; training to step {opt.train_steps}")
-    board = tensorboard_dir(opt)
-    reporter = Reporter(opt.train_steps, board if opt.tensorboard and is_main else None)
-    scorer = (
-        MetricScorer(model, vocabs, record, opt.valid_metrics, device)
-        if opt.valid_metrics and is_main
-        else None
-    )
-    run = TrainingRun(
-        trainer,
-        opt,
-        reporter,
-        writer,
-        early_stopping,
-        make_checkpoint,
-        valid_batches if valid_paths else None,
-        scorer,
-        average,
-    )
+    valid_batches = validation_batches(opt, valid_paths, record)
+    run = TrainingRun(trainer, opt, reporter, saver, early_stopping, valid_batches, scorer, average)
     last = run.run(train_iter, step)
     if device.type == "cuda":  # bench/gpu_speed.py reads it
         peak = torch.cuda.max_memory_allocated(device) / 2**20

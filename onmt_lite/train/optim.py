@@ -106,9 +106,8 @@ def make_torch_optimizer(name, param_groups, lr, opt):
         )
     if name == "adadelta":
         return torch.optim.Adadelta(param_groups, lr=lr, **kwargs)
-    optimizer_class = (
-        torch.optim.Adam if name == "adam" else torch.optim.AdamW
-    )  # fused: one kernel, CPU or GPU
+    # fused: one kernel, CPU or GPU
+    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW
     return optimizer_class(
         param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, fused=True, **kwargs
     )

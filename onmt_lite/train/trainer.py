@@ -204,16 +204,17 @@ class Trainer:
 
 class TrainingRun:
     """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints; with
-    ``average`` (a MovingAverage), its update after each step and validation with its weights."""
+    ``average`` (a MovingAverage), its update after each step and validation with its weights.
+    ``saver`` (a ``CheckpointSaver``; None in the processes that write none) is told the step to
+    save at; what it writes is its own business."""
 
     def __init__(
         self,
         trainer,
         opt,
         reporter,
-        writer,
+        saver,
         early_stopping,
-        make_checkpoint,
         valid_batches=None,
         metric_scorer=None,
         average=None,
@@ -221,9 +222,8 @@ class TrainingRun:
         self.trainer = trainer
         self.opt = opt
         self.reporter = reporter
-        self.writer = writer
+        self.saver = saver
         self.early_stopping = early_stopping
-        self.make_checkpoint = make_checkpoint
         self.valid_batches = valid_batches
         self.metric_scorer = metric_scorer
         self.average = average
@@ -269,9 +269,8 @@ class TrainingRun:
                 report_stats = Statistics()
             validating = self.valid_batches is not None and step % opt.valid_steps == 0
             if validating:
-                self._check_weights(
-                    step
-                )  # nothing is validated or saved from weights out of float range
+                # nothing is validated or saved from weights out of float range
+                self._check_weights(step)
             stop = validating and self.validate(step)
             received = (
                 signals.received if self.dist is None else int(self.dist.max(signals.received))
@@ -282,7 +281,7 @@ class TrainingRun:
             if save and not validating:
                 self._check_weights(step)
             if save and self.is_main:
-                logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
+                self.saver.save(step)
             saved = step if save else saved
             if received:
                 name = signal.Signals(received).name
@@ -326,15 +325,14 @@ class TrainingRun:
             )
             if saved != step:
                 self._check_weights(step)
-                logger.info(f"saved {self.writer.save(self.make_checkpoint(step))}")
+                self.saver.save(step)
 
     def _check_weights(self, step):
         """A UserError if a weight is NaN or infinite (a learning rate or an update out of float
         range): the checkpoints on disk stay the last good ones."""
         named = list(self.trainer.model.named_parameters())
-        finite = torch.stack(
-            [torch.isfinite(p).all() for _, p in named]
-        )  # one read of the device below
+        # one read of the device below
+        finite = torch.stack([torch.isfinite(p).all() for _, p in named])
         if not finite.all():
             bad = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
             last = self._last_checkpoint() or self.opt.train_from or "none was written"
@@ -345,16 +343,15 @@ class TrainingRun:
             )
 
     def _last_checkpoint(self):
-        return self.writer.last_path() if self.writer is not None else None
+        return self.saver.last_path() if self.saver is not None else None
 
     def validate(self, step):
         """Validate (rank 0, with the average's weights if there is one), update early stopping, the
         plateau schedule (every rank) and the best checkpoint; returns True to stop."""
         improved = stop = False
         if self.is_main:
-            with averaged(
-                self.average
-            ):  # the raw weights are back for the checkpoint and the next step
+            # the raw weights are back for the checkpoint and the next step
+            with averaged(self.average):
                 stats = self.trainer.validate(self.valid_batches())
                 scores = {"ppl": stats.ppl(), "accuracy": stats.accuracy()}
                 extra = ""
@@ -364,7 +361,7 @@ class TrainingRun:
             improved = self.early_stopping.update(scores)
             self.reporter.validation(step, stats, extra)
             if improved:
-                self.writer.save_best(self.make_checkpoint(step))
+                self.saver.save_best(step)
             stop = self.early_stopping.should_stop()
         if self.dist is not None:
             improved, stop = (bool(x) for x in self.dist.broadcast([improved, stop]))

@@ -1,15 +1,12 @@
 """The CPU-only fast paths of decoding, chosen here and nowhere else.
 
-| path | what it does | where it lives |
-| --- | --- | --- |
-| packed weights | every linear layer and the fused decoder cells on prepacked oneDNN weights |
-``packed.py`` |
-| int8 (``-quantize int8``) | the linear and recurrent layers dynamically quantised | ``packed.py``
-|
-| decoding streams | several searches side by side, each over its share of the batches |
-``streams.py`` |
-| the allocator | glibc keeps freed memory instead of unmapping it (the commands only) |
-``utils/memory.py`` |
+- packed weights (``packed.py``): every linear layer and the fused decoder cells on prepacked
+  oneDNN weights;
+- int8, ``-quantize int8`` (``packed.py``): the linear and recurrent layers dynamically quantised;
+- decoding streams (``streams.py``): several searches side by side, each over its share of the
+  batches;
+- the allocator (``utils/memory.py``): glibc keeps freed memory instead of unmapping it (the
+  commands only).
 
 Each is for the CPU alone: on any other device ``prepare_model`` leaves the model as it is (int8 is
 refused) but for ``-precision`` (``decoding_dtype``, ``cast_for_decoding``: a half-precision model

@@ -92,9 +92,8 @@ class FusedLSTMCell(nn.Module):
 
     def forward(self, x, state):
         h, c = state
-        i, f, g, o = (
-            self.gates(torch.cat([x, h], 1)).sigmoid_().chunk(4, 1)
-        )  # in place: fewer allocations
+        # in place: fewer allocations
+        i, f, g, o = self.gates(torch.cat([x, h], 1)).sigmoid_().chunk(4, 1)
         c = (f * c).addcmul_(i, g.mul(2).sub_(1))  # g is a view of a split: not modified in place
         return tanh_by_sigmoid(c).mul_(o), c
 

@@ -187,9 +187,8 @@ class TranslationService:
                     item = self._inbox.get(timeout=self.idle_timeout if timed else None)
                 except queue.Empty:
                     self._idled = True
-                    self._settle(
-                        concurrent.futures.Future(), self._do, self.on_timeout
-                    )  # errors: logged
+                    # errors: logged
+                    self._settle(concurrent.futures.Future(), self._do, self.on_timeout)
                     continue
             self._idled = False
             if item is _STOP:

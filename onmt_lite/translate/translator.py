@@ -194,16 +194,7 @@ class Translator:
         by side, each over its share of the batches (``fast_paths.decoding_streams``); the results
         are the same.
         """
-        for name, lines in (("sources", sources), ("targets", targets)):
-            if isinstance(lines, str) or (
-                lines is not None and not all(isinstance(x, str) for x in lines)
-            ):
-                raise TypeError(
-                    f"translate: {name} must be a list of strings, one a line (got "
-                    f"{type(lines).__name__})"
-                )
-        if self.tgt_prefix and targets is None:
-            raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
+        self._check_inputs(sources, targets)
         inputs = TextBatches(
             sources,
             targets,
@@ -225,24 +216,7 @@ class Translator:
         )
 
         def decode_stream(i):
-            """The ``i``-th stream's share: ``(line, n-best, copy words, beam steps or None)``
-            each."""
-            batches = inputs.batches(self.batch_size, self.batch_type, i, len(streams))
-            feeder = RowFeeder(
-                batches,
-                self.make_stepper,
-                self.search_options.beam_width,
-                self.batch_size,
-                self.batch_type,
-                self.device,
-                inputs.prefixes,
-            )
-            recorder = BeamRecorder() if self.dump_beam else None
-            for example, nbest in Search(self.search_options, BOS_ID, EOS_ID, recorder).stream(
-                feeder
-            ):
-                line, ex_words = feeder.examples.pop(example)
-                yield line, nbest, ex_words, recorder.pop(example) if recorder is not None else None
+            return self._decode_stream(inputs, i, len(streams))
 
         hypothesis_ids = {}  # line: the token ids of its n-best, for the alignment pass
 
@@ -265,6 +239,40 @@ class Translator:
                 result.beam = empty_entry() if self.dump_beam else None
         return results
 
+    def _check_inputs(self, sources: list[str], targets: list[str] | None) -> None:
+        """A TypeError unless ``sources`` (and ``targets``, if given) are lists of strings; a
+        UserError for ``tgt_prefix`` without targets."""
+        for name, lines in (("sources", sources), ("targets", targets)):
+            if isinstance(lines, str) or (
+                lines is not None and not all(isinstance(x, str) for x in lines)
+            ):
+                raise TypeError(
+                    f"translate: {name} must be a list of strings, one a line (got "
+                    f"{type(lines).__name__})"
+                )
+        if self.tgt_prefix and targets is None:
+            raise UserError("-tgt_prefix needs -tgt: the target prefixes, one a line")
+
+    def _decode_stream(self, inputs: TextBatches, index: int, n_streams: int):
+        """The ``index``-th of ``n_streams`` streams' share of ``inputs``, decoded: ``(line,
+        n-best, copy words, beam steps or None)`` for each line, as its search finishes it."""
+        batches = inputs.batches(self.batch_size, self.batch_type, index, n_streams)
+        feeder = RowFeeder(
+            batches,
+            self.make_stepper,
+            self.search_options.beam_width,
+            self.batch_size,
+            self.batch_type,
+            self.device,
+            inputs.prefixes,
+        )
+        recorder = BeamRecorder() if self.dump_beam else None
+        search = Search(self.search_options, BOS_ID, EOS_ID, recorder)
+        for example, nbest in search.stream(feeder):
+            line, ex_words = feeder.examples.pop(example)
+            steps = recorder.pop(example) if recorder is not None else None
+            yield line, nbest, ex_words, steps
+
     @torch.no_grad()
     def _teacher_forced(
         self, inputs: TextBatches, results: list[Result], hypothesis_ids: dict
@@ -286,9 +294,8 @@ class Translator:
         each (what a search's feeder calls for each batch it lets in)."""
         vocab_size = len(self.vocabs["tgt"])
         options = self.search_options
-        keep_attention = (
-            options.attention or options.coverage_penalty != "none"
-        )  # the penalty sums it
+        # the penalty sums it
+        keep_attention = options.attention or options.coverage_penalty != "none"
         steppers = [ModelStepper(m, batch, vocab_size, keep_attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
 

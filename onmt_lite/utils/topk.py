@@ -95,9 +95,8 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     total = groups * n
     n_chunks = width // CHUNK
     device = scores.device
-    row_offsets = (
-        offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]
-    )  # [len(rows) x 1]
+    # [len(rows) x 1]
+    row_offsets = offsets.view(-1, 1) if rows is None else offsets.view(-1, 1)[rows]
     if n_chunks * n <= k or not chunked(scores):
         return top_k(_spread(scores + row_offsets, rows, total).view(groups, n * width), k)
     maxima = scores[:, : n_chunks * CHUNK].view(-1, n_chunks, CHUNK).amax(2) + row_offsets
@@ -108,9 +107,8 @@ def top_k_with_offsets(scores, offsets, k, rows=None):
     candidates = ((row * width + column).unsqueeze(2) + torch.arange(CHUNK, device=device)).view(
         groups, k * CHUNK
     )
-    flat_row = (
-        row + torch.arange(groups, device=device).unsqueeze(1) * n
-    )  # [groups x k]: into groups*n
+    # [groups x k]: into groups*n
+    flat_row = row + torch.arange(groups, device=device).unsqueeze(1) * n
     # where each kept row is in ``scores`` (a row not there: 0; its offset is -inf)
     source = flat_row if rows is None else row_positions(rows, total)[flat_row]
     # each candidate plus its own row's offset, broadcast per kept chunk (no division per candidate)

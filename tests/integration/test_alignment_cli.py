@@ -176,9 +176,8 @@ def test_the_trained_model_reports_the_identity_alignment_in_1x_format(trained, 
         assert sep and " ||| " not in alignment
         pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
         assert pairs == sorted(pairs)  # by source, then target index
-        assert sorted(t for _, t in pairs) == list(
-            range(len(hypothesis.split()))
-        )  # each output token once
+        # each output token once
+        assert sorted(t for _, t in pairs) == list(range(len(hypothesis.split())))
         if i % 2 == 0:
             best_identity += alignment == identity(len(hypothesis.split()))
     assert best_identity >= 0.9 * len(sources)
@@ -432,10 +431,11 @@ def test_guided_alignment_can_start_at_train_from_with_the_checkpoints_alignment
         tmp_path / "m_step_2.pt",
     )
     saved = torch.load(tmp_path / "m_step_4.pt", weights_only=True)["opt"]
+    # the loss weight given, the model's head
     assert (saved["lambda_align"], saved["alignment_layer"]) == (
         0.5,
         -1,
-    )  # the loss weight given, the model's head
+    )
     with_align = step_losses(log)
     _, log = train_in_process(
         trained["data"],

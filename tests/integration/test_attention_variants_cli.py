@@ -155,9 +155,8 @@ def test_an_ensemble_with_a_model_without_attention_decodes(models, tmp_path):
         [models["sparsemax_attention_gate_target"]["model"], m["model"]], beam_size=2
     )
     (result,) = translator.translate([lines(m["src"])[0]])
-    assert result.attention == [None] and math.isfinite(
-        result.scores[0]
-    )  # no attention all models have
+    # no attention all models have
+    assert result.attention == [None] and math.isfinite(result.scores[0])
 
 
 @pytest.mark.kernels
@@ -194,6 +193,7 @@ def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tm
     assert "decoder.copy_attention.linear_in.weight" in weights
     assert not any(".attn." in name for name in weights)
     out = tmp_path / "out.txt"
+    # -replace_unk reads the copy attention
     result = run_cli(
         "translate",
         "-model",
@@ -205,7 +205,7 @@ def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tm
         "-beam_size",
         5,
         "-replace_unk",
-    )  # -replace_unk reads the copy attention
+    )
     assert result.returncode == 0, result.stderr
     references = lines(tmp_path / "tgt-valid.txt")
     vocab = set(torch.load(prefix + ".vocab.pt", weights_only=True)["tgt"])

@@ -89,9 +89,8 @@ def test_world_size_2_logs_validates_and_saves_once_and_its_checkpoints_resume_i
     ] == list(range(1, 7))
     assert sum("Validation at step" in line for line in lines) == 2
     saved = load_checkpoint(f"{prefix}_step_3.pt")
-    assert (
-        saved["step"] == 3 and saved["data"]["batch"] == 3 * 2
-    )  # both processes' batches consumed
+    # both processes' batches consumed
+    assert saved["step"] == 3 and saved["data"]["batch"] == 3 * 2
     resumed = train(
         data, str(tmp_path / "single"), "-train_from", f"{prefix}_step_3.pt", "-train_steps", 5
     )
@@ -136,9 +135,8 @@ def test_world_size_2_saves_the_moving_average_of_the_weights_every_process_trai
         decay,
     )
     assert any("moving average continues" in line for line in resumed)
-    single = load_checkpoint(
-        str(tmp_path / "single_step_3.pt")
-    )  # one process: step 3 has other batches
+    # one process: step 3 has other batches
+    single = load_checkpoint(str(tmp_path / "single_step_3.pt"))
     w = 1 - 4 / 13
     assert all(
         torch.equal(
@@ -196,9 +194,8 @@ def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path):
     ]
     launched = train(data, str(tmp_path / "torchrun"), "-train_steps", 4, launcher=torchrun)
     assert any("2 processes (gloo)" in line for line in launched)
-    assert step_losses(launched) == step_losses(
-        spawned
-    )  # one code path (both 1 thread a process here)
+    # one code path (both 1 thread a process here)
+    assert step_losses(launched) == step_losses(spawned)
 
 
 def child_pids(pid):
@@ -420,6 +417,5 @@ def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path):
     assert any(
         "rank 1: model: " in line and "parameters" in line for line in verbose.stderr.splitlines()
     )
-    assert not any(
-        "rank 1: Step" in line for line in verbose.stderr.splitlines()
-    )  # steps: rank 0's report
+    # steps: rank 0's report
+    assert not any("rank 1: Step" in line for line in verbose.stderr.splitlines())

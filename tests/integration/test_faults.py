@@ -399,6 +399,7 @@ def test_a_checkpoint_whose_options_do_not_match_its_weights_is_refused(data, tm
 def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(data, tmp_path):
     prefix = str(tmp_path / "tiny")
     train_in_process(data, prefix, *TINY_MODEL, "-train_steps", 2)
+    # words, not empty lines, from a model trained for 2 steps
     args = [
         "-model",
         f"{prefix}_step_2.pt",
@@ -406,7 +407,7 @@ def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(da
         os.path.join(os.path.dirname(data), "src-valid.txt"),
         "-min_length",
         2,
-    ]  # words, not empty lines, from a model trained for 2 steps
+    ]
     to_file = run_cli("translate", *args, "-output", tmp_path / "out.txt")
     assert to_file.returncode == 0, to_file.stderr
     expected = (tmp_path / "out.txt").read_text(encoding="utf-8")

@@ -328,13 +328,14 @@ def test_translation_options(tmp_path):
     for prefix, output in zip(read(prefixes), read(tmp_path / "p.txt"), strict=True):
         assert output.split()[:2] == prefix.split() and len(output.split()) <= 6
     with open(tmp_path / "beam.json", encoding="utf-8") as f:
+        # one entry per line, over the shards
         assert [entry["line"] for entry in json.load(f)] == [
             1,
             2,
             3,
             4,
             5,
-        ]  # one entry per line, over the shards
+        ]
 
 
 def test_attention_variants(tmp_path):
@@ -381,6 +382,7 @@ def test_attention_variants(tmp_path):
 
 
 def test_the_rest(tmp_path):
+    # infilling's word starts: every word (1.x's default is ▁)
     data = small_toy_ende(
         tmp_path,
         200,
@@ -392,7 +394,7 @@ def test_the_rest(tmp_path):
         "news",
         "-subword_prefix",
         "",
-    )  # infilling's word starts: every word (1.x's default is ▁)
+    )
     result = run_cli(
         "train",
         "-data",
@@ -417,9 +419,8 @@ def test_the_rest(tmp_path):
         "DEBUG",
     )
     assert result.returncode == 0, result.stderr
-    checkpoint = load_checkpoint(
-        str(tmp_path / "m_step_13.pt")
-    )  # one epoch: 13 batches of 16 (200 examples)
+    # one epoch: 13 batches of 16 (200 examples)
+    checkpoint = load_checkpoint(str(tmp_path / "m_step_13.pt"))
     assert checkpoint["opt"]["encoder_type"] == "brnn"
     assert all(len(checkpoint["vocab"][side]) % 8 == 0 for side in ("src", "tgt"))
     assert "1 pass(es) over the training data end at step 13" in "".join(

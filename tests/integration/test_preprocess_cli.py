@@ -50,6 +50,7 @@ def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
         "d.vocab.pt",
     ]
     vocab = load(out / "d.vocab.pt")
+    # by count, then alphabet
     assert vocab["src"][4:] == [
         "cat",
         "the",
@@ -58,7 +59,7 @@ def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
         "dog",
         "ran",
         "sat",
-    ]  # by count, then alphabet
+    ]
     assert "" not in vocab["src"] and "" not in vocab["tgt"]
     shard = load(out / "d.train.1.pt")
     assert shard["indices"].tolist() == [4]
@@ -394,12 +395,13 @@ def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
             for line in result.stderr.splitlines()
             if "train: " in line and "lines read" in line
         ]
+        # each multiple of -report_every logged once
         assert [n // 2500 for n in read] == [
             1,
             2,
             3,
             4,
-        ]  # each multiple of -report_every logged once
+        ]
     assert list(outputs[3])[:2] == ["d.train.0.pt", "d.train.1.pt"]
     assert list(outputs[3])[-1] == "d.vocab.pt"
     assert outputs[3] == outputs[1]

@@ -176,9 +176,8 @@ def test_translate_answers_in_1x_shape_what_each_sentence_gets_alone(server, mod
     status, answer = server.call("POST", "/translate", [{"src": s, "id": PLAIN} for s in sources])
     assert status == 200
     check_answer(answer, PLAIN, sources, alone)
-    assert answer[0][0]["tgt"] == " ".join(
-        reversed(sources[0].split())
-    )  # the model has learnt to reverse
+    # the model has learnt to reverse
+    assert answer[0][0]["tgt"] == " ".join(reversed(sources[0].split()))
 
 
 def test_the_copy_model_and_the_sentencepiece_tokenizer(server, models, alone):
@@ -259,9 +258,8 @@ def test_models_health_and_the_model_endpoints(server, models, alone):
         is False
     )
     source = lines(models["plain"]["src"])[0]
-    status, answer = server.call(
-        "POST", "/translate", [{"src": source, "id": PLAIN}]
-    )  # loads it again
+    # loads it again
+    status, answer = server.call("POST", "/translate", [{"src": source, "id": PLAIN}])
     assert (
         status == 200
         and next(m for m in server.call("GET", "/models")[1] if m["model_id"] == PLAIN)["loaded"]
@@ -500,9 +498,8 @@ def test_a_taken_port_a_missing_configuration_and_an_unknown_option_are_one_line
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(
     models, sentencepiece_model, tmp_path
 ):
-    server = Server(
-        write_config(tmp_path, models, sentencepiece_model), "--debug"
-    )  # logs each request's body
+    # logs each request's body
+    server = Server(write_config(tmp_path, models, sentencepiece_model), "--debug")
     sources = lines(models["plain"]["src"]) * 25  # 1,000 sentences
     answer = {}
     client = threading.Thread(

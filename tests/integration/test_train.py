@@ -357,9 +357,8 @@ def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpu
         str(tmp_path / "small"), "-src_vocab_size", 5, "-tgt_vocab_size", 5
     )
     full = preprocess_in_process(str(tmp_path / "full"))
-    same = preprocess_in_process(
-        str(tmp_path / "same")
-    )  # the same vocabularies: its shards are welcome
+    # the same vocabularies: its shards are welcome
+    same = preprocess_in_process(str(tmp_path / "same"))
     os.replace(f"{same}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
     args = [*TINY_MODEL, "-train_steps", 2, "-valid_steps", 1]
     assert run_cli("train", "-data", full, "-save_model", tmp_path / "ok", *args).returncode == 0
@@ -385,9 +384,8 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
             f"onmt_lite_train: error: -save_model {prefix}: another run is using this prefix"
         )
         assert "by process 4242" in line
-        assert theirs.exists() and not os.path.exists(
-            f"{prefix}_step_2.pt"
-        )  # nothing of theirs touched
+        # nothing of theirs touched
+        assert theirs.exists() and not os.path.exists(f"{prefix}_step_2.pt")
     assert os.path.exists(f"{prefix}.lock")  # left behind, as by a killed run: it does not block
     result = run_cli("train", *args)
     assert result.returncode == 0, result.stderr

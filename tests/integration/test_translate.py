@@ -110,9 +110,8 @@ def test_int8_quantised_translation_stays_close_to_float(models, tmp_path, kind)
         if "quantized.dynamic" in type(m).__module__
     }
     assert {"Linear", "LSTM"} <= dynamic, dynamic
-    assert (
-        "quantized.dynamic" in type(quantized[0].decoder.rnn.cells[0].gates).__module__
-    )  # a fused cell
+    # a fused cell
+    assert "quantized.dynamic" in type(quantized[0].decoder.rnn.cells[0].gates).__module__
 
 
 @pytest.mark.kernels
@@ -256,9 +255,8 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(
     assert len(streamed) < len(rows) if kind == "copy" else len(streamed) <= len(rows)
     if batch_type == "sents":
         assert max(streamed) <= batch_size * beam
-        assert (
-            streamed[0] == batch_size
-        )  # a row per example until its first step, then one per beam
+        # a row per example until its first step, then one per beam
+        assert streamed[0] == batch_size
     if batch_type == "sents" and beam == 1:
         assert max(streamed) == batch_size and streamed.count(batch_size) > 0.8 * len(streamed)
 
@@ -350,9 +348,8 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     tgt = lines(m["tgt"])
     plain_results = Translator.load([m["model"]]).translate(src)
     plain = [r.hypotheses[0] for r in plain_results]
-    one_path = Translator.load(pathlib.Path(m["model"])).translate(
-        src[:3]
-    )  # one path, not a list of them
+    # one path, not a list of them
+    one_path = Translator.load(pathlib.Path(m["model"])).translate(src[:3])
     assert [r.hypotheses for r in one_path] == [r.hypotheses for r in plain_results[:3]]
     assert sum("<unk>" in h for h in plain) > len(src) / 2
     replaced = [

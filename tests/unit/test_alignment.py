@@ -72,11 +72,12 @@ def test_truncation_drops_the_links_beyond_it_and_filtering_the_whole_pair():
     kept = list(
         tokenize_lines(lines[:1], Tokenizer(), Tokenizer(), LengthLimits(2, 0), CorpusStats())
     )
+    # the source cut to 2 tokens: links from tokens 2 and 3 go
     assert kept[0][3] == [
         (0, 0),
         (1, 2),
         (1, 1),
-    ]  # the source cut to 2 tokens: links from tokens 2 and 3 go
+    ]
 
 
 # --- shards, batches and the reference matrix -----------------------------------------------------
@@ -117,9 +118,8 @@ def test_the_reference_matrix_normalises_each_target_row_over_its_links():
     expected[2, 1] = torch.tensor([0.0, 1.0, 0.0])  # t1 and t3 have no link: zero rows
     torch.testing.assert_close(ref, expected)
     doubled = reference_alignment(torch.tensor([[0, 0, 1], [0, 0, 1]]), 1, 1, 2)
-    torch.testing.assert_close(
-        doubled, torch.tensor([[[0.0, 1.0]]])
-    )  # a link given twice counts once
+    # a link given twice counts once
+    torch.testing.assert_close(doubled, torch.tensor([[[0.0, 1.0]]]))
 
 
 # --- the alignment head and its loss --------------------------------------------------------------
@@ -155,9 +155,8 @@ def recomputed_alignment(model, batch, layer_index, heads, query_input):
     size = memory_bank.size(2)
     n_heads = decoder.layers[0].context_attn.heads
     d = size // n_heads
-    rows = slice(
-        2 * layer_index * size, (2 * layer_index + 1) * size
-    )  # the layer's keys in the projection
+    # the layer's keys in the projection
+    rows = slice(2 * layer_index * size, (2 * layer_index + 1) * size)
     keys = (
         memory_bank @ decoder.memory_projection.weight[rows].t()
         + decoder.memory_projection.bias[rows]
@@ -233,9 +232,8 @@ def test_only_the_full_context_alignment_sees_later_target_tokens(full_context):
         aligns.append(attns["align"])
     # inputs from position 3 on differ: positions 0..2 see them only with the full context
     assert not torch.equal(aligns[0][3:], aligns[1][3:])
-    assert (
-        torch.equal(aligns[0][:3], aligns[1][:3]) is not full_context
-    )  # float64: any dependence shows
+    # float64: any dependence shows
+    assert torch.equal(aligns[0][:3], aligns[1][:3]) is not full_context
 
 
 def test_the_full_context_pass_ignores_target_padding():

@@ -5,9 +5,8 @@ from onmt_lite.models.attention import GlobalAttention
 
 def test_dot_attention_by_hand_and_zero_weight_on_padding():
     attn = GlobalAttention(2, "dot").double()
-    memory = torch.tensor(
-        [[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]], dtype=torch.float64
-    )  # [1 x 3 x 2]
+    # [1 x 3 x 2]
+    memory = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]], dtype=torch.float64)
     query = torch.tensor([[[2.0, 0.0]]], dtype=torch.float64)
     _, align = attn(query, memory, torch.tensor([2]))
     expected = torch.softmax(torch.tensor([2.0, 0.0], dtype=torch.float64), 0)

@@ -88,9 +88,8 @@ def test_sparsemax_along_another_dimension_and_its_jacobian():
 
 def test_sparsemax_loss_value_follows_the_formula_and_its_gradient_is_sparsemax_minus_onehot():
     scores, _ = random_scores(4, rows=6, width=7)
-    scores = scores.masked_fill(
-        scores == NEG_INF, -3.0
-    )  # finite (a gold word could be masked otherwise)
+    # finite (a gold word could be masked otherwise)
+    scores = scores.masked_fill(scores == NEG_INF, -3.0)
     gold = torch.randint(0, 7, (scores.size(0),), generator=torch.Generator().manual_seed(5))
     for row, y, loss in zip(scores, gold, sparsemax_loss(scores, gold)):
         _, tau = projection(row)
@@ -332,9 +331,8 @@ def test_sparsemax_generator_statistics_report_the_sparsemax_loss_without_nan():
         model.generator, NMTGenerator
     )
     with torch.no_grad():
-        model.generator[0].weight.mul_(
-            40
-        )  # confident: most words get probability 0, gold words too
+        # confident: most words get probability 0, gold words too
+        model.generator[0].weight.mul_(40)
     batch = make_batch(random_pairs(4, seed=10))
     dec_out, attns = model(batch.src, batch.tgt, batch.src_lengths)
     _, stats = build_loss_compute(model, TGT_VOCAB, opt)(batch, dec_out, attns)

@@ -63,9 +63,8 @@ def test_following_the_parents_back_gives_each_n_best_hypothesis_and_its_score(
             result.tokens, result.scores, result.log_probs, beam["n_best"]
         ):
             ids, path_words, log_probs = backtrack(beam, end["step"], end["beam"])
-            ended = (
-                len(words) < MAX
-            )  # a shorter hypothesis ended with </s>: one step more than its words
+            # a shorter hypothesis ended with </s>: one step more than its words
+            ended = len(words) < MAX
             assert path_words == words + (["</s>"] if ended else [])
             assert (ids[-1] == 3) == ended
             assert sum(log_probs) == pytest.approx(log_prob, abs=1e-4)

@@ -333,9 +333,8 @@ def test_pretrained_vectors_fill_the_first_columns_of_the_embedding(tmp_path, si
         else (model.decoder.embeddings, baseline.decoder.embeddings)
     )
     assert torch.equal(emb.weight[:, :4].detach(), vectors)
-    assert torch.equal(
-        emb.weight[:, 4:], base_emb.weight[:, 4:]
-    )  # the other columns keep their init
+    # the other columns keep their init
+    assert torch.equal(emb.weight[:, 4:], base_emb.weight[:, 4:])
     other = baseline.decoder.embeddings if side == "enc" else baseline.encoder.embeddings
     unloaded = model.decoder.embeddings if side == "enc" else model.encoder.embeddings
     assert torch.equal(unloaded.weight, other.weight)

@@ -99,9 +99,7 @@ def test_a_checkpoint_with_entries_of_the_wrong_kind_is_refused_by_name(tmp_path
         load_checkpoint(str(tmp_path / "bad.pt"))
 
 
-def test_keep_checkpoint_prunes_by_step_but_never_best_or_what_this_run_wrote(
-    tmp_path,
-):
+def test_keep_checkpoint_prunes_by_step_but_never_best_or_what_this_run_wrote(tmp_path):
     prefix = str(tmp_path / "m")
     for step in (10, 20, 30):  # an earlier run's
         save_tensors({"step": step}, checkpoint_path(prefix, step))

@@ -29,9 +29,8 @@ def test_copy_distribution_sums_to_one_and_gives_padding_nothing():
     generator = CopyGenerator(5, 9).double()
     batch = make_batch(random_pairs(3))
     src_map = batch.src_map  # [S x 3 x n]
-    padded = torch.arange(src_map.size(0)) >= batch.src_lengths.repeat(4).unsqueeze(
-        1
-    )  # rows: t * 3 + b
+    # rows: t * 3 + b
+    padded = torch.arange(src_map.size(0)) >= batch.src_lengths.repeat(4).unsqueeze(1)
     scores = torch.randn(4 * 3, src_map.size(0), dtype=torch.float64).masked_fill(
         padded, float("-inf")
     )
@@ -71,9 +70,8 @@ def test_the_generator_gives_the_same_log_probs_in_place_without_gradients():
 
 def test_copy_loss_cases_by_hand():
     probs, log_probs = hand_distribution()
-    target = torch.tensor(
-        [4, 0, 5, 1]
-    )  # in vocab and source; unknown but copyable; not in source; padding
+    # in vocab and source; unknown but copyable; not in source; padding
+    target = torch.tensor([4, 0, 5, 1])
     align = torch.tensor([2, 2, 0, 0])
     _, nll = CopyGeneratorLoss(V)(log_probs, align, target)
     expected = [-math.log(0.2 + 0.5), -math.log(0.5), -math.log(0.1), 0.0]
@@ -129,9 +127,8 @@ def test_collapsed_argmax_equals_the_argmax_of_the_collapsed_matrix():
     n_words = 6
     rows = 4000
     log_probs = torch.log_softmax(3 * torch.randn(rows, vocab_size + n_words, generator=draw), 1)
-    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[
-        :, :n_words
-    ]  # an example's words differ
+    # an example's words differ
+    ids = torch.rand(rows, vocab_size, generator=draw).argsort(1)[:, :n_words]
     ids[torch.rand(rows, n_words, generator=draw) < 0.4] = 0  # words not in the vocabulary
     expected = collapse_copy_scores(log_probs.exp(), ids, vocab_size).argmax(1)
     got = collapsed_argmax(log_probs, ids, vocab_size)

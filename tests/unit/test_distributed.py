@@ -161,11 +161,12 @@ def test_step_share_gives_each_process_its_slice_of_the_same_stream():
     assert step_share(stream, 2, None) == [0, 1]
     streams = [iter(range(100)) for _ in range(3)]
     assert [step_share(streams[r], 2, Rank(r)) for r in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    # every process is at the same position afterwards
     assert [next(s) for s in streams] == [
         6,
         6,
         6,
-    ]  # every process is at the same position afterwards
+    ]
 
 
 @pytest.mark.parametrize(

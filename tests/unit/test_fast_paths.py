@@ -44,10 +44,11 @@ def test_decoding_rows_pad_a_beam_search_to_whole_beams_only():
     assert decoding_rows(32, "sents", 5) == (160, 5)
     assert decoding_rows(32, "sents", 1) == (32, ROW_BUCKET)
     assert decoding_rows(2000, "tokens", 5) == (64, ROW_BUCKET)
+    # oneDNN's limit
     assert decoding_rows(1_000_000_000, "sents", 5) == (
         fast_paths.MAX_PACKED_ROWS,
         5,
-    )  # oneDNN's limit
+    )
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1", "meta"])

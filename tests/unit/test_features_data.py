@@ -127,10 +127,11 @@ def test_features_with_copy_data_copy_the_words(tmp_path):
     prefix = run_preprocess(tmp_path, SRC, ["cat the", "dog", "cat"], "-dynamic_dict")
     shard = load_shard(prefix + ".train.0.pt")
     assert shard["src_ex_vocab"][0] == ["<unk>", "<blank>", "the", "cat", "sat"]
+    # "cat the": indices of the words in that vocabulary
     assert shard["alignment"][:2].tolist() == [
         3,
         2,
-    ]  # "cat the": indices of the words in that vocabulary
+    ]
     assert torch.equal(shard["src_lengths"], torch.tensor([3, 2, 1]))
 
 
@@ -145,18 +146,18 @@ def test_features_vocabs_prefix_reads_each_features_vocabulary_from_its_file(tmp
     record = load_plain(prefix + ".vocab.pt", "onmt_lite.vocab.v1", "vocab file")
     specials = ["<unk>", "<blank>", "<s>", "</s>"]
     assert record["src_feats"] == [specials + ["VERB", "ADJ", "NOUN"], specials + ["c", "a"]]
+    # the words still counted from the data
     assert record["src"][4:] == [
         "cat",
         "a",
         "dog",
         "sat",
         "the",
-    ]  # the words still counted from the data
+    ]
     tokens = [token.split(S) for line in SRC for token in line.split()]
     ids = load_shard(prefix + ".train.0.pt")["src_feats"].tolist()
-    assert ids[0] == [
-        {"VERB": 4, "NOUN": 6}.get(t[1], 0) for t in tokens
-    ]  # DET is not in the file: <unk>
+    # DET is not in the file: <unk>
+    assert ids[0] == [{"VERB": 4, "NOUN": 6}.get(t[1], 0) for t in tokens]
     assert ids[1] == [{"c": 4, "a": 5}.get(t[2], 0) for t in tokens]
 
 

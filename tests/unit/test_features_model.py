@@ -10,10 +10,11 @@ from onmt_lite.models.builder import build_model
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import TRANSFORMER, VOCABS, model_options
 
+# 7 and 16 values with specials
 FEATS = [
     Vocab(["DET", "NOUN", "VERB"]),
     Vocab([f"x{i}" for i in range(12)]),
-]  # 7 and 16 values with specials
+]
 WITH_FEATS = {**VOCABS, "src_feats": FEATS}
 
 

@@ -228,9 +228,8 @@ def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_locked(tmp_p
     opened = []
     real_open = open
 
-    def open_then_release(
-        *args, **kwargs
-    ):  # the holder ends just after this process opened its file
+    # the holder ends just after this process opened its file
+    def open_then_release(*args, **kwargs):
         f = real_open(*args, **kwargs)
         if not opened:
             opened.append(f)

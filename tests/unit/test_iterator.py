@@ -123,10 +123,11 @@ def test_batch_size_multiple_cuts_as_opennmt_py_1x(batch_type, batch_size, multi
     assert sum(len(b) % multiple != 0 for b in ours[:-1]) == 0
 
 
+# every source word of corpus a is id 4, of corpus b id 5: a batch tells its corpus
 CORPUS_WORD = {
     "a": 4,
     "b": 5,
-}  # every source word of corpus a is id 4, of corpus b id 5: a batch tells its corpus
+}
 
 
 @pytest.fixture
@@ -185,9 +186,8 @@ def test_weights_3_1_take_3_batches_of_a_then_1_of_b_and_each_corpus_has_its_own
         assert all(sorted(epoch) == list(range(1, size + 1)) for epoch in epochs[:-1])
         assert len(set(epochs[-1])) == len(epochs[-1])
     a_batches = [b.indices.tolist() for b in batches if corpus_of(b) == "a"]
-    assert a_batches == alone(
-        two_corpora, "a", len(a_batches)
-    )  # shuffled and bucketed as on its own
+    # shuffled and bucketed as on its own
+    assert a_batches == alone(two_corpora, "a", len(a_batches))
 
 
 @pytest.mark.parametrize("taken", [1, 3, 7, 14, 29])
@@ -197,9 +197,8 @@ def test_a_weighted_stream_resumes_exactly_from_its_saved_position(two_corpora, 
     first = weighted(two_corpora)
     stream = iter(first)
     head = [next(stream).indices.tolist() for _ in range(taken)]
-    save_tensors(
-        first.state_dict(), str(tmp_path / "position.pt")
-    )  # plain data, as in a checkpoint
+    # plain data, as in a checkpoint
+    save_tensors(first.state_dict(), str(tmp_path / "position.pt"))
     resumed = weighted(two_corpora)
     resumed.load_state_dict(load_tensors(str(tmp_path / "position.pt"), "position"))
     stream = iter(resumed)

@@ -399,9 +399,8 @@ def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(
     from onmt_lite.loss import NMTCriterion, criteria
     from onmt_lite.models.projection import row_bucket
 
-    monkeypatch.setattr(
-        criteria, "CHUNK_SCORES", 50 * 17
-    )  # chunks of 48 rows (a bucket), the last of 5
+    # chunks of 48 rows (a bucket), the last of 5
+    monkeypatch.setattr(criteria, "CHUNK_SCORES", 50 * 17)
     shapes = []
     original_linear = criteria.F.linear
     monkeypatch.setattr(

@@ -87,9 +87,8 @@ def test_the_example_trains_one_step_from_the_command_line_options(tmp_path):
         weights[name] = torch.load(tmp_path / f"{name}_step_1.pt", weights_only=True)["generator"][
             "0.weight"
         ]
-    assert not torch.equal(
-        weights["focal"], weights["nll"]
-    )  # the plug-in, not the default, was trained
+    # the plug-in, not the default, was trained
+    assert not torch.equal(weights["focal"], weights["nll"])
 
 
 def test_the_walkthrough_shows_exactly_the_example_file():

@@ -33,9 +33,8 @@ def second_fill_faults(mode):
 
 def test_freed_memory_is_reused_without_page_faults():
     pages = 180_000_000 // 4096
-    assert (
-        second_fill_faults("default") > pages // 2
-    )  # glibc unmapped the block: every page faults again
+    # glibc unmapped the block: every page faults again
+    assert second_fill_faults("default") > pages // 2
     assert second_fill_faults("reuse") < pages // 50
 
 

@@ -96,9 +96,8 @@ def test_infilling_replaces_runs_of_whole_words_covering_about_prob_of_them():
     words = 0
     masks = 0
     for _ in range(400):
-        source = torch.tensor(
-            [4, 5, 6, 7, 12, 13, 14, 4, 5, 6, 7, 9] * 2
-        )  # 12 words, 2 of 2 pieces each
+        # 12 words, 2 of 2 pieces each
+        source = torch.tensor([4, 5, 6, 7, 12, 13, 14, 4, 5, 6, 7, 9] * 2)
         starts = word_start[source].nonzero().flatten().tolist()
         out = infill(source, word_start, 0.3, UNK_ID, rng).tolist()
         assert infilled_from(tuple(source.tolist()), tuple(out), tuple(starts))

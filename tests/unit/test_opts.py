@@ -416,9 +416,8 @@ def test_brnn_is_encoder_type_brnn_and_builds_a_bidirectional_encoder():
 
     assert model_options("-brnn").encoder_type == "brnn"
     assert model_options().encoder_type == "rnn"
-    assert (
-        model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"
-    )  # the last wins
+    # the last wins
+    assert model_options("-brnn", "-encoder_type", "transformer").encoder_type == "transformer"
     assert build_model(model_options("-brnn"), VOCABS).encoder.rnn.bidirectional
     assert not build_model(model_options(), VOCABS).encoder.rnn.bidirectional
 

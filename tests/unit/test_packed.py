@@ -125,10 +125,11 @@ def test_int8_wide_layers_are_packed_for_onednn_and_compute_what_the_default_bac
     engines.clear()
     monkeypatch.setattr(packed_module, "_has_vnni", lambda: True)
     mixed = quantize_int8(copy.deepcopy(model))
+    # the wide layer only; the narrow one on the default backend
     assert engines[0] == (
         "onednn",
         {"0"},
-    )  # the wide layer only; the narrow one on the default backend
+    )
     assert torch.backends.quantized.engine == engine
     monkeypatch.setattr(packed_module, "WIDE_INT8_OUTPUTS", 10**9)
     default = quantize_int8(copy.deepcopy(model))

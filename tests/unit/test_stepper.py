@@ -37,9 +37,8 @@ def test_rows_that_join_and_leave_step_as_each_example_alone(args):
         torch.cat([torch.randint(4, vocab, (6,), generator=generator), torch.full((2,), BOS_ID)]),
         torch.randint(4, vocab, (8,), generator=generator),
     ]
-    beams = torch.tensor(
-        [0, 0, 1, 1, 2, 2]
-    )  # a row per beam: the rows of example e are 2e and 2e + 1
+    # a row per beam: the rows of example e are 2e and 2e + 1
+    beams = torch.tensor([0, 0, 1, 1, 2, 2])
     kept = torch.tensor([0, 1, 4, 5, 6, 7, 8, 9])  # the rows of examples 0, 2, 3 and 4
     with torch.no_grad():
         stepper = ModelStepper(model, make_batch(pairs[:3]), vocab)
@@ -92,9 +91,8 @@ def test_mlp_attention_projects_the_memory_once_per_stepper():
         stepper.reorder(beams, beams)
         for _ in range(3):
             stepper.step(torch.full((3 * BEAM,), BOS_ID))
-    assert calls == [
-        torch.Size([3, batch.src.size(0), 8])
-    ]  # the untiled memory bank, before the first step
+    # the untiled memory bank, before the first step
+    assert calls == [torch.Size([3, batch.src.size(0), 8])]
 
 
 @pytest.mark.parametrize("args", [[*TRANSFORMER], [*TRANSFORMER, "-copy_attn"], []])
@@ -103,16 +101,16 @@ def test_a_stepper_that_keeps_no_attention_gives_the_same_log_probabilities_and_
 ):
     """Without kept attention the Transformer's top layer runs on the fused kernel (no weights): the
     log-probabilities are those of the written-out attention; copy models still copy."""
-    from onmt_lite.models import transformer
+    from onmt_lite.models import multihead
 
     model, _ = make_model(*args)
     model.eval()
     batch = make_batch(random_pairs(3, seed=4, min_len=2))
     vocab = len(TGT_VOCAB)
     written_out = []
-    attend = transformer.MultiHeadAttention._attend
+    attend = multihead.MultiHeadAttention._attend
     monkeypatch.setattr(
-        transformer.MultiHeadAttention,
+        multihead.MultiHeadAttention,
         "_attend",
         lambda self, *a: written_out.append(1) or attend(self, *a),
     )

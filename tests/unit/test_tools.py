@@ -173,9 +173,8 @@ def test_an_output_that_is_a_directory_is_refused_before_any_work(tmp_path, caps
     (tmp_path / "out").mkdir()
     for output in (tmp_path / "out", f"{tmp_path}/new/"):
         err = fails(capsys, name, *args, output)
-        assert (
-            f"{args[-1]} {output}: is a directory" in err
-        )  # not the missing input: nothing was read
+        # not the missing input: nothing was read
+        assert f"{args[-1]} {output}: is a directory" in err
     assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out") == []
 
 
@@ -597,9 +596,8 @@ def test_create_vocabulary_from_a_preprocessed_vocab_field(trained, tmp_path, ca
         assert out.read_text(encoding="utf-8") == "".join(
             f"{w}\n" for w in saved[side][len(SPECIALS) :]
         )
-        assert (
-            Vocab.from_file(str(out), 0).itos == saved[side]
-        )  # -src_vocab/-tgt_vocab give the same vocabulary
+        # -src_vocab/-tgt_vocab give the same vocabulary
+        assert Vocab.from_file(str(out), 0).itos == saved[side]
     run(
         "create_vocabulary",
         "-file_type",

@@ -90,9 +90,8 @@ def test_top_k_with_offsets_of_some_rows_equals_the_full_matrix_with_the_others_
     torch.manual_seed(groups + n + width)
     full = torch.randn(groups * n, width).log_softmax(1)
     offsets = torch.randn(groups, n) * 4
-    offsets[1:, 1:] = float(
-        "-inf"
-    )  # every example but the first has just joined: only its first row is there
+    # every example but the first has just joined: only its first row is there
+    offsets[1:, 1:] = float("-inf")
     rows = (offsets.view(-1) > float("-inf")).nonzero().view(-1)
     expected = top_k_with_offsets(full, offsets, k)
     values, indices = top_k_with_offsets(full[rows], offsets, k, rows)

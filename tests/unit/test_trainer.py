@@ -263,9 +263,8 @@ def test_a_dropout_schedule_takes_one_value_for_all_steps_or_one_per_step():
     from onmt_lite.train.trainer import check_schedule, scheduled
     from onmt_lite.utils.errors import UserError
 
-    check_schedule(
-        [0.1], [0, 5], "-attention_dropout", "-dropout_steps"
-    )  # one value: all the steps
+    # one value: all the steps
+    check_schedule([0.1], [0, 5], "-attention_dropout", "-dropout_steps")
     check_schedule([0.3, 0.1], [0, 5], "-dropout", "-dropout_steps")
     with pytest.raises(UserError, match="-dropout has 3 value"):
         check_schedule([0.3, 0.2, 0.1], [0, 5], "-dropout", "-dropout_steps")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from onmt_lite.models.embeddings import sinusoids
-from onmt_lite.models.transformer import MultiHeadAttention, TransformerState, relative_positions
+from onmt_lite.models.multihead import MultiHeadAttention, relative_positions
+from onmt_lite.models.transformer import TransformerState
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import (
     TGT_VOCAB,

@@ -1,0 +1,169 @@
+"""Multi-head attention of the Transformer: the heads (``MultiHeadAttention``, with relative
+positions or the fused kernel), self-attention with its cache of earlier positions
+(``SelfAttention``, ``appended``).
+
+Shapes: B batch, T new query positions, K key positions, C cache columns (P of them used),
+H model size, h heads, d = H / h per head; batch-first (``[B x T x H]``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from onmt_lite.models.dropout import dropout
+
+
+def relative_positions(query_len: int, key_len: int, max_distance: int, device) -> Tensor:
+    """``[query_len x key_len]`` ids into a table of ``2 * max_distance + 1`` relative positions:
+    the key's position minus the query's, clipped to ``±max_distance``, plus ``max_distance``. The
+    queries are the last ``query_len`` of the ``key_len`` positions (the new ones, after the cached
+    ones)."""
+    keys = torch.arange(key_len, device=device)
+    queries = keys[key_len - query_len :]
+    return (keys.unsqueeze(0) - queries.unsqueeze(1)).clamp(
+        -max_distance, max_distance
+    ) + max_distance
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention of ``heads`` heads, over given keys and values.
+
+    ``forward`` takes queries, keys and values already projected and split into heads (the layers
+    project them: self-attention in one product for all three, context attention once per source for
+    keys and values) and returns the heads' outputs merged and projected ``[B x T x H]``, with the
+    attention weights ``[B x h x T x K]`` when asked (K keys). Weights on masked keys are exactly 0.
+
+    With ``max_relative_positions`` k > 0 (Shaw et al. 2018), a table of 2k + 1 vectors ``[d]`` per
+    clipped relative position enters both the scores (``q · r``) and the output (``Σ w r``), one
+    table for both as in 1.x. Both go through the 2k + 1 buckets (``q`` times the table, gathered
+    per key; the weights summed per bucket, times the table): memory grows as T x K, not T x K x d.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"model size {dim} is not a multiple of {heads} heads")
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.dropout_p = dropout
+        self.out = nn.Linear(dim, dim)
+        self.max_relative_positions = max_relative_positions
+        self.relative = (
+            nn.Embedding(2 * max_relative_positions + 1, self.head_dim)
+            if max_relative_positions > 0
+            else None
+        )
+
+    def split(self, x: Tensor) -> Tensor:
+        """``[B x T x H]`` -> ``[B x h x T x d]``."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
+        ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or
+        None."""
+        p = self.dropout_p if self.training else 0.0
+        if self.relative is None and not need_weights and p == 0:
+            # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid
+            # them (with dropout its CPU version writes them out too, and draws the masks more
+            # slowly than ours)
+            context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+            weights = None
+        else:
+            context, weights = self._attend(query, keys, values, mask, p)
+        batch, _, length, _ = context.shape
+        merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
+        return self.out(merged), weights
+
+    def _attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, p: float
+    ) -> tuple[Tensor, Tensor]:
+        """The same attention written out, for the weights and for relative positions: ``query``
+        ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]`` -> context ``[B x h x T x d]``,
+        weights ``[B x h x T x K]`` (before dropout)."""
+        scores = torch.matmul(query, keys.transpose(2, 3))  # [B x h x T x K]
+        ids = None
+        if self.relative is not None:
+            table = self.relative.weight  # [2k+1 x d]
+            # the clipped distance of each key from each query; with a cache (T new positions after
+            # P cached ones) the queries are the last T of the K columns, so steps see the same ids
+            # [T x K]
+            rows = relative_positions(
+                query.size(2), keys.size(2), self.max_relative_positions, query.device
+            )
+            ids = rows.expand(scores.shape)  # [B x h x T x K], a view: nothing copied
+            # q · r: each query against the 2k+1 table rows, then each key picks its row, so no
+            # [T x K x d] tensor of gathered vectors is ever made
+            by_bucket = torch.matmul(query, table.t())  # [B x h x T x 2k+1]
+            scores = scores + by_bucket.gather(-1, ids)  # [B x h x T x K]
+        scores = scores / self.head_dim**0.5
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        dropped = dropout(weights, p)
+        context = torch.matmul(dropped, values)  # [B x h x T x d]
+        if ids is not None:
+            # Σ_j w_j r_j = Σ_b (Σ_{j in bucket b} w_j) r_b: the dropped weights summed per bucket
+            buckets = dropped.new_zeros(*dropped.shape[:-1], table.size(0))  # [B x h x T x 2k+1]
+            buckets = buckets.scatter_add(-1, ids, dropped)
+            context = context + torch.matmul(buckets, table)  # [B x h x T x d]
+        return context, weights
+
+
+def spare_room(columns: int) -> int:
+    """The columns of a cache buffer made for ``columns`` used ones: a quarter more, at least 4."""
+    return columns + max(4, columns // 4)
+
+
+def appended(buffer: Tensor, used: int, new: Tensor) -> tuple[Tensor, Tensor]:
+    """A self-attention cache with ``new`` ``[B x h x T x d]`` after the first ``used`` columns of
+    ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns
+    ``[B x h x used+T x d]``.
+
+    Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then
+    copies the cache once (the search's reorder), not twice (that and a concatenation). With a
+    gradient (``-truncated_decoder`` windows) it concatenates."""
+    total = used + new.size(2)
+    if used == 0 and new.size(2) > 1:  # a whole target at once (teacher forcing): no room needed
+        return new, new
+    if torch.is_grad_enabled() and (buffer.requires_grad or new.requires_grad):
+        joined = torch.cat([buffer[:, :, :used], new], 2)
+        return joined, joined
+    if buffer.size(2) < total:
+        grown = new.new_empty(new.size(0), new.size(1), spare_room(total), new.size(3))
+        grown[:, :, :used] = buffer[:, :, :used]
+        buffer = grown
+    buffer[:, :, used:total] = new
+    return buffer, buffer[:, :, :total]
+
+
+class SelfAttention(nn.Module):
+    """Self-attention of a layer: one product for queries, keys and values, then
+    ``MultiHeadAttention``. Given ``cache`` (the keys and values of earlier positions), the new keys
+    and values are appended."""
+
+    def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
+
+    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int] | None = None):
+        """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of
+        earlier positions and how many of their columns are used (P). Returns ``[B x T x H]`` and
+        the buffers with the new keys and values after the P columns (see ``appended``)."""
+        query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
+        if cache is not None:
+            key_buffer, value_buffer, used = cache
+            (key_buffer, keys), (value_buffer, values) = (
+                appended(key_buffer, used, keys),
+                appended(value_buffer, used, values),
+            )
+        else:
+            key_buffer = keys
+            value_buffer = values
+        out, _ = self.attention(query, keys, values, mask)
+        return out, (key_buffer, value_buffer)
