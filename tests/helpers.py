@@ -20,14 +20,24 @@ def shared_data(*parts):
     return path
 
 
-COMMAND_NAMES = ("preprocess", "train", "translate")  # the commands ``invoke`` runs in this process
+COMMAND_NAMES = (
+    "preprocess",
+    "train",
+    "translate",
+    "convert",
+)  # the commands ``invoke`` runs in this process
 
 
 def _commands():
     """``{name: main}`` of the commands (imported when first used)."""
-    from onmt_lite.bin import preprocess, train, translate
+    from onmt_lite.bin import convert, preprocess, train, translate
 
-    return {"preprocess": preprocess.main, "train": train.main, "translate": translate.main}
+    return {
+        "preprocess": preprocess.main,
+        "train": train.main,
+        "translate": translate.main,
+        "convert": convert.main,
+    }
 
 
 def invoke(name, args, capsys, file_size_limit=None):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.helpers import (
     COMMAND_NAMES,
@@ -60,9 +61,21 @@ def files(tmp_path_factory):
     f["glove"] = write_lines(d / "glove.txt", ["w1 0.1 0.2", "w2 0.3"])
     (d / "glove_utf8.txt").write_bytes(b"w1 0.1 0.2\nw2 0.3 \xff\n")
     f["glove_utf8"] = str(d / "glove_utf8.txt")
+    f["crafted"] = str(d / "crafted.pt")
+    torch.save({"model": RunsACommand(str(d / "ran"))}, f["crafted"])
     os.makedirs(d / "readonly")
     os.chmod(d / "readonly", 0o555)
     return f
+
+
+class RunsACommand:
+    """Pickled as a call of os.mkdir: a checkpoint that runs code if a plain unpickler reads it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
 
 
 def out(f, name):
@@ -410,6 +423,30 @@ CASES = [
         r"missing\.txt",
     ),
     (
+        "missing checkpoint",
+        "convert",
+        lambda f: ["-model", f["missing"], "-output", out(f, "c.pt"), "-to", "opennmt-py"],
+        r"missing\.txt",
+    ),
+    (
+        "a pickle that runs code",
+        "convert",
+        lambda f: ["-model", f["crafted"], "-from", "opennmt-py", "-output", out(f, "c.pt")],
+        r"crafted\.pt: refused, not loaded: it names posix\.mkdir",
+    ),
+    (
+        "an RNN for CTranslate2",
+        "convert",
+        lambda f: ["-model", f["model"], "-output", out(f, "ct2"), "-to", "ctranslate2"],
+        r"m_step_2\.pt: -encoder_type rnn -decoder_type rnn: CTranslate2 runs Transformer models",
+    ),
+    (
+        "nothing to convert",
+        "convert",
+        lambda f: ["-model", f["model"], "-output", out(f, "c.pt")],
+        r"-from onmt_lite -to onmt_lite: nothing to convert",
+    ),
+    (
         "out of range",
         "prepare_cmudict",
         lambda f: ["-output_dir", out(f, "cmu"), "-valid_size", -5],
@@ -451,6 +488,11 @@ FULL_DISK = [
     ("average_models", lambda f: ["-models", f["model"], "-output", out(f, "a.pt")], 2000),
     ("release_model", lambda f: ["-model", f["model"], "-output", out(f, "r.pt")], 2000),
     ("create_vocabulary", lambda f: ["-file", f["src"], "-out_file", out(f, "v.txt")], 10),
+    (
+        "convert",
+        lambda f: ["-model", f["model"], "-output", out(f, "p.pt"), "-to", "opennmt-py"],
+        2000,
+    ),
 ]
 
 

@@ -1,6 +1,6 @@
 """The package's parts depend on each other one way: utils < opts < data < models < loss <
-translate, preprocess < train < bin (docs/architecture.md). Every import is read with ``ast``, those
-inside functions too, so that a lazy import cannot hide a cycle."""
+translate, preprocess, convert < train < bin (docs/architecture.md). Every import is read with
+``ast``, those inside functions too, so that a lazy import cannot hide a cycle."""
 
 import ast
 import pathlib
@@ -19,6 +19,7 @@ RANK = {
     "loss": 4,
     "translate": 5,
     "preprocess": 5,
+    "convert": 5,
     "train": 6,
     "serve": 6,
     "bin": 7,

@@ -1,0 +1,139 @@
+"""onmt_lite's translation against CTranslate2's on the same weights (onmt_lite_convert -to
+ctranslate2): sentences per second, identical lines and BLEU, float32 and int8, greedy and beam 5.
+
+    .venv/bin/python bench/convert_speed.py -model TRANSFORMER.pt \\
+        [-src ../shared/data/toy-ende/src-val.txt -tgt ../shared/data/toy-ende/tgt-val.txt] \\
+        [-lines 2000] [-rounds 2] [-dry_run]
+
+The model is an onmt_lite Transformer checkpoint (what bench/README.md says trained it). Both
+engines decode the first ``-lines`` lines with the same search: batches of 32 sentences, no length
+penalty, at most 100 tokens, the machine's default thread count (onmt_lite's decoding streams,
+CTranslate2's intra-op threads). A run's time is the decoding alone (models loaded and one batch
+decoded before), best of ``-rounds``. "same" is the share of lines identical to onmt_lite
+float32's; BLEU is sacrebleu's corpus BLEU on the tokenized lines against ``-tgt``. Needs
+ctranslate2 (pip install 'onmt_lite[ctranslate2]'); ``-dry_run`` takes 20 lines and one round.
+Figures go to bench/results/convert_speed.json.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import sacrebleu
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from onmt_lite import Translator  # noqa: E402
+from onmt_lite.bin import convert  # noqa: E402
+from quality import write_results  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
+BATCH = 32
+MAX_LENGTH = 100
+
+
+def lite_run(model, sources, beam, quantize):
+    translator = Translator.load(
+        [model], beam_size=beam, batch_size=BATCH, max_length=MAX_LENGTH, quantize=quantize
+    )
+    translator.translate(sources[:BATCH])  # warm-up: first-call costs are not decoding
+    start = time.perf_counter()
+    results = translator.translate(sources)
+    return [r.hypotheses[0] for r in results], time.perf_counter() - start
+
+
+def ctranslate2_run(directory, sources, beam):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        directory, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads()
+    )
+    tokens = [line.split() for line in sources]
+    translator.translate_batch(tokens[:BATCH], beam_size=beam, max_decoding_length=MAX_LENGTH)
+    start = time.perf_counter()
+    results = translator.translate_batch(
+        tokens,
+        beam_size=beam,
+        max_batch_size=BATCH,
+        max_decoding_length=MAX_LENGTH,
+        length_penalty=0,
+    )
+    return [" ".join(r.hypotheses[0]) for r in results], time.perf_counter() - start
+
+
+def best_of(rounds, run):
+    outputs, seconds = run()
+    for _ in range(rounds - 1):
+        seconds = min(seconds, run()[1])
+    return outputs, seconds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-model", required=True, help="onmt_lite Transformer checkpoint")
+    parser.add_argument("-src", default=os.path.join(SHARED, "data", "toy-ende", "src-val.txt"))
+    parser.add_argument("-tgt", default=os.path.join(SHARED, "data", "toy-ende", "tgt-val.txt"))
+    parser.add_argument("-lines", type=int, default=2000)
+    parser.add_argument("-rounds", type=int, default=2)
+    parser.add_argument("-dry_run", action="store_true", help="20 lines, one round")
+    opt = parser.parse_args(argv)
+    lines = 20 if opt.dry_run else opt.lines
+    rounds = 1 if opt.dry_run else opt.rounds
+    with open(opt.src, encoding="utf-8") as f:
+        sources = [line.strip() for line in f][:lines]
+    with open(opt.tgt, encoding="utf-8") as f:
+        references = [line.strip() for line in f][:lines]
+    work = tempfile.mkdtemp(prefix="convert_speed.")
+    directories = {}
+    for quantization in ("none", "int8"):
+        directories[quantization] = os.path.join(work, f"ct2_{quantization}")
+        convert.main(
+            ["-model", opt.model, "-to", "ctranslate2", "-output", directories[quantization]]
+            + ["-quantization", quantization]
+        )
+    rows = []
+    for beam in (5, 1):
+        runs = {
+            "onmt_lite float32": (lite_run, opt.model, "none"),
+            "onmt_lite int8": (lite_run, opt.model, "int8"),
+            "CTranslate2 float32": (ctranslate2_run, directories["none"], None),
+            "CTranslate2 int8": (ctranslate2_run, directories["int8"], None),
+        }
+        outputs = {}
+        for name, (run, model, quantize) in runs.items():
+            args = (model, sources, beam) if quantize is None else (model, sources, beam, quantize)
+            outputs[name], seconds = best_of(rounds, lambda: run(*args))  # noqa: B023
+            same = sum(a == b for a, b in zip(outputs[name], outputs["onmt_lite float32"]))
+            bleu = sacrebleu.corpus_bleu(outputs[name], [references]).score
+            rows.append(
+                {
+                    "search": "greedy" if beam == 1 else f"beam {beam}",
+                    "engine": name,
+                    "sentences_per_s": len(sources) / seconds,
+                    "seconds": seconds,
+                    "same_as_onmt_lite_float32": same / len(sources),
+                    "bleu": bleu,
+                }
+            )
+    print(
+        f"{len(sources)} lines, batch {BATCH}, {torch.get_num_threads()} threads, best of {rounds}"
+    )
+    print("| search | engine | sentences/s | x onmt_lite float32 | same lines | BLEU |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        base = next(
+            r for r in rows if r["search"] == row["search"] and r["engine"] == "onmt_lite float32"
+        )
+        ratio = row["sentences_per_s"] / base["sentences_per_s"]
+        print(
+            f"| {row['search']} | {row['engine']} | {row['sentences_per_s']:.1f} | {ratio:.2f} | "
+            f"{100 * row['same_as_onmt_lite_float32']:.1f}% | {row['bleu']:.2f} |"
+        )
+    if not opt.dry_run:
+        write_results("convert_speed", {"lines": len(sources), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

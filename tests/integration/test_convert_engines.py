@@ -1,0 +1,159 @@
+"""The other engines run what onmt_lite_convert wrote and translate as onmt_lite does: CTranslate2
+(``ctranslate2.Translator``, float32 and int8) and OpenNMT-py 3.5.1 (its onmt_translate, run from
+its own environment). Each skips, saying why, where its package is missing.
+
+Models: tests/fixtures/convert's, trained on a reversal task (make_fixtures.sh): OpenNMT-py 3.5.1's
+RNN and Transformer with relative positions, onmt_lite's Transformer with sinusoids. Trained models,
+not random ones: a random Transformer writes one output for every input, which would compare
+nothing. bench/convert_speed.py measures the same on 2,000 toy-ende lines."""
+
+import os
+import random
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO, invoke
+from tests.integration.test_convert import convert, fixture, read_lines, translate
+
+PEER_PYTHON = os.environ.get("OPENNMT_PY_PYTHON", "/tmp/peer-opennmt/bin/python")
+# CTranslate2's CPU kernels round otherwise than torch's: sums of log-probabilities differ by up
+# to 9e-4 on the fixtures' 200 lines
+SCORE_TOLERANCE = 5e-3
+INSTALL_CTRANSLATE2 = "pip install 'onmt_lite[ctranslate2]'"
+
+
+def random_sources(n, seed=0):
+    """``n`` lines of the fixtures' task: 2 to 8 of the words w0 .. w15."""
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(16)}" for _ in range(rng.randint(2, 8))) for _ in range(n)]
+
+
+def lite_models(tmp_path, capsys):
+    """``{name: onmt_lite checkpoint}`` of the three fixtures (OpenNMT-py's converted)."""
+    models = {"transformer-sinusoids": fixture("lite_transformer.pt")}
+    for name in ("rnn", "transformer"):
+        path = tmp_path / f"{name}.pt"
+        convert(capsys, "-model", fixture(f"{name}.pt"), "-from", "opennmt-py", "-output", path)
+        models[f"opennmt-py-{name}"] = str(path)
+    return models
+
+
+def ctranslate2_outputs(directory, sources, beam):
+    ctranslate2 = pytest.importorskip("ctranslate2", reason=INSTALL_CTRANSLATE2)
+    translator = ctranslate2.Translator(str(directory), device="cpu")
+    results = translator.translate_batch(
+        [line.split() for line in sources],
+        beam_size=beam,
+        max_decoding_length=100,
+        length_penalty=0,
+        return_scores=True,
+    )
+    return [" ".join(r.hypotheses[0]) for r in results], [r.scores[0] for r in results]
+
+
+def same_share(a, b):
+    assert len(a) == len(b)
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_ctranslate2_translates_a_converted_opennmt_py_transformer_as_onmt_lite(
+    beam, tmp_path, capsys
+):
+    pytest.importorskip("ctranslate2", reason=INSTALL_CTRANSLATE2)
+    lite = tmp_path / "lite.pt"
+    convert(capsys, "-model", fixture("transformer.pt"), "-from", "opennmt-py", "-output", lite)
+    convert(capsys, "-model", lite, "-to", "ctranslate2", "-output", tmp_path / "ct2")
+    sources = read_lines(fixture("src-test.txt"))
+    theirs, their_scores = ctranslate2_outputs(tmp_path / "ct2", sources, beam)
+    ours, our_scores = translate(str(lite), sources, beam)
+    assert theirs == ours
+    # CTranslate2's score: the sum of the log-probabilities, as onmt_lite's without a penalty
+    assert max(abs(a - b) for a, b in zip(their_scores, our_scores)) < SCORE_TOLERANCE
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_ctranslate2_translates_an_onmt_lite_transformer_with_sinusoids_as_onmt_lite(
+    beam, tmp_path, capsys
+):
+    pytest.importorskip("ctranslate2", reason=INSTALL_CTRANSLATE2)
+    lite = fixture("lite_transformer.pt")
+    convert(capsys, "-model", lite, "-to", "ctranslate2", "-output", tmp_path / "ct2")
+    sources = random_sources(200)
+    theirs, their_scores = ctranslate2_outputs(tmp_path / "ct2", sources, beam)
+    ours, our_scores = translate(lite, sources, beam)
+    assert same_share(theirs, ours) >= 0.99
+    assert max(abs(a - b) for a, b in zip(their_scores, our_scores)) < SCORE_TOLERANCE
+    assert (
+        len(set(ours)) > 50
+    )  # the outputs differ from line to line: the comparison means something
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_our_ctranslate2_model_is_ctranslate2s_own_conversion_of_the_same_weights(
+    quantization, tmp_path, capsys
+):
+    """An independent reference: CTranslate2's own OpenNMT-py converter, given the same weights as
+    an OpenNMT-py checkpoint, makes a model that translates exactly as ours, float32 and int8 (so
+    what int8 costs is CTranslate2's quantization, not this conversion; bench/README.md has the
+    BLEU it costs on toy-ende)."""
+    converters = pytest.importorskip("ctranslate2.converters", reason=INSTALL_CTRANSLATE2)
+    lite = fixture("lite_transformer.pt")
+    ours = tmp_path / "ours"
+    convert(capsys, "-model", lite, "-to", "ctranslate2", "-output", ours, "-quantization",
+            quantization)  # fmt: skip
+    convert(capsys, "-model", lite, "-to", "opennmt-py", "-output", tmp_path / "peer.pt")
+    theirs = tmp_path / "theirs"
+    reader = converters.OpenNMTPyConverter(str(tmp_path / "peer.pt"), unsafe_deserialization=True)
+    reader.convert(str(theirs), quantization=None if quantization == "none" else quantization)
+    sources = random_sources(200, seed=2)
+    for beam in (1, 5):
+        # the same lines; not the same scores: CTranslate2's converter leaves the layer norm's
+        # epsilon at its default, where OpenNMT-py and onmt_lite use 1e-6 (ours says so)
+        assert (
+            ctranslate2_outputs(ours, sources, beam)[0]
+            == ctranslate2_outputs(theirs, sources, beam)[0]
+        )
+
+
+def test_an_rnn_is_refused_for_ctranslate2_with_the_reason(tmp_path, capsys):
+    lite = lite_models(tmp_path, capsys)["opennmt-py-rnn"]
+    code, lines = invoke(
+        "convert", ["-model", lite, "-to", "ctranslate2", "-output", tmp_path / "ct2"], capsys
+    )
+    assert code == 2 and "CTranslate2 runs Transformer models only" in lines[-1]
+    assert not (tmp_path / "ct2").exists()
+
+
+def peer_translate(model, sources, beam, tmp_path):
+    """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite)."""
+    if not os.path.exists(PEER_PYTHON):
+        pytest.skip(
+            f"needs OpenNMT-py 3.5.1 at {PEER_PYTHON} (../shared/bench/install_opennmt_py.sh; or "
+            "set OPENNMT_PY_PYTHON)"
+        )
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    out = tmp_path / f"peer_{beam}.txt"
+    command = [PEER_PYTHON, "-c", "from onmt.bin.translate import main; main()"]
+    command += ["-model", str(model), "-src", str(src), "-output", str(out)]
+    command += ["-beam_size", str(beam), "-length_penalty", "none", "-max_length", "100"]
+    command += ["-batch_size", "30"]
+    # 3.5.1 pickles argparse.Namespace, which torch >= 2.6 refuses by default
+    env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return read_lines(out)
+
+
+@pytest.mark.parametrize("name", ["transformer-sinusoids", "opennmt-py-rnn"])
+def test_opennmt_py_translates_what_onmt_lite_wrote_for_it_as_onmt_lite(name, tmp_path, capsys):
+    lite = lite_models(tmp_path, capsys)[name]
+    peer = tmp_path / "peer.pt"
+    convert(capsys, "-model", lite, "-to", "opennmt-py", "-output", peer)
+    sources = random_sources(200, seed=1)
+    for beam in (1, 5):
+        theirs = peer_translate(peer, sources, beam, tmp_path)
+        ours, _ = translate(lite, sources, beam)
+        assert theirs == ours, beam
