@@ -8,6 +8,8 @@ encoder or decoder onmt_lite does not have is refused by name.
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 from onmt_lite.utils.errors import UserError
@@ -122,6 +124,67 @@ def lite_model_options(opt: dict[str, Any], path: str) -> dict[str, Any]:
     return lite
 
 
+# what every onmt_lite model is, in OpenNMT-py 3.5.1's options (and the training options its
+# model builder reads too); tied embeddings are written as copies, untied
+PEER_FIXED = {
+    "model_task": "seq2seq",
+    "model_type": "text",
+    "model_dtype": "fp32",
+    "layers": -1,
+    "hidden_size": -1,
+    "word_vec_size": -1,
+    "share_embeddings": False,
+    "share_decoder_embeddings": False,
+    "position_encoding_type": "SinusoidalInterleaved",
+    "relative_positions_buckets": 0,
+    "layer_norm": "standard",
+    "norm_eps": 1e-6,
+    "pos_ffn_activation_fn": "relu",
+    # onmt_lite's (and 1.x's) linear layers all have biases
+    "add_qkvbias": True,
+    "add_ffnbias": True,
+    "num_kv": 0,
+    "multiquery": False,
+    "parallel_residual": False,
+    "shared_layer_norm": False,
+    "num_experts": 0,
+    "sliding_window": 0,
+    "aan_useffn": False,
+    "feat_merge": "concat",
+    "feat_vec_size": -1,
+    "n_src_feats": 0,
+    "dropout": [0.0],
+    "attention_dropout": [0.0],
+    "dropout_steps": [0],
+    "quant_layers": [],
+    "quant_type": "",
+    "lora_layers": [],
+    "lora_embedding": False,
+    "use_ckpting": [],
+    "update_vocab": False,
+    "train_from": "",
+    "freeze_encoder": False,
+    "freeze_decoder": False,
+    "rotary_interleave": False,
+    "rotary_theta": 10000,
+    "rotary_dim": 0,
+    "vocab_size_multiple": 1,
+    # training options 3.5.1's model builder reads too
+    "freeze_word_vecs_enc": False,
+    "freeze_word_vecs_dec": False,
+    "pre_word_vecs_enc": None,
+    "pre_word_vecs_dec": None,
+    "both_embeddings": None,
+    "src_embeddings": None,
+    "tgt_embeddings": None,
+    "embeddings_type": None,
+    "optim": "adam",
+    "world_size": 1,
+    "gpu_ranks": [],
+    "parallel_mode": "data_parallel",
+}
+
+
 def peer_model_options(lite: dict[str, Any], vocab_sizes: tuple[int, int]) -> dict[str, Any]:
     """OpenNMT-py 3.5.1's model options for onmt_lite's options ``lite`` (after ``model_options``:
     sizes resolved). Tied embeddings are written as copies, untied."""
@@ -134,71 +197,17 @@ def peer_model_options(lite: dict[str, Any], vocab_sizes: tuple[int, int]) -> di
     if lite["word_vec_size"] > 0:
         emb = (lite["word_vec_size"], lite["word_vec_size"])
     peer = {name: lite[name] for name in SAME if name in lite}
+    peer.update(copy.deepcopy(PEER_FIXED))  # its lists are not shared between checkpoints
     peer.update(
-        model_task="seq2seq",
-        model_type="text",
-        model_dtype="fp32",
-        layers=-1,
         enc_layers=layers[0],
         dec_layers=layers[1],
-        hidden_size=-1,
         enc_hid_size=enc_size,
         dec_hid_size=dec_size,
-        word_vec_size=-1,
         src_word_vec_size=emb[0],
         tgt_word_vec_size=emb[1],
         brnn=lite["encoder_type"] == "brnn",
-        share_embeddings=False,
-        share_decoder_embeddings=False,
-        position_encoding_type="SinusoidalInterleaved",
-        relative_positions_buckets=0,
-        layer_norm="standard",
-        norm_eps=1e-6,
-        pos_ffn_activation_fn="relu",
-        # onmt_lite's (and 1.x's) linear layers all have biases
-        add_qkvbias=True,
-        add_ffnbias=True,
-        num_kv=0,
-        multiquery=False,
-        parallel_residual=False,
-        shared_layer_norm=False,
-        num_experts=0,
-        sliding_window=0,
-        aan_useffn=False,
-        feat_merge="concat",
-        feat_vec_size=-1,
-        n_src_feats=0,
-        dropout=[0.0],
-        attention_dropout=[0.0],
-        dropout_steps=[0],
-        quant_layers=[],
-        quant_type="",
-        lora_layers=[],
-        lora_embedding=False,
-        use_ckpting=[],
-        update_vocab=False,
-        train_from="",
-        freeze_encoder=False,
-        freeze_decoder=False,
-        rotary_interleave=False,
-        rotary_theta=10000,
-        rotary_dim=0,
         src_vocab_size=vocab_sizes[0],
         tgt_vocab_size=vocab_sizes[1],
-        vocab_size_multiple=1,
-        # training options 3.5.1's model builder reads too
-        freeze_word_vecs_enc=False,
-        freeze_word_vecs_dec=False,
-        pre_word_vecs_enc=None,
-        pre_word_vecs_dec=None,
-        both_embeddings=None,
-        src_embeddings=None,
-        tgt_embeddings=None,
-        embeddings_type=None,
-        optim="adam",
-        world_size=1,
-        gpu_ranks=[],
-        parallel_mode="data_parallel",
     )
     if peer.get("alignment_layer") is None:
         peer["alignment_layer"] = -3
