@@ -8,7 +8,8 @@ ctranslate2): sentences per second, identical lines and BLEU, float32 and int8, 
 The model is an onmt_lite Transformer checkpoint (what bench/README.md says trained it). Both
 engines decode the first ``-lines`` lines with the same search: batches of 32 sentences, no length
 penalty, at most 100 tokens, the machine's default thread count (onmt_lite's decoding streams,
-CTranslate2's intra-op threads). A run's time is the decoding alone (models loaded and one batch
+CTranslate2 as batches side by side, one thread each, and as one batch at a time on every thread).
+Each run is a process of its own; its time is the decoding alone (models loaded and one batch
 decoded before), best of ``-rounds``. "same" is the share of lines identical to onmt_lite
 float32's; BLEU is sacrebleu's corpus BLEU on the tokenized lines against ``-tgt``. Needs
 ctranslate2 (pip install 'onmt_lite[ctranslate2]'); ``-dry_run`` takes 20 lines and one round.
@@ -16,7 +17,9 @@ Figures go to bench/results/convert_speed.json.
 """
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,11 +47,12 @@ def lite_run(model, sources, beam, quantize):
     return [r.hypotheses[0] for r in results], time.perf_counter() - start
 
 
-def ctranslate2_run(directory, sources, beam):
+def ctranslate2_run(directory, sources, beam, layout):
+    """``layout``: ``(inter_threads, intra_threads)``: batches side by side, threads a batch."""
     import ctranslate2
 
     translator = ctranslate2.Translator(
-        directory, device="cpu", inter_threads=1, intra_threads=torch.get_num_threads()
+        directory, device="cpu", inter_threads=layout[0], intra_threads=layout[1]
     )
     tokens = [line.split() for line in sources]
     translator.translate_batch(tokens[:BATCH], beam_size=beam, max_decoding_length=MAX_LENGTH)
@@ -70,6 +74,52 @@ def best_of(rounds, run):
     return outputs, seconds
 
 
+def worker(spec, sources, rounds, out):
+    """One engine's run in this process (a fresh one: the previous engine's threads, spinning
+    after their work, would take the cores from the next); writes outputs and seconds as JSON."""
+    engine, model, beam, setting = spec
+    if engine == "onmt_lite":
+        outputs, seconds = best_of(rounds, lambda: lite_run(model, sources, beam, setting))
+    else:
+        layout = tuple(int(n) for n in setting.split("x"))
+        outputs, seconds = best_of(rounds, lambda: ctranslate2_run(model, sources, beam, layout))
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"outputs": outputs, "seconds": seconds}, f)
+
+
+def run_in_process(spec, opt, lines, rounds, work):
+    out = os.path.join(work, "run.json")
+    command = [sys.executable, os.path.abspath(__file__), "-model", opt.model, "-src", opt.src]
+    command += [
+        "-lines",
+        str(lines),
+        "-rounds",
+        str(rounds),
+        "-out",
+        out,
+        "-worker",
+        *map(str, spec),
+    ]
+    subprocess.run(command, check=True)
+    with open(out, encoding="utf-8") as f:
+        done = json.load(f)
+    return done["outputs"], done["seconds"]
+
+
+def engines(model, directories, beam):
+    """``{row name: (engine, model, beam, setting)}`` of one search."""
+    threads = torch.get_num_threads()
+    runs = {
+        "onmt_lite float32": ("onmt_lite", model, beam, "none"),
+        "onmt_lite int8": ("onmt_lite", model, beam, "int8"),
+    }
+    for quantization, name in (("none", "float32"), ("int8", "int8")):
+        for layout in (f"1x{threads}", f"{threads}x1"):
+            engine = f"CTranslate2 {name} ({layout} threads)"
+            runs[engine] = ("ctranslate2", directories[quantization], beam, layout)
+    return runs
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-model", required=True, help="onmt_lite Transformer checkpoint")
@@ -78,11 +128,17 @@ def main(argv=None):
     parser.add_argument("-lines", type=int, default=2000)
     parser.add_argument("-rounds", type=int, default=2)
     parser.add_argument("-dry_run", action="store_true", help="20 lines, one round")
+    parser.add_argument("-worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("-out", help=argparse.SUPPRESS)
     opt = parser.parse_args(argv)
     lines = 20 if opt.dry_run else opt.lines
     rounds = 1 if opt.dry_run else opt.rounds
     with open(opt.src, encoding="utf-8") as f:
         sources = [line.strip() for line in f][:lines]
+    if opt.worker:
+        engine, model, beam, setting = opt.worker
+        worker((engine, model, int(beam), setting), sources, rounds, opt.out)
+        return
     with open(opt.tgt, encoding="utf-8") as f:
         references = [line.strip() for line in f][:lines]
     work = tempfile.mkdtemp(prefix="convert_speed.")
@@ -95,18 +151,11 @@ def main(argv=None):
         )
     rows = []
     for beam in (5, 1):
-        runs = {
-            "onmt_lite float32": (lite_run, opt.model, "none"),
-            "onmt_lite int8": (lite_run, opt.model, "int8"),
-            "CTranslate2 float32": (ctranslate2_run, directories["none"], None),
-            "CTranslate2 int8": (ctranslate2_run, directories["int8"], None),
-        }
         outputs = {}
-        for name, (run, model, quantize) in runs.items():
-            args = (model, sources, beam) if quantize is None else (model, sources, beam, quantize)
-            outputs[name], seconds = best_of(rounds, lambda: run(*args))  # noqa: B023
+        for name, spec in engines(opt.model, directories, beam).items():
+            outputs[name], seconds = run_in_process(spec, opt, lines, rounds, work)
             same = sum(a == b for a, b in zip(outputs[name], outputs["onmt_lite float32"]))
-            bleu = sacrebleu.corpus_bleu(outputs[name], [references]).score
+            bleu = sacrebleu.corpus_bleu(outputs[name], [references], force=True).score
             rows.append(
                 {
                     "search": "greedy" if beam == 1 else f"beam {beam}",

@@ -5,9 +5,10 @@
 
 The models, trained here on the device on toy-ende (vocabularies of 20,000):
 - ``transformer``: onmt_lite's small Transformer (2+2 layers of 256, 4 heads, quality.py's
-  settings, -train_steps 800), converted by bench/peer_checkpoint.py into an OpenNMT-py 3.5.1
-  checkpoint of the same weights (its template: the peer trained 2 steps alike), so that both
-  toolkits decode ONE model: their sentences/s compare, and their lines should be identical;
+  settings, -train_steps 800), converted by onmt_lite_convert into an OpenNMT-py 3.5.1
+  checkpoint of the same weights (the peer is still trained 2 steps alike, for its logs), so
+  that both toolkits decode ONE model: their sentences/s compare, and their lines should be
+  identical;
 - ``rnn``: the standard RNN (brnn encoder, 2+2 layers of 256, input feed), trained alike by each
   toolkit (the same settings, 600 steps): two models, outputs of other lengths, so the ratio is of
   output tokens/s.
@@ -108,16 +109,8 @@ def train_models(kind, work, opt):
     models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
     if same_weights:
         run(
-            [
-                sys.executable,
-                os.path.join(os.path.dirname(__file__), "peer_checkpoint.py"),
-                "-model",
-                models["onmt_lite"],
-                "-template",
-                models["OpenNMT-py"],
-                "-output",
-                f"{work}/peer_same.pt",
-            ],
+            [sys.executable, "-m", "onmt_lite.bin.convert", "-model", models["onmt_lite"]]
+            + ["-to", "opennmt-py", "-output", f"{work}/peer_same.pt", "-overwrite"],
             f"{work}/peer_checkpoint.log",
         )
         models["OpenNMT-py"] = f"{work}/peer_same.pt"

@@ -32,11 +32,12 @@ OpenNMT-py's sentences/s would need (decoding_floor.py counts an RNN's products,
 Transformer's).
 ``-only transformer_same_weights`` (not run without -only) decodes ONE model with both toolkits:
 onmt_lite's Transformer checkpoint (``-lite_model``, default the newest of ``-only transformer``'s)
-and that checkpoint converted by bench/peer_checkpoint.py into an OpenNMT-py 3.5.1 checkpoint of the
-same weights and vocabularies (``-peer_template``: an OpenNMT-py checkpoint for its options, default
-the newest one beside the onmt_lite checkpoint). Two models trained apart write outputs of different
-lengths, so only this setting's sentences/s compare the toolkits' decoding; their float32 outputs
-must be identical (the number of lines that differ is printed and kept). Rounds of onmt_lite,
+and that checkpoint converted by onmt_lite_convert -to opennmt-py into an OpenNMT-py 3.5.1
+checkpoint of the same weights and vocabularies (``-peer_template``, an OpenNMT-py checkpoint the
+conversion once took its options from, is no longer read; it is recorded with the figures). Two
+models trained apart write outputs of different lengths, so only this setting's sentences/s
+compare the toolkits' decoding; their float32 outputs must be identical (the number of lines
+that differ is printed and kept). Rounds of onmt_lite,
 onmt_lite int8 and OpenNMT-py with the same search (A B C A B C); ``-src``/``-tgt`` give other lines
 to decode and their references (a g2p Transformer's src.valid, say; no -tgt: no BLEU).
 ``-threads N`` sets OMP_NUM_THREADS and MKL_NUM_THREADS for both toolkits and for the
@@ -520,33 +521,18 @@ def main():
 
 def same_weights_models(opt):
     """The onmt_lite checkpoint of -only transformer_same_weights and its conversion into an
-    OpenNMT-py checkpoint (bench/peer_checkpoint.py): {"onmt_lite": path, "OpenNMT-py": path,
+    OpenNMT-py checkpoint (onmt_lite_convert): {"onmt_lite": path, "OpenNMT-py": path,
     "template": path}."""
     lite = opt.lite_model
     if lite is None:
         lite = ensure_models(opt.quality_work, "transformer", opt.train_minutes)["onmt_lite"]
     template = opt.peer_template
-    if template is None:
-        beside = os.path.join(os.path.dirname(os.path.abspath(lite)), "peer_model_step_*.pt")
-        if not glob.glob(beside):
-            raise SystemExit(
-                f"no OpenNMT-py checkpoint matches {beside}: give one with -peer_template"
-            )
-        template = newest_checkpoint(beside)[0]
     converted = f"{opt.work}/peer_same_weights.pt"
     log = f"{opt.work}/peer_checkpoint.log"
     try:
         run(
-            [
-                sys.executable,
-                os.path.join(REPO, "bench", "peer_checkpoint.py"),
-                "-model",
-                lite,
-                "-template",
-                template,
-                "-output",
-                converted,
-            ],
+            [sys.executable, "-m", "onmt_lite.bin.convert", "-model", lite, "-to", "opennmt-py"]
+            + ["-output", converted, "-overwrite"],
             log,
         )
     finally:
