@@ -13,6 +13,8 @@ Each run is a process of its own; its time is the decoding alone (models loaded 
 decoded before), best of ``-rounds``. "same" is the share of lines identical to onmt_lite
 float32's; BLEU is sacrebleu's corpus BLEU on the tokenized lines against ``-tgt``. Needs
 ctranslate2 (pip install 'onmt_lite[ctranslate2]'); ``-dry_run`` takes 20 lines and one round.
+``-device cuda`` measures float16 (onmt_lite's -precision fp16) instead of int8, one batch at a
+time.
 Figures go to bench/results/convert_speed.json.
 """
 
@@ -37,9 +39,16 @@ BATCH = 32
 MAX_LENGTH = 100
 
 
-def lite_run(model, sources, beam, quantize):
+def lite_run(model, sources, beam, setting, device):
+    """``setting``: none, int8 (-quantize) or fp16 (-precision)."""
     translator = Translator.load(
-        [model], beam_size=beam, batch_size=BATCH, max_length=MAX_LENGTH, quantize=quantize
+        [model],
+        device=device,
+        beam_size=beam,
+        batch_size=BATCH,
+        max_length=MAX_LENGTH,
+        quantize="int8" if setting == "int8" else "none",
+        precision="fp16" if setting == "fp16" else "fp32",
     )
     translator.translate(sources[:BATCH])  # warm-up: first-call costs are not decoding
     start = time.perf_counter()
@@ -47,12 +56,12 @@ def lite_run(model, sources, beam, quantize):
     return [r.hypotheses[0] for r in results], time.perf_counter() - start
 
 
-def ctranslate2_run(directory, sources, beam, layout):
+def ctranslate2_run(directory, sources, beam, layout, device):
     """``layout``: ``(inter_threads, intra_threads)``: batches side by side, threads a batch."""
     import ctranslate2
 
     translator = ctranslate2.Translator(
-        directory, device="cpu", inter_threads=layout[0], intra_threads=layout[1]
+        directory, device=device, inter_threads=layout[0], intra_threads=layout[1]
     )
     tokens = [line.split() for line in sources]
     translator.translate_batch(tokens[:BATCH], beam_size=beam, max_decoding_length=MAX_LENGTH)
@@ -74,15 +83,17 @@ def best_of(rounds, run):
     return outputs, seconds
 
 
-def worker(spec, sources, rounds, out):
+def worker(spec, sources, rounds, out, device):
     """One engine's run in this process (a fresh one: the previous engine's threads, spinning
     after their work, would take the cores from the next); writes outputs and seconds as JSON."""
     engine, model, beam, setting = spec
     if engine == "onmt_lite":
-        outputs, seconds = best_of(rounds, lambda: lite_run(model, sources, beam, setting))
+        outputs, seconds = best_of(rounds, lambda: lite_run(model, sources, beam, setting, device))
     else:
         layout = tuple(int(n) for n in setting.split("x"))
-        outputs, seconds = best_of(rounds, lambda: ctranslate2_run(model, sources, beam, layout))
+        outputs, seconds = best_of(
+            rounds, lambda: ctranslate2_run(model, sources, beam, layout, device)
+        )
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"outputs": outputs, "seconds": seconds}, f)
 
@@ -97,6 +108,8 @@ def run_in_process(spec, opt, lines, rounds, work):
         str(rounds),
         "-out",
         out,
+        "-device",
+        opt.device,
         "-worker",
         *map(str, spec),
     ]
@@ -106,15 +119,25 @@ def run_in_process(spec, opt, lines, rounds, work):
     return done["outputs"], done["seconds"]
 
 
-def engines(model, directories, beam):
+LOW = {"cpu": "int8", "cuda": "float16"}  # the reduced precision each device is measured in
+
+
+def quantizations(device):
+    """``{CTranslate2 -quantization: its name in the table}``."""
+    return {"none": "float32", LOW[device]: LOW[device]}
+
+
+def engines(model, directories, beam, device):
     """``{row name: (engine, model, beam, setting)}`` of one search."""
     threads = torch.get_num_threads()
+    low = LOW[device]
     runs = {
         "onmt_lite float32": ("onmt_lite", model, beam, "none"),
-        "onmt_lite int8": ("onmt_lite", model, beam, "int8"),
+        f"onmt_lite {low}": ("onmt_lite", model, beam, "fp16" if low == "float16" else low),
     }
-    for quantization, name in (("none", "float32"), ("int8", "int8")):
-        for layout in (f"1x{threads}", f"{threads}x1"):
+    layouts = ["1x1"] if device == "cuda" else [f"1x{threads}", f"{threads}x1"]
+    for quantization, name in quantizations(device).items():
+        for layout in layouts:
             engine = f"CTranslate2 {name} ({layout} threads)"
             runs[engine] = ("ctranslate2", directories[quantization], beam, layout)
     return runs
@@ -128,6 +151,9 @@ def main(argv=None):
     parser.add_argument("-lines", type=int, default=2000)
     parser.add_argument("-rounds", type=int, default=2)
     parser.add_argument("-dry_run", action="store_true", help="20 lines, one round")
+    parser.add_argument(
+        "-device", default="cpu", choices=("cpu", "cuda"), help="cuda: float16, not int8"
+    )
     parser.add_argument("-worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("-out", help=argparse.SUPPRESS)
     opt = parser.parse_args(argv)
@@ -137,13 +163,13 @@ def main(argv=None):
         sources = [line.strip() for line in f][:lines]
     if opt.worker:
         engine, model, beam, setting = opt.worker
-        worker((engine, model, int(beam), setting), sources, rounds, opt.out)
+        worker((engine, model, int(beam), setting), sources, rounds, opt.out, opt.device)
         return
     with open(opt.tgt, encoding="utf-8") as f:
         references = [line.strip() for line in f][:lines]
     work = tempfile.mkdtemp(prefix="convert_speed.")
     directories = {}
-    for quantization in ("none", "int8"):
+    for quantization in quantizations(opt.device):
         directories[quantization] = os.path.join(work, f"ct2_{quantization}")
         convert.main(
             ["-model", opt.model, "-to", "ctranslate2", "-output", directories[quantization]]
@@ -152,7 +178,7 @@ def main(argv=None):
     rows = []
     for beam in (5, 1):
         outputs = {}
-        for name, spec in engines(opt.model, directories, beam).items():
+        for name, spec in engines(opt.model, directories, beam, opt.device).items():
             outputs[name], seconds = run_in_process(spec, opt, lines, rounds, work)
             same = sum(a == b for a, b in zip(outputs[name], outputs["onmt_lite float32"]))
             bleu = sacrebleu.corpus_bleu(outputs[name], [references], force=True).score
