@@ -6,10 +6,10 @@ onmt_lite's Transformer is the pre-norm one CTranslate2 describes with
 ``TransformerSpec.from_config``: the fused query/key/value product of a self-attention is
 CTranslate2's ``linear[0]`` as it is (rows: query, keys, values), and each decoder layer's rows of
 onmt_lite's one memory product (keys, values) are its context attention's ``linear[1]``. With
-sinusoidal position encoding the table is written out (onmt_lite's ``sinusoids``, ``PE_LENGTH``
-positions) and the embeddings are scaled by the square root of their size, as onmt_lite does;
-with relative positions (Shaw et al.) there is no table and no scaling, and the relative
-embeddings serve keys and values, as in onmt_lite.
+sinusoidal position encoding the table is written out (onmt_lite's ``sinusoids``, as many
+positions as OpenNMT-py keeps: ``PEER_PE_LENGTH``) and the embeddings are scaled by the square root
+of their size, as onmt_lite does; with relative positions (Shaw et al.) there is no table and no
+scaling, and the relative embeddings serve keys and values, as in onmt_lite.
 
 CTranslate2 runs Transformers only: an RNN encoder or decoder is refused with that reason, as are
 copy attention and source word features (CTranslate2 has neither for these models). CTranslate2 is
@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
+from onmt_lite.convert.opennmt_py import PEER_PE_LENGTH
 from onmt_lite.models.checkpoint import model_options
 from onmt_lite.models.embeddings import sinusoids
 from onmt_lite.utils.errors import UserError
 
-PE_LENGTH = 5000  # positions of the written-out table, as OpenNMT-py's
 INSTALL = "pip install 'onmt_lite[ctranslate2]' (or pip install ctranslate2)"
 
 
@@ -49,17 +49,12 @@ def check_convertible(opt: Any, vocab: dict, path: str) -> None:
             "CTranslate2 runs Transformer models only (an encoder and a decoder of "
             "-encoder_type/-decoder_type transformer)"
         )
-    refused = {
-        "copy_attn": "copy attention",
-        "generator_function": "a sparsemax generator",
-    }
     if opt.copy_attn:
-        raise UserError(
-            f"{path}: -copy_attn: CTranslate2's Transformer has no {refused['copy_attn']}"
-        )
+        raise UserError(f"{path}: -copy_attn: CTranslate2's Transformer has no copy attention")
     if opt.generator_function != "softmax":
         raise UserError(
-            f"{path}: -generator_function {opt.generator_function}: {refused['generator_function']}"
+            f"{path}: -generator_function {opt.generator_function}: CTranslate2's Transformer "
+            "has a softmax generator only"
         )
     if vocab.get("src_feats"):
         raise UserError(
@@ -91,7 +86,7 @@ def transformer_spec(ctranslate2: Any, state: dict, opt: Any) -> Any:
         table.weight = embeddings
         if opt.position_encoding:
             stack.position_encodings.encodings = sinusoids(
-                torch.arange(PE_LENGTH), embeddings.size(1)
+                torch.arange(PEER_PE_LENGTH), embeddings.size(1)
             )
         else:
             stack.scale_embeddings = False
@@ -166,10 +161,8 @@ def write_ctranslate2(checkpoint: dict, path: str, output: str, quantization: st
         LiteConverter().convert(
             written, quantization=None if quantization == "none" else quantization
         )
-        old = None
-        if os.path.lexists(output):
-            old = os.path.join(staging, "old")
-            os.replace(output, old)
+        if os.path.lexists(output):  # the old model goes into the staging folder, removed below
+            os.replace(output, os.path.join(staging, "old"))
         os.replace(written, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -22,7 +22,7 @@ from torch import Tensor
 from onmt_lite.convert.names import link
 from onmt_lite.convert.peer_options import lite_model_options, peer_model_options, refuse
 from onmt_lite.convert.safe_pickle import Foreign, load_foreign
-from onmt_lite.data.vocab import SPECIALS, Vocab
+from onmt_lite.data.vocab import SPECIALS, Vocab, vocabs_from_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.models.checkpoint import (
     build_checkpoint,
@@ -189,20 +189,17 @@ def to_opennmt_py(checkpoint: dict, path: str) -> dict:
     if checkpoint["vocab"].get("src_feats"):
         raise refuse(path, "a model with source word features to OpenNMT-py")
     opt = model_options(checkpoint["opt"], path)
-    vocabs = {side: Vocab.from_plain(checkpoint["vocab"][side]) for side in ("src", "tgt")}
-    vocabs["src_feats"] = []
+    vocabs = vocabs_from_plain(checkpoint["vocab"])
     model = model_from_checkpoint(opt, vocabs, checkpoint, path)
-    peer = vars(opt)
     sizes = (len(vocabs["src"]), len(vocabs["tgt"]))
-    options = peer_model_options(peer, sizes)
+    options = peer_model_options(vars(opt), sizes)
     if options["enc_hid_size"] != options["dec_hid_size"]:
         raise refuse(path, "encoder and decoder sizes that differ (OpenNMT-py 3.5.1 refuses them)")
     state = _peer_tensors(model, decoder_layers(opt))
     if opt.position_encoding:
-        for side, size in (("encoder", options["src_word_vec_size"]), ("decoder", None)):
-            size = size or options["tgt_word_vec_size"]
-            table = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(1)
-            state[side + PE_SUFFIX] = table
+        sizes = {"encoder": options["src_word_vec_size"], "decoder": options["tgt_word_vec_size"]}
+        for side, size in sizes.items():
+            state[side + PE_SUFFIX] = sinusoids(torch.arange(PEER_PE_LENGTH), size).unsqueeze(1)
     generator = {k[len("generator.") :]: v for k, v in state.items() if k.startswith("generator.")}
     weights = {k: v for k, v in state.items() if not k.startswith("generator.")}
     if opt.copy_attn:  # 3.5.1 loads a copy generator from the model's own weights

@@ -12,6 +12,7 @@ import torch
 
 from tests.helpers import (
     COMMAND_NAMES,
+    PickledCall,
     TINY_MODEL,
     invoke,
     preprocess_in_process,
@@ -62,20 +63,10 @@ def files(tmp_path_factory):
     (d / "glove_utf8.txt").write_bytes(b"w1 0.1 0.2\nw2 0.3 \xff\n")
     f["glove_utf8"] = str(d / "glove_utf8.txt")
     f["crafted"] = str(d / "crafted.pt")
-    torch.save({"model": RunsACommand(str(d / "ran"))}, f["crafted"])
+    torch.save({"model": PickledCall(os.mkdir, str(d / "ran"))}, f["crafted"])
     os.makedirs(d / "readonly")
     os.chmod(d / "readonly", 0o555)
     return f
-
-
-class RunsACommand:
-    """Pickled as a call of os.mkdir: a checkpoint that runs code if a plain unpickler reads it."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (os.mkdir, (self.path,))
 
 
 def out(f, name):

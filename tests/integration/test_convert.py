@@ -16,7 +16,7 @@ import torch
 from onmt_lite import Translator
 from onmt_lite.models.checkpoint import build_checkpoint, load_checkpoint
 from onmt_lite.utils.files import save_tensors
-from tests.helpers import REPO, invoke
+from tests.helpers import REPO, PickledCall, invoke
 from tests.model_helpers import SRC_VOCAB, VOCABS, make_model
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "convert")
@@ -229,35 +229,26 @@ def test_a_1x_checkpoint_with_torchtext_fields_becomes_the_same_model(tmp_path, 
     assert translate(str(lite), sources, 5) == translate(str(original), sources, 5)
 
 
-class Mkdir:
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (os.mkdir, (self.path,))
+CALLS = [
+    ((os.mkdir, "ran"), "posix.mkdir"),
+    ((eval, "__import__('os').mkdir('ran')"), "builtins.eval"),
+]
 
 
-class Eval:
-    def __reduce__(self):
-        return (eval, ("__import__('os').mkdir('evaluated')",))
-
-
-@pytest.mark.parametrize("payload,named", [(Mkdir, "posix.mkdir"), (Eval, "builtins.eval")])
+@pytest.mark.parametrize("call,named", CALLS, ids=["mkdir", "eval"])
 def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(
-    payload, named, tmp_path, capsys, monkeypatch
+    call, named, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.chdir(tmp_path)
-    marker = tmp_path / "ran"
+    monkeypatch.chdir(tmp_path)  # where the call would make its folder
     crafted = tmp_path / "model.pt"
-    args = (str(marker),) if payload is Mkdir else ()
-    torch.save({"model": {}, "opt": argparse.Namespace(), "x": payload(*args)}, crafted)
+    torch.save({"model": {}, "opt": argparse.Namespace(), "x": PickledCall(*call)}, crafted)
     code, lines = invoke(
         "convert", ["-model", crafted, "-from", "opennmt-py", "-output", tmp_path / "o.pt"], capsys
     )
     assert code == 2 and lines[-1].endswith(
         f"model.pt: refused, not loaded: it names {named}, which a checkpoint never holds"
     )
-    assert not marker.exists() and not (tmp_path / "evaluated").exists()
+    assert not (tmp_path / "ran").exists()
     assert not (tmp_path / "o.pt").exists()
 
 

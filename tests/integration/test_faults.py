@@ -15,6 +15,7 @@ import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
 from tests.helpers import (
+    PickledCall,
     TINY_MODEL,
     invoke,
     one_line_error,
@@ -315,21 +316,16 @@ def test_a_checkpoint_holding_nan_weights_is_refused_by_translation(data, tmp_pa
     assert not (tmp_path / "out.txt").exists()
 
 
-class _MakesAFile:
-    """Unpickling this object creates ``path``: what a malicious model or data file could do."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_files_carrying_pickled_code_are_refused_by_every_command_and_tool(data, tmp_path, capsys):
     marker = tmp_path / "marker"
     crafted = str(tmp_path / "crafted.pt")
     torch.save(
-        {"format": "onmt_lite.checkpoint.v1", "step": 1, "model": _MakesAFile(str(marker))}, crafted
+        {
+            "format": "onmt_lite.checkpoint.v1",
+            "step": 1,
+            "model": PickledCall(open, str(marker), "w"),
+        },
+        crafted,
     )
     src = tmp_path / "src.txt"
     src.write_text("w1 w2\n")

@@ -19,6 +19,7 @@ from onmt_lite.utils.files import (
     write_text,
 )
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
+from tests.helpers import PickledCall
 
 
 def test_atomic_path_leaves_nothing_when_the_write_fails(tmp_path):
@@ -76,21 +77,12 @@ def test_a_write_that_fails_midway_names_the_file_and_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-class _MakesAFile:
-    """Unpickling this object creates ``path``: the kind of code a malicious model file could
-    run."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_a_file_carrying_pickled_code_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "marker"
     crafted = str(tmp_path / "crafted.pt")
-    torch.save({"format": "onmt_lite.checkpoint.v1", "model": _MakesAFile(str(marker))}, crafted)
+    torch.save(
+        {"format": "onmt_lite.checkpoint.v1", "model": PickledCall(open, str(marker), "w")}, crafted
+    )
     with pytest.raises(
         UserError, match=r"crafted\.pt: refused: the checkpoint holds pickled Python objects"
     ):
