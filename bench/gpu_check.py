@@ -1,6 +1,6 @@
 """The CUDA checks of issue 31 (part 2) in one run: a table with PASS, FAIL or SKIP per check.
 
-    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefgh]
+    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefghi]
                               [-work DIR] [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
@@ -15,8 +15,10 @@
     (CUDA hidden) as on the device.
 (e) On the device, beam search gives the same 200 translations at -batch_size 1 and 64.
 (f) ``-world_size 1 -gpu_ranks 0`` and torchrun with one process train on the device.
-(g) Exact resume with dropout (RNN, copy, coverage, truncated, Transformer) and (h) ``-copy_attn
-    -model_dtype fp16``: ``gpu_check_training.py`` says what each asserts.
+(g) Exact resume with dropout (RNN, copy, coverage, truncated, Transformer), (h) ``-copy_attn
+    -model_dtype fp16`` and (i) the same seed twice, the same losses (the Transformer on sentences
+    over 128 words, the fused attention kernels in training, the batch thread):
+    ``gpu_check_training.py`` says what each asserts.
 
 (a) and (b) run in this process through the library, the rest through the commands
 (``python -m onmt_lite.bin.*``). (d) and (e) pass at ``AGREEMENT`` identical lines, not only at all:
@@ -44,7 +46,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path[:0] = [REPO, BENCH, os.path.join(REPO, "tools")]
 import torch  # noqa: E402
-from gpu_check_training import copy_in_fp16, exact_resume  # noqa: E402
+from gpu_check_training import LONG, copy_in_fp16, exact_resume, same_seed_twice  # noqa: E402
 from plot_training import read_log  # noqa: E402
 from quality import lite_args  # noqa: E402
 from train_speed import BASE, PREPROCESS  # noqa: E402
@@ -157,22 +159,23 @@ def write_lines(path, lines):
     return path
 
 
-def small_corpus(work, n_train=3000, n_valid=LINES, seed=0):
+def small_corpus(work, n_train=3000, n_valid=LINES, seed=0, lengths=(2, 9), name="small"):
     """A corpus a model learns fast (the target is the source reversed), preprocessed with
-    ``-dynamic_dict``; returns ``(-data prefix, validation source file)``."""
+    ``-dynamic_dict``, sentences of ``lengths`` words (inclusive); returns ``(-data prefix,
+    validation source file)``."""
     import random
 
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(30)]
     files = {}
     for split, n in (("train", n_train), ("valid", n_valid)):
-        sources = [[rng.choice(words) for _ in range(rng.randint(2, 9))] for _ in range(n)]
+        sources = [[rng.choice(words) for _ in range(rng.randint(*lengths))] for _ in range(n)]
         files[split] = (
-            write_lines(f"{work}/src-{split}.txt", [" ".join(s) for s in sources]),
-            write_lines(f"{work}/tgt-{split}.txt", [" ".join(reversed(s)) for s in sources]),
+            write_lines(f"{work}/{name}-src-{split}.txt", [" ".join(s) for s in sources]),
+            write_lines(f"{work}/{name}-tgt-{split}.txt", [" ".join(reversed(s)) for s in sources]),
         )
-    prefix = f"{work}/small"
-    log = f"{work}/preprocess_small.log"
+    prefix = f"{work}/{name}"
+    log = f"{work}/preprocess_{name}.log"
     required(
         command(
             "preprocess",
@@ -189,6 +192,10 @@ def small_corpus(work, n_train=3000, n_valid=LINES, seed=0):
                 prefix,
                 "-dynamic_dict",
                 "-overwrite",
+                "-src_seq_length",
+                lengths[1],
+                "-tgt_seq_length",
+                lengths[1],
             ],
             log,
         ),
@@ -511,7 +518,7 @@ def main():
     parser.add_argument("-device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("-steps", type=int, default=1000, help="training steps of (c)")
     parser.add_argument("-quick", action="store_true", help="(c) for 40 steps on the small corpus")
-    parser.add_argument("-checks", default="abcdefgh", help="the checks to run, e.g. 'abf'")
+    parser.add_argument("-checks", default="abcdefghi", help="the checks to run, e.g. 'abf'")
     parser.add_argument(
         "-work", default=None, help="working directory (default: a new temporary one)"
     )
@@ -578,6 +585,9 @@ def main():
         )
     if "h" in opt.checks:
         checks.guarded("(h) copy in fp16", copy_in_fp16, checks, setup, train_run(setup))
+    if "i" in opt.checks:
+        setup["long"], _ = small_corpus(work, n_train=400, n_valid=20, lengths=LONG, name="long")
+        checks.guarded("(i) same seed", same_seed_twice, checks, setup, train_run(setup))
     checks.print()
     print(
         f"\n{opt.device}, torch {torch.__version__}, {time.time() - start:.0f} s; files in {work}"

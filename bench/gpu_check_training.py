@@ -6,6 +6,11 @@
     it. cuDNN's dropout state (outside every generator a checkpoint saves) broke this for RNNs.
 (h) ``-copy_attn -model_dtype fp16``: ``FP16_STEPS`` steps train (the perplexity falls) with at
     most ``MAX_SKIPPED`` skipped steps; float16's zero copy probabilities made every step overflow.
+(i) The same seed twice, the same losses, for the Transformer on sentences of ``LONG`` words: the
+    fused attention kernels' backward may split the keys and add the parts with atomics (PyTorch
+    does so by default, unless in its deterministic mode) once there are more than 128 keys, and
+    training takes that kernel at attention dropout 0 (``scaled-dot``) and with dropout
+    (``-self_attn_type scaled-dot-flash``); and ``-num_workers 1`` against 0.
 """
 
 from plot_training import read_log
@@ -39,6 +44,8 @@ TRANSFORMER = [
 ]
 FP16_STEPS = 200
 MAX_SKIPPED = 5
+LONG = (130, 200)  # words a sentence in (i)'s corpus: over 128 keys
+SAME_SEED_STEPS = 20
 
 
 def resume_configs(small_model, configs):
@@ -136,3 +143,48 @@ def copy_in_fp16(checks, setup, run):
     passed = len(ppl) > 1 and ppl[-1] < ppl[0] and skipped <= MAX_SKIPPED
     detail = f"train ppl {ppl[0]:.1f} -> {ppl[-1]:.1f}" if ppl else "no report"
     checks.add(name, passed, f"{detail}; {skipped} skipped steps (at most {MAX_SKIPPED})")
+
+
+def same_seed_twice(checks, setup, run):
+    """(i): each configuration trained twice from the same seed logs the same losses; the last
+    one against the first's losses (a thread making the batches changes nothing)."""
+    plain = [arg if arg != "0.1" else "0" for arg in TRANSFORMER]  # no dropout: the kernel trains
+    configs = {
+        "scaled-dot, attention dropout 0": (plain, plain),
+        "scaled-dot-flash, dropout 0.1": ([*TRANSFORMER, "-self_attn_type", "scaled-dot-flash"],)
+        * 2,
+        "-num_workers 1 against 0": (TRANSFORMER, [*TRANSFORMER, "-num_workers", 1]),
+    }
+    for index, (name, (first_args, second_args)) in enumerate(configs.items()):
+        logs = []
+        for attempt, args in enumerate((first_args, second_args)):
+            prefix = f"{setup['work']}/i{index}{attempt}"
+            logs.append(
+                run(
+                    [
+                        "-data",
+                        setup["long"],
+                        *args,
+                        "-seed",
+                        3,
+                        "-train_steps",
+                        SAME_SEED_STEPS,
+                        "-report_every",
+                        2,
+                        "-batch_size",
+                        16,
+                        "-valid_steps",
+                        10 * SAME_SEED_STEPS,
+                        "-save_model",
+                        prefix,
+                    ],
+                    f"{prefix}.log",
+                )
+            )
+        first, second = (training_losses(log, 0) for log in logs)
+        detail = f"ppl {list(first.values())[-3:]} and {list(second.values())[-3:]}"
+        checks.add(
+            f"(i) same seed, same losses on {setup['device']}: {name}",
+            bool(first) and first == second,
+            detail,
+        )

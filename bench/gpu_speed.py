@@ -1,7 +1,7 @@
 """GPU training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1 on one device, in one run.
 
     python bench/gpu_speed.py [-steps 100] [-warmup 20] [-only rnn64 transformer ...]
-                              [-precisions fp32 mixed] [-dry_run]
+                              [-precisions fp32 mixed] [-levers] [-dry_run]
 
 The configurations (toy-ende, vocabularies of 20,000):
 - ``rnn64``, ``rnn256``: the standard RNN (brnn encoder, 2+2 layers of 256, general attention,
@@ -20,6 +20,11 @@ own target tokens/s reports after ``-warmup`` steps. Its peak memory is the larg
 ``nvidia-smi`` showed for the run's processes (sampled every 0.2 s, the same for both toolkits),
 and for onmt_lite also ``torch.cuda.max_memory_allocated``, which its log ends with. Both
 toolkits' logs are checked to hold models of the same parameter count.
+
+``-levers`` runs onmt_lite alone instead, fp32 and bf16, without and with each of its speed options
+(``LEVERS``: ``-num_workers 1``, ``-self_attn_type scaled-dot-flash``, ``-torch_compile``, all
+three; the last three for Transformers only): what each pays, before a default is changed.
+Figures to bench/results/gpu_levers.json.
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands
 on the CPU instead (float32 and bf16, 3 steps of small batches, no peer): a check of the script,
@@ -83,6 +88,15 @@ RUNS = {
     "mixed": [("onmt_lite", "bf16"), ("onmt_lite", "fp16"), ("OpenNMT-py", "fp16")],
 }
 ALLOCATED = re.compile(r"peak GPU memory allocated: (\d+) MiB")
+# -levers: onmt_lite's speed options, each alone and all together, against none ("")
+LEVERS = {
+    "": [],
+    "workers": ["-num_workers", 1],
+    "flash": ["-self_attn_type", "scaled-dot-flash"],
+    "compile": ["-torch_compile"],
+    "all": ["-num_workers", 1, "-self_attn_type", "scaled-dot-flash", "-torch_compile"],
+}
+TRANSFORMER_ONLY = {"flash", "compile", "all"}  # the RNN has no layers they change
 
 
 class DeviceMemory:
@@ -154,10 +168,12 @@ def peer_gpu_config(path, dtype, config):
     return path
 
 
-def one_run(toolkit, dtype, config, train_args, work, opt, steps):
-    """One training run; returns ``{"tgt_tok_s", "peak_mib", "allocated_mib", "log"}``."""
+def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
+    """One training run (onmt_lite's with the options of ``LEVERS[lever]`` added); returns
+    ``{"tgt_tok_s", "peak_mib", "allocated_mib", "log"}``."""
     model_args = CONFIGS[config][0]
-    log = f"{work}/{toolkit}_{dtype}.log"
+    tag = f"_{lever}" if lever else ""
+    log = f"{work}/{toolkit}_{dtype}{tag}.log"
     if toolkit == "onmt_lite":
         device = [] if opt.dry_run else ["-gpu_ranks", 0]
         extra = CHECKPOINTING.get(config, ([], None))[0]
@@ -166,7 +182,7 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps):
             "-data",
             f"{work}/lite",
             "-save_model",
-            f"{work}/lite_{dtype}",
+            f"{work}/lite_{dtype}{tag}",
             "-overwrite",
             *lite_args(model_args, train_args),
             "-model_dtype",
@@ -175,6 +191,7 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps):
             steps,
             *device,
             *extra,
+            *LEVERS[lever],
         ]
         peak = run_on_device(command, log)
     else:
@@ -187,6 +204,28 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps):
         "allocated_mib": allocated_mib(log),
         "log": log,
     }
+
+
+def levers(opt, config, train_args, work):
+    """-levers: onmt_lite alone, fp32 and bf16, without and with each of ``LEVERS``; prints a row a
+    run (speed against the run without) and returns the rows."""
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        base = None
+        for lever in LEVERS:
+            if lever in TRANSFORMER_ONLY and "transformer" not in config:
+                continue
+            steps = opt.warmup + opt.steps
+            run = one_run("onmt_lite", dtype, config, train_args, work, opt, steps, lever)
+            base = base or run
+            ratio = run["tgt_tok_s"] / base["tgt_tok_s"]
+            allocated = run["allocated_mib"]
+            memory = f"{run['peak_mib']:.0f}" + (f" ({allocated:.0f})" if allocated else "")
+            name = lever or "none"
+            speed = f"{run['tgt_tok_s']:>10.0f}"
+            print(f"{config:<20} {dtype:<5} {name:<8} {speed} {ratio:>6.2f}x {memory:>16}")
+            rows.append({"config": config, "dtype": dtype, "lever": name, "run": run})
+    return rows
 
 
 def print_row(config, precision, results):
@@ -209,6 +248,11 @@ def main():
     )
     parser.add_argument("-precisions", nargs="+", choices=list(RUNS), default=list(RUNS))
     parser.add_argument(
+        "-levers",
+        action="store_true",
+        help="onmt_lite alone, without and with each speed option (no peer)",
+    )
+    parser.add_argument(
         "-dry_run",
         action="store_true",
         help="onmt_lite's commands on the CPU, 3 steps each, no peer (no CUDA needed)",
@@ -228,26 +272,55 @@ def main():
     if opt.dry_run:
         opt.steps = 2
         opt.warmup = 1
-    elif not os.path.exists(f"{opt.peer}/bin/onmt_train"):
+    elif not opt.levers and not os.path.exists(f"{opt.peer}/bin/onmt_train"):
         subprocess.run(
             ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
         )
     data = toy_ende()
+    rows = lever_table(opt, data) if opt.levers else comparison(opt, data)
+    if not opt.dry_run:  # a dry run's figures are no measurement
+        name = "gpu_levers" if opt.levers else "gpu_speed"
+        write_results(name, {"steps": opt.steps, "warmup": opt.warmup, "rows": rows})
+    return 0
+
+
+def prepared(opt, config, data, peer):
+    """``(work directory, training settings)`` of ``config``, its data preprocessed."""
+    work = os.path.join(opt.work, config)
+    os.makedirs(work, exist_ok=True)
+    model_args, training = CONFIGS[config]
+    report_every = 1 if opt.dry_run else 10
+    if opt.dry_run:  # a check of the commands: small batches
+        small = 512 if training.get("batch_type") == "tokens" else 16
+        training = {**training, "batch_size": small}
+    return work, prepare(config, model_args, training, work, peer, data, report_every)
+
+
+def lever_table(opt, data):
+    """-levers: each configuration's rows of ``levers``."""
+    print(
+        f"{'configuration':<20} {'dtype':<5} {'lever':<8} {'tgt tok/s':>10} {'ratio':>7} "
+        f"{'peak MiB (alloc.)':>16}"
+    )
+    rows = []
+    for config in opt.only or list(CONFIGS):
+        work, train_args = prepared(opt, config, data, None)
+        rows += levers(opt, config, train_args, work)
+    print(f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against the run without")
+    return rows
+
+
+def comparison(opt, data):
+    """Both toolkits, each configuration and precision; prints the table, returns its rows."""
     rows = []
     print(
         f"{'configuration':<20} {'toolkit':<11} {'dtype':<5} {'tgt tok/s':>10} {'ratio':>7} "
         f"{'peak MiB (alloc.)':>14}"
     )
     for config in opt.only or list(CONFIGS):
-        work = os.path.join(opt.work, config)
-        os.makedirs(work, exist_ok=True)
-        model_args, training = CONFIGS[config]
+        model_args = CONFIGS[config][0]
         peer = None if opt.dry_run else opt.peer
-        report_every = 1 if opt.dry_run else 10
-        if opt.dry_run:  # a check of the commands: small batches
-            small = 512 if training.get("batch_type") == "tokens" else 16
-            training = {**training, "batch_size": small}
-        train_args = prepare(config, model_args, training, work, peer, data, report_every)
+        work, train_args = prepared(opt, config, data, peer)
         for precision in opt.precisions:
             results = {}
             for toolkit, dtype in RUNS[precision]:
@@ -274,9 +347,7 @@ def main():
         f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against OpenNMT-py at the same "
         "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak)"
     )
-    if not opt.dry_run:  # a dry run's figures are no measurement
-        write_results("gpu_speed", {"steps": opt.steps, "warmup": opt.warmup, "rows": rows})
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -72,24 +72,36 @@ class Batch:
         before any use); elsewhere a plain ``.to``."""
         device = torch.device(device)
         pinned = device.type == "cuda" and torch.cuda.is_available()
-        for name in (
-            "src",
-            "src_lengths",
-            "tgt",
-            "indices",
-            "src_map",
-            "alignment",
-            "src_ex_tgt_ids",
-            "align",
-            "src_feats",
-        ):
+        if pinned:
+            self.pin_memory()  # a copy from pageable memory would block the host
+        for name in TENSOR_FIELDS:
             value = getattr(self, name)
-            if value is None:
-                continue
-            if pinned and value.device.type == "cpu":
-                value = value.pin_memory()  # a copy from pageable memory would block the host
-            setattr(self, name, value.to(device, non_blocking=pinned))
+            if value is not None:
+                setattr(self, name, value.to(device, non_blocking=pinned))
         return self
+
+    def pin_memory(self):
+        """Put the tensors still in pageable CPU memory in page-locked memory (in place; needs
+        CUDA); returns the batch. ``data/prefetch.py`` does it ahead, in its thread."""
+        for name in TENSOR_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value.device.type == "cpu" and not value.is_pinned():
+                setattr(self, name, value.pin_memory())
+        return self
+
+
+# the tensors ``Batch.to`` moves (the ``*_cpu`` copies stay where they were built)
+TENSOR_FIELDS = (
+    "src",
+    "src_lengths",
+    "tgt",
+    "indices",
+    "src_map",
+    "alignment",
+    "src_ex_tgt_ids",
+    "align",
+    "src_feats",
+)
 
 
 def gather_padded(flat, offsets, lengths, ids, pad):

@@ -340,7 +340,19 @@ def build_model(opt: argparse.Namespace, vocabs: dict[str, Vocab]) -> NMTModel:
     if opt.share_decoder_embeddings:
         output_layer = generator.linear if opt.copy_attn else generator[0]
         output_layer.weight = tgt_emb.weight
+    if opt.self_attn_type == "scaled-dot-flash":
+        use_kernel_dropout(model)
     return model
+
+
+def use_kernel_dropout(model: nn.Module) -> int:
+    """``-self_attn_type scaled-dot-flash``: every multi-head attention of ``model`` leaves its
+    dropout in training to the fused kernel off the CPU (``MultiHeadAttention``); returns how many
+    there are."""
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for attention in attentions:
+        attention.kernel_dropout = True
+    return len(attentions)
 
 
 def set_dropout(model, p, attention_p):

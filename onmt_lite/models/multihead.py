@@ -40,6 +40,11 @@ class MultiHeadAttention(nn.Module):
     clipped relative position enters both the scores (``q · r``) and the output (``Σ w r``), one
     table for both as in 1.x. Both go through the 2k + 1 buckets (``q`` times the table, gathered
     per key; the weights summed per bucket, times the table): memory grows as T x K, not T x K x d.
+
+    ``kernel_dropout`` (``-self_attn_type scaled-dot-flash``, set by ``use_kernel_dropout``): off
+    the CPU, attention dropout in training is left to the fused kernel, which draws its masks from
+    the device's generator and never writes the weights out. Without it (``scaled-dot``) training
+    with attention dropout takes the written-out form.
     """
 
     def __init__(self, dim: int, heads: int, dropout: float, max_relative_positions: int = 0):
@@ -49,6 +54,7 @@ class MultiHeadAttention(nn.Module):
         self.heads = heads
         self.head_dim = dim // heads
         self.dropout_p = dropout
+        self.kernel_dropout = False
         self.out = nn.Linear(dim, dim)
         self.max_relative_positions = max_relative_positions
         self.relative = (
@@ -69,11 +75,14 @@ class MultiHeadAttention(nn.Module):
         ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or
         None."""
         p = self.dropout_p if self.training else 0.0
-        if self.relative is None and not need_weights and p == 0:
+        # the CPU's fused kernel writes the weights out with dropout, and draws masks more slowly
+        kernel_drops = self.kernel_dropout and query.device.type != "cpu"
+        if self.relative is None and not need_weights and (p == 0 or kernel_drops):
             # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid
-            # them (with dropout its CPU version writes them out too, and draws the masks more
-            # slowly than ours)
-            context = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+            # them
+            context = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, dropout_p=p
+            )
             weights = None
         else:
             context, weights = self._attend(query, keys, values, mask, p)

@@ -403,9 +403,8 @@ def _refuse_unknown(parser, unknown):
             parser.error(
                 f"option -{name} is not supported by onmt_lite: {UNSUPPORTED_OPTIONS[name]}"
             )
-    for (
-        token
-    ) in unknown:  # the command line's abbreviations are expanded: these come from a -config file
+    # the command line's abbreviations are expanded: these come from a -config file
+    for token in unknown:
         full = parser.abbreviated_name(token)
         if full is not None:
             parser.error(

@@ -235,6 +235,15 @@ def _batches_and_steps_opts(parser):
         default=8192,
         help="Sort this many batches' worth of examples by length before cutting batches",
     )
+    add(
+        group,
+        "num_workers",
+        type=int_in(0, 1),
+        default=0,
+        help="1: a thread makes the next training batches (and pins them for CUDA) while a step "
+        "runs; the same batches and losses as 0, which makes each when the loop needs it "
+        "(OpenNMT-py 3.x's option; its 2 and more are processes, which onmt_lite does not use)",
+    )
     # a step's batches are held at once (and counted by itertools.islice, times -world_size)
     add(
         group,
@@ -442,6 +451,14 @@ def _optimization_opts(parser):
         "Transformer layers in the backward pass instead of keeping their activations: ffn "
         "(feed-forward blocks), mha (self- and context attention); the same gradients for "
         "less memory",
+    )
+    add(
+        group,
+        "torch_compile",
+        action="store_true",
+        help="Train the Transformer layers through torch.compile (fused kernels, for GPUs; the "
+        "first steps compile them, tens of seconds). Reproducible with -seed, but other dropout "
+        "masks than without it",
     )
     add(
         group,

@@ -14,10 +14,12 @@ import random
 import torch
 
 from onmt_lite.data.iterator import BatchIterator
+from onmt_lite.data.prefetch import prefetched
 from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.loss.options import fill_loss_options
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
+from onmt_lite.models.compiled import compile_layers
 from onmt_lite.models.checkpoint import (
     CheckpointWriter,
     load_checkpoint,
@@ -167,6 +169,9 @@ def prepare_model(opt, vocabs, checkpoint, device, is_main):
             f"-use_ckpting {' '.join(opt.use_ckpting)}: {count} modules recompute their "
             "activations in the backward pass"
         )
+    if opt.torch_compile:
+        count = compile_layers(model)
+        logger.info(f"-torch_compile: {count} Transformer layers train compiled")
     average = (
         MovingAverage(model, opt.average_decay, opt.average_every)
         if opt.average_decay > 0 and is_main
@@ -306,6 +311,8 @@ def _train(opt, dist, held):
         )
         return step
 
+    # after resume: the thread starts from the checkpoint's position
+    train_iter = prefetched(train_iter, opt.num_workers, pin=device.type == "cuda")
     reporter, scorer = reporting(opt, model, vocabs, record, device, is_main)
     saver = None
     if writer is not None:

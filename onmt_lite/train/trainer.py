@@ -161,9 +161,8 @@ class Trainer:
             norm = self.dist.sum([norm])[0]
         self.optim.zero_grad()
         stats = Statistics()
-        for (
-            batch
-        ) in batches:  # the loss scale (fp16) multiplies every loss through the normalisation
+        # the loss scale (fp16) multiplies every loss through the normalisation
+        for batch in batches:
             stats.update(self.forward_backward(batch, norm / self.precision.scale))
         if self.dist is not None:
             self.dist.sum_gradients(self.optim.params)

@@ -376,10 +376,8 @@ def test_two_processes_on_g2p_follow_the_loss_curve_of_one_process_with_twice_th
     late = {
         name: sum(curve[step] for step in range(60, 101, 10)) / 5 for name, curve in curves.items()
     }
-    for (
-        name,
-        curve,
-    ) in curves.items():  # both learn (measured: 3.18 and 3.15 at step 10, 2.71 and 2.63 late)
+    # both learn (measured: 3.18 and 3.15 at step 10, 2.71 and 2.63 late)
+    for name, curve in curves.items():
         assert late[name] < 0.9 * curve[10], (name, curve)
     # and at the same pace: the mean cross-entropy of steps 60-100 within noise of each other
     assert abs(late["two"] - late["one"]) < 0.06 * late["one"], curves

@@ -102,6 +102,22 @@ def test_a_resumed_run_gives_the_same_losses_as_an_uninterrupted_one(data, tmp_p
     assert len(set(full_losses.values())) == 8  # the steps really differ
 
 
+def test_batches_made_by_a_thread_train_and_resume_with_the_losses_of_the_loops_own(data, tmp_path):
+    args = [*TINY_MODEL, "-report_every", 1, "-save_checkpoint_steps", 3, "-seed", 5]
+    args += ["-pool_factor", 2, "-dropout", "0.2", "-accum_count", 2]
+    _, full = train_in_process(data["plain"], str(tmp_path / "full"), *args, "-train_steps", 7)
+    ahead = [*args, "-num_workers", 1]
+    _, first = train_in_process(data["plain"], str(tmp_path / "part"), *ahead, "-train_steps", 3)
+    resume = ["-train_steps", 7, "-train_from", tmp_path / "part_step_3.pt"]
+    _, second = train_in_process(data["plain"], str(tmp_path / "part"), *ahead, *resume)
+    full_losses = step_losses(full)
+    assert sorted(full_losses) == list(range(1, 8))
+    assert {**step_losses(first), **step_losses(second)} == full_losses
+    # the thread had made batches past step 3's when the checkpoint was written
+    saved = load_checkpoint(str(tmp_path / "part_step_3.pt"))["data"]
+    assert saved == {"epoch": 0, "shard": 0, "batch": 6}
+
+
 @pytest.mark.parametrize("reset,expected_lr", [("none", 0.5 / 5**0.5), ("all", 0.5)])
 def test_reset_optim_decides_where_the_schedule_continues(data, tmp_path, reset, expected_lr):
     args = [

@@ -91,6 +91,18 @@ def test_to_cuda_pins_and_copies_without_blocking_only_where_cuda_is(monkeypatch
     monkeypatch.setattr(torch.Tensor, "to", to)
     batch.to("cuda:0")
     if cuda_available:
-        assert calls == ["pin", ("to", True)] * len(FIELDS)
+        # each tensor pinned, then every copy without waiting
+        assert calls == ["pin"] * len(FIELDS) + [("to", True)] * len(FIELDS)
     else:
         assert calls == [("to", False)] * len(FIELDS)
+
+
+def test_pin_memory_leaves_pinned_tensors_as_they_are(monkeypatch):
+    """-num_workers 1 pins in its thread: the copy to the device then pins nothing again."""
+    batch = shard_view(True).batch([1, 2])
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: pinned.append(1) or self)
+    assert batch.pin_memory() is batch and len(pinned) == len(FIELDS)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)
+    batch.pin_memory()
+    assert len(pinned) == len(FIELDS)

@@ -386,3 +386,57 @@ def test_the_1x_transformer_options_have_1x_defaults():
         opt.attention_dropout,
         opt.position_encoding,
     ) == (8, 2048, 0, "scaled-dot", [0.1], False)
+
+
+def _kernel_calls(monkeypatch):
+    """The dropout_p of every F.scaled_dot_product_attention call, recorded."""
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def recorded(*args, dropout_p=0.0, **kwargs):
+        calls.append(dropout_p)
+        return fused(*args, dropout_p=dropout_p, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("kernel_dropout", [False, True])
+def test_attention_dropout_goes_to_the_fused_kernel_off_the_cpu_only_with_scaled_dot_flash(
+    monkeypatch, kernel_dropout
+):
+    calls = _kernel_calls(monkeypatch)
+    attention = MultiHeadAttention(8, 2, dropout=0.25).train()
+    attention.kernel_dropout = kernel_dropout
+    # the meta device stands in for a GPU: shapes without arithmetic
+    query, keys, values = (torch.empty(3, 2, 5, 4, device="meta") for _ in range(3))
+    mask = torch.ones(3, 1, 5, 5, dtype=torch.bool, device="meta")
+    attention.to("meta")
+    out, weights = attention(query, keys, values, mask)
+    assert out.shape == (3, 5, 8) and (weights is None) == kernel_dropout
+    assert calls == ([0.25] if kernel_dropout else [])
+    calls.clear()
+    cpu = MultiHeadAttention(8, 2, dropout=0.25).train()
+    cpu.kernel_dropout = kernel_dropout
+    real = [torch.randn(3, 2, 5, 4) for _ in range(3)]
+    cpu(*real, torch.ones(3, 1, 5, 5, dtype=torch.bool))
+    assert calls == []  # the CPU keeps the written-out form and its own masks
+    attention.eval()
+    attention(query, keys, values, mask)
+    assert calls == [0.0]  # without dropout, the kernel either way
+
+
+def test_scaled_dot_flash_marks_every_attention_and_trains_on_the_cpu_as_scaled_dot():
+    plain, _ = make_model(*TRANSFORMER, seed=3)
+    flash, _ = make_model(*TRANSFORMER, "-self_attn_type", "scaled-dot-flash", seed=3)
+    marked = [m.kernel_dropout for m in flash.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(marked) >= 3 and all(marked)
+    assert not any(m.kernel_dropout for m in plain.modules() if isinstance(m, MultiHeadAttention))
+    batch = make_batch(random_pairs(4, seed=2))
+    losses = []
+    for model in (plain, flash):
+        torch.manual_seed(9)
+        model.train()
+        dec_out, _ = model(batch.src, batch.tgt, batch.src_lengths)
+        losses.append(dec_out.sum())
+    assert torch.equal(losses[0], losses[1])
