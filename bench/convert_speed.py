@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from onmt_lite import Translator  # noqa: E402
 from onmt_lite.bin import convert  # noqa: E402
 from quality import write_results  # noqa: E402
+from toolkits import SHARED  # noqa: E402
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 BATCH = 32
 MAX_LENGTH = 100
 

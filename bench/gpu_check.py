@@ -49,6 +49,7 @@ import torch  # noqa: E402
 from gpu_check_training import LONG, copy_in_fp16, exact_resume, same_seed_twice  # noqa: E402
 from plot_training import read_log  # noqa: E402
 from quality import lite_args  # noqa: E402
+from toolkits import SHARED  # noqa: E402
 from train_speed import BASE, PREPROCESS  # noqa: E402
 
 from onmt_lite.data.batch import ShardView  # noqa: E402
@@ -522,9 +523,7 @@ def main():
     parser.add_argument(
         "-work", default=None, help="working directory (default: a new temporary one)"
     )
-    parser.add_argument(
-        "-toy_ende", default=os.path.join(os.path.dirname(REPO), "shared", "data", "toy-ende")
-    )
+    parser.add_argument("-toy_ende", default=os.path.join(SHARED, "data", "toy-ende"))
     opt = parser.parse_args()
     if opt.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: this machine has no CUDA device (run with -device cpu for a dry run)")

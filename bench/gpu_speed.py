@@ -30,7 +30,8 @@ Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_
 on the CPU instead (float32 and bf16, 3 steps of small batches, no peer): a check of the script,
 not a figure.
 The table goes to standard output, the figures (not a dry run's) to bench/results/gpu_speed.json.
-The peer is installed by ../shared/bench/install_opennmt_py.sh when missing.
+The peer is installed by ../shared/bench/install_opennmt_py.sh when missing; on a lent GPU
+machine ``-peer python3`` and ``ONMT_LITE_SHARED`` (bench/toolkits.py, bench/device_session.sh).
 """
 
 import argparse
@@ -42,9 +43,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
-    LITE_BIN,
     PEER_ENV,
-    SHARED,
     TRANSFORMER,
     TRANSFORMER_TRAINING,
     check_models,
@@ -59,6 +58,7 @@ from train_speed import (  # noqa: E402
     target_rate,
     toy_ende,
 )
+from toolkits import ensure_peer, lite, peer  # noqa: E402
 
 FAQ_TRANSFORMER = {
     **TRANSFORMER,
@@ -178,7 +178,7 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
         device = [] if opt.dry_run else ["-gpu_ranks", 0]
         extra = CHECKPOINTING.get(config, ([], None))[0]
         command = [
-            f"{LITE_BIN}/onmt_lite_train",
+            *lite("train"),
             "-data",
             f"{work}/lite",
             "-save_model",
@@ -196,7 +196,7 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
         peak = run_on_device(command, log)
     else:
         config_path = peer_gpu_config(f"{work}/peer_{dtype}.yaml", dtype, config)
-        command = [f"{opt.peer}/bin/onmt_train", "-config", config_path, "-train_steps", steps]
+        command = [*peer(opt.peer, "train"), "-config", config_path, "-train_steps", steps]
         peak = run_on_device(command, log, PEER_ENV)
     return {
         "tgt_tok_s": target_rate(log, opt.warmup),
@@ -257,7 +257,12 @@ def main():
         action="store_true",
         help="onmt_lite's commands on the CPU, 3 steps each, no peer (no CUDA needed)",
     )
-    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument(
+        "-peer",
+        default="/tmp/peer-opennmt",
+        help="OpenNMT-py 3.5.1: its venv directory (installed there when missing), or a Python "
+        "that imports it (python3 on a lent GPU machine)",
+    )
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_speed")
     opt = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a row as each configuration ends
@@ -272,10 +277,8 @@ def main():
     if opt.dry_run:
         opt.steps = 2
         opt.warmup = 1
-    elif not opt.levers and not os.path.exists(f"{opt.peer}/bin/onmt_train"):
-        subprocess.run(
-            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
-        )
+    elif not opt.levers:
+        ensure_peer(opt.peer)
     data = toy_ende()
     rows = lever_table(opt, data) if opt.levers else comparison(opt, data)
     if not opt.dry_run:  # a dry run's figures are no measurement

@@ -38,9 +38,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
-    LITE_BIN,
     PEER_ENV,
-    SHARED,
     TRANSFORMER,
     TRANSFORMER_TRAINING,
     lite_args,
@@ -48,6 +46,8 @@ from quality import (  # noqa: E402
     run,
     write_results,
 )
+from toolkits import ensure_peer, lite  # noqa: E402
+from toolkits import peer as peer_command  # noqa: E402
 from train_speed import BASE, RNN_TRAINING, prepare, toy_ende  # noqa: E402
 from translate_speed import PEER_SEARCH, SEARCH, bleu, decode_seconds, lines_differ  # noqa: E402
 
@@ -83,7 +83,7 @@ def train_models(kind, work, opt):
     device = [] if opt.dry_run else ["-gpu_ranks", 0]
     run(
         [
-            f"{LITE_BIN}/onmt_lite_train",
+            *lite("train"),
             "-data",
             f"{work}/lite",
             "-save_model",
@@ -103,7 +103,8 @@ def train_models(kind, work, opt):
     with open(f"{work}/peer_gpu.yaml", "w", encoding="utf-8") as f:
         f.write(config)
     run(
-        [f"{peer}/bin/onmt_train", "-config", f"{work}/peer_gpu.yaml", "-train_steps", peer_steps],
+        [*peer_command(peer, "train"), "-config", f"{work}/peer_gpu.yaml"]
+        + ["-train_steps", peer_steps],
         f"{work}/peer_train.log",
     )
     models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
@@ -142,9 +143,9 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
         *SEARCH,
     ]
     if toolkit == "OpenNMT-py":
-        command = [f"{opt.peer}/bin/onmt_translate", *common, *PEER_SEARCH]
+        command = [*peer_command(opt.peer, "translate"), *common, *PEER_SEARCH]
     else:
-        command = [f"{LITE_BIN}/onmt_lite_translate", *common]
+        command = [*lite("translate"), *common]
     env = PEER_ENV if toolkit == "OpenNMT-py" else None
     with open(log, "w") as f:
         done = subprocess.run(
@@ -235,7 +236,11 @@ def main():
         action="store_true",
         help="onmt_lite's commands on the CPU, small models, no peer (no CUDA needed)",
     )
-    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument(
+        "-peer",
+        default="/tmp/peer-opennmt",
+        help="OpenNMT-py 3.5.1: its venv directory, or a Python that imports it",
+    )
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_translate_speed")
     opt = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a row as each run ends
@@ -252,11 +257,7 @@ def main():
                 "(-dry_run runs the commands on the CPU)"
             )
             return 2
-        if not os.path.exists(f"{opt.peer}/bin/onmt_translate"):
-            subprocess.run(
-                ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer],
-                check=True,
-            )
+        ensure_peer(opt.peer)
     if "fp32" not in opt.precisions:
         opt.precisions.insert(0, "fp32")  # the reference of the half-precision outputs
     data = toy_ende()

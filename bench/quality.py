@@ -29,8 +29,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), "shared")
+from toolkits import REPO, SHARED, is_peer  # noqa: E402
+
 LITE_BIN = os.path.dirname(sys.executable)
 
 
@@ -42,7 +42,7 @@ PEER_ENV = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
 def run(cmd, log, timeout=None):
     """Run ``cmd`` with output to ``log``; a timeout ends it (that is the wall-clock budget)."""
     start = time.time()
-    env = PEER_ENV if "peer" in str(cmd[0]) or "opennmt" in str(cmd[0]) else None
+    env = PEER_ENV if "peer" in str(cmd[0]) or "opennmt" in str(cmd[0]) or is_peer(cmd) else None
     with open(log, "w") as out:
         try:
             subprocess.run(

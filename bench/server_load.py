@@ -1,6 +1,7 @@
 """onmt_lite_server against OpenNMT-py 3.5.1's onmt_server under 1, 4 and 16 concurrent clients.
 
     .venv/bin/python bench/server_load.py [-minutes 5] [-sentences 1000] [-clients 1 4 16]
+                                          [-models LITE PEER -requests FILE] [-gpu]
 
 Models: g2p-sr's bidirectional LSTMs (2x256) that ``bench/quality.py g2p -minutes M`` trains with
 the same settings for the same wall-clock time with each toolkit (trained first when missing), each
@@ -10,7 +11,10 @@ and waits for the answer before sending the next: ``-sentences`` requests in all
 clients. The servers run one at a time on 127.0.0.1, after 20 warm-up requests. The table gives
 sentences/s (requests answered over the wall-clock time of the whole run), the median and 99th
 percentile of the requests' latencies, and the ratios; every answer is checked (status 200, its own
-source, a translation). Figures go to bench/results/server_load.json (the models' training and exact
+source, a translation). ``-models`` serves two given checkpoints instead (on a lent GPU machine:
+those of bench/gpu_translate_speed.py, with ``-requests`` toy-ende lines), ``-gpu`` on GPU 0 (the
+model's ``gpu`` option in both servers' configurations). Figures go to
+bench/results/server_load.json (server_load_gpu.json with ``-gpu``; the models' training and exact
 match, when trained here, to bench/results/server_load_models.json).
 """
 
@@ -25,9 +29,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality import LITE_BIN, PEER_ENV, SHARED, newest_checkpoint, write_results  # noqa: E402
+from quality import PEER_ENV, newest_checkpoint, write_results  # noqa: E402
+from toolkits import REPO, SHARED, lite, peer  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEARCH = {
     "beam_size": 5,
     "max_length": 100,
@@ -73,9 +77,11 @@ def ensure_models(work, minutes):
 class Served:
     """A server process of one toolkit serving ``model`` as id 100 on 127.0.0.1:``port``."""
 
-    def __init__(self, toolkit, model, port, work, peer):
+    def __init__(self, toolkit, model, port, work, peer_home, gpu=False):
         conf = os.path.join(work, f"{toolkit}.conf.json")
         opt = PEER_SEARCH if toolkit == "OpenNMT-py" else SEARCH
+        if gpu:  # both servers' way to put a model on GPU 0
+            opt = {**opt, "gpu": 0}
         with open(conf, "w", encoding="utf-8") as f:
             json.dump(
                 {
@@ -88,9 +94,9 @@ class Served:
             )
         # 3.x renamed 1.x's --config to --model_config
         command = (
-            [f"{peer}/bin/onmt_server", "--model_config", conf]
+            [*peer(peer_home, "server"), "--model_config", conf]
             if toolkit == "OpenNMT-py"
-            else [f"{LITE_BIN}/onmt_lite_server", "--config", conf]
+            else [*lite("server"), "--config", conf]
         )
         self.log = open(os.path.join(work, f"{toolkit}.server.log"), "w", encoding="utf-8")
         self.process = subprocess.Popen(
@@ -172,18 +178,42 @@ def main():
         "-sentences", type=int, default=1000, help="requests per run (one word each)"
     )
     parser.add_argument("-clients", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("-peer", default="/tmp/peer-opennmt")
+    parser.add_argument(
+        "-peer",
+        default="/tmp/peer-opennmt",
+        help="OpenNMT-py 3.5.1: its venv directory, or a Python that imports it",
+    )
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
     parser.add_argument("-port", type=int, default=5077)
+    parser.add_argument(
+        "-models",
+        nargs=2,
+        metavar=("LITE", "PEER"),
+        help="serve these checkpoints (onmt_lite's, OpenNMT-py's) instead of the g2p-sr models",
+    )
+    parser.add_argument(
+        "-requests",
+        default=os.path.join(SHARED, "data", "g2p-sr", "src.train"),
+        help="the lines sent, one a request (default: g2p-sr's training words)",
+    )
+    parser.add_argument("-gpu", action="store_true", help="both servers decode on GPU 0")
+    parser.add_argument(
+        "-dry_run", action="store_true", help="a check of the script: no figures written"
+    )
     opt = parser.parse_args()
-    if not os.path.isdir(SHARED):
-        raise SystemExit(f"needs {SHARED}")
-    models = ensure_models(opt.work, opt.minutes)
-    with open(os.path.join(SHARED, "data", "g2p-sr", "src.train"), encoding="utf-8") as f:
+    os.makedirs(opt.work, exist_ok=True)
+    if not os.path.isfile(opt.requests):
+        raise SystemExit(f"-requests {opt.requests}: no such file")
+    models = (
+        dict(zip(("onmt_lite", "OpenNMT-py"), opt.models))
+        if opt.models
+        else ensure_models(opt.work, opt.minutes)
+    )
+    with open(opt.requests, encoding="utf-8") as f:
         words = [line.strip() for line in f if line.strip()][: opt.sentences]
     rows = []
     for toolkit in ("onmt_lite", "OpenNMT-py"):
-        served = Served(toolkit, models[toolkit], opt.port, opt.work, opt.peer)
+        served = Served(toolkit, models[toolkit], opt.port, opt.work, opt.peer, opt.gpu)
         try:
             load(opt.port, words[:20], 1)  # warm-up
             for clients in opt.clients:
@@ -223,7 +253,9 @@ def main():
             f"{ratio:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / "
             f"{peer['p99_ms']:.0f} |"
         )
-    write_results("server_load", {"models": models, "search": SEARCH, "rows": rows})
+    if not opt.dry_run:
+        name = "server_load_gpu" if opt.gpu else "server_load"
+        write_results(name, {"models": models, "search": SEARCH, "rows": rows, "gpu": opt.gpu})
 
 
 if __name__ == "__main__":

@@ -32,10 +32,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
-    LITE_BIN,
     PEER_BUCKET_HELP,
     PEER_ENV,
-    SHARED,
     TRANSFORMER,
     TRANSFORMER_TRAINING,
     check_models,
@@ -46,6 +44,8 @@ from quality import (  # noqa: E402
     read_results,
     write_results,
 )
+from toolkits import SHARED, ensure_peer, lite  # noqa: E402
+from toolkits import peer as peer_command  # noqa: E402
 
 BASE = {
     "encoder_type": "brnn",
@@ -177,7 +177,7 @@ def prepare(config, model_args, training, work, peer, data, report_every=10, pee
     ``peer`` None); returns the training settings of both toolkits."""
     copy = ["-dynamic_dict"] if model_args.get("copy_attn") else []
     pre = [
-        f"{LITE_BIN}/onmt_lite_preprocess",
+        *lite("preprocess"),
         "-train_src",
         data["src_train"],
         "-train_tgt",
@@ -205,7 +205,7 @@ def prepare(config, model_args, training, work, peer, data, report_every=10, pee
     peer_data = {k: normalised_copy(v, work) for k, v in data.items()}
     peer_config(f"{work}/peer.yaml", peer_data, model_args, train_args, work)
     run_measured(
-        [f"{peer}/bin/onmt_build_vocab", "-config", f"{work}/peer.yaml", "-n_sample", -1],
+        [*peer_command(peer, "build_vocab"), "-config", f"{work}/peer.yaml", "-n_sample", -1],
         f"{work}/peer_vocab.log",
         PEER_ENV,
     )
@@ -238,10 +238,7 @@ def main():
     parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_train_speed")
     opt = parser.parse_args()
-    if not os.path.exists(f"{opt.peer}/bin/onmt_train"):
-        subprocess.run(
-            ["bash", os.path.join(SHARED, "bench", "install_opennmt_py.sh"), opt.peer], check=True
-        )
+    ensure_peer(opt.peer)
     data = toy_ende()
     rows = earlier_rows(opt.only)
     for config, (model_args, training, lite_extra) in CONFIGS.items():
@@ -270,7 +267,7 @@ def main():
                 if toolkit == "onmt_lite":
                     args = lite_args(model_args, train_args)
                     command = [
-                        f"{LITE_BIN}/onmt_lite_train",
+                        *lite("train"),
                         "-data",
                         f"{work}/lite",
                         "-save_model",
@@ -283,7 +280,7 @@ def main():
                     memory = run_measured(command, log)
                 else:
                     command = [
-                        f"{opt.peer}/bin/onmt_train",
+                        *peer_command(opt.peer, "train"),
                         "-config",
                         f"{work}/peer.yaml",
                         "-train_steps",

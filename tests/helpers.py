@@ -43,6 +43,14 @@ def _commands():
 def invoke(name, args, capsys, file_size_limit=None):
     """Run a command or tool in this process (a new process costs seconds of imports); returns
     (exit status, stderr lines)."""
+    code, _, err = invoke_captured(name, args, capsys, file_size_limit)
+    return code, err.strip().splitlines()
+
+
+def invoke_captured(name, args, capsys, file_size_limit=None):
+    """``invoke``, returning (exit status, standard output, standard error) as text."""
+    capsys.readouterr()  # what ran before is not this command's
+    threads = torch.get_num_threads()  # -threads: the command's own, not the tests'
     commands = _commands()
     main = commands[name] if name in commands else tool(name).main
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -55,7 +63,9 @@ def invoke(name, args, capsys, file_size_limit=None):
         code = exc.code
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    return code, capsys.readouterr().err.strip().splitlines()
+        torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def one_line_error(invoked):

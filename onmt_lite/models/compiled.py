@@ -9,10 +9,11 @@ kind), so it is an option, for long runs.
 Only training compiles: a layer's forward is replaced, on the instance, by one that runs the
 compiled function while the module trains with gradients and the plain forward otherwise
 (validation, translation, whose step-by-step cache would compile a graph per length). Parameters
-and their names (the checkpoint files) are unchanged. Random numbers: the compiled kernels draw
-dropout masks from the same generator (its state is in every checkpoint), other numbers than the
-eager kernels, so a run is reproducible with ``-seed`` and resumes exactly, but its losses are not
-those of the same run uncompiled.
+and their names (the checkpoint files) are unchanged. Random numbers: Inductor's dropout kernels
+take their seeds from the same generator (its state is in every checkpoint) but draw other masks
+than the eager kernels, so a compiled run's losses are not those of the same run uncompiled; that
+it is reproducible with ``-seed`` and resumes exactly on a GPU is for ``bench/gpu_check.py`` to show
+(not yet run there).
 """
 
 from __future__ import annotations

@@ -364,7 +364,7 @@ def test_training_continues_from_a_checkpoint_without_training_state(data, tmp_p
 
 
 @pytest.mark.parametrize("corpus_type", ["train", "valid"])
-def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpus_type):
+def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpus_type, capsys):
     """Shards hold ids into their run's vocabularies: a shard of a run with other vocabularies is
     refused naming the file, instead of training on ids that mean other words."""
     for name in ("small", "full", "same"):
@@ -377,9 +377,11 @@ def test_shards_of_another_preprocessing_run_are_refused_by_name(tmp_path, corpu
     same = preprocess_in_process(str(tmp_path / "same"))
     os.replace(f"{same}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
     args = [*TINY_MODEL, "-train_steps", 2, "-valid_steps", 1]
-    assert run_cli("train", "-data", full, "-save_model", tmp_path / "ok", *args).returncode == 0
+    code, lines = invoke("train", ["-data", full, "-save_model", tmp_path / "ok", *args], capsys)
+    assert code == 0, lines
     os.replace(f"{small}.{corpus_type}.0.pt", f"{full}.{corpus_type}.0.pt")
-    message = error_of(run_cli("train", "-data", full, "-save_model", tmp_path / "m", *args))
+    invoked = invoke("train", ["-data", full, "-save_model", tmp_path / "m", *args], capsys)
+    message = one_line_error(invoked)
     refusal = f"{full}.{corpus_type}.0.pt: its ids index other vocabularies than the vocab file's"
     assert refusal in message
 

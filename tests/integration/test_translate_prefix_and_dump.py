@@ -4,7 +4,6 @@ reversal task."""
 import fcntl
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from onmt_lite.serve.config import translation_options
 from onmt_lite.utils.errors import UserError
 from tests.helpers import (
     exact_match,
+    invoke_captured,
     lines,
-    run_cli,
     scores_agree,
     trained_reversal_model,
     translate_in_process,
@@ -85,41 +84,26 @@ def test_half_a_reference_as_prefix_starts_every_output(model, tmp_path):
     assert exact_match(outputs, lines(model["tgt"])) >= exact_match(free, lines(model["tgt"]))
 
 
-def test_tgt_prefix_without_tgt_is_refused_before_any_output(model, tmp_path):
-    result = run_cli(
-        "translate",
-        "-model",
-        model["model"],
-        "-src",
-        model["src"],
-        "-output",
-        tmp_path / "o.txt",
-        "-tgt_prefix",
-    )
+def test_tgt_prefix_without_tgt_is_refused_before_any_output(model, tmp_path, capsys):
+    out = tmp_path / "o.txt"
+    result = run_translate(capsys, model, "-src", model["src"], "-output", out, "-tgt_prefix")
     assert result.returncode == 2
     assert (
         result.stderr.strip()
         .splitlines()[-1]
         .endswith("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
     )
-    assert not (tmp_path / "o.txt").exists()
+    assert not out.exists()
 
 
-def test_a_dump_beam_path_that_is_a_directory_is_refused_before_any_output(model, tmp_path):
-    result = run_cli(
-        "translate",
-        "-model",
-        model["model"],
-        "-src",
-        model["src"],
-        "-output",
-        tmp_path / "o.txt",
-        "-dump_beam",
-        tmp_path,
+def test_a_dump_beam_path_that_is_a_directory_is_refused_before_any_output(model, tmp_path, capsys):
+    out = tmp_path / "o.txt"
+    result = run_translate(
+        capsys, model, "-src", model["src"], "-output", out, "-dump_beam", tmp_path
     )
     assert result.returncode == 2
     assert f"-dump_beam {tmp_path}: is a directory" in result.stderr.strip().splitlines()[-1]
-    assert not (tmp_path / "o.txt").exists()
+    assert not out.exists()
 
 
 def backtrack_words(entry, step, place):
@@ -189,22 +173,20 @@ def test_the_server_refuses_both_options_by_name(model):
             )
 
 
-def run_translate(model, *args, file_size_limit=None):
-    """onmt_lite_translate in a process of its own (files limited to ``file_size_limit`` bytes)."""
+def run_translate(capsys, model, *args, file_size_limit=None):
+    """onmt_lite_translate in this process (files limited to ``file_size_limit`` bytes)."""
+    args = ["-model", model["model"], *args]
+    code, out, err = invoke_captured("translate", args, capsys, file_size_limit)
+    return subprocess.CompletedProcess(args, code, out, err)
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, resource.RLIM_INFINITY))
 
+def translate_process(model, *args):
+    """onmt_lite_translate in a process of its own (its log read from its standard error)."""
     command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
-    return subprocess.run(
-        [*command, *map(str, args)],
-        capture_output=True,
-        text=True,
-        preexec_fn=limit if file_size_limit else None,
-    )
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True)
 
 
-def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path):
+def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path, capsys):
     same = tmp_path / "same.txt"
     same.write_text("an earlier file\n")
     (tmp_path / "link.txt").symlink_to(same)
@@ -231,7 +213,7 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path
         ),
     ]
     for args, message in cases:
-        result = run_translate(model, "-src", model["src"], *args)
+        result = run_translate(capsys, model, "-src", model["src"], *args)
         assert result.returncode == 2, result.stderr
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith(f"onmt_lite_translate: error: {message}"), last
@@ -240,18 +222,21 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path
         assert sorted(os.listdir(tmp_path)) == ["link.txt", "plots", "same.txt"]
         assert os.listdir(tmp_path / "plots") == []
     # two names of standard output are written into in turn: nothing is replaced, nothing lost
-    result = run_translate(model, "-src", model["src"], "-output", "-", "-dump_beam", "/dev/stdout")
+    result = translate_process(
+        model, "-src", model["src"], "-output", "-", "-dump_beam", "/dev/stdout"
+    )
     assert result.returncode == 0, result.stderr
     printed = result.stdout.splitlines()
     assert len(printed) == len(lines(model["src"])) + 1  # the translations, then the dump's line
     assert len(json.loads(printed[-1])) == len(lines(model["src"]))
 
 
-def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path):
+def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path, capsys):
     existing = tmp_path / "existing.txt"
     existing.write_text("an earlier translation\n")
     for output in (tmp_path / "new.txt", existing):
         result = run_translate(
+            capsys,
             model,
             "-src",
             model["src"],
@@ -264,6 +249,7 @@ def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path):
         assert f"-dump_beam {tmp_path / 'missing' / 'beam.json'}: directory" in result.stderr
         # refused at the end (its file outgrows the limit; the translations do not): none is written
         result = run_translate(
+            capsys,
             model,
             "-src",
             model["src"],
@@ -280,6 +266,7 @@ def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path):
         assert sorted(os.listdir(tmp_path)) == ["existing.txt"]
         assert existing.read_text() == "an earlier translation\n"
     result = run_translate(
+        capsys,
         model,
         "-src",
         model["src"],
@@ -306,7 +293,7 @@ def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept
     live.write_text("half")
     with open(live, "rb") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-        result = run_translate(model, "-src", model["src"], "-output", out)
+        result = translate_process(model, "-src", model["src"], "-output", out)
         assert result.returncode == 0, result.stderr
         assert f"removed {stale}, left by an interrupted translation" in result.stderr
         assert temporaries(tmp_path, "out.txt") == [live.name]
@@ -322,13 +309,13 @@ def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept
     try:
         written = temporaries(tmp_path, "out.txt")
         assert proc.poll() is None and len(written) == 1, "it ended before it was caught"
-        result = run_translate(model, "-src", model["src"], "-output", out)
+        result = translate_process(model, "-src", model["src"], "-output", out)
         assert result.returncode == 0 and "removed" not in result.stderr, result.stderr
         assert written[0] in temporaries(tmp_path, "out.txt")
     finally:
         proc.kill()
         proc.wait()
-    result = run_translate(model, "-src", model["src"], "-output", out)
+    result = translate_process(model, "-src", model["src"], "-output", out)
     assert result.returncode == 0, result.stderr
     assert f"removed {tmp_path / written[0]}, left by an interrupted translation" in result.stderr
     assert temporaries(tmp_path, "out.txt") == [] and len(lines(out)) == len(lines(model["src"]))

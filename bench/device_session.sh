@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The measurements a lent GPU machine is for (issues 44 and 45), in stages that fit its time.
+#
+# Here, once, before the first call (downloads the wheels the machine lacks, copies the data):
+#     bash bench/device_session.sh prepare
+# There (the device tool's run, carry [".whl", "device_kit"], from the checkout's root), one call
+# each, most needed first (15 device minutes a session: the first two calls fit, with the start):
+#     bash bench/device_session.sh check train            # about 6 minutes
+#     bash bench/device_session.sh levers                 # about 6 minutes
+#     bash bench/device_session.sh translate server       # about 6 minutes
+# Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
+#     DRY_RUN=1 bash bench/device_session.sh check train levers translate server
+#
+# Stages (device minutes, measured on nothing yet: estimates from the 2026-11-26 scripts):
+#   check      bench/gpu_check.py (g) exact resume, (h) fp16 copy, (i) same seed twice      ~3
+#   train      bench/gpu_speed.py: transformer and rnn64, fp32 and mixed, both toolkits       ~3
+#   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  ~6
+#   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32 and fp16     ~4
+#   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients              ~2
+#   full       bench/gpu_check.py, every check                                                ~7
+# Each stage writes its log to $OUT/STAGE.log; at the end $OUT/results.tgz holds bench/results
+# and the stages' work logs (the tool brings back at most 8 files).
+set -u
+cd "$(dirname "$0")/.."
+STAGES=("$@")
+[ ${#STAGES[@]} -gt 0 ] || { echo "usage: $0 prepare | STAGE... (check train levers translate server full)"; exit 2; }
+
+if [ "${STAGES[0]}" = prepare ]; then
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+    grep -qx '/device_kit/' .git/info/exclude 2>/dev/null || echo '/device_kit/' >> .git/info/exclude
+    mkdir -p .whl device_kit/data
+    # the device's Python is 3.12 and has torch, sacrebleu, sentencepiece, pyyaml, anyio, click,
+    # h11, werkzeug, jinja2; flask and waitress are the peer's server's
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl ConfigArgParse==1.9.0 opennmt-py==3.5.1 \
+        'pyonmttok>=1.37,<2' starlette==1.10.0 uvicorn==0.54.0 flask==3.1.3 waitress==3.0.2 \
+        itsdangerous==2.2.0 blinker==1.9.0 || exit 1
+    cp -r ../shared/data/toy-ende ../shared/data/g2p-sr device_kit/data/
+    cp -r ../shared/gpu/stubs device_kit/   # spacy, fasttext, ...: imported by the peer, unused
+    du -sh .whl device_kit
+    exit 0
+fi
+
+OUT=${OUT:-/tmp/device_out}
+mkdir -p "$OUT"
+WORK=${WORK:-/tmp/device_work}
+mkdir -p "$WORK"
+export ONMT_LITE_SHARED=$PWD/device_kit PYTHONUNBUFFERED=1
+if [ -n "${DRY_RUN:-}" ]; then
+    PY=${PY:-.venv/bin/python}
+    PEER=/tmp/peer-opennmt
+    export ONMT_LITE_SHARED=$PWD/../shared
+else
+    PY=python3
+    PEER=python3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD:$PWD/device_kit/stubs
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/env.log"
+fi
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+      'cudnn', torch.backends.cudnn.version())" >> "$OUT/env.log" 2>&1
+git log --oneline -1 >> "$OUT/env.log" 2>/dev/null
+TOY=$ONMT_LITE_SHARED/data/toy-ende
+
+# stage NAME SECONDS COMMAND...: run it with a time limit, its output in $OUT/NAME.log
+stage() {
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - start)) s" | tee -a "$OUT/env.log"
+}
+
+DEVICE=(-device cuda)
+DRY=()
+REQUESTS=400
+if [ -n "${DRY_RUN:-}" ]; then
+    DEVICE=(-device cpu -quick)
+    DRY=(-dry_run)
+    REQUESTS=20  # the dry run's untrained model writes 100 words a line
+fi
+for name in "${STAGES[@]}"; do
+    case $name in
+    check) stage check 300 $PY bench/gpu_check.py "${DEVICE[@]}" -checks ghi \
+        -toy_ende "$TOY" -work "$WORK/check" ;;
+    full) stage full 480 $PY bench/gpu_check.py "${DEVICE[@]}" -toy_ende "$TOY" \
+        -work "$WORK/full" ;;
+    train) stage train 300 $PY bench/gpu_speed.py "${DRY[@]}" -only transformer rnn64 \
+        -steps 60 -warmup 20 -peer "$PEER" -work "$WORK/train" ;;
+    levers) stage levers 420 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer \
+        -steps 50 -warmup 30 -work "$WORK/levers" ;;
+    translate) stage translate 360 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
+        -only transformer -precisions fp32 fp16 -rounds 1 -peer "$PEER" \
+        -work "$WORK/translate" ;;
+    server)
+        # translate's Transformer, the same weights in both servers
+        models=$WORK/translate/transformer
+        lite=$(ls -t "$models"/lite_step_*.pt | head -1)
+        [ -f "$models/peer_same.pt" ] || $PY -m onmt_lite.bin.convert -model "$lite" \
+            -to opennmt-py -output "$models/peer_same.pt" > "$WORK/convert.log" 2>&1
+        gpu=(-gpu)
+        [ -n "${DRY_RUN:-}" ] && gpu=(-dry_run)
+        stage server 240 $PY bench/server_load.py "${gpu[@]}" -clients 1 16 -sentences $REQUESTS \
+            -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
+            -peer "$PEER" -work "$WORK/server" ;;
+    *) echo "unknown stage $name (check train levers translate server full)"; exit 2 ;;
+    esac
+done
+tar czf "$OUT/results.tgz" bench/results $(find "$WORK" -name "*.log" 2>/dev/null) 2>/dev/null
+ls -la "$OUT"
