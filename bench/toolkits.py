@@ -48,7 +48,8 @@ def ensure_peer(home: str) -> None:
     that cannot import it stops the benchmark with the reason."""
     if os.path.isdir(home) and os.path.exists(os.path.join(home, "bin", "onmt_train")):
         return
-    if os.path.isdir(home) or not os.path.exists(home) and os.sep in home:
+    # a directory, or a path to one still to make: a venv; else a Python (python3 on PATH)
+    if os.path.isdir(home) or (not os.path.exists(home) and os.sep in home):
         script = os.path.join(SHARED, "bench", "install_opennmt_py.sh")
         subprocess.run(["bash", script, home], check=True)
         return

@@ -457,8 +457,8 @@ def _optimization_opts(parser):
         "torch_compile",
         action="store_true",
         help="Train the Transformer layers through torch.compile (fused kernels, for GPUs; the "
-        "first steps compile them, tens of seconds). Reproducible with -seed, but other dropout "
-        "masks than without it",
+        "first steps compile them, tens of seconds); its dropout masks are not those of a run "
+        "without it",
     )
     add(
         group,
