@@ -33,6 +33,8 @@ SMALL = [
     0.01,
     "-dropout",
     0,
+    "-seed",  # without one every run trained another model (its bf16 agreement went 161 to 192)
+    1,
 ]
 TRANSFORMER = [
     "-encoder_type",
@@ -58,6 +60,8 @@ TRANSFORMER = [
     0.002,
     "-dropout",
     0,
+    "-seed",
+    1,
 ]
 # before the search kept its bookkeeping on the device: 12.6 (RNN, beam 5) to 17.3 syncs a step
 # (Transformer, beam 5), 230 and 380 operations; now 1 a step (and 179 and 316 operations)
@@ -187,10 +191,9 @@ def translations(path, sources, dtype, beam_size):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_half_precision_model_writes_nearly_the_lines_of_float32(models, kind, dtype):
     """The model in half precision, its recurrent layers in float32; log-probabilities, scores and
-    the search in float32. Measured on these models: 93-100% of the lines identical with fp16
-    (11 bits of mantissa); with bf16 (8 bits) 94-96% as a rule, but one suite run of five gave the
-    RNN 161 of 200 (its near-ties vary from run to run): bf16 is held to 70%. A wrong cast writes
-    next to none of the lines."""
+    the search in float32. Measured on these models (seed 1, both CPU kernel sets): 98-100% of the
+    lines identical with fp16 (11 bits of mantissa), 94-96% with bf16 (8 bits); with seeds 2 to 4,
+    90-100%. A wrong cast writes next to none of the lines."""
     model = load_models([models[kind]["model"]], torch.device("cpu"))[0][0]
     cast = cast_for_decoding(model, dtype)
     assert {p.dtype for name, p in cast.named_parameters() if "rnn." not in name} == {dtype}
@@ -199,7 +202,7 @@ def test_a_half_precision_model_writes_nearly_the_lines_of_float32(models, kind,
     sources = lines(models[kind]["src"])
     reference, reference_scores = translations(models[kind]["model"], sources, torch.float32, 5)
     half, half_scores = translations(models[kind]["model"], sources, dtype, 5)
-    share = 0.85 if dtype == torch.float16 else 0.7
+    share = 0.85
     identical = sum(a == b for a, b in zip(reference, half))
     assert identical >= share * len(sources), identical
     assert all(isinstance(score, float) for score in half_scores)  # float32 scores, not tensors
