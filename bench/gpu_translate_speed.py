@@ -110,7 +110,7 @@ def train_models(kind, work, opt):
     models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
     if same_weights:
         run(
-            [sys.executable, "-m", "onmt_lite.bin.convert", "-model", models["onmt_lite"]]
+            [*lite("convert"), "-model", models["onmt_lite"]]
             + ["-to", "opennmt-py", "-output", f"{work}/peer_same.pt", "-overwrite"],
             f"{work}/peer_checkpoint.log",
         )

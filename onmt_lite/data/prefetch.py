@@ -12,6 +12,7 @@ was made.
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 from typing import Any, Iterable, Iterator
@@ -91,7 +92,7 @@ class PrefetchedBatches:
                 if self.pin:
                     batch.pin_memory()
                 # copied: the source's position changes as it makes the next batch
-                position = _copied(self.source.state_dict())
+                position = copy.deepcopy(self.source.state_dict())
                 if not self._put(made, (batch, position)):
                     return
             self._put(made, _END)
@@ -107,14 +108,6 @@ class PrefetchedBatches:
             except queue.Full:
                 continue
         return False
-
-
-def _copied(state: Any) -> Any:
-    if isinstance(state, dict):
-        return {key: _copied(value) for key, value in state.items()}
-    if isinstance(state, list):
-        return [_copied(value) for value in state]
-    return state
 
 
 def prefetched(source: Any, num_workers: int, pin: bool) -> Any:
