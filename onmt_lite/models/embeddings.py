@@ -6,6 +6,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.utils.errors import UserError
@@ -89,6 +90,7 @@ class Embeddings(nn.Module):
         if features.vocab_sizes and features.merge == "mlp":
             self.feat_mlp = nn.Sequential(nn.Linear(dim + sum(features.dims(dim)), dim), nn.ReLU())
         self.dropout = nn.Dropout(dropout)
+        self._encoding_table = None  # see _encodings
 
     @property
     def n_feats(self):
@@ -113,18 +115,42 @@ class Embeddings(nn.Module):
         emb = torch.cat([emb] + feat_embs, -1)
         return self.feat_mlp(emb) if self.feat_mlp is not None else emb
 
-    def forward(self, ids, offsets=None, feats=None):
+    def forward(self, ids, offsets=None, feats=None, max_offset: int = 0):
         """``ids`` ``[len x batch]``; ``offsets`` ``[batch]``, the position of each column's first
-        id (None: 0), for the position encoding; ``feats`` ``[len x batch x n_feats]``, the feature
-        ids of a model with features."""
+        id (None: 0), for the position encoding, none above ``max_offset`` (a host figure: the
+        table of encodings is sized without reading ``offsets``); ``feats`` ``[len x batch x
+        n_feats]``, the feature ids of a model with features."""
         emb = self.merged(ids, feats)
         if self.position_encoding:
-            positions = torch.arange(ids.size(0), device=ids.device).unsqueeze(1)  # [len x 1]
-            if offsets is not None:
-                positions = positions + offsets.unsqueeze(0)
-            size = self.embedding_size
-            emb = emb * math.sqrt(size) + sinusoids(positions, size).to(emb.dtype)
+            length = ids.size(0)
+            table = self._encodings(length + max_offset, emb)  # [positions x size]
+            if offsets is None:
+                encodings = table[:length].unsqueeze(1)  # [len x 1 x size]
+            else:
+                positions = offsets.unsqueeze(0)  # [1 x batch]
+                if length > 1:
+                    positions = torch.arange(length, device=ids.device).unsqueeze(1) + positions
+                encodings = F.embedding(positions, table)  # [len x batch x size]
+            emb = emb * math.sqrt(self.embedding_size) + encodings
         return self.dropout(emb)
+
+    def _encodings(self, count: int, like: torch.Tensor) -> torch.Tensor:
+        """``sinusoids`` of the positions from 0 to at least ``count - 1`` ``[positions x size]``,
+        in ``like``'s dtype and device: a table kept between calls (a decoding step would
+        otherwise compute its row anew: eight kernels), made again when short or elsewhere. Not a
+        buffer: checkpoints do not hold it."""
+        table = self._encoding_table
+        if (
+            table is None
+            or table.size(0) < count
+            or table.device != like.device
+            or table.dtype != like.dtype
+        ):
+            size = 1 << max(count - 1, 63).bit_length()  # a power of two: few remakes
+            positions = torch.arange(size, device=like.device)
+            table = sinusoids(positions, self.embedding_size).to(like.dtype)
+            self._encoding_table = table
+        return table
 
     def load_pretrained(self, path):
         """Copy a ``[vocab x d]`` tensor file (d <= dim) into the first d columns of the table."""

@@ -28,6 +28,14 @@ def relative_positions(query_len: int, key_len: int, max_distance: int, device) 
     ) + max_distance
 
 
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool mask (True: may attend) as an addend to the scores, in ``dtype``: 0 where True, -inf
+    where False. ``scaled_dot_product_attention`` turns a bool mask into this at every call (a few
+    kernels each); the stacks do it once for all the layers that share the mask."""
+    addend = torch.where(mask, 0.0, float("-inf"))  # float32: scalars take the default dtype
+    return addend if dtype == addend.dtype else addend.to(dtype)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention of ``heads`` heads, over given keys and values.
 
@@ -71,9 +79,9 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask`` bool
-        ``[B x 1 x T|1 x K]`` (True: may attend) -> ``[B x T x H]``, weights ``[B x h x T x K]`` or
-        None."""
+        """``query`` ``[B x h x T x d]``, ``keys``/``values`` ``[B x h x K x d]``, ``mask``
+        ``[B x 1 x T|1 x K]``, bool (True: may attend) or ``additive_mask``'s addend in the
+        query's dtype -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
         p = self.dropout_p if self.training else 0.0
         # the CPU's fused kernel writes the weights out with dropout, and draws masks more slowly
         kernel_drops = self.kernel_dropout and query.device.type != "cpu"
@@ -112,7 +120,11 @@ class MultiHeadAttention(nn.Module):
             by_bucket = torch.matmul(query, table.t())  # [B x h x T x 2k+1]
             scores = scores + by_bucket.gather(-1, ids)  # [B x h x T x K]
         scores = scores / self.head_dim**0.5
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.to(scores.dtype)  # 0 or -inf: the scores masked_fill gives
+        weights = torch.softmax(scores, dim=-1)
         dropped = dropout(weights, p)
         context = torch.matmul(dropped, values)  # [B x h x T x d]
         if ids is not None:

@@ -23,7 +23,7 @@ from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
-from onmt_lite.models.multihead import MultiHeadAttention, SelfAttention
+from onmt_lite.models.multihead import MultiHeadAttention, SelfAttention, additive_mask
 from onmt_lite.utils.tensors import pad_to, to_device
 
 LAYER_NORM_EPS = 1e-6
@@ -106,7 +106,7 @@ class TransformerEncoder(nn.Module):
         x = self.embeddings(src, feats=src_feats).transpose(0, 1)  # [B x S x H]
         lengths = to_device(lengths, x.device)  # given on the host or the device
         real = length_mask(lengths, src.size(0))  # [B x S]
-        mask = real[:, None, None, :]
+        mask = additive_mask(real[:, None, None, :], x.dtype)  # once for every layer
         for layer in self.layers:
             x = layer(x, mask)
         memory_bank = self.norm(x).masked_fill(~real.unsqueeze(2), 0).transpose(0, 1)
@@ -291,18 +291,20 @@ class TransformerDecoder(nn.Module):
         length = tgt.size(0)
         cached = state.cached
         positions = cached - state.start  # [B]: each row's position of tgt[0]
-        x = self.embeddings(tgt, positions).transpose(0, 1)  # [B x T x H]
+        # start >= 0, so no row's first position is past ``cached``
+        x = self.embeddings(tgt, positions, max_offset=cached).transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        memory_mask = length_mask(memory_lengths.to(x.device), memory_bank.size(0))[
-            :, None, None, :
-        ]
+        real = length_mask(memory_lengths.to(x.device), memory_bank.size(0))  # [B x S]
+        # the masks as addends once for every layer (a bool mask is converted at each attention)
+        memory_mask = additive_mask(real[:, None, None, :], x.dtype)
         columns = torch.arange(cached + length, device=x.device)
         # [B x 1 x 1 x P+T]
         started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[:, None, None, :]
-        causal = columns.unsqueeze(0) <= (cached + torch.arange(length, device=x.device)).unsqueeze(
-            1
-        )
-        self_mask = started & causal  # [B x 1 x T x P+T]
+        self_mask = started  # one new position (a search's step) sees every column
+        if length > 1:
+            new = cached + torch.arange(length, device=x.device)
+            self_mask = started & (columns.unsqueeze(0) <= new.unsqueeze(1))  # [B x 1 x T x P+T]
+        self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
         cache = []
         attns = {}
@@ -326,7 +328,7 @@ class TransformerDecoder(nn.Module):
                 if self.alignment.full_context:
                     _, _, align_weights = layer(
                         layer_in,
-                        self._full_context_mask(tgt, started, cached),
+                        additive_mask(self._full_context_mask(tgt, started, cached), x.dtype),
                         layer_cache,
                         keys[2 * i],
                         keys[2 * i + 1],

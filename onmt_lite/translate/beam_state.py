@@ -46,7 +46,8 @@ class BeamState:
             column ``cols[b]`` (the columns before it are filler), its tokens follow. Columns no
             live example needs are dropped.
         scores ``[B x K]``: cumulative log-probabilities (minus the coverage penalty with
-            -stepwise_penalty, which ``penalty`` ``[B x K]`` holds); -inf for a dead row.
+            -stepwise_penalty, which ``penalty`` ``[B x K]`` holds; None without:
+            ``with_penalty``); -inf for a dead row.
         attn ``{name: [t - 1 x B*K x S]}``: one entry per column after the first (kept
             ``with_attention``).
         coverage ``[B*K x S]``: the summed attention, for a coverage penalty (``with_coverage``).
@@ -58,7 +59,14 @@ class BeamState:
     """
 
     def __init__(
-        self, beam_size: int, n_best: int, bos: int, device, with_attention=True, with_coverage=True
+        self,
+        beam_size: int,
+        n_best: int,
+        bos: int,
+        device,
+        with_attention=True,
+        with_coverage=True,
+        with_penalty=False,
     ):
         self.K = beam_size
         self.bos = bos
@@ -78,7 +86,7 @@ class BeamState:
         self.prefix = torch.empty(0, 0, dtype=torch.long, device=device)
         self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
         self.scores = torch.empty(0, beam_size, device=device)
-        self.penalty = torch.empty(0, beam_size, device=device)
+        self.penalty = torch.empty(0, beam_size, device=device) if with_penalty else None
         self.attn: dict = {}
         self.coverage = None
         self.stepped = None  # [stepper rows]: see the module's docstring
@@ -110,7 +118,8 @@ class BeamState:
         scores = torch.full((n, K), NEG_INF, device=self.device)
         scores[:, 0] = 0.0
         self.scores = torch.cat([self.scores, scores])
-        self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
+        if self.penalty is not None:
+            self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
         for name, value in self.attn.items():
             added = value.new_zeros(value.size(0), n * K, value.size(2))
             self.attn[name] = torch.cat([value, added], 1)
@@ -160,7 +169,8 @@ class BeamState:
 
         self.seqs = torch.cat([kept(self.seqs), tokens.view(-1, 1)], 1)
         self.scores = scores
-        self.penalty = kept(self.penalty.view(-1)).view_as(scores)
+        if self.penalty is not None:
+            self.penalty = kept(self.penalty.view(-1)).view_as(scores)
         for name, value in attn.items() if self.with_attention else ():
             step = kept(value, rows=picked).unsqueeze(0)
             if name in self.attn:  # the stepper's source width only grows: pad the history to it
@@ -180,6 +190,11 @@ class BeamState:
         self.scores = self.scores + self.penalty - penalty
         self.penalty = penalty
 
+    def log_probs(self) -> torch.Tensor:
+        """The rows' cumulative log-probabilities ``[B x K]``: the scores without the coverage
+        penalty that -stepwise_penalty puts in them."""
+        return self.scores if self.penalty is None else self.scores + self.penalty
+
     def ended(self, tokens: torch.Tensor, eos: int) -> torch.Tensor:
         """The rows that end at this step ``[B x K]``: ``</s>`` or their example's maximum length
         (a row already dead is -inf and does not end again; a NaN score still ends)."""
@@ -190,7 +205,7 @@ class BeamState:
         """Count the rows ``ended`` ``[B x K]`` as finished with their ``final`` scores, and end
         them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
         penalty)."""
-        log_probs = self.scores + self.penalty
+        log_probs = self.log_probs()
         self.n_finished = self.n_finished + ended.sum(1)
         candidates = final.masked_fill(~ended, NEG_INF)  # [B x K]
         merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
@@ -211,7 +226,8 @@ class BeamState:
         rows = (examples.unsqueeze(1) * K + torch.arange(K, device=self.device)).view(-1)
         self.seqs = self.seqs[rows]
         self.scores = self.scores[examples]
-        self.penalty = self.penalty[examples]
+        if self.penalty is not None:
+            self.penalty = self.penalty[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = None if self.coverage is None else self.coverage[rows]
         for name in ("col", "max_lengths", "src_lengths", "n_finished", "best_finished", "prefix"):

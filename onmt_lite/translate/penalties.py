@@ -69,14 +69,16 @@ class Penalties:
         if o.length_penalty != "none":
             lengths = state.lengths().unsqueeze(1).float()
             scaled = scaled / length_penalty(o.length_penalty, lengths, o.alpha)
-        return scaled if o.stepwise_penalty else scaled - self.coverage(state)
+        if o.stepwise_penalty or o.coverage_penalty == "none":
+            return scaled
+        return scaled - self.coverage(state)
 
     def done(self, state) -> torch.Tensor:
         """The examples that cannot improve ``[B]``: ``n_best`` finished hypotheses and no live row
         able to beat the n-th of them (see ``check_penalties``), or no live row at all."""
         o = self.opts
         # the scores without the coverage penalty that -stepwise_penalty put in (it may shrink)
-        best_alive = (state.scores + state.penalty).max(1).values
+        best_alive = state.log_probs().max(1).values
         bound = best_alive
         if o.length_penalty != "none":
             # a live row ends at a length from its own + 1 to its example's maximum; its score is

@@ -196,7 +196,15 @@ class Search:
         """
         o = self.opts
         coverage = o.coverage_penalty != "none"
-        state = BeamState(o.beam_width, o.n_best, self.bos, feeder.device, o.attention, coverage)
+        state = BeamState(
+            o.beam_width,
+            o.n_best,
+            self.bos,
+            feeder.device,
+            o.attention,
+            coverage,
+            with_penalty=o.stepwise_penalty,
+        )
         finished = FinishedHypotheses(self.eos)
         left: list[int] = []  # the examples that left at the last step
         while True:

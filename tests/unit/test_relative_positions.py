@@ -36,6 +36,8 @@ def old_attend(
         by_query = torch.matmul(query.transpose(1, 2), relative.transpose(1, 2))  # [B x T x h x K]
         scores = scores + by_query.transpose(1, 2)
     scores = scores / self.head_dim**0.5
+    if mask.dtype != torch.bool:  # the stacks' masks are addends (multihead.additive_mask)
+        mask = mask == 0
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     dropped = dropout(weights, p)
     context = torch.matmul(dropped, values)  # [B x h x T x d]

@@ -105,7 +105,7 @@ class NoEarlyStop(Penalties):
     """An example is done only when none of its beams is alive."""
 
     def done(self, state):
-        return (state.scores + state.penalty).max(1).values == float("-inf")
+        return state.log_probs().max(1).values == float("-inf")
 
 
 class SearchToTheEnd(Search):

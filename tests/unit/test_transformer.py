@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from onmt_lite.models.embeddings import sinusoids
-from onmt_lite.models.multihead import MultiHeadAttention, relative_positions
+from onmt_lite.models.multihead import MultiHeadAttention, additive_mask, relative_positions
 from onmt_lite.models.transformer import TransformerState
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import (
@@ -215,6 +215,51 @@ def test_decoder_positions_count_from_each_rows_own_start():
     torch.testing.assert_close(
         at[0, 1], embeddings.lut.weight[5] * scale + sinusoids(torch.tensor(3), 8).double()
     )
+
+
+def test_the_position_table_grows_as_asked_and_stays_out_of_the_checkpoint():
+    """Positions past the table's first size (64) read rows of a grown table, equal to the formula;
+    the table follows the model's dtype, and no checkpoint holds it."""
+    model = transformer()
+    embeddings = model.decoder.embeddings
+    ids = torch.tensor([[5, 5], [6, 6]])  # [len x batch]
+    with torch.no_grad():
+        at = embeddings(ids, torch.tensor([1, 200]), max_offset=200)
+    assert embeddings._encoding_table.size(0) >= 202
+    scale = math.sqrt(8)
+    for t, word in enumerate([5, 6]):
+        for b, offset in enumerate([1, 200]):
+            expected = embeddings.lut.weight[word] * scale
+            expected = expected + sinusoids(torch.tensor(offset + t), 8).double()
+            torch.testing.assert_close(at[t, b], expected)
+    assert not any("encoding" in name for name in model.state_dict())
+    half = embeddings.half()
+    with torch.no_grad():
+        at_half = half(ids, torch.tensor([1, 200]), max_offset=200)
+    assert at_half.dtype == torch.float16
+    torch.testing.assert_close(at_half.double(), at, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("relative", [0, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_an_additive_mask_gives_what_the_bool_mask_gives(relative, need_weights):
+    """The stacks hand the layers their masks as addends (0 or -inf), made once; the fused kernel
+    and the written-out form give with them exactly what they give with the bool mask."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 2, 0.0, max_relative_positions=relative).eval()
+    query, keys, values = (torch.randn(3, 2, 5, 8) for _ in range(3))
+    mask = (torch.arange(5) < torch.tensor([[5], [3], [1]])).view(3, 1, 1, 5)
+    addend = additive_mask(mask, torch.float32)
+    assert addend.dtype == torch.float32
+    assert set(addend.unique().tolist()) == {0.0, float("-inf")}
+    with torch.no_grad():
+        out, weights = attention(query, keys, values, mask, need_weights)
+        out_added, weights_added = attention(query, keys, values, addend, need_weights)
+    assert torch.equal(out, out_added)
+    if need_weights:
+        assert torch.equal(weights, weights_added)
+        assert (weights_added[1, :, :, 3:] == 0).all()
+    assert additive_mask(mask, torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_relative_positions_against_a_hand_computation():
