@@ -4,31 +4,35 @@ counted on the CPU, as a stand-in for GPU decoding, where the host sets the pace
     .venv/bin/python bench/host_cost.py [-lines 2000] [-rounds 3] [-peer /tmp/peer-opennmt] \\
         [-dry_run]
 
-On a GPU a small model's decoding step takes the device a few microseconds an operation, while the
-host spends more than that on each: Python, PyTorch's dispatch and the launch, and a wait for the
-device at every read of a tensor's values (``utils/host_syncs.py``). Where the device is idle that
-host time is the whole time. On one CPU thread, with a model so small that its arithmetic is a
-few microseconds an operation, the time is again mostly host time. So this script takes such a
-model and both toolkits' searches at the GPU benchmark's batch sizes
-(``gpu_translate_speed.py``): beam 5 at 32 and 256 sentences, greedy at 256.
+On a GPU a small model's decoding step takes the device a few microseconds a kernel, while the
+host spends about as much or more on each: Python, PyTorch's dispatch and the launch, and a wait
+for the device at every read of a tensor's values (``utils/host_syncs.py``). Where the device is
+idle that host time is the whole time, and what sets it is how many kernels and reads a run makes.
+Those are the same on any device, so they are counted here on the CPU, as on a GPU
+(``utils.cpu_paths.as_on_a_gpu``: onmt_lite's CPU-only ways off, so no packed weights, one stream),
+for both toolkits' searches at the GPU benchmark's batch sizes (``gpu_translate_speed.py``): beam 5
+at 32 and 256 sentences, greedy at 256.
 
 The model: a Transformer of 2 + 2 layers of 64 (4 heads, feed-forward 128) trained 400 steps on
 g2p-sr (characters: a vocabulary of about 60, outputs of about 8 tokens), converted for OpenNMT-py
 by ``onmt_lite_convert -to opennmt-py`` (the same weights: both write the same lines, checked).
 Each toolkit decodes the first ``-lines`` lines of g2p-sr's src.train (a speed test: training lines
 do as well as any) with the same search (no length penalty, at most 100 tokens, the peer's cut at
-1.25 x the source off), in a process of its own on one thread, with onmt_lite's CPU-only fast paths
-off (``translate/fast_paths.py``: no prepacked oneDNN weights), as on a GPU. In that process: one
-batch to warm up, the timed call (``Translator.translate`` / the peer's ``InferenceEnginePY
-.infer_list``: the batches' building, the search and the results, no model loading), then the same
-call again under a ``TorchDispatchMode`` that counts:
+1.25 x the source off), in a process of its own on one thread. In that process: one batch to warm
+up, the timed call (``Translator.translate`` / the peer's ``InferenceEnginePY.infer_list``: the
+batches' building, the search and the results, no model loading), then the same call again under
+``HostSyncCounter``:
 
 - steps: ``log_softmax`` calls (each toolkit takes one a decoding step over all its rows);
-- kernels: ATen operations other than views (a view launches nothing on a GPU), a step;
-- reads: reads of a tensor's values and copies to the host (``HostSyncCounter.syncs``), a step.
+- kernels: ATen operations other than views (a view launches nothing on a GPU);
+- reads: reads of a tensor's values and copies to the host (``HostSyncCounter.syncs``).
   Everything inside the call is counted, the batches' building included, in both toolkits; on a
   GPU a read of a tensor still on the host waits for nothing, so these bound the syncs from above
   (``tests/unit/test_gpu_decoding.py`` counts onmt_lite's as on a GPU: at most 1 a step).
+
+The seconds are the CPU's: at 32 sentences and more the CPU's arithmetic is much of them (its
+attention kernel takes some 250 microseconds a call at beam 5, batch 32), so they are no stand-in
+for a GPU's time; the counts are.
 
 Rounds alternate the toolkits (A B A B); the table gives median seconds, their ratio (the peer's
 over onmt_lite's: above 1, onmt_lite is faster) and the counts. Figures go to
@@ -37,6 +41,7 @@ peer.
 """
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -78,38 +83,35 @@ def host_syncs_module():
     return module
 
 
-def counted(call) -> dict:
-    """``call()`` under the counters: steps, kernels and views launched, reads of the device."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Views(TorchDispatchMode):
-        views = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.is_view:
-                self.views += 1
-            return func(*args, **(kwargs or {}))
-
-    counter = host_syncs_module().HostSyncCounter()
-    views = Views()
-    with counter, views:
+def counted(call, host_syncs) -> dict:
+    """``call()`` under ``host_syncs.HostSyncCounter``: kernels (operations but views), views,
+    reads of tensors' values, and the ``log_softmax`` calls (a decoding step's)."""
+    with host_syncs.HostSyncCounter() as counter:
         call()
-    steps = counter.counts["log_softmax"] + counter.counts["_log_softmax"]
     return {
-        "steps": steps,
-        "kernels": counter.operations - views.views,
-        "views": views.views,
+        "steps": counter.counts["log_softmax"] + counter.counts["_log_softmax"],
+        "kernels": counter.kernels,
+        "views": counter.operations - counter.kernels,
         "reads": counter.syncs,
+        "top": counter.counts.most_common(30),
     }
 
 
-def lite_worker(model: str, beam: int, batch: int):
-    """``(decode, warm-up)`` calls of onmt_lite, its CPU-only fast paths off."""
+def gpu_ways(toolkit: str):
+    """A context in which ``toolkit`` computes as on a GPU: onmt_lite's CPU-only paths off
+    (``utils.cpu_paths``); the peer has none."""
+    if toolkit != "onmt_lite":
+        return contextlib.nullcontext()
     sys.path.insert(0, REPO)
-    from onmt_lite import Translator
-    from onmt_lite.translate import fast_paths
+    from onmt_lite.utils.cpu_paths import as_on_a_gpu
 
-    fast_paths.on_cpu = lambda device: False  # as on a GPU: the model as it is, one stream
+    return as_on_a_gpu()
+
+
+def lite_worker(model: str, beam: int, batch: int):
+    """onmt_lite's ``decode(lines)`` (loaded within ``gpu_ways``: no packed weights, one stream)."""
+    from onmt_lite import Translator
+
     translator = Translator.load(
         [model],
         beam_size=beam,
@@ -127,13 +129,15 @@ def lite_worker(model: str, beam: int, batch: int):
 
 
 def peer_worker(model: str, beam: int, batch: int):
+    """OpenNMT-py's ``decode(lines)``, through its inference engine."""
     from onmt.inference_engine import InferenceEnginePY
     from onmt.opts import translate_opts
     from onmt.utils.parse import ArgumentParser
 
     parser = ArgumentParser()
     translate_opts(parser)
-    common = ["-model", model, "-src", "-", "-beam_size", beam, "-batch_size", batch]
+    common = ["-model", model, "-src", "-", "-output", os.devnull]  # the lines are returned
+    common += ["-beam_size", beam, "-batch_size", batch]
     opt = parser.parse_args([str(a) for a in [*common, "-max_length", MAX_LENGTH, *PEER_SEARCH]])
     ArgumentParser.validate_translate_opts(opt)
     ArgumentParser._get_all_transform_translate(opt)
@@ -156,12 +160,14 @@ def worker(toolkit: str, model: str, src: str, lines: int, beam: int, batch: int
     with open(src, encoding="utf-8") as f:
         sources = [" ".join(line.split()) for line in f][:lines]
     make = lite_worker if toolkit == "onmt_lite" else peer_worker
-    decode = make(model, beam, batch)
-    decode(sources[:batch])  # warm-up: first-call costs are not decoding
-    start = time.perf_counter()
-    outputs = decode(sources)
-    seconds = time.perf_counter() - start
-    figures = counted(lambda: decode(sources))
+    host_syncs = host_syncs_module()
+    with gpu_ways(toolkit):
+        decode = make(model, beam, batch)
+        decode(sources[:batch])  # warm-up: first-call costs are not decoding
+        start = time.perf_counter()
+        outputs = decode(sources)
+        seconds = time.perf_counter() - start
+        figures = counted(lambda: decode(sources), host_syncs)
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"outputs": outputs, "seconds": seconds, **figures}, f)
 

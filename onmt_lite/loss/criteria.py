@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from onmt_lite.data.vocab import PAD_ID, UNK_ID
 from onmt_lite.models.projection import bucket_below, padded_rows
 from onmt_lite.models.sparsemax import sparsemax_loss
+from onmt_lite.utils.cpu_paths import cpu_path
 from onmt_lite.utils.stock import stock_forward
 from onmt_lite.utils.topk import row_argmax
 
@@ -61,9 +62,16 @@ def smoothed_nll(log_probs, target, label_smoothing, pad_idx=PAD_ID):
     return smoothed(nll, log_probs, label_smoothing, pad_idx).masked_fill(pad, 0), nll
 
 
-# Scores held at once by the fused loss: 16 MB of float32 whatever the batch (208 rows of a
-# 20,000-word vocabulary), so its memory no longer grows with the target words of a shard.
+# Scores held at once by the fused loss: on the CPU 16 MB of float32 whatever the batch (208 rows of
+# a 20,000-word vocabulary), so its memory no longer grows with the target words of a shard; on a
+# GPU 256 MB (3,355 rows), where each chunk launches some 60 kernels, each a cost to the host.
 CHUNK_SCORES = 1 << 22
+GPU_CHUNK_SCORES = 1 << 26
+
+
+def chunk_scores(device: torch.device) -> int:
+    """The scores the fused loss holds at once on ``device``."""
+    return CHUNK_SCORES if cpu_path(device) else GPU_CHUNK_SCORES
 
 
 def _score_gradient_(log_probs, gold, label_smoothing, pad_idx):
@@ -117,8 +125,7 @@ class LentBuffer:
 
 class LinearLogSoftmaxNLL(torch.autograd.Function):
     """The summed ``NMTCriterion`` loss of ``log_softmax(hidden @ weight.T + bias)``,
-    ``CHUNK_SCORES``
-    scores at a time: never a whole ``[N x V]`` matrix.
+    ``chunk_scores`` scores at a time: never a whole ``[N x V]`` matrix.
 
     Autograd's chain keeps the ``[N x V]`` log-probabilities and makes up to four more of that size
     in the backward pass: with a big vocabulary, most of a training step's memory. Here each chunk
@@ -143,7 +150,8 @@ class LinearLogSoftmaxNLL(torch.autograd.Function):
         loss = hidden.new_zeros((), dtype=dtype)
         nll = hidden.new_empty(n_rows, dtype=dtype)
         best = gold.new_empty(n_rows)
-        step = bucket_below(max(1, CHUNK_SCORES // weight.size(0)))  # whole chunks need no padding
+        # whole chunks need no padding
+        step = bucket_below(max(1, chunk_scores(hidden.device) // weight.size(0)))
         for start in range(0, n_rows, step):
             end = min(start + step, n_rows)
             rows = padded_rows(hidden[start:end])  # padding rows: gold pad, score gradient 0

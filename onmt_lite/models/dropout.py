@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from onmt_lite.utils.cpu_paths import cpu_path
+
 LEVELS = 1 << 16
 
 
@@ -32,7 +34,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     up."""
     if not training or p == 0:
         return x
-    if x.device.type != "cpu":
+    if not cpu_path(x.device):
         return F.dropout(x, p, True)
     keep, scale = keep_mask(x.shape, p)
     return torch.where(keep, x * scale, 0.0)
@@ -61,7 +63,7 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     """``dropout(relu(x), p, training)``: the same values and random draws, less memory kept."""
     if not training or p == 0:
         return torch.relu(x)
-    if x.device.type != "cpu":
+    if not cpu_path(x.device):
         return F.dropout(torch.relu(x), p, True)
     return _ReluDropout.apply(x, *keep_mask(x.shape, p))
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from onmt_lite.models.dropout import dropout
+from onmt_lite.utils.cpu_paths import cpu_path
 
 
 def relative_positions(query_len: int, key_len: int, max_distance: int, device) -> Tensor:
@@ -84,7 +85,7 @@ class MultiHeadAttention(nn.Module):
         query's dtype -> ``[B x T x H]``, weights ``[B x h x T x K]`` or None."""
         p = self.dropout_p if self.training else 0.0
         # the CPU's fused kernel writes the weights out with dropout, and draws masks more slowly
-        kernel_drops = self.kernel_dropout and query.device.type != "cpu"
+        kernel_drops = self.kernel_dropout and not cpu_path(query.device)
         if self.relative is None and not need_weights and (p == 0 or kernel_drops):
             # PyTorch's fused kernel: no [T x K] weights kept for the backward when it can avoid
             # them

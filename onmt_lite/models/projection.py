@@ -17,6 +17,8 @@ In float32 (MKL, no kernel cache) and off the CPU the projection runs unpadded.
 import torch
 import torch.nn.functional as F
 
+from onmt_lite.utils.cpu_paths import cpu_path
+
 BUCKETS_PER_OCTAVE = 8
 MIN_STEP = 16
 
@@ -42,7 +44,7 @@ def bucket_below(rows):
 def padded_rows(hidden):
     """The row count to give ``hidden`` ``[N x H]`` before a product with the vocabulary:
     ``row_bucket(N)`` under CPU autocast, else N."""
-    if hidden.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+    if not cpu_path(hidden.device) or not torch.is_autocast_enabled("cpu"):
         return hidden.size(0)
     return row_bucket(hidden.size(0))
 

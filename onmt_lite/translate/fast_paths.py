@@ -29,13 +29,14 @@ import torch
 from onmt_lite.models.recurrent import cpu_bf16_rnn
 from onmt_lite.translate.packed import ROW_BUCKET, pack_for_cpu, quantize_int8
 from onmt_lite.translate.streams import can_fork
+from onmt_lite.utils.cpu_paths import cpu_path
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
 
 def on_cpu(device) -> bool:
-    """Whether the CPU fast paths apply to ``device``."""
-    return torch.device(device).type == "cpu"
+    """Whether the CPU fast paths apply to ``device`` (``utils.cpu_paths``)."""
+    return cpu_path(device)
 
 
 MAX_PACKED_ROWS = 4096  # oneDNN cannot pack for some millions of rows; a bigger hint gains nothing

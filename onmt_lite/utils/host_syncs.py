@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "nonzero")
+VIEWS = "(views)"  # the count of view operations among the others (no ATen name has brackets)
 
 
 HOST_MARK = "_onmt_lite_host_data"  # the attribute that marks a tensor whose values are on the host
@@ -73,6 +74,8 @@ class _Dispatched(TorchDispatchMode):
         inputs = _tensors((args, kwargs))
         on_host = bool(inputs) and all(is_host(t) for t in inputs)
         self.counts["host_read" if on_host and name in SYNC_OPS else name] += 1
+        if func.is_view or name == "_unsafe_view":  # a view of the data: no kernel on a GPU
+            self.counts[VIEWS] += 1
         out = func(*args, **(kwargs or {}))
         if on_host:
             for tensor in _tensors(out):
@@ -171,5 +174,11 @@ class HostSyncCounter:
     @property
     def operations(self) -> int:
         """ATen operations counted (a stand-in for kernel launches), the syncs among them."""
-        outside = ("to_host", "host_read")  # counted by the function mode, or renamed
+        outside = ("to_host", "host_read", VIEWS)  # counted by the function mode, renamed, or twice
         return sum(count for name, count in self.counts.items() if name not in outside)
+
+    @property
+    def kernels(self) -> int:
+        """The operations that launch a kernel on a GPU: all but views (with
+        ``utils.cpu_paths.as_on_a_gpu``, the computations a GPU's way)."""
+        return self.operations - self.counts[VIEWS]

@@ -17,12 +17,14 @@ of a training step (the first best of each of some thousand rows of the vocabula
 
 import torch
 
+from onmt_lite.utils.cpu_paths import cpu_path
+
 CHUNK = 256
 
 
 def chunked(scores) -> bool:
-    """Whether the chunked search pays on ``scores``' device: on the CPU only."""
-    return scores.device.type == "cpu"
+    """Whether the chunked search pays on ``scores``' device: on the CPU only (``cpu_path``)."""
+    return cpu_path(scores.device)
 
 
 def top_k(scores, k):

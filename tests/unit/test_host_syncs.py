@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from onmt_lite.utils.cpu_paths import as_on_a_gpu
 from onmt_lite.utils.host_syncs import HostSyncCounter, is_host
 from tests.model_helpers import TRANSFORMER, make_batch, random_pairs
 from tests.unit.test_trainer import make_trainer
@@ -23,6 +24,16 @@ def test_each_kind_of_read_of_a_device_tensor_is_a_sync():
         x.to(x.device)  # on a GPU this stays on the device: not counted
     assert counter.sync_kinds == {"_local_scalar_dense": 2, "nonzero": 1, "to_host": 4}
     assert counter.syncs == 7
+
+
+def test_views_are_operations_but_no_kernels():
+    x = torch.randn(4, 4)
+    with HostSyncCounter() as counter:
+        y = x.t()  # a view
+        z = y.reshape(16)  # a copy (clone) returned through a view (_unsafe_view)
+        z * 2  # a kernel
+    assert counter.operations == 4
+    assert counter.kernels == 2
 
 
 def test_host_tensors_and_what_is_computed_from_them_alone_are_read_without_a_sync():
@@ -84,3 +95,24 @@ def test_a_training_step_reads_the_device_once(name):
     assert counter.syncs == 1, counter.sync_kinds
     assert counter.host_reads > 0  # the counter told the host tensors apart (else all would count)
     assert stats.n_words > 0
+
+
+# The kernels a Transformer training step launches on a GPU, counted on the CPU as on a GPU
+# (utils.cpu_paths.as_on_a_gpu: dropout, the loss's chunks and the arg-max as a GPU runs them):
+# 488 with dropout, attention dropout and label smoothing (2026-11-27); the ceiling leaves room
+# for a PyTorch change. A step's kernels each cost the host some microseconds: on a GPU, where the
+# small Transformer's step is mostly host time, they set the pace (bench/host_cost.py -training).
+TRANSFORMER_STEP_KERNELS = 580
+
+
+def test_a_transformer_training_step_launches_a_bounded_number_of_kernels_as_on_a_gpu():
+    regularised = ["-dropout", 0.1, "-attention_dropout", 0.1, "-label_smoothing", 0.1]
+    trainer, _ = make_trainer(*TRANSFORMER, *regularised, optim="adam", learning_rate=0.001)
+    trainer.train_step([make_batch(random_pairs(16, seed=1))])  # the optimizer's state exists
+    batch = on_device(make_batch(random_pairs(16, seed=2, min_len=9)))
+    host = [batch.src_lengths_cpu, batch.indices_cpu, batch.tgt_cpu]
+    with as_on_a_gpu(), HostSyncCounter(host=host) as counter:
+        trainer.train_step([batch])
+    assert counter.syncs == 1, counter.sync_kinds
+    assert counter.counts["random_"] == 0  # PyTorch's dropout, not the CPU's own masks
+    assert counter.kernels <= TRANSFORMER_STEP_KERNELS, counter.kernels
