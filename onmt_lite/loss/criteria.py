@@ -64,7 +64,7 @@ def smoothed_nll(log_probs, target, label_smoothing, pad_idx=PAD_ID):
 
 # Scores held at once by the fused loss: on the CPU 16 MB of float32 whatever the batch (208 rows of
 # a 20,000-word vocabulary), so its memory no longer grows with the target words of a shard; on a
-# GPU 256 MB (3,355 rows), where each chunk launches some 60 kernels, each a cost to the host.
+# GPU 256 MB (3,355 rows), where each chunk launches some 30 kernels, each a cost to the host.
 CHUNK_SCORES = 1 << 22
 GPU_CHUNK_SCORES = 1 << 26
 

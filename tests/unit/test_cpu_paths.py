@@ -88,7 +88,7 @@ class LogSoftmaxCalls(TorchDispatchMode):
 
 
 def test_the_fused_loss_takes_a_gpus_bigger_chunks_to_the_same_loss(monkeypatch):
-    """On a GPU each chunk's some 60 kernels cost more than its memory: a batch's 3,000 target
+    """On a GPU each chunk's some 30 kernels cost more than its memory: a batch's 3,000 target
     words of a 20,000-word vocabulary are one chunk there (fifteen on the CPU), for the same loss
     and gradients to rounding."""
     assert criteria.GPU_CHUNK_SCORES // 20_000 >= 3_000 and criteria.CHUNK_SCORES // 20_000 < 256
