@@ -297,13 +297,7 @@ class TransformerDecoder(nn.Module):
         real = length_mask(memory_lengths.to(x.device), memory_bank.size(0))  # [B x S]
         # the masks as addends once for every layer (a bool mask is converted at each attention)
         memory_mask = additive_mask(real[:, None, None, :], x.dtype)
-        columns = torch.arange(cached + length, device=x.device)
-        # [B x 1 x 1 x P+T]
-        started = (columns.unsqueeze(0) >= state.start.unsqueeze(1))[:, None, None, :]
-        self_mask = started  # one new position (a search's step) sees every column
-        if length > 1:
-            new = cached + torch.arange(length, device=x.device)
-            self_mask = started & (columns.unsqueeze(0) <= new.unsqueeze(1))  # [B x 1 x T x P+T]
+        started, self_mask = self._self_masks(state.start, cached, length)
         self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
         cache = []
@@ -344,6 +338,18 @@ class TransformerDecoder(nn.Module):
             if self.copy_attn:
                 attns["copy"] = attns["std"]
         return dec_out, attns, new_state
+
+    @staticmethod
+    def _self_masks(start: Tensor, cached: int, length: int) -> tuple[Tensor, Tensor]:
+        """The self-attention's bool masks of ``length`` new positions after ``cached`` ones, for
+        rows whose first column is ``start`` ``[B]``: the columns each row has ``[B x 1 x 1 x
+        P+T]``, and those each new position may see ``[B x 1 x T x P+T]`` (the ones before it)."""
+        columns = torch.arange(cached + length, device=start.device)
+        started = (columns.unsqueeze(0) >= start.unsqueeze(1))[:, None, None, :]
+        if length == 1:  # one new position (a search's step) sees every column
+            return started, started
+        new = cached + torch.arange(length, device=start.device)
+        return started, started & (columns.unsqueeze(0) <= new.unsqueeze(1))
 
     def _alignment_layer(self) -> int:
         """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""
