@@ -93,7 +93,6 @@ def counted(call, host_syncs) -> dict:
         "kernels": counter.kernels,
         "views": counter.operations - counter.kernels,
         "reads": counter.syncs,
-        "top": counter.counts.most_common(30),
     }
 
 

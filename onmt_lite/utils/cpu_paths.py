@@ -8,12 +8,15 @@ way, to float rounding):
 - the top-k and argmax of wide rows go through chunk maxima (``utils/topk.py``);
 - the fused loss scores 4 M entries at a time, a GPU 64 M (``loss/criteria.py``);
 - products with the vocabulary pad their rows to buckets under autocast (``models/projection.py``);
+- attention dropout stays out of the fused kernel with ``-self_attn_type scaled-dot-flash``
+  (``models/multihead.py``);
 - decoding packs the weights for oneDNN and runs in streams (``translate/fast_paths.py``).
 
 Each asks ``cpu_path(device)``. ``as_on_a_gpu()`` makes them all take the other way on the CPU
 too: the stand-in for a GPU that counts, on the CPU, the kernels a GPU would launch
-(``bench/host_cost.py``, ``tests/unit/test_host_syncs.py``): PyTorch's CPU kernels compute what
-its CUDA kernels do, one for one.
+(``bench/host_cost.py``, ``tests/unit/test_host_syncs.py``). PyTorch's CPU kernels mostly match
+its CUDA kernels one for one; not the attention with dropout nor the recurrent cells, which the
+CPU runs as several operations.
 """
 
 from __future__ import annotations
