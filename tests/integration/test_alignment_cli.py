@@ -14,7 +14,7 @@ from onmt_lite.data.batch import ShardView
 from onmt_lite.data.shards import load_shard
 from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.utils.errors import UserError
-from tests.helpers import lines, run_cli, step_losses, train_in_process, write_lines
+from tests.helpers import lines, run_in_process, step_losses, train_in_process, write_lines
 
 # the tests marked kernels hold a trained model to a quality or compare translations: make
 # test-kernels runs them again under other kernels
@@ -149,7 +149,7 @@ def test_the_trained_model_reports_the_identity_alignment_in_1x_format(trained, 
     src = write_lines(tmp_path / "src.txt", sources + [""])
     output = tmp_path / "out.txt"
     log = tmp_path / "log.txt"
-    done = run_cli(
+    done = run_in_process(
         "translate",
         "-model",
         trained["model"],
@@ -256,7 +256,7 @@ def test_the_command_refuses_a_bad_alignment_line_with_one_line_and_status_2(tmp
         "tgt": write_lines(tmp_path / "t.txt", ["x y"]),
     }
     align = write_lines(tmp_path / "a.txt", ["0-0 x"])
-    done = run_cli(
+    done = run_in_process(
         "preprocess", *preprocess_args(train, str(tmp_path / "d"), "-train_align", align)
     )
     assert done.returncode == 2
@@ -292,7 +292,7 @@ def test_training_refuses_lambda_align_without_alignments_or_with_an_rnn_decoder
     preprocess(preprocess_args(trained["valid"], plain))
     with pytest.raises(UserError, match="-lambda_align needs data preprocessed with -train_align"):
         train_in_process(plain, str(tmp_path / "m"), *MODEL, *GUIDED, "-train_steps", 1)
-    done = run_cli(
+    done = run_in_process(
         "train",
         "-data",
         trained["data"],
@@ -329,7 +329,7 @@ def test_report_align_is_refused_for_an_rnn_decoder(trained, tmp_path):
         "-train_steps",
         1,
     )
-    done = run_cli(
+    done = run_in_process(
         "translate",
         "-model",
         tmp_path / "rnn_step_1.pt",

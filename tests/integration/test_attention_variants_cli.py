@@ -13,7 +13,7 @@ from tests.helpers import (
     exact_match,
     lines,
     preprocess_in_process,
-    run_cli,
+    run_in_process,
     trained_reversal_model,
     translate_in_process,
 )
@@ -126,7 +126,7 @@ def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_
 def test_options_that_read_attention_are_refused_for_a_model_without_it(models, tmp_path, option):
     m = models["none_gate_source"]
     other = models["sparsemax_generator_gate_both_std"]["model"]
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         other,
@@ -146,7 +146,7 @@ def test_an_ensemble_with_a_model_without_attention_decodes(models, tmp_path):
     out = tmp_path / "out.txt"
     m = models["none_gate_source"]
     other = models["sparsemax_generator_gate_both_std"]["model"]
-    result = run_cli(
+    result = run_in_process(
         "translate", "-model", other, m["model"], "-src", m["src"], "-output", out, "-beam_size", 3
     )
     assert result.returncode == 0, result.stderr
@@ -175,7 +175,7 @@ def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tm
         "-copy_attn_type",
         "general",
     ]
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         prefix,
@@ -194,7 +194,7 @@ def test_the_1x_copy_attention_without_global_attention_trains_and_translates(tm
     assert not any(".attn." in name for name in weights)
     out = tmp_path / "out.txt"
     # -replace_unk reads the copy attention
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "m_step_200.pt",

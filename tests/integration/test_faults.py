@@ -21,6 +21,7 @@ from tests.helpers import (
     one_line_error,
     preprocess_in_process,
     run_cli,
+    run_in_process,
     step_losses,
     train_in_process,
 )
@@ -273,7 +274,7 @@ def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(
 
 
 def test_a_learning_rate_beyond_float_range_is_refused_before_step_1(data, tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -290,7 +291,7 @@ def test_a_learning_rate_beyond_float_range_is_refused_before_step_1(data, tmp_p
     assert result.returncode == 2
     assert "times -lr_mult 1e+38" in result.stderr and "beyond float32's range" in result.stderr
     assert "Traceback" not in result.stderr and not glob.glob(str(tmp_path / "m*"))
-    nan_mult = run_cli(
+    nan_mult = run_in_process(
         "train", "-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-lr_mult", "*=nan"
     )
     assert (
@@ -308,7 +309,7 @@ def test_a_checkpoint_holding_nan_weights_is_refused_by_translation(data, tmp_pa
     torch.save(checkpoint, tmp_path / "nan.pt")
     source = tmp_path / "src.txt"
     source.write_text("a b c\n", encoding="utf-8")
-    result = run_cli(
+    result = run_in_process(
         "translate", "-model", tmp_path / "nan.pt", "-src", source, "-output", tmp_path / "out.txt"
     )
     assert result.returncode == 2
@@ -409,6 +410,7 @@ def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(da
     expected = (tmp_path / "out.txt").read_text(encoding="utf-8")
     assert len(expected.split()) >= 80 and expected.count("\n") == 40 and to_file.stdout == ""
     for output in ("-", "/dev/stdout"):
+        # a process of its own: the translations go to descriptor 1
         piped = run_cli("translate", *args, "-output", output, cwd=tmp_path)
         assert piped.returncode == 0, piped.stderr
         assert piped.stdout == expected  # the translations only: the logs went to stderr

@@ -8,7 +8,14 @@ import random
 import pytest
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import exact_match, lines, run_cli, step_losses, train_in_process, write_lines
+from tests.helpers import (
+    exact_match,
+    lines,
+    run_in_process,
+    step_losses,
+    train_in_process,
+    write_lines,
+)
 from tests.server_helpers import Server
 
 # the tests marked kernels hold a trained model to a quality or compare translations: make
@@ -67,7 +74,7 @@ def trained(directory, sources, targets, valid, merge):
             ("vtgt", valid[1]),
         )
     }
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         paths["src"],
@@ -81,7 +88,7 @@ def trained(directory, sources, targets, valid, merge):
         directory / "data",
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         directory / "data",
@@ -118,7 +125,7 @@ def task(tmp_path_factory):
 
 def translate(model, sources, directory, *extra):
     src = write_lines(directory / "in.txt", sources)
-    result = run_cli(
+    result = run_in_process(
         "translate", "-model", model, "-src", src, "-output", directory / "out.txt", *extra
     )
     return result, (lines(directory / "out.txt") if result.returncode == 0 else None)
@@ -161,7 +168,7 @@ def test_translation_refuses_a_line_with_another_number_of_features(task, tmp_pa
 def test_target_features_are_refused_by_preprocess(tmp_path):
     src = write_lines(tmp_path / "s.txt", [f"w1{S}a"])
     tgt = write_lines(tmp_path / "t.txt", [f"w1{S}a"])
-    result = run_cli(
+    result = run_in_process(
         "preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", tmp_path / "d"
     )
     assert result.returncode == 2
@@ -214,7 +221,7 @@ def test_a_resumed_run_with_features_gives_the_losses_of_the_uninterrupted_run(t
 
 
 def test_feature_options_on_data_without_features_are_reported_as_doing_nothing(task, tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         task["root"] / "plain" / "data",
@@ -237,7 +244,7 @@ def test_replace_unk_copies_the_bare_source_word_not_its_features(task, tmp_path
     """Target vocabulary of 2 words: most outputs are <unk>, each replaced by the attended source
     word (w0..w5, words no target has), never by the token with its feature."""
     root = task["root"] / "feats"
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         root / "src.txt",
@@ -253,7 +260,7 @@ def test_replace_unk_copies_the_bare_source_word_not_its_features(task, tmp_path
         2,
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", tmp_path / "d", "-save_model", tmp_path / "m", *TRAIN, "-train_steps", 60
     )
     assert result.returncode == 0, result.stderr

@@ -6,7 +6,7 @@ for, one as a 1.x user writes it."""
 import json
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import run_cli, shared_data, step_losses, write_lines
+from tests.helpers import run_in_process, shared_data, step_losses, write_lines
 
 
 def read(path):
@@ -28,7 +28,7 @@ def test_faq_weighting_corpora(tmp_path):
     data = shared_data("toy-ende")
     src = halves(tmp_path, "src-train.txt")
     tgt = halves(tmp_path, "tgt-train.txt")
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         *src,
@@ -49,7 +49,7 @@ def test_faq_weighting_corpora(tmp_path):
         2000,
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         tmp_path / "mydata",
@@ -101,7 +101,7 @@ def test_faq_word_alignments_while_translating(tmp_path):
         )
     )
     align = diagonal_alignments(src, tgt, tmp_path / "align.txt", 400)
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         src,
@@ -113,7 +113,7 @@ def test_faq_word_alignments_while_translating(tmp_path):
         tmp_path / "data",
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         tmp_path / "data",
@@ -159,7 +159,7 @@ def test_faq_word_alignments_while_translating(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     test_src = write_lines(tmp_path / "test.txt", read(f"{data}/src-test.txt")[:5])
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "model_step_10.pt",
@@ -189,7 +189,7 @@ def small_toy_ende(tmp_path, n=200, *preprocess_args, src_lines=None):
     data = shared_data("toy-ende")
     src = write_lines(tmp_path / "src.txt", src_lines or read(f"{data}/src-train.txt")[:n])
     tgt = write_lines(tmp_path / "tgt.txt", read(f"{data}/tgt-train.txt")[:n])
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         src,
@@ -216,7 +216,7 @@ def case_feature(line):
 def test_source_word_features_from_preprocess_to_translate(tmp_path):
     lines = [case_feature(line) for line in read(f"{shared_data('toy-ende')}/src-train.txt")[:200]]
     data = small_toy_ende(tmp_path, 200, src_lines=lines)
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -235,7 +235,7 @@ def test_source_word_features_from_preprocess_to_translate(tmp_path):
     assert checkpoint["vocab"]["src_feats"][0][4:] in (["l", "C"], ["C", "l"])
     assert tuple(checkpoint["model"]["encoder.embeddings.feat_luts.0.weight"].shape) == (6, 4)
     test = write_lines(tmp_path / "test.txt", lines[:3])
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "m_step_4.pt",
@@ -252,7 +252,7 @@ def test_source_word_features_from_preprocess_to_translate(tmp_path):
 
 def test_averaging_and_schedules(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -295,7 +295,7 @@ def test_averaging_and_schedules(tmp_path):
 
 def test_translation_options(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, "-train_steps", 2
     )
     assert result.returncode == 0, result.stderr
@@ -303,7 +303,7 @@ def test_translation_options(tmp_path):
     prefixes = write_lines(
         tmp_path / "t.txt", [" ".join(t.split()[:2]) for t in read(tmp_path / "tgt.txt")[:5]]
     )
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "m_step_2.pt",
@@ -340,7 +340,7 @@ def test_translation_options(tmp_path):
 
 def test_attention_variants(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -365,7 +365,7 @@ def test_attention_variants(tmp_path):
         "sparsemax"
     }
     test = write_lines(tmp_path / "test.txt", read(tmp_path / "src.txt")[:3])
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "m_step_3.pt",
@@ -395,7 +395,7 @@ def test_the_rest(tmp_path):
         "-subword_prefix",
         "",
     )
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -440,7 +440,7 @@ def test_the_rest(tmp_path):
             0.3,
         ],
     ):
-        result = run_cli(
+        result = run_in_process(
             "train",
             "-data",
             data,

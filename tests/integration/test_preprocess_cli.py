@@ -10,7 +10,7 @@ from onmt_lite.data.shards import shard_paths
 from tests.helpers import (
     invoke_captured,
     preprocess_in_process,
-    run_cli,
+    run_in_process,
     shared_data,
     write_lines,
 )
@@ -31,7 +31,7 @@ def corpus(tmp_path):
 
 def test_writes_vocab_and_shards_with_counts_and_copy_data(corpus):
     src, tgt, out = corpus
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         src,
@@ -139,13 +139,13 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
 def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(corpus):
     src, tgt, out = corpus
     base = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"]
-    assert run_cli("preprocess", *base, "-shard_size", 1).returncode == 0
+    assert run_in_process("preprocess", *base, "-shard_size", 1).returncode == 0
     before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
     assert "d.vocab.pt already exists (use -overwrite to replace)" in error_of(
-        run_cli("preprocess", *base)
+        run_in_process("preprocess", *base)
     )
     assert {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)} == before
-    result = run_cli("preprocess", *base, "-shard_size", 2, "-overwrite")
+    result = run_in_process("preprocess", *base, "-shard_size", 2, "-overwrite")
     assert result.returncode == 0, result.stderr
     # the third shard of the first run would be read as training data: it must be gone
     assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.train.1.pt", "d.vocab.pt"]
@@ -158,9 +158,9 @@ def test_config_file_gives_the_same_files_as_the_command_line(corpus, tmp_path):
         f"train_src: {src}\ntrain_tgt: {tgt}\nsave_data: {out}/c\nlower: true\n"
         "dynamic_dict: true\nsrc_vocab_size: 3\n"
     )
-    assert run_cli("preprocess", "-config", config).returncode == 0
+    assert run_in_process("preprocess", "-config", config).returncode == 0
     assert (
-        run_cli(
+        run_in_process(
             "preprocess",
             "-train_src",
             src,
@@ -203,11 +203,11 @@ def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
         "-tgt_vocab_size",
         1000,
     ]
-    result = run_cli("preprocess", *base, "-save_data", tmp_path / "q")
+    result = run_in_process("preprocess", *base, "-save_data", tmp_path / "q")
     assert result.returncode == 0, result.stderr
     vocab = load(tmp_path / "q.vocab.pt")
     assert len(vocab["src"]) == len(vocab["tgt"]) == 1004
-    result = run_cli(
+    result = run_in_process(
         "preprocess", *base, "-save_data", tmp_path / "c", "-dynamic_dict", "-shard_size", 1000
     )
     assert result.returncode == 0, result.stderr
@@ -219,7 +219,7 @@ def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
 
 def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):
     data = shared_data("g2p-sr")
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         f"{data}/src.train",
@@ -259,7 +259,7 @@ def test_data_an_earlier_version_numbered_from_1_still_trains(tmp_path):
         for n in reversed(range(count)):  # the names an earlier onmt_lite wrote: from 1
             os.replace(f"{prefix}.{corpus_type}.{n}.pt", f"{prefix}.{corpus_type}.{n + 1}.pt")
     assert shard_paths(prefix, "train") == [f"{prefix}.train.1.pt", f"{prefix}.train.2.pt"]
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         prefix,
@@ -299,7 +299,9 @@ def test_temporaries_left_by_a_killed_preprocess_are_removed_by_the_next_and_not
     kept = [out / ".other.train.1.pt.abc.tmp", out / ".d.notes.txt.abc.tmp", out / "d.txt"]
     for path in stale + kept:
         path.write_bytes(b"half")
-    result = run_cli("preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "d")
+    result = run_in_process(
+        "preprocess", "-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"
+    )
     assert result.returncode == 0, result.stderr
     for path in stale:
         assert (
@@ -317,7 +319,7 @@ def test_log_file_level_filters_the_log_file_not_the_console(corpus, level, file
     """1.x's -log_file_level: the least level the log file records; the console still logs INFO."""
     src, tgt, out = corpus
     log = out / "preprocess.log"
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         src,
@@ -388,7 +390,7 @@ def test_num_threads_writes_the_same_files_as_one_process_on_toy_ende(tmp_path):
     outputs = {}
     for threads in (1, 3):
         (tmp_path / str(threads)).mkdir()
-        result = run_cli(
+        result = run_in_process(
             "preprocess",
             *base,
             "-save_data",

@@ -12,7 +12,7 @@ from onmt_lite.data.noise import SourceNoise
 from onmt_lite.data.shards import VOCAB_FORMAT, load_plain, shard_paths, vocab_path
 from onmt_lite.models.checkpoint import load_checkpoint
 from onmt_lite.utils.errors import UserError
-from tests.helpers import TINY_MODEL, run_cli, step_losses, train_in_process, write_lines
+from tests.helpers import TINY_MODEL, run_in_process, step_losses, train_in_process, write_lines
 from tests.unit.test_noise import infilled_from
 
 
@@ -225,7 +225,7 @@ def test_noise_options_that_do_not_go_together_are_refused_before_training(
 
 def test_infilling_word_tokens_with_sentencepiece_s_prefix_is_refused_and_mask_is_refused(tmp_path):
     text = write_lines(tmp_path / "t.txt", sentences(30, 4))
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         text,
@@ -237,7 +237,7 @@ def test_infilling_word_tokens_with_sentencepiece_s_prefix_is_refused_and_mask_i
         tmp_path / "d",
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         tmp_path / "d",
@@ -260,7 +260,7 @@ def test_infilling_word_tokens_with_sentencepiece_s_prefix_is_refused_and_mask_i
         "starts a word by its -subword_prefix '\u2581', so nothing would be infilled"
         in result.stderr
     )
-    result = run_cli("train", "-data", tmp_path / "d", "-src_noise", "mask")
+    result = run_in_process("train", "-data", tmp_path / "d", "-src_noise", "mask")
     assert result.returncode == 2 and "word masking is not implemented" in result.stderr
 
 
@@ -271,7 +271,7 @@ def test_noise_with_guided_alignment_is_refused(tmp_path):
     align = write_lines(
         tmp_path / "a.txt", [" ".join(f"{i}-{i}" for i in range(len(t.split()))) for t in text]
     )
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         src,
@@ -287,7 +287,7 @@ def test_noise_with_guided_alignment_is_refused(tmp_path):
         tmp_path / "d",
     )
     assert result.returncode == 0, result.stderr
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         tmp_path / "d",

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from tests.helpers import REPO, reversal_corpus, run_cli
+from tests.helpers import REPO, reversal_corpus, run_in_process
 
 
 def test_subword_pipeline_detokenizes_its_output(tmp_path):
@@ -31,7 +31,7 @@ def test_subword_pipeline_detokenizes_its_output(tmp_path):
     )
     assert spm.returncode == 0, spm.stderr
     model = str(tmp_path / "sp.model")
-    pre = run_cli(
+    pre = run_in_process(
         "preprocess",
         "-train_src",
         paths["src_train"],
@@ -51,7 +51,7 @@ def test_subword_pipeline_detokenizes_its_output(tmp_path):
     assert pre.returncode == 0, pre.stderr
     vocab = torch.load(tmp_path / "d.vocab.pt", weights_only=True)
     assert any(word.startswith("\u2581") for word in vocab["src"])  # pieces, not words
-    train = run_cli(
+    train = run_in_process(
         "train",
         "-data",
         tmp_path / "d",
@@ -69,7 +69,7 @@ def test_subword_pipeline_detokenizes_its_output(tmp_path):
     assert train.returncode == 0, train.stderr
     assert torch.load(tmp_path / "m_step_3.pt", weights_only=True)["preprocess"]["tgt_spm"] == model
     out = tmp_path / "out.txt"
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         tmp_path / "m_step_3.pt",

@@ -13,7 +13,7 @@ from tests.helpers import (
     invoke,
     one_line_error,
     preprocess_in_process,
-    run_cli,
+    run_in_process,
     step_losses,
     train_in_process,
 )
@@ -35,7 +35,7 @@ def error_of(result):
 
 @pytest.mark.parametrize("kind,extra", [("plain", []), ("copy", ["-copy_attn"])])
 def test_the_opennmt_py_1x_command_line_runs_unchanged(data, tmp_path, kind, extra):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data[kind],
@@ -330,7 +330,7 @@ def test_valid_metrics_log_bleu_and_chrf_and_drive_early_stopping(data, tmp_path
         "BLEU = " in line and "chrF2 = " in line and "nrefs:1" in line for line in validations
     )
     assert load_checkpoint(str(tmp_path / "m_best.pt"))["step"] in (2, 4)
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data["plain"],
@@ -397,7 +397,7 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
         held.write("4242\n")
         held.flush()
-        line = error_of(run_cli("train", *args))
+        line = error_of(run_in_process("train", *args))
         assert line.startswith(
             f"onmt_lite_train: error: -save_model {prefix}: another run is using this prefix"
         )
@@ -405,7 +405,7 @@ def test_a_second_run_on_a_save_model_in_use_is_refused_and_a_lock_file_left_beh
         # nothing of theirs touched
         assert theirs.exists() and not os.path.exists(f"{prefix}_step_2.pt")
     assert os.path.exists(f"{prefix}.lock")  # left behind, as by a killed run: it does not block
-    result = run_cli("train", *args)
+    result = run_in_process("train", *args)
     assert result.returncode == 0, result.stderr
     assert os.path.exists(f"{prefix}_step_2.pt") and not theirs.exists()  # stale now: removed
     assert not os.path.exists(f"{prefix}.lock")  # removed and released when the run ended

@@ -12,7 +12,7 @@ from tests.helpers import (
     exact_match,
     lines,
     preprocess_in_process,
-    run_cli,
+    run_in_process,
     step_losses,
     train_in_process,
     trained_reversal_model,
@@ -148,7 +148,7 @@ def translate(model, src, out, *args):
 
 def test_the_faq_recipe_runs_unchanged_but_for_the_sizes(tmp_path):
     prefix = preprocess_in_process(str(tmp_path))
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", prefix, "-save_model", tmp_path / "faq", *FAQ, "-report_every", 10
     )
     assert result.returncode == 0, result.stderr
@@ -284,7 +284,7 @@ def test_replace_unk_writes_the_source_word_the_top_layer_attends_to(models, tmp
     assert unknown > 50
     assert exact_match(replaced, lines(m["tgt"])) >= 0.6
     assert translate(m["model"], m["src"], tmp_path / "replaced.txt", "-replace_unk") == replaced
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         m["model"],
@@ -376,7 +376,7 @@ def test_use_ckpting_trains_with_the_losses_of_a_run_without_it(models, tmp_path
     assert step_losses(recomputed) == step_losses(plain)
     # 1 encoder layer (feed-forward, self-attention) and 1 decoder layer (and context attention)
     assert any("-use_ckpting ffn mha: 5 modules recompute" in line for line in recomputed)
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", m["data"], "-save_model", tmp_path / "lora", "-use_ckpting", "lora"
     )
     assert result.returncode == 2

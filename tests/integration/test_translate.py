@@ -26,7 +26,7 @@ from tests.helpers import (
     assert_same_translation,
     exact_match,
     lines,
-    run_cli,
+    run_in_process,
     scores_agree,
     trained_reversal_model,
     translate_in_process,
@@ -263,7 +263,7 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(
 
 def test_the_opennmt_py_1x_command_lines(models, tmp_path):
     m = models["plain"]
-    beam = run_cli(
+    beam = run_in_process(
         "translate",
         "-model",
         m["model"],
@@ -286,7 +286,7 @@ def test_the_opennmt_py_1x_command_lines(models, tmp_path):
         and "SENT 1:" in beam.stderr
     )
     assert "BLEU = " in beam.stderr and "nrefs:1" in beam.stderr and "chrF2 = " in beam.stderr
-    sampled = run_cli(
+    sampled = run_in_process(
         "translate",
         "-model",
         m["model"],
@@ -301,7 +301,7 @@ def test_the_opennmt_py_1x_command_lines(models, tmp_path):
         "-out",
         tmp_path / "sampled",
     )
-    greedy = run_cli(
+    greedy = run_in_process(
         "translate",
         "-model",
         m["model"],
@@ -314,11 +314,11 @@ def test_the_opennmt_py_1x_command_lines(models, tmp_path):
     )
     assert sampled.returncode == 0 and greedy.returncode == 0, sampled.stderr
     assert lines(tmp_path / "sampled") == lines(tmp_path / "greedy")
-    ensemble = run_cli(
+    ensemble = run_in_process(
         "translate", "-model", m["model"], m["model"], "-src", m["src"], "-out", tmp_path / "ens"
     )
     assert ensemble.returncode == 0
-    single = run_cli(
+    single = run_in_process(
         "translate", "-model", m["model"], "-src", m["src"], "-out", tmp_path / "single"
     )
     assert single.returncode == 0 and lines(tmp_path / "ens") == lines(tmp_path / "single")
@@ -326,7 +326,7 @@ def test_the_opennmt_py_1x_command_lines(models, tmp_path):
 
 def test_empty_and_very_long_lines(models, tmp_path):
     source = write_lines(tmp_path / "src.txt", ["w1 w2", "", "w3 " * 3000, "   ", "w4"])
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         models["copy"]["model"],
@@ -378,7 +378,7 @@ def test_replace_unk_uses_the_attention_and_the_phrase_table(models, tmp_path):
     assert n_unk > len(src)
     # the command keeps the attention for -replace_unk (and only then: it has no other use for it)
     for flag, expected in (["-replace_unk"], replaced), ([], plain):
-        result = run_cli(
+        result = run_in_process(
             "translate", "-model", m["model"], "-src", m["src"], "-out", tmp_path / "o.txt", *flag
         )
         assert result.returncode == 0, result.stderr
@@ -512,7 +512,7 @@ def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(
     runs = {}
     for size in (0, 7):
         out = tmp_path / f"out{size}.txt"
-        result = run_cli(
+        result = run_in_process(
             "translate",
             "-model",
             m["model"],
@@ -567,7 +567,7 @@ def test_a_target_file_of_another_length_is_refused_with_both_counts(models, tmp
     m = models["plain"]
     short = write_lines(tmp_path / "short.txt", lines(m["tgt"])[:39])
     out = tmp_path / "out.txt"
-    result = run_cli(
+    result = run_in_process(
         "translate",
         "-model",
         m["model"],

@@ -13,7 +13,7 @@ from tests.helpers import (
     TINY_MODEL,
     free_port,
     reversal_corpus,
-    run_cli,
+    run_in_process,
     step_losses,
     train_in_process,
     write_lines,
@@ -46,7 +46,7 @@ def tiny(tmp_path):
 
 def test_two_corpora_get_their_own_shards_and_one_vocabulary_counted_over_both(tiny):
     files, out = tiny
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         files["src_a"],
@@ -120,7 +120,7 @@ def test_bad_corpus_lists_are_refused_and_nothing_is_written(tiny, case, expecte
         ids = ["-train_ids", "a.1"]
     elif case == "align":
         ids += ["-train_align", files["src_a"]]
-    result = run_cli(
+    result = run_in_process(
         "preprocess", "-train_src", *src, "-train_tgt", *tgt, *ids, "-save_data", out / "d"
     )
     assert expected in error_of(result)
@@ -142,11 +142,11 @@ def test_overwrite_removes_the_shards_of_corpora_the_new_run_lacks(tiny):
         "-save_data",
         out / "d",
     ]
-    assert run_cli("preprocess", *named).returncode == 0
+    assert run_in_process("preprocess", *named).returncode == 0
     os.remove(out / "d.vocab.pt")
     unnamed = ["-train_src", files["src_a"], "-train_tgt", files["tgt_a"], "-save_data", out / "d"]
-    assert "d.train_a.0.pt already exists" in error_of(run_cli("preprocess", *unnamed))
-    result = run_cli("preprocess", *unnamed, "-overwrite")
+    assert "d.train_a.0.pt already exists" in error_of(run_in_process("preprocess", *unnamed))
+    result = run_in_process("preprocess", *unnamed, "-overwrite")
     assert result.returncode == 0, result.stderr
     # train_a and train_b would be read as data
     assert sorted(os.listdir(out)) == ["d.train.0.pt", "d.vocab.pt"]
@@ -245,7 +245,7 @@ def test_a_resumed_run_with_weights_3_1_gives_the_losses_of_the_uninterrupted_ru
 
 
 def test_the_command_line_trains_on_weighted_corpora_and_logs_them(data, tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,
@@ -305,7 +305,7 @@ def test_bad_data_ids_are_refused_before_training(data, tmp_path, args, expected
 
 def test_a_weight_below_1_is_refused_by_the_command(data, tmp_path):
     assert "-data_weights" in error_of(
-        run_cli(
+        run_in_process(
             "train",
             "-data",
             data,
@@ -324,7 +324,7 @@ def test_a_weight_below_1_is_refused_by_the_command(data, tmp_path):
 def test_two_processes_draw_both_shares_of_each_step_from_the_round_robin(data, tmp_path):
     """-world_size 2, 3 steps: 6 batches drawn from one stream (a a a b a a), as one process with
     -accum_count 2 would; the checkpoint's position says so."""
-    result = run_cli(
+    result = run_in_process(
         "train",
         "-data",
         data,

@@ -22,7 +22,7 @@ from tests.helpers import (
     TINY_MODEL,
     lines,
     preprocess_in_process,
-    run_cli,
+    run_in_process,
     step_losses,
     tool,
     train_in_process,
@@ -273,7 +273,7 @@ def test_release_and_average_models_drop_the_raw_weights_and_translation_reads_t
     ],
 )
 def test_bad_values_are_refused(data, tmp_path, args, message):
-    result = run_cli("train", "-data", data, "-save_model", tmp_path / "m", *args)
+    result = run_in_process("train", "-data", data, "-save_model", tmp_path / "m", *args)
     assert result.returncode == 2 and message in result.stderr.strip().splitlines()[-1], (
         result.stderr
     )

@@ -373,9 +373,9 @@ def test_a_malformed_config_file_and_a_directory_for_save_config_are_one_line_er
     bad.write_text("train_src: [a\nb: : c\n", encoding="utf-8")
     expect_exit_2(["-config", str(bad)] + REQUIRED, capsys, "bad.yaml")
     (tmp_path / "dir").mkdir()
-    from tests.helpers import run_cli
+    from tests.helpers import run_in_process
 
-    result = run_cli("preprocess", *REQUIRED, "-save_config", tmp_path / "dir")
+    result = run_in_process("preprocess", *REQUIRED, "-save_config", tmp_path / "dir")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"onmt_lite_preprocess: error: -save_config {tmp_path / 'dir'}: is a directory; give the "
         "path of a file"
