@@ -1,8 +1,8 @@
 """What decoding costs the host, onmt_lite against OpenNMT-py 3.5.1 on the same weights: timed and
 counted on the CPU, as a stand-in for GPU decoding, where the host sets the pace.
 
-    .venv/bin/python bench/host_cost.py [-lines 2000] [-rounds 3] [-peer /tmp/peer-opennmt] \\
-        [-dry_run]
+    .venv/bin/python bench/host_cost.py [-model transformer|rnn] [-lines 2000] [-rounds 3] \\
+        [-peer /tmp/peer-opennmt] [-dry_run]
 
 On a GPU a small model's decoding step takes the device a few microseconds a kernel, while the
 host spends about as much or more on each: Python, PyTorch's dispatch and the launch, and a wait
@@ -13,9 +13,13 @@ Those are the same on any device, so they are counted here on the CPU, as on a G
 for both toolkits' searches at the GPU benchmark's batch sizes (``gpu_translate_speed.py``): beam 5
 at 32 and 256 sentences, greedy at 256.
 
-The model: a Transformer of 2 + 2 layers of 64 (4 heads, feed-forward 128) trained 400 steps on
-g2p-sr (characters: a vocabulary of about 60, outputs of about 8 tokens), converted for OpenNMT-py
-by ``onmt_lite_convert -to opennmt-py`` (the same weights: both write the same lines, checked).
+The model (``-model``): a Transformer of 2 + 2 layers of 64 (4 heads, feed-forward 128), or an RNN
+(a bidirectional LSTM encoder and an input-feeding LSTM decoder with general attention, 2 layers of
+64), trained 400 steps on g2p-sr (characters: a vocabulary of about 60, outputs of about 8 tokens),
+converted for OpenNMT-py by ``onmt_lite_convert -to opennmt-py`` (the same weights: both write the
+same lines, checked). The RNN's counts overstate a GPU's in both toolkits alike: the CPU runs an
+LSTM cell as a dozen ATen operations where CUDA fuses them into one kernel (and the encoder's
+layers into cuDNN's).
 Each toolkit decodes the first ``-lines`` lines of g2p-sr's src.train (a speed test: training lines
 do as well as any) with the same search (no length penalty, at most 100 tokens, the peer's cut at
 1.25 x the source off), in a process of its own on one thread. In that process: one batch to warm
@@ -36,8 +40,8 @@ for a GPU's time; the counts are.
 
 Rounds alternate the toolkits (A B A B); the table gives median seconds, their ratio (the peer's
 over onmt_lite's: above 1, onmt_lite is faster) and the counts. Figures go to
-bench/results/host_cost.json. ``-dry_run``: 100 lines, one round, a model trained 20 steps, no
-peer.
+bench/results/host_cost_MODEL.json. ``-dry_run``: 100 lines, one round, a model trained 20 steps,
+no peer.
 """
 
 import argparse
@@ -59,12 +63,15 @@ SEARCHES = {
     "beam 5, batch 256": (5, 256),
     "greedy, batch 256": (1, 256),
 }
-MODEL = [
-    *("-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding"),
-    *("-layers", "2", "-rnn_size", "64", "-word_vec_size", "64", "-heads", "4"),
-    *("-transformer_ff", "128", "-dropout", "0.1", "-batch_size", "64", "-optim", "adam"),
-    *("-learning_rate", "0.002", "-seed", "1"),
-]
+TRAINING = ["-layers", "2", "-rnn_size", "64", "-word_vec_size", "64", "-dropout", "0.1"]
+TRAINING += ["-batch_size", "64", "-optim", "adam", "-learning_rate", "0.002", "-seed", "1"]
+MODELS = {
+    "transformer": [
+        *("-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding"),
+        *("-heads", "4", "-transformer_ff", "128"),
+    ],
+    "rnn": ["-encoder_type", "brnn", "-global_attention", "general"],
+}
 TRAIN_STEPS = 400
 MAX_LENGTH = 100
 # OpenNMT-py 3.5.1's defaults search another way (an average length penalty, outputs cut at 1.25 x
@@ -183,8 +190,8 @@ def run_worker(toolkit, python, model, opt, lines, search, work) -> dict:
         return json.load(f)
 
 
-def train_model(work: str, steps: int) -> str:
-    """The small Transformer on g2p-sr (trained once per work directory)."""
+def train_model(work: str, steps: int, kind: str) -> str:
+    """The small model ``kind`` on g2p-sr (trained once per work directory)."""
     model = os.path.join(work, f"model_step_{steps}.pt")
     if os.path.exists(model):
         return model
@@ -196,7 +203,7 @@ def train_model(work: str, steps: int) -> str:
     subprocess.run(preprocess, check=True)
     training = ["-data", prefix, "-save_model", os.path.join(work, "model")]
     training += ["-train_steps", str(steps), "-valid_steps", str(steps)]
-    subprocess.run([*lite("train"), *MODEL, *training], check=True)
+    subprocess.run([*lite("train"), *MODELS[kind], *TRAINING, *training], check=True)
     return model
 
 
@@ -254,6 +261,7 @@ def measure(opt, lines, rounds, model, peer_model, work) -> list:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-model", choices=sorted(MODELS), default="transformer")
     parser.add_argument("-src", default=os.path.join(SHARED, "data", "g2p-sr", "src.train"))
     parser.add_argument("-lines", type=int, default=2000)
     parser.add_argument("-rounds", type=int, default=3)
@@ -266,9 +274,9 @@ def main(argv=None):
         toolkit, model, src, lines, beam, batch, out = opt.worker
         worker(toolkit, model, src, int(lines), int(beam), int(batch), out)
         return
-    work = os.path.join(opt.work, "dry_run" if opt.dry_run else "full")
+    work = os.path.join(opt.work, opt.model, "dry_run" if opt.dry_run else "full")
     os.makedirs(work, exist_ok=True)
-    model = train_model(work, 20 if opt.dry_run else TRAIN_STEPS)
+    model = train_model(work, 20 if opt.dry_run else TRAIN_STEPS, opt.model)
     peer_model = None
     if not opt.dry_run:
         ensure_peer(opt.peer)
@@ -278,12 +286,13 @@ def main(argv=None):
     lines = 100 if opt.dry_run else opt.lines
     rounds = 1 if opt.dry_run else opt.rounds
     rows = measure(opt, lines, rounds, model, peer_model, work)
-    print(f"{lines} lines of {opt.src}, one thread, median of {rounds} rounds")
+    print(f"the {opt.model}: {lines} lines of {opt.src}, one thread, median of {rounds} rounds")
     table(rows)
     if not opt.dry_run:
         from quality import write_results
 
-        write_results("host_cost", {"lines": lines, "rounds": rounds, "rows": rows})
+        results = {"model": opt.model, "lines": lines, "rounds": rounds, "rows": rows}
+        write_results(f"host_cost_{opt.model}", results)
 
 
 if __name__ == "__main__":

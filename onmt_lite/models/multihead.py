@@ -33,8 +33,10 @@ def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """A bool mask (True: may attend) as an addend to the scores, in ``dtype``: 0 where True, -inf
     where False. ``scaled_dot_product_attention`` turns a bool mask into this at every call (a few
     kernels each); the stacks do it once for all the layers that share the mask."""
-    addend = torch.where(mask, 0.0, float("-inf"))  # float32: scalars take the default dtype
-    return addend if dtype == addend.dtype else addend.to(dtype)
+    # two kernels: a where() of two scalars fills a tensor for each of them first
+    return torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device).masked_fill_(
+        mask, 0.0
+    )
 
 
 class MultiHeadAttention(nn.Module):

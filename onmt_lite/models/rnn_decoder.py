@@ -17,7 +17,7 @@ from torch import Tensor
 from onmt_lite.models.attention import GlobalAttention, length_mask
 from onmt_lite.models.context_gate import ContextGate
 from onmt_lite.models.recurrent import run_rnn
-from onmt_lite.utils.tensors import pad_to
+from onmt_lite.utils.tensors import joined, pad_to
 
 
 class DecoderState:
@@ -241,7 +241,7 @@ class RNNDecoderBase(nn.Module):
             coverage = coverage + align.squeeze(1)
             outs.append(attn_h)
             aligns.append(align)
-        return torch.cat(outs, 1), torch.cat(aligns, 1), torch.stack(covs, 1), coverage
+        return joined(outs, 1), joined(aligns, 1), joined(covs, 1, stack=True), coverage
 
     def _attns(self, dec_out, align, covs, memory, lengths):
         """The ``attns`` dict, time-major ``[T x B x S]`` tensors: without attention only ``"copy"``
@@ -305,9 +305,9 @@ class InputFeedRNNDecoder(RNNDecoderBase):
             outs.append(feed)
             aligns.append(align)
             covs.append(cov_before)
-        dec_out = torch.stack(outs, 1)  # [B x T x H]
-        covs = torch.cat(covs, 1) if coverage is not None else None
-        align = torch.cat(aligns, 1) if self.attentional else None
+        dec_out = joined(outs, 1, stack=True)  # [B x T x H]
+        covs = joined(covs, 1) if coverage is not None else None
+        align = joined(aligns, 1) if self.attentional else None
         attns = self._attns(dec_out, align, covs, memory, memory_lengths)
         return dec_out.transpose(0, 1), attns, DecoderState(hidden, feed, coverage)
 

@@ -23,8 +23,13 @@ from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
-from onmt_lite.models.multihead import MultiHeadAttention, SelfAttention, additive_mask
-from onmt_lite.utils.tensors import pad_to, to_device
+from onmt_lite.models.multihead import (
+    MultiHeadAttention,
+    SelfAttention,
+    additive_mask,
+    spare_room,
+)
+from onmt_lite.utils.tensors import to_device
 
 LAYER_NORM_EPS = 1e-6
 
@@ -144,19 +149,24 @@ class TransformerState:
         return self.map(lambda t, dim: t.detach())
 
     def concat(self, other: TransformerState) -> TransformerState:
-        """The rows of ``self`` then those of ``other``, the shorter cache padded on the left."""
+        """The rows of ``self`` then those of ``other``, the shorter cache padded on the left (with
+        zeros: masked, but finite). The buffers get spare room (``appended``'s), so that the next
+        position is written in place rather than the buffers copied again."""
         width = max(self.cached, other.cached)
-
-        def left_padded(state):
-            return (
-                tuple(pad_to(t[:, :, : state.cached], 2, width, left=True) for t in state.cache),
-                state.start + width - state.cached,
-            )
-
-        (a, a_start), (b, b_start) = left_padded(self), left_padded(other)
-        return TransformerState(
-            tuple(torch.cat(pair) for pair in zip(a, b)), torch.cat([a_start, b_start])
-        )
+        capacity = spare_room(width)
+        n_rows = self.start.size(0)
+        cache = []
+        for mine, theirs in zip(self.cache, other.cache):
+            rows = n_rows + theirs.size(0)
+            joined = mine.new_zeros(rows, mine.size(1), capacity, mine.size(3))  # [B x h x C x d]
+            joined[:n_rows, :, width - self.cached : width] = mine[:, :, : self.cached]
+            joined[n_rows:, :, width - other.cached : width] = theirs[:, :, : other.cached]
+            cache.append(joined)
+        starts = [
+            state.start if state.cached == width else state.start + (width - state.cached)
+            for state in (self, other)
+        ]
+        return TransformerState(cache, torch.cat(starts), width)
 
     def compact(self, unused: int) -> TransformerState:
         """The same state without its first ``unused`` columns, which no row uses any more (rows

@@ -53,8 +53,9 @@ class BeamState:
         coverage ``[B*K x S]``: the summed attention, for a coverage penalty (``with_coverage``).
         col, max_lengths, src_lengths ``[B]``; prefix ``[B x P]`` (padded with 0; P is 0 while no
             example has one).
-        n_finished ``[B]`` and best_finished ``[B x n_best]``: how many hypotheses each example has
-            finished and the best ``n_best`` of their scores (-inf while fewer), for the early stop.
+        best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
+            hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
+            -inf: a row that ends is live, so its score is finite, or NaN).
     Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths.
     """
 
@@ -81,7 +82,6 @@ class BeamState:
         self.col = empty
         self.max_lengths = empty
         self.src_lengths = empty
-        self.n_finished = empty
         self.best_finished = torch.empty(0, n_best, device=device)
         self.prefix = torch.empty(0, 0, dtype=torch.long, device=device)
         self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
@@ -132,7 +132,6 @@ class BeamState:
         self.col = torch.cat([self.col, torch.full((n,), width - 1, device=self.device)])
         self.max_lengths = torch.cat([self.max_lengths, max_lengths])
         self.src_lengths = torch.cat([self.src_lengths, src_lengths])
-        self.n_finished = torch.cat([self.n_finished, torch.zeros_like(src_lengths)])
         unfinished = self.best_finished.new_full((n, self.best_finished.size(1)), NEG_INF)
         self.best_finished = torch.cat([self.best_finished, unfinished])
 
@@ -206,7 +205,6 @@ class BeamState:
         them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
         penalty)."""
         log_probs = self.log_probs()
-        self.n_finished = self.n_finished + ended.sum(1)
         candidates = final.masked_fill(~ended, NEG_INF)  # [B x K]
         merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
         self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
@@ -223,14 +221,17 @@ class BeamState:
         before every remaining example's ``<s>``)."""
         examples = from_host(positions, self.device)
         K = self.K
-        rows = (examples.unsqueeze(1) * K + torch.arange(K, device=self.device)).view(-1)
+        if K == 1:  # an example's row is the example
+            rows = examples
+        else:
+            rows = (examples.unsqueeze(1) * K + torch.arange(K, device=self.device)).view(-1)
         self.seqs = self.seqs[rows]
         self.scores = self.scores[examples]
         if self.penalty is not None:
             self.penalty = self.penalty[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = None if self.coverage is None else self.coverage[rows]
-        for name in ("col", "max_lengths", "src_lengths", "n_finished", "best_finished", "prefix"):
+        for name in ("col", "max_lengths", "src_lengths", "best_finished", "prefix"):
             setattr(self, name, getattr(self, name)[examples])
         self.ids = [self.ids[p] for p in positions]
         self.cols = [self.cols[p] for p in positions]

@@ -87,5 +87,6 @@ class Penalties:
             shortest = length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha)
             longest = length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha)
             bound = best_alive / torch.maximum(shortest, longest)
-        enough = (state.n_finished >= o.n_best) & (bound <= state.nth_best())
+        # fewer than n_best finished: the n-th best is -inf, which only a bound of -inf reaches
+        enough = bound <= state.nth_best()
         return enough | (best_alive == float("-inf"))

@@ -300,7 +300,8 @@ class Search:
         # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix)
         # follows the example's first row: a row the stepper holds, whose memory is the example's
         origin = torch.div(ids, width, rounding_mode="floor").masked_fill(scores == NEG_INF, 0)
-        select = (origin + torch.arange(batch, device=ids.device).unsqueeze(1) * K).view(-1)
+        first_rows = torch.arange(0, batch * K, K, device=ids.device)  # [B]: each example's row 0
+        select = (origin + first_rows.unsqueeze(1)).view(-1)
         return select, ids % width, scores
 
     def _read(self, ended: torch.Tensor, done: torch.Tensor) -> tuple[list[int], list[bool]]:

@@ -25,6 +25,14 @@ def pad_to(tensor, dim, size, left=False):
     return torch.cat([zeros, tensor] if left else [tensor, zeros], dim)
 
 
+def joined(tensors: list[torch.Tensor], dim: int, stack: bool = False) -> torch.Tensor:
+    """``torch.cat(tensors, dim)`` (``torch.stack`` with ``stack``), but a single tensor as a view
+    of itself: a decoding step of one position would launch a copy kernel for nothing."""
+    if len(tensors) == 1:
+        return tensors[0].unsqueeze(dim) if stack else tensors[0]
+    return torch.stack(tensors, dim) if stack else torch.cat(tensors, dim)
+
+
 def from_host(values: list, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
     """A tensor of the host values ``values`` (a list, or a list of equal lists) on ``device``,
     copied without a wait for the device."""

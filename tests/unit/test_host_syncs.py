@@ -101,7 +101,7 @@ def test_a_training_step_reads_the_device_once(name):
 # (utils.cpu_paths.as_on_a_gpu: dropout, the loss's chunks and the arg-max as a GPU runs them):
 # 488 with dropout, attention dropout and label smoothing (2026-11-27); the ceiling leaves room
 # for a PyTorch change. A step's kernels each cost the host some microseconds: on a GPU, where the
-# small Transformer's step is mostly host time, they set the pace (bench/host_cost.py -training).
+# small Transformer's step is mostly host time, they set the pace (bench/host_cost_training.py).
 TRANSFORMER_STEP_KERNELS = 580
 
 

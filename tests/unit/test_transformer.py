@@ -162,7 +162,10 @@ def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first
         )
         lengths = torch.cat([lengths_a, lengths_b])
         tokens = torch.stack([batch_a.tgt[2:3, 0], tokens_b[0:1, 0]], 1)
+        buffers = [t.data_ptr() for t in state.cache]
         out, _, state = model.decode(tokens, memory, lengths, state)
+        # the joined buffers had room for the next position: written in place, not copied again
+        assert [t.data_ptr() for t in state.cache] == buffers
         torch.testing.assert_close(out[0, 1], alone[0], rtol=0, atol=1e-12)
         keep_b = torch.tensor([1])
         # A leaves: its 2 columns are no row's any more
