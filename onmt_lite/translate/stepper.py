@@ -59,7 +59,10 @@ class ModelStepper:
             self.ex_ids = batch.src_ex_tgt_ids
 
     def step(self, tokens):
-        inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID).unsqueeze(0)
+        inputs = tokens
+        if self.copy:  # a copied word outside the vocabulary is read back as <unk>
+            inputs = tokens.masked_fill(tokens >= self.vocab_size, UNK_ID)
+        inputs = inputs.unsqueeze(0)
         dec_out, attns, self.state = self.model.decode(
             inputs,
             self.memory.transpose(0, 1),
