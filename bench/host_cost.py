@@ -261,7 +261,7 @@ def measure(opt, lines, rounds, model, peer_model, work) -> list:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-model", choices=sorted(MODELS), default="transformer")
+    parser.add_argument("-model", choices=sorted(MODELS), default="transformer", help="the model")
     parser.add_argument("-src", default=os.path.join(SHARED, "data", "g2p-sr", "src.train"))
     parser.add_argument("-lines", type=int, default=2000)
     parser.add_argument("-rounds", type=int, default=3)

@@ -50,22 +50,35 @@ def invoke(name, args, capsys, file_size_limit=None):
 def invoke_captured(name, args, capsys, file_size_limit=None):
     """``invoke``, returning (exit status, standard output, standard error) as text."""
     capsys.readouterr()  # what ran before is not this command's
-    threads = torch.get_num_threads()  # -threads: the command's own, not the tests'
-    commands = _commands()
-    main = commands[name] if name in commands else tool(name).main
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     if file_size_limit is not None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, hard))
     try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
+        code = exit_status(name, args)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        torch.set_num_threads(threads)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def exit_status(name, args) -> int:
+    """Run the command or tool ``name`` with ``args`` in this process; its exit status: 0, or its
+    SystemExit's code (a message is printed, status 1, as a process would). Exceptions other than
+    SystemExit go on to the caller. The thread count is put back (-threads is the command's own,
+    not the tests')."""
+    commands = _commands()
+    main = commands[name] if name in commands else tool(name).main
+    threads = torch.get_num_threads()
+    try:
+        main([str(a) for a in args])
+        return 0
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return 0 if exc.code is None else exc.code
+    finally:
+        torch.set_num_threads(threads)
 
 
 def one_line_error(invoked):
@@ -90,9 +103,9 @@ def run_cli(command, *args, cwd=None):
 
 def run_in_process(command, *args, cwd=None):
     """``run_cli`` in this process (a new one spends 2 to 3 seconds importing PyTorch): the
-    command's ``main`` with ``sys.stdout`` and ``sys.stderr`` captured; an exception it lets out
-    is exit status 1 and its traceback, as the process would give. Threads, warning filters, the
-    working directory and the logger are put back as they were."""
+    command's ``exit_status`` with ``sys.stdout`` and ``sys.stderr`` captured; an exception it lets
+    out is exit status 1 and its traceback, as the process would give. Threads, warning filters,
+    the working directory and the logger are put back as they were."""
     import contextlib
     import io
     import traceback
@@ -100,10 +113,8 @@ def run_in_process(command, *args, cwd=None):
 
     from onmt_lite.utils.logging import logger
 
-    main = _commands()[command]
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     err = io.StringIO()
-    threads = torch.get_num_threads()
     directory = os.getcwd()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -111,19 +122,12 @@ def run_in_process(command, *args, cwd=None):
                 if cwd is not None:
                     os.chdir(cwd)
                 try:
-                    main([str(a) for a in args])
-                    code = 0
-                except SystemExit as exc:
-                    code = 0 if exc.code is None else exc.code
-                    if isinstance(code, str):  # sys.exit(message): printed, status 1
-                        print(code, file=sys.stderr)
-                        code = 1
+                    code = exit_status(command, args)
                 except Exception:  # noqa: BLE001 - the process would print it and exit 1
                     traceback.print_exc()
                     code = 1
     finally:
         os.chdir(directory)
-        torch.set_num_threads(threads)
         for handler in list(logger.handlers):  # the command's, writing into the captured streams
             logger.removeHandler(handler)
             handler.close()

@@ -158,12 +158,12 @@ class TransformerState:
         cache = []
         for mine, theirs in zip(self.cache, other.cache):
             rows = n_rows + theirs.size(0)
-            joined = mine.new_zeros(rows, mine.size(1), capacity, mine.size(3))  # [B x h x C x d]
+            buffer = mine.new_zeros(rows, mine.size(1), capacity, mine.size(3))  # [B x h x C x d]
             if self.cached:  # (examples join with no position decoded: nothing of theirs to copy)
-                joined[:n_rows, :, width - self.cached : width] = mine[:, :, : self.cached]
+                buffer[:n_rows, :, width - self.cached : width] = mine[:, :, : self.cached]
             if other.cached:
-                joined[n_rows:, :, width - other.cached : width] = theirs[:, :, : other.cached]
-            cache.append(joined)
+                buffer[n_rows:, :, width - other.cached : width] = theirs[:, :, : other.cached]
+            cache.append(buffer)
         starts = [
             state.start if state.cached == width else state.start + (width - state.cached)
             for state in (self, other)
