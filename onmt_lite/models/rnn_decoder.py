@@ -92,7 +92,9 @@ def masked(x, masks, i):
 
 class StackedCells(nn.Module):
     """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks
-    given)."""
+    given). A loop over positions keeps each layer's state apart (``unstacked``, ``step``) and
+    stacks the last ones once (``stacked``): stacking at every position would add, per position, a
+    copy forward and a gradient of the whole stack per layer backward."""
 
     def __init__(self, rnn_type, num_layers, input_size, hidden_size):
         super().__init__()
@@ -102,22 +104,36 @@ class StackedCells(nn.Module):
             cell(input_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
 
+    @staticmethod
+    def unstacked(hidden: tuple[Tensor, ...]) -> list[tuple[Tensor, ...]]:
+        """``hidden`` (tuple of ``[layers x B x H]``) as each layer's state: a list of tuples of
+        ``[B x H]`` views."""
+        return list(zip(*(h.unbind(0) for h in hidden)))
+
+    @staticmethod
+    def stacked(layers: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
+        """``unstacked``'s inverse: each layer's state -> tuple of ``[layers x B x H]``."""
+        return tuple(torch.stack(states) for states in zip(*layers))
+
     def forward(self, x, hidden, masks=None):
         """One step: ``x`` ``[B x input]``, ``hidden`` tuple of ``[layers x B x H]``; ``masks``
         ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]``
         after layer i but the last (``masks[0]`` is the caller's, for the step's output), or None:
-        no dropout."""
+        no dropout. Returns the top layer's output ``[B x H]`` and the new ``hidden``."""
+        x, layers = self.step(x, self.unstacked(hidden), masks)
+        return x, self.stacked(layers)
+
+    def step(self, x, layers, masks=None):
+        """``forward`` on each layer's state (``unstacked``) instead of the stacks: returns the top
+        layer's output and the layers' new states, for the next step."""
         new_states = []
-        for i, cell in enumerate(self.cells):
-            if self.is_lstm:
-                layer_state = cell(x, (hidden[0][i], hidden[1][i]))
-            else:
-                layer_state = (cell(x, hidden[0][i]),)
+        for i, (cell, state) in enumerate(zip(self.cells, layers)):
+            layer_state = cell(x, state) if self.is_lstm else (cell(x, state[0]),)
             x = layer_state[0]
             if i + 1 < len(self.cells):
                 x = masked(x, masks, i + 1)
             new_states.append(layer_state)
-        return x, tuple(torch.stack(states) for states in zip(*new_states))
+        return x, new_states
 
 
 class RNNDecoderBase(nn.Module):
@@ -283,7 +299,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         # once, not per position
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
         mask = length_mask(memory_lengths, memory.size(1))
-        hidden = state.hidden
+        layers = self.rnn.unstacked(state.hidden)
         feed = state.input_feed
         coverage = state.coverage
         outs = []
@@ -294,7 +310,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         for t, emb_t in enumerate(self.embeddings(tgt)):
             step_masks = None if masks is None else masks[t]
             rnn_input = torch.cat([emb_t, feed], 1)
-            rnn_out, hidden = self.rnn(rnn_input, hidden, step_masks)
+            rnn_out, layers = self.rnn.step(rnn_input, layers, step_masks)
             attn_h, align, cov_before, coverage = self._attend(
                 rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask
             )
@@ -309,6 +325,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         covs = joined(covs, 1) if coverage is not None else None
         align = joined(aligns, 1) if self.attentional else None
         attns = self._attns(dec_out, align, covs, memory, memory_lengths)
+        hidden = self.rnn.stacked(layers)
         return dec_out.transpose(0, 1), attns, DecoderState(hidden, feed, coverage)
 
 

@@ -107,3 +107,24 @@ def test_input_feed_decoder_in_training_drops_units_of_the_fed_output():
     with torch.no_grad():
         memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
         assert (model.decode(batch.tgt[:-1], memory_bank, lengths, state)[0] != 0).all()
+
+
+def test_input_feed_training_stacks_the_layers_states_once_not_at_every_position():
+    """Stacking the layers' states at each position cost a copy forward and, per layer, a gradient
+    of the whole stack backward: on a GPU some ten kernels a position. Now the loop keeps each
+    layer's state apart, so the stacks and their gradients do not grow with the target."""
+    from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    model, _ = make_model("-input_feed", 1, "-layers", 2, "-dropout", 0.3)
+    model.train()
+    batch = make_batch(random_pairs(4, seed=5, min_len=9))
+    counts = []
+    for positions in (3, 8):
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        with HostSyncCounter() as counter:
+            out, _, state = model.decode(batch.tgt[:positions], memory_bank, lengths, state)
+            (out.sum() + state.hidden[0].sum()).backward()
+        counts.append(counter.counts)
+    assert counts[0]["stack"] == counts[1]["stack"], (counts[0]["stack"], counts[1]["stack"])
+    assert counts[1]["select_backward"] == 0
+    assert state.hidden[0].shape[0] == 2  # [layers x B x H]
