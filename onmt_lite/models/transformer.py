@@ -319,27 +319,16 @@ class TransformerDecoder(nn.Module):
             layer_in = x
             top = i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context
+            context = (keys[2 * i], keys[2 * i + 1], memory_mask)
             x, (layer_k, layer_v), weights = layer(
-                x,
-                self_mask,
-                layer_cache,
-                keys[2 * i],
-                keys[2 * i + 1],
-                memory_mask,
-                need_weights=(need_weights and top) or aligning,
+                x, self_mask, layer_cache, *context, need_weights=(need_weights and top) or aligning
             )
             if i == align_layer:
                 align_weights = weights
-                # the same layer again, its self-attention seeing every position
-                if self.alignment.full_context:
+                if self.alignment.full_context:  # the layer again, its self-attention seeing all
+                    full = additive_mask(self._full_context_mask(tgt, started, cached), x.dtype)
                     _, _, align_weights = layer(
-                        layer_in,
-                        additive_mask(self._full_context_mask(tgt, started, cached), x.dtype),
-                        layer_cache,
-                        keys[2 * i],
-                        keys[2 * i + 1],
-                        memory_mask,
-                        need_weights=True,
+                        layer_in, full, layer_cache, *context, need_weights=True
                     )
                 attns["align"] = self._alignment_of(align_weights)
             cache += [layer_k, layer_v]
