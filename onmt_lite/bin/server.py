@@ -87,6 +87,20 @@ def listening_socket(ip, port):
     return sock
 
 
+def load_models(registry: ModelRegistry, config_path: str) -> None:
+    """Load the models the configuration ``config_path`` marks ``load``, before the server listens;
+    a model that fails is a UserError naming the file and the model."""
+    for model in registry.models.values():
+        if not model.spec.load:
+            continue
+        try:
+            model.service.control("load").result()
+        except UserError as err:
+            raise UserError(f"{config_path}: model {model.spec.model_id}: {err}") from None
+        fields = {"model_id": model.spec.model_id, "seconds": round(model.load_time, 2)}
+        logger.info("loaded", extra={"fields": fields})
+
+
 @run_command(PROG)
 def main(args=None):
     parser = OptionParser(PROG, __doc__)  # its -debug also logs each request's and answer's body
@@ -106,21 +120,7 @@ def main(args=None):
     specs = read_config(opt.config)
     registry = ModelRegistry(specs, opt.max_sentence_tokens)
     try:
-        for model in registry.models.values():
-            if model.spec.load:
-                try:
-                    model.service.control("load").result()
-                except UserError as err:
-                    raise UserError(f"{opt.config}: model {model.spec.model_id}: {err}") from None
-                logger.info(
-                    "loaded",
-                    extra={
-                        "fields": {
-                            "model_id": model.spec.model_id,
-                            "seconds": round(model.load_time, 2),
-                        }
-                    },
-                )
+        load_models(registry, opt.config)
         sock = listening_socket(opt.ip, opt.port)
         host, port = sock.getsockname()[:2]
         app = create_app(
