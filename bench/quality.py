@@ -283,6 +283,10 @@ def train_both(task, data, peer_data, model_args, train_args, budget, work, peer
                 logged_seconds(f"{work}/peer_train.log"),
             ),
         }
+    # a run that stopped half way (one toolkit's model missing) starts again: its checkpoints go,
+    # or they would be taken for this run's
+    for earlier in glob.glob(f"{work}/lite_model_*.pt") + glob.glob(f"{work}/peer_model_*.pt"):
+        os.remove(earlier)
     seconds = run(
         [
             f"{LITE_BIN}/onmt_lite_train",
