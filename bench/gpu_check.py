@@ -359,6 +359,7 @@ def train_dtype(dtype, setup):
             setup["data"],
             "-save_model",
             prefix,
+            "-overwrite",  # a check run again writes over its last run
             "-log_file",
             log,
             *setup["model"],
@@ -479,6 +480,7 @@ def launchers(checks, setup):
                 setup["small"],
                 "-save_model",
                 prefix,
+                "-overwrite",
                 *SMALL_MODEL,
                 "-seed",
                 1,

@@ -87,10 +87,18 @@ def exact_resume(checks, setup, run, small_model, configs):
             10 * RESUME_STEPS,
         ]
         straight = run(
-            ["-save_model", f"{prefix}a", "-save_checkpoint_steps", half, *common], f"{prefix}a.log"
+            ["-save_model", f"{prefix}a", "-overwrite", "-save_checkpoint_steps", half, *common],
+            f"{prefix}a.log",
         )
         resumed = run(
-            ["-save_model", f"{prefix}b", "-train_from", f"{prefix}a_step_{half}.pt", *common],
+            [
+                "-save_model",
+                f"{prefix}b",
+                "-overwrite",
+                "-train_from",
+                f"{prefix}a_step_{half}.pt",
+                *common,
+            ],
             f"{prefix}b.log",
         )
         first = training_losses(straight, half)
@@ -133,6 +141,7 @@ def copy_in_fp16(checks, setup, run):
             10 * FP16_STEPS,
             "-save_model",
             prefix,
+            "-overwrite",
         ],
         f"{prefix}.log",
     )
@@ -177,6 +186,7 @@ def same_seed_twice(checks, setup, run):
                         10 * SAME_SEED_STEPS,
                         "-save_model",
                         prefix,
+                        "-overwrite",
                     ],
                     f"{prefix}.log",
                 )

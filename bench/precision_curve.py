@@ -88,6 +88,7 @@ def main():
                 f"{opt.work}/data",
                 "-save_model",
                 f"{opt.work}/{dtype}",
+                "-overwrite",  # an earlier run's checkpoints: only the log is read
                 *lite_args(BASE, train_args),
                 "-model_dtype",
                 dtype,

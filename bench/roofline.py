@@ -113,6 +113,7 @@ def measured_training_rate(work, steps, warmup):
                 f"{work}/lite",
                 "-save_model",
                 f"{work}/model",
+                "-overwrite",  # an earlier run's checkpoints: only the log is read
                 "-encoder_type",
                 "brnn",
                 "-enc_layers",

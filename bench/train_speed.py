@@ -272,6 +272,7 @@ def main():
                         f"{work}/lite",
                         "-save_model",
                         f"{work}/lite_model",
+                        "-overwrite",  # each round writes over the last one's checkpoints
                         *args,
                         *lite_extra,
                         "-train_steps",
