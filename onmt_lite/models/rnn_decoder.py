@@ -8,6 +8,7 @@ so beam search can reorder a state with ``state.map`` and truncated BPTT can cut
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable
 
 import torch
@@ -90,6 +91,31 @@ def masked(x, masks, i):
     return x if masks is None else x * masks[i].to(x.dtype)
 
 
+class DropoutMasks:
+    """Every position's dropout masks, ``step_dropout_masks``'s ``[steps x count x B x H]``, each
+    multiplied in the dtype of what it drops: converted once for each dtype, not at every position
+    (under autocast a position's outputs are in the low precision, the masks drawn in float32)."""
+
+    def __init__(self, masks: Tensor):
+        self.drawn = masks
+        self._by_dtype = {masks.dtype: masks}
+
+    def drop(self, t: int, x: Tensor, i: int) -> Tensor:
+        """``x`` times the mask ``i`` of position ``t``, in ``x``'s dtype."""
+        if x.dtype not in self._by_dtype:
+            self._by_dtype[x.dtype] = self.drawn.to(x.dtype)
+        return x * self._by_dtype[x.dtype][t, i]
+
+
+def in_autocast_dtype(x: Tensor) -> Tensor:
+    """``x`` in the dtype autocast gives matrix products on ``x``'s device where autocast is on
+    there (and would convert ``x`` to: float32, not float64); else ``x`` itself."""
+    device_type = x.device.type
+    if x.dtype != torch.float32 or not torch.is_autocast_enabled(device_type):
+        return x
+    return x.to(torch.get_autocast_dtype(device_type))
+
+
 class StackedCells(nn.Module):
     """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks
     given). A loop over positions keeps each layer's state apart (``unstacked``, ``step``) and
@@ -120,18 +146,20 @@ class StackedCells(nn.Module):
         ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]``
         after layer i but the last (``masks[0]`` is the caller's, for the step's output), or None:
         no dropout. Returns the top layer's output ``[B x H]`` and the new ``hidden``."""
-        x, layers = self.step(x, self.unstacked(hidden), masks)
+        drop = None if masks is None else functools.partial(masked, masks=masks)
+        x, layers = self.step(x, self.unstacked(hidden), drop)
         return x, self.stacked(layers)
 
-    def step(self, x, layers, masks=None):
-        """``forward`` on each layer's state (``unstacked``) instead of the stacks: returns the top
-        layer's output and the layers' new states, for the next step."""
+    def step(self, x, layers, drop=None):
+        """``forward`` on each layer's state (``unstacked``) instead of the stacks, ``drop(x, i)``
+        applying the step's mask ``i`` (``DropoutMasks.drop``): returns the top layer's output and
+        the layers' new states, for the next step."""
         new_states = []
         for i, (cell, state) in enumerate(zip(self.cells, layers)):
             layer_state = cell(x, state) if self.is_lstm else (cell(x, state[0]),)
             x = layer_state[0]
-            if i + 1 < len(self.cells):
-                x = masked(x, masks, i + 1)
+            if i + 1 < len(self.cells) and drop is not None:
+                x = drop(x, i=i + 1)
             new_states.append(layer_state)
         return x, new_states
 
@@ -307,17 +335,24 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         covs = []
         # each step's dropout masks: [0] the output's, [1:] between the layers
         masks = step_dropout_masks(self.dropout, tgt.size(0), len(self.rnn.cells), feed)
-        for t, emb_t in enumerate(self.embeddings(tgt)):
-            step_masks = None if masks is None else masks[t]
+        masks = None if masks is None else DropoutMasks(masks)
+        embedded = self.embeddings(tgt)  # [T x B x E]
+        # under autocast converted once: the first cell would convert each position's input. Not
+        # with a context gate: the cell's input then has two uses, whose gradients add up in its
+        # dtype
+        if self.context_gate is None:
+            embedded = in_autocast_dtype(embedded)
+        for t, emb_t in enumerate(embedded):
+            drop = None if masks is None else functools.partial(masks.drop, t)
             rnn_input = torch.cat([emb_t, feed], 1)
-            rnn_out, layers = self.rnn.step(rnn_input, layers, step_masks)
+            rnn_out, layers = self.rnn.step(rnn_input, layers, drop)
             attn_h, align, cov_before, coverage = self._attend(
                 rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask
             )
             out = attn_h.squeeze(1)
             if self.context_gate is not None:
                 out = self.context_gate(rnn_input, rnn_out, out)
-            feed = masked(out, step_masks, 0)
+            feed = out if drop is None else drop(out, i=0)
             outs.append(feed)
             aligns.append(align)
             covs.append(cov_before)

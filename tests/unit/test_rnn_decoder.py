@@ -128,3 +128,49 @@ def test_input_feed_training_stacks_the_layers_states_once_not_at_every_position
     assert counts[0]["stack"] == counts[1]["stack"], (counts[0]["stack"], counts[1]["stack"])
     assert counts[1]["select_backward"] == 0
     assert state.hidden[0].shape[0] == 2  # [layers x B x H]
+
+
+def _autocast_training_pass(model, batch, positions):
+    """Outputs, gradients and conversions (``_to_copy``) of a training pass of ``positions``
+    target positions under CPU bfloat16 autocast, dropout drawn from seed 3."""
+    from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    torch.manual_seed(3)
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        with HostSyncCounter() as counter:
+            out, _, state = model.decode(batch.tgt[:positions], memory_bank, lengths, state)
+            (out.float().square().sum() + state.hidden[0].float().sum()).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return out.detach(), grads, counter.counts["_to_copy"]
+
+
+@pytest.mark.parametrize("extra", [[], ["-context_gate", "both"], ["-rnn_type", "GRU"]])
+def test_under_autocast_inputs_and_masks_are_converted_once_with_the_same_numbers(
+    monkeypatch, extra
+):
+    """The embeddings (without a context gate) and the dropout masks are converted into the
+    autocast dtype once, not at every position; the outputs and gradients are those of converting
+    at every position, bit for bit."""
+    from onmt_lite.models import rnn_decoder
+
+    model, _ = make_model("-input_feed", 1, "-layers", 2, "-dropout", 0.3, *extra)
+    model = model.float().train()
+    batch = make_batch(random_pairs(4, seed=5, min_len=9))
+    once = [_autocast_training_pass(model, batch, positions) for positions in (3, 8)]
+    monkeypatch.setattr(rnn_decoder, "in_autocast_dtype", lambda x: x)
+    monkeypatch.setattr(
+        rnn_decoder.DropoutMasks, "drop", lambda self, t, x, i: x * self.drawn[t, i].to(x.dtype)
+    )
+    each = [_autocast_training_pass(model, batch, positions) for positions in (3, 8)]
+    for (out, grads, _), (out_each, grads_each, _) in zip(once, each):
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(out, out_each)
+        assert grads.keys() == grads_each.keys()
+        assert all(torch.equal(grads[name], grads_each[name]) for name in grads)
+    per_position = (once[1][2] - once[0][2]) / 5
+    per_position_each = (each[1][2] - each[0][2]) / 5
+    # the output's mask; without a context gate also the fed output raised to float32 to join
+    # the embedding and the cell's input lowered again, forward and backward
+    assert per_position_each - per_position == (1 if extra[:1] == ["-context_gate"] else 5)
