@@ -5,11 +5,17 @@ training step. Here each element gets 16 random bits (four per 64-bit draw of th
 ``-seed`` and exact resume hold) and is kept when they reach a threshold: the keep probability is
 ``1 - p`` rounded to a multiple of 1/65,536 (p = 0.1 keeps 0.899994), and kept values are scaled by
 the inverse of that probability, so the expectation is exact. Off the CPU, PyTorch's fused dropout.
+
+Also the RNN decoders' masks for layers stepped position by position (``step_dropout_masks``,
+``DropoutMasks``): drawn for every position at once.
 """
+
+from __future__ import annotations
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from onmt_lite.utils.cpu_paths import cpu_path
 
@@ -80,3 +86,40 @@ class Dropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+# The RNN decoders' dropout of stepped layers: every position's masks drawn at once
+
+
+def step_dropout_masks(dropout, steps, count, like):
+    """The dropout masks of ``steps`` decoding steps, ``count`` per step, drawn in one call:
+    ``[steps x count x B x H]`` (the shape of ``like`` ``[B x H]``), each entry 0 with probability
+    ``dropout.p`` and ``1 / (1 - p)`` otherwise, what ``dropout`` multiplies by; None when
+    ``dropout`` does nothing (evaluation, p = 0). One call instead of one per step: each call's own
+    cost was most of what drawing them step by step took."""
+    if not dropout.training or dropout.p == 0:
+        return None
+    keep = torch.rand((steps, count) + tuple(like.shape), device=like.device) >= dropout.p
+    return keep.to(like.dtype).div_(1 - dropout.p)
+
+
+def masked(x, masks, i):
+    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is
+    None."""
+    return x if masks is None else x * masks[i].to(x.dtype)
+
+
+class DropoutMasks:
+    """Every position's dropout masks, ``step_dropout_masks``'s ``[steps x count x B x H]``, each
+    multiplied in the dtype of what it drops: converted once for each dtype, not at every position
+    (under autocast a position's outputs are in the low precision, the masks drawn in float32)."""
+
+    def __init__(self, masks: Tensor):
+        self.drawn = masks
+        self._by_dtype = {masks.dtype: masks}
+
+    def drop(self, t: int, x: Tensor, i: int) -> Tensor:
+        """``x`` times the mask ``i`` of position ``t``, in ``x``'s dtype."""
+        if x.dtype not in self._by_dtype:
+            self._by_dtype[x.dtype] = self.drawn.to(x.dtype)
+        return x * self._by_dtype[x.dtype][t, i]

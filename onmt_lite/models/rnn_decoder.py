@@ -17,6 +17,7 @@ from torch import Tensor
 
 from onmt_lite.models.attention import GlobalAttention, length_mask
 from onmt_lite.models.context_gate import ContextGate
+from onmt_lite.models.dropout import DropoutMasks, masked, step_dropout_masks
 from onmt_lite.models.recurrent import run_rnn
 from onmt_lite.utils.tensors import joined, pad_to
 
@@ -71,40 +72,6 @@ class DecoderState:
         """The state itself: it holds nothing per past position (see
         ``TransformerState.compact``)."""
         return self
-
-
-def step_dropout_masks(dropout, steps, count, like):
-    """The dropout masks of ``steps`` decoding steps, ``count`` per step, drawn in one call:
-    ``[steps x count x B x H]`` (the shape of ``like`` ``[B x H]``), each entry 0 with probability
-    ``dropout.p`` and ``1 / (1 - p)`` otherwise, what ``dropout`` multiplies by; None when
-    ``dropout`` does nothing (evaluation, p = 0). One call instead of one per step: each call's own
-    cost was most of what drawing them step by step took."""
-    if not dropout.training or dropout.p == 0:
-        return None
-    keep = torch.rand((steps, count) + tuple(like.shape), device=like.device) >= dropout.p
-    return keep.to(like.dtype).div_(1 - dropout.p)
-
-
-def masked(x, masks, i):
-    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is
-    None."""
-    return x if masks is None else x * masks[i].to(x.dtype)
-
-
-class DropoutMasks:
-    """Every position's dropout masks, ``step_dropout_masks``'s ``[steps x count x B x H]``, each
-    multiplied in the dtype of what it drops: converted once for each dtype, not at every position
-    (under autocast a position's outputs are in the low precision, the masks drawn in float32)."""
-
-    def __init__(self, masks: Tensor):
-        self.drawn = masks
-        self._by_dtype = {masks.dtype: masks}
-
-    def drop(self, t: int, x: Tensor, i: int) -> Tensor:
-        """``x`` times the mask ``i`` of position ``t``, in ``x``'s dtype."""
-        if x.dtype not in self._by_dtype:
-            self._by_dtype[x.dtype] = self.drawn.to(x.dtype)
-        return x * self._by_dtype[x.dtype][t, i]
 
 
 def in_autocast_dtype(x: Tensor) -> Tensor:

@@ -73,7 +73,7 @@ def test_detach_keeps_values_and_cuts_the_graph():
 
 
 def test_step_dropout_masks_zero_a_fraction_p_and_scale_the_rest():
-    from onmt_lite.models.rnn_decoder import step_dropout_masks
+    from onmt_lite.models.dropout import step_dropout_masks
 
     dropout = torch.nn.Dropout(0.3)
     torch.manual_seed(0)
