@@ -103,12 +103,6 @@ def step_dropout_masks(dropout, steps, count, like):
     return keep.to(like.dtype).div_(1 - dropout.p)
 
 
-def masked(x, masks, i):
-    """``x`` times the dropout mask ``masks[i]`` in ``x``'s dtype; ``x`` itself when ``masks`` is
-    None."""
-    return x if masks is None else x * masks[i].to(x.dtype)
-
-
 class DropoutMasks:
     """Every position's dropout masks, ``step_dropout_masks``'s ``[steps x count x B x H]``, each
     multiplied in the dtype of what it drops: converted once for each dtype, not at every position

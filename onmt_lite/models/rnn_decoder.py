@@ -17,7 +17,7 @@ from torch import Tensor
 
 from onmt_lite.models.attention import GlobalAttention, length_mask
 from onmt_lite.models.context_gate import ContextGate
-from onmt_lite.models.dropout import DropoutMasks, masked, step_dropout_masks
+from onmt_lite.models.dropout import DropoutMasks, step_dropout_masks
 from onmt_lite.models.recurrent import run_rnn
 from onmt_lite.utils.tensors import joined, pad_to
 
@@ -113,7 +113,7 @@ class StackedCells(nn.Module):
         ``[layers x B x H]``, the step's dropout masks (``step_dropout_masks``): ``masks[i + 1]``
         after layer i but the last (``masks[0]`` is the caller's, for the step's output), or None:
         no dropout. Returns the top layer's output ``[B x H]`` and the new ``hidden``."""
-        drop = None if masks is None else functools.partial(masked, masks=masks)
+        drop = None if masks is None else functools.partial(DropoutMasks(masks[None]).drop, 0)
         x, layers = self.step(x, self.unstacked(hidden), drop)
         return x, self.stacked(layers)
 
