@@ -428,6 +428,30 @@ def test_the_fused_loss_under_bf16_autocast_pads_its_chunks_and_matches_float32(
     torch.testing.assert_close(linear.weight.grad, reference_linear.weight.grad, rtol=0, atol=5e-2)
 
 
+def test_the_fused_loss_takes_bfloat16_hidden_states_as_a_decoder_under_autocast_gives_them():
+    """A decoder under autocast hands the loss bfloat16 states: the weight gradient's products then
+    run in bfloat16 (float32 products add into the float32 gradient in place, which cannot mix
+    dtypes), close to autograd's chain under the same autocast."""
+    from onmt_lite.loss import NMTCriterion
+
+    torch.manual_seed(3)
+    states = torch.randn(300, 8, requires_grad=True)
+    linear = torch.nn.Linear(8, 17)
+    gold = torch.randint(1, 17, (300,))
+    reference_linear = torch.nn.Linear(8, 17)
+    reference_linear.load_state_dict(linear.state_dict())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _, _ = NMTCriterion(0.1).from_hidden(states.bfloat16(), linear, gold)
+        log_probs = torch.log_softmax(reference_linear(states.bfloat16()), -1)
+        expected_loss, _ = NMTCriterion(0.1)(log_probs, gold)
+    loss.backward()
+    expected_loss.sum().backward()
+    assert linear.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(loss, expected_loss.sum().float(), rtol=2e-2, atol=0)
+    torch.testing.assert_close(linear.weight.grad, reference_linear.weight.grad, rtol=0, atol=0.5)
+    assert linear.weight.grad.abs().max() > 5  # the tolerance is a fraction of the gradient
+
+
 def test_training_with_the_plain_generator_takes_the_fused_path_and_a_subclass_generator_does_not(
     monkeypatch,
 ):
