@@ -8,7 +8,8 @@ DEMO_STEPS ?= 5000
 
 KERNELS ?= default
 
-.PHONY: install test test-fast test-kernels lint demo bench gpu-check gpu-bench gpu-translate-bench clean
+.PHONY: install test test-fast test-kernels lint demo bench gpu-check gpu-bench gpu-translate-bench \
+	gpu-profile clean
 
 install: $(VENV)/.installed
 
@@ -87,6 +88,12 @@ gpu-bench: $(VENV)/.demo
 # onmt_lite's commands on a CPU; without CUDA and without -dry_run it exits 2.
 gpu-translate-bench: $(VENV)/.demo
 	$(BIN)/python bench/gpu_translate_speed.py $(GPU_TRANSLATE_BENCH)
+
+# Where a GPU training step's time goes (bench/gpu_profile.py: torch.profiler over onmt_lite's steps;
+# GPU_PROFILE="-translate MODEL" adds decoding). GPU_PROFILE="-dry_run" profiles the CPU instead;
+# without CUDA and without -dry_run it exits 2.
+gpu-profile: $(VENV)/.installed
+	$(BIN)/python bench/gpu_profile.py $(GPU_PROFILE)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

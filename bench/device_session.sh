@@ -4,26 +4,33 @@
 # Here, once, before the first call (downloads the wheels the machine lacks, copies the data):
 #     bash bench/device_session.sh prepare
 # There (the device tool's run, carry [".whl", "device_kit"], from the checkout's root), one call
-# each, most needed first (15 device minutes a session: the first two calls fit, with the start):
-#     bash bench/device_session.sh check train            # about 6 minutes
-#     bash bench/device_session.sh levers                 # about 6 minutes
-#     bash bench/device_session.sh translate server       # about 6 minutes
+# of at most 600 s, then a second while the machine is still warm (it is given back after 30 s
+# idle, and what a stage left in /tmp goes with it). 15 device minutes a session; the start took
+# 30 s on 2026-11-28. Suggested, while the figures of bench/README.md's GPU section stand:
+#     bash bench/device_session.sh translate profile_translate  # call 1, timeout_s 600
+#     bash bench/device_session.sh profile                      # call 2, timeout_s 270
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
-#     DRY_RUN=1 bash bench/device_session.sh check train levers translate server
+#     DRY_RUN=1 bash bench/device_session.sh check train mixed profile translate profile_translate
 #
-# Stages (device minutes, measured on nothing yet: estimates from the 2026-11-26 scripts):
-#   check      bench/gpu_check.py (g) exact resume, (h) fp16 copy, (i) same seed twice      ~3
-#   train      bench/gpu_speed.py: transformer and rnn64, fp32 and mixed, both toolkits       ~3
-#   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  ~6
-#   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32 and fp16     ~4
-#   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients              ~2
-#   full       bench/gpu_check.py, every check                                                ~7
+# Stages and their time limits (2026-11-28 on an H200: a training run of gpu_speed.py took about
+# 60 s, start-up and preprocessing included, whatever its 80 steps; the tables now give each
+# run's wall seconds, gpu_translate_speed.py its commands' on standard error):
+#   check      bench/gpu_check.py (g) exact resume, (h) fp16 copy, (i) same seed twice     300 s
+#   train      bench/gpu_speed.py: transformer and rnn64, fp32, both toolkits               300 s
+#   mixed      the same in mixed precision: onmt_lite bf16 and fp16, the peer's fp16          420 s
+#   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  420 s
+#   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
+#   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32 and fp16     360 s
+#              (trains the model once: a later call on the same warm machine decodes it again)
+#   profile_translate  bench/gpu_profile.py -translate on translate's model                   180 s
+#   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients              240 s
+#   full       bench/gpu_check.py, every check                                                480 s
 # Each stage writes its log to $OUT/STAGE.log; at the end $OUT/results.tgz holds bench/results
 # and the stages' work logs (the tool brings back at most 8 files).
 set -u
 cd "$(dirname "$0")/.."
 STAGES=("$@")
-[ ${#STAGES[@]} -gt 0 ] || { echo "usage: $0 prepare | STAGE... (check train levers translate server full)"; exit 2; }
+[ ${#STAGES[@]} -gt 0 ] || { echo "usage: $0 prepare | STAGE... (see the top of this file)"; exit 2; }
 
 if [ "${STAGES[0]}" = prepare ]; then
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
@@ -88,12 +95,21 @@ for name in "${STAGES[@]}"; do
     full) stage full 480 $PY bench/gpu_check.py "${DEVICE[@]}" -toy_ende "$TOY" \
         -work "$WORK/full" ;;
     train) stage train 300 $PY bench/gpu_speed.py "${DRY[@]}" -only transformer rnn64 \
-        -steps 60 -warmup 20 -peer "$PEER" -work "$WORK/train" ;;
+        -precisions fp32 -steps 100 -warmup 50 -peer "$PEER" -work "$WORK/train" ;;
+    mixed) stage mixed 420 $PY bench/gpu_speed.py "${DRY[@]}" -only transformer rnn64 \
+        -precisions mixed -steps 100 -warmup 50 -peer "$PEER" -work "$WORK/train" ;;
     levers) stage levers 420 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer \
         -steps 50 -warmup 30 -work "$WORK/levers" ;;
+    profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
+        -work "$WORK/profile" ;;
     translate) stage translate 360 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
-        -only transformer -precisions fp32 fp16 -rounds 1 -peer "$PEER" \
+        -only transformer -precisions fp32 fp16 -rounds 1 -peer "$PEER" -reuse_models \
         -work "$WORK/translate" ;;
+    profile_translate)
+        lite=$(ls -t "$WORK"/translate/transformer/lite_step_*.pt 2>/dev/null | head -1)
+        [ -n "$lite" ] || { echo "profile_translate: run the translate stage first"; continue; }
+        stage profile_translate 180 $PY bench/gpu_profile.py "${DRY[@]}" -only -translate "$lite" \
+            -work "$WORK/profile" ;;
     server)
         # translate's Transformer, the same weights in both servers
         models=$WORK/translate/transformer
@@ -105,7 +121,8 @@ for name in "${STAGES[@]}"; do
         stage server 240 $PY bench/server_load.py "${gpu[@]}" -clients 1 16 -sentences $REQUESTS \
             -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
             -peer "$PEER" -work "$WORK/server" ;;
-    *) echo "unknown stage $name (check train levers translate server full)"; exit 2 ;;
+    *) echo "unknown stage $name (check train mixed levers profile translate profile_translate" \
+        "server full)"; exit 2 ;;
     esac
 done
 tar czf "$OUT/results.tgz" bench/results $(find "$WORK" -name "*.log" 2>/dev/null) 2>/dev/null

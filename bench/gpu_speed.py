@@ -40,6 +40,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
@@ -135,8 +136,10 @@ def compute_apps() -> dict[int, float]:
     return used
 
 
-def run_on_device(command, log, env=None) -> float:
-    """Run ``command`` with its output in ``log``; returns its peak device memory in MiB."""
+def run_on_device(command, log, env=None) -> tuple[float, float]:
+    """Run ``command`` with its output in ``log``; returns its peak device memory in MiB and its
+    wall seconds (start-up included: what a device session's plan needs)."""
+    start = time.perf_counter()
     with open(log, "w") as out:
         args = [str(c) for c in command]
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -145,7 +148,7 @@ def run_on_device(command, log, env=None) -> float:
         peak = memory.stop()
     if proc.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
-    return peak
+    return peak, time.perf_counter() - start
 
 
 def allocated_mib(log) -> float | None:
@@ -170,7 +173,7 @@ def peer_gpu_config(path, dtype, config):
 
 def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
     """One training run (onmt_lite's with the options of ``LEVERS[lever]`` added); returns
-    ``{"tgt_tok_s", "peak_mib", "allocated_mib", "log"}``."""
+    ``{"tgt_tok_s", "peak_mib", "allocated_mib", "log", "wall_s"}``."""
     model_args = CONFIGS[config][0]
     tag = f"_{lever}" if lever else ""
     log = f"{work}/{toolkit}_{dtype}{tag}.log"
@@ -193,16 +196,17 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
             *extra,
             *LEVERS[lever],
         ]
-        peak = run_on_device(command, log)
+        peak, seconds = run_on_device(command, log)
     else:
         config_path = peer_gpu_config(f"{work}/peer_{dtype}.yaml", dtype, config)
         command = [*peer(opt.peer, "train"), "-config", config_path, "-train_steps", steps]
-        peak = run_on_device(command, log, PEER_ENV)
+        peak, seconds = run_on_device(command, log, PEER_ENV)
     return {
         "tgt_tok_s": target_rate(log, opt.warmup),
         "peak_mib": peak,
         "allocated_mib": allocated_mib(log),
         "log": log,
+        "wall_s": seconds,
     }
 
 
@@ -223,7 +227,8 @@ def levers(opt, config, train_args, work):
             memory = f"{run['peak_mib']:.0f}" + (f" ({allocated:.0f})" if allocated else "")
             name = lever or "none"
             speed = f"{run['tgt_tok_s']:>10.0f}"
-            print(f"{config:<20} {dtype:<5} {name:<8} {speed} {ratio:>6.2f}x {memory:>16}")
+            row = f"{config:<20} {dtype:<5} {name:<8} {speed} {ratio:>6.2f}x {memory:>16}"
+            print(f"{row} {run['wall_s']:>6.0f}")
             rows.append({"config": config, "dtype": dtype, "lever": name, "run": run})
     return rows
 
@@ -236,7 +241,8 @@ def print_row(config, precision, results):
         if run["allocated_mib"] is not None:
             memory += f" ({run['allocated_mib']:.0f})"
         speed = f"{run['tgt_tok_s']:>10.0f}"
-        print(f"{config:<20} {toolkit:<11} {dtype:<5} {speed} {ratio:>7} {memory:>14}")
+        row = f"{config:<20} {toolkit:<11} {dtype:<5} {speed} {ratio:>7} {memory:>14}"
+        print(f"{row} {run['wall_s']:>6.0f}")
 
 
 def main():
@@ -303,7 +309,7 @@ def lever_table(opt, data):
     """-levers: each configuration's rows of ``levers``."""
     print(
         f"{'configuration':<20} {'dtype':<5} {'lever':<8} {'tgt tok/s':>10} {'ratio':>7} "
-        f"{'peak MiB (alloc.)':>16}"
+        f"{'peak MiB (alloc.)':>16} {'wall s':>6}"
     )
     rows = []
     for config in opt.only or list(CONFIGS):
@@ -318,7 +324,7 @@ def comparison(opt, data):
     rows = []
     print(
         f"{'configuration':<20} {'toolkit':<11} {'dtype':<5} {'tgt tok/s':>10} {'ratio':>7} "
-        f"{'peak MiB (alloc.)':>14}"
+        f"{'peak MiB (alloc.)':>14} {'wall s':>6}"
     )
     for config in opt.only or list(CONFIGS):
         model_args = CONFIGS[config][0]
@@ -348,7 +354,8 @@ def comparison(opt, data):
             )
     print(
         f"\n{opt.steps} steps after {opt.warmup} warm-up; ratio: against OpenNMT-py at the same "
-        "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak)"
+        "precision (fp16 for mixed); memory: nvidia-smi's peak (onmt_lite's allocator peak); "
+        "wall s: the run's seconds, start-up included"
     )
     return rows
 

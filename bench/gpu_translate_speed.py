@@ -25,9 +25,11 @@ onmt_lite's float32 output (half precision), and BLEU against tgt-val.txt.
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands on
 the CPU instead (small models trained a few steps, 50 lines, float32 and bf16, no peer): a check
-of the script, not a figure. The table goes to standard output, the figures (not a dry run's) to
-bench/results/gpu_translate_speed.json. The peer is installed by
-../shared/bench/install_opennmt_py.sh when missing.
+of the script, not a figure. ``-reuse_models`` decodes the checkpoints an earlier run left in
+``-work`` instead of training again. The table goes to standard output, the figures (not a dry
+run's) to bench/results/gpu_translate_speed.json. The peer is installed by
+../shared/bench/install_opennmt_py.sh when missing. Each command's wall seconds go to standard
+error.
 """
 
 import argparse
@@ -35,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
@@ -68,6 +71,21 @@ PRECISIONS = {
 }
 
 
+def wall(what: str, seconds: float) -> None:
+    """A command's wall seconds, start-up included, to standard error: what a device session's
+    plan (``device_session.sh``) is sized from."""
+    print(f"# {what}: {seconds:.0f} s", file=sys.stderr, flush=True)
+
+
+def kept_models(work, steps, peer, same_weights) -> dict | None:
+    """``{toolkit: checkpoint}`` of an earlier run in ``work`` if all its checkpoints are there."""
+    models = {"onmt_lite": f"{work}/lite_step_{steps}.pt"}
+    if peer is not None:
+        peer_model = "peer_same.pt" if same_weights else f"peer_model_step_{steps}.pt"
+        models["OpenNMT-py"] = f"{work}/{peer_model}"
+    return models if all(os.path.exists(path) for path in models.values()) else None
+
+
 def train_models(kind, work, opt):
     """``{toolkit: checkpoint}`` of ``kind``: onmt_lite's trained here, the peer's trained alike or
     (same weights) converted from onmt_lite's."""
@@ -77,11 +95,14 @@ def train_models(kind, work, opt):
         training = {**training, "batch_size": small}
         steps = 4
     peer = None if opt.dry_run else opt.peer
+    kept = kept_models(work, steps, peer, same_weights)
+    if opt.reuse_models and kept:
+        return kept
     # the peer's default bucket_size reads the corpus 26 times before its first step
     prepared = prepare(kind, model_args, training, work, peer, toy_ende(), peer_bucket_size=20000)
     train_args = {**prepared, "train_steps": steps, "save_checkpoint_steps": steps}
     device = [] if opt.dry_run else ["-gpu_ranks", 0]
-    run(
+    seconds = run(
         [
             *lite("train"),
             "-data",
@@ -94,6 +115,7 @@ def train_models(kind, work, opt):
         ],
         f"{work}/lite_train.log",
     )
+    wall(f"onmt_lite trains {kind} ({steps} steps)", seconds)
     models = {"onmt_lite": f"{work}/lite_step_{steps}.pt"}
     if peer is None:
         return models
@@ -102,18 +124,20 @@ def train_models(kind, work, opt):
         config = f.read() + f"world_size: 1\ngpu_ranks: [0]\nsave_checkpoint_steps: {peer_steps}\n"
     with open(f"{work}/peer_gpu.yaml", "w", encoding="utf-8") as f:
         f.write(config)
-    run(
+    seconds = run(
         [*peer_command(peer, "train"), "-config", f"{work}/peer_gpu.yaml"]
         + ["-train_steps", peer_steps],
         f"{work}/peer_train.log",
     )
+    wall(f"OpenNMT-py trains {kind} ({peer_steps} steps)", seconds)
     models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
     if same_weights:
-        run(
+        seconds = run(
             [*lite("convert"), "-model", models["onmt_lite"]]
             + ["-to", "opennmt-py", "-output", f"{work}/peer_same.pt", "-overwrite"],
             f"{work}/peer_checkpoint.log",
         )
+        wall("onmt_lite_convert to OpenNMT-py", seconds)
         models["OpenNMT-py"] = f"{work}/peer_same.pt"
     for toolkit, path in models.items():
         if not os.path.exists(path):
@@ -147,12 +171,14 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
     else:
         command = [*lite("translate"), *common]
     env = PEER_ENV if toolkit == "OpenNMT-py" else None
+    start = time.perf_counter()
     with open(log, "w") as f:
         done = subprocess.run(
             [str(c) for c in command], stdout=f, stderr=subprocess.STDOUT, env=env
         )
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
+    wall(f"{toolkit} translates ({os.path.basename(log)})", time.perf_counter() - start)
     with open(out, encoding="utf-8") as f:
         hyps = [" ".join(line.split()) for line in f]
     # logged to 0.01 s: a dry run's few empty lines may take "0.00 s"
@@ -242,6 +268,12 @@ def main():
         help="OpenNMT-py 3.5.1: its venv directory, or a Python that imports it",
     )
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_translate_speed")
+    parser.add_argument(
+        "-reuse_models",
+        action="store_true",
+        help="decode the models an earlier run trained in -work, where they are all there "
+        "(a device session's later call)",
+    )
     opt = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a row as each run ends
     if opt.dry_run:
