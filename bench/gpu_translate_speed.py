@@ -95,8 +95,7 @@ def train_models(kind, work, opt):
         training = {**training, "batch_size": small}
         steps = 4
     peer = None if opt.dry_run else opt.peer
-    kept = kept_models(work, steps, peer, same_weights)
-    if opt.reuse_models and kept:
+    if opt.reuse_models and (kept := kept_models(work, steps, peer, same_weights)):
         return kept
     # the peer's default bucket_size reads the corpus 26 times before its first step
     prepared = prepare(kind, model_args, training, work, peer, toy_ende(), peer_bucket_size=20000)
