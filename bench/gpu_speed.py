@@ -3,7 +3,8 @@
     python bench/gpu_speed.py [-steps 100] [-warmup 20] [-only rnn64 transformer ...]
                               [-precisions fp32 mixed] [-levers] [-dry_run]
 
-The configurations (toy-ende, vocabularies of 20,000):
+The configurations (toy-ende, vocabularies of 20,000 words, padded to multiples of 8 as the
+peer pads its own: ``VOCAB_MULTIPLE``):
 - ``rnn64``, ``rnn256``: the standard RNN (brnn encoder, 2+2 layers of 256, general attention,
   input feed, dropout 0.3, Adam 0.001) at batches of 64 and 256 sentences;
 - ``rnn_copy``: the same with ``-copy_attn``, batch 64;
@@ -98,6 +99,7 @@ LEVERS = {
     "all": ["-num_workers", 1, "-self_attn_type", "scaled-dot-flash", "-torch_compile"],
 }
 TRANSFORMER_ONLY = {"flash", "compile", "all"}  # the RNN has no layers they change
+VOCAB_MULTIPLE = 8  # onmt_lite's -vocab_size_multiple here (since 2026-11-28; was 1)
 
 
 class DeviceMemory:
@@ -302,7 +304,11 @@ def prepared(opt, config, data, peer):
     if opt.dry_run:  # a check of the commands: small batches
         small = 512 if training.get("batch_type") == "tokens" else 16
         training = {**training, "batch_size": small}
-    return work, prepare(config, model_args, training, work, peer, data, report_every)
+    # half-precision products want sizes of multiples of 8 (20,008 words, not 20,004), as the
+    # peer's vocabularies have by its default
+    return work, prepare(
+        config, model_args, training, work, peer, data, report_every, vocab_multiple=VOCAB_MULTIPLE
+    )
 
 
 def lever_table(opt, data):

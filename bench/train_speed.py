@@ -172,9 +172,20 @@ def earlier_rows(only):
     return [row for row in earlier or [] if row["config"] not in only]
 
 
-def prepare(config, model_args, training, work, peer, data, report_every=10, peer_bucket_size=None):
+def prepare(
+    config,
+    model_args,
+    training,
+    work,
+    peer,
+    data,
+    report_every=10,
+    peer_bucket_size=None,
+    vocab_multiple=1,
+):
     """Preprocess for onmt_lite and build the peer's vocabulary (once per configuration; no peer:
-    ``peer`` None); returns the training settings of both toolkits."""
+    ``peer`` None); returns the training settings of both toolkits. ``vocab_multiple``: onmt_lite's
+    ``-vocab_size_multiple`` (OpenNMT-py 3.5.1 pads its own to 8 by itself)."""
     copy = ["-dynamic_dict"] if model_args.get("copy_attn") else []
     pre = [
         *lite("preprocess"),
@@ -186,6 +197,8 @@ def prepare(config, model_args, training, work, peer, data, report_every=10, pee
         f"{work}/lite",
         "-overwrite",
         *PREPROCESS,
+        "-vocab_size_multiple",
+        vocab_multiple,
         *copy,
     ]
     run_measured(pre, f"{work}/lite_preprocess.log")
