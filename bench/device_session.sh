@@ -6,9 +6,11 @@
 # There (the device tool's run, carry [".whl", "device_kit"], from the checkout's root), one call
 # of at most 600 s, then a second while the machine is still warm (it is given back after 30 s
 # idle, and what a stage left in /tmp goes with it). 15 device minutes a session; the start took
-# 30 s on 2026-11-28. Suggested, while the figures of bench/README.md's GPU section stand:
-#     bash bench/device_session.sh translate profile_translate  # call 1, timeout_s 600
-#     bash bench/device_session.sh profile                      # call 2, timeout_s 270
+# 30 s on 2026-11-28. Suggested next (check has not run on CUDA since the defects' fixes; the
+# GPU section of bench/README.md has one row of translation):
+#     bash bench/device_session.sh check profile                # call 1, timeout_s 600
+#     bash bench/device_session.sh translate                    # call 2, timeout_s 270
+# and in the session after, translate profile_translate, then mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed profile translate profile_translate
 #
