@@ -104,6 +104,11 @@ def training_worker(out: str, skip: int, steps: int, dry_run: bool, top: int, ar
     except SystemExit as stop:
         if stop.code not in (None, 0):
             raise
+    if "wall_s" not in record:
+        raise SystemExit(
+            f"gpu_profile: training ended after {record['calls']} steps, before the "
+            f"{skip + steps}th"
+        )
     result = summary(record["profiler"], record["wall_s"], steps, top)
     result["host_ms"] = 1000 * record["host_s"] / steps
     with open(out, "w", encoding="utf-8") as f:
@@ -171,8 +176,8 @@ def training_profiles(opt) -> list:
             arguments += [*lite_args(CONFIGS[config][0], train_args), "-model_dtype", dtype]
             out = f"{work}/profile_{dtype}.json"
             log = f"{work}/profile_{dtype}.log"
-            summary = in_process("train", out, arguments + device, opt, log)
-            rows.append({"what": f"train {config}", "dtype": dtype, "unit": "step", **summary})
+            profiled = in_process("train", out, arguments + device, opt, log)
+            rows.append({"what": f"train {config}", "dtype": dtype, "unit": "step", **profiled})
             print_row(rows[-1])
     return rows
 
@@ -196,8 +201,8 @@ def translation_profiles(opt) -> list:
         arguments += ["-beam_size", str(beam), "-batch_size", str(batch), *SEARCH, *device]
         tag = f"b{beam}_n{batch}"
         out = f"{work}/profile_{tag}.json"
-        summary = in_process("translate", out, arguments, opt, f"{work}/profile_{tag}.log")
-        rows.append({"what": f"translate {search}", "dtype": "fp32", "unit": "line", **summary})
+        profiled = in_process("translate", out, arguments, opt, f"{work}/profile_{tag}.log")
+        rows.append({"what": f"translate {search}", "dtype": "fp32", "unit": "line", **profiled})
         print_row(rows[-1])
     return rows
 

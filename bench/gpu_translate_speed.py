@@ -77,13 +77,13 @@ def wall(what: str, seconds: float) -> None:
     print(f"# {what}: {seconds:.0f} s", file=sys.stderr, flush=True)
 
 
-def kept_models(work, steps, peer, same_weights) -> dict | None:
-    """``{toolkit: checkpoint}`` of an earlier run in ``work`` if all its checkpoints are there."""
+def model_paths(work, steps, peer, same_weights) -> dict:
+    """``{toolkit: checkpoint}`` that ``train_models`` leaves in ``work``."""
     models = {"onmt_lite": f"{work}/lite_step_{steps}.pt"}
     if peer is not None:
         peer_model = "peer_same.pt" if same_weights else f"peer_model_step_{steps}.pt"
         models["OpenNMT-py"] = f"{work}/{peer_model}"
-    return models if all(os.path.exists(path) for path in models.values()) else None
+    return models
 
 
 def train_models(kind, work, opt):
@@ -95,8 +95,9 @@ def train_models(kind, work, opt):
         training = {**training, "batch_size": small}
         steps = 4
     peer = None if opt.dry_run else opt.peer
-    if opt.reuse_models and (kept := kept_models(work, steps, peer, same_weights)):
-        return kept
+    models = model_paths(work, steps, peer, same_weights)
+    if opt.reuse_models and all(os.path.exists(path) for path in models.values()):
+        return models
     # the peer's default bucket_size reads the corpus 26 times before its first step
     prepared = prepare(kind, model_args, training, work, peer, toy_ende(), peer_bucket_size=20000)
     train_args = {**prepared, "train_steps": steps, "save_checkpoint_steps": steps}
@@ -115,7 +116,6 @@ def train_models(kind, work, opt):
         f"{work}/lite_train.log",
     )
     wall(f"onmt_lite trains {kind} ({steps} steps)", seconds)
-    models = {"onmt_lite": f"{work}/lite_step_{steps}.pt"}
     if peer is None:
         return models
     peer_steps = 2 if same_weights else steps  # a template: only its options are read
@@ -129,15 +129,13 @@ def train_models(kind, work, opt):
         f"{work}/peer_train.log",
     )
     wall(f"OpenNMT-py trains {kind} ({peer_steps} steps)", seconds)
-    models["OpenNMT-py"] = f"{work}/peer_model_step_{peer_steps}.pt"
     if same_weights:
         seconds = run(
             [*lite("convert"), "-model", models["onmt_lite"]]
-            + ["-to", "opennmt-py", "-output", f"{work}/peer_same.pt", "-overwrite"],
+            + ["-to", "opennmt-py", "-output", models["OpenNMT-py"], "-overwrite"],
             f"{work}/peer_checkpoint.log",
         )
         wall("onmt_lite_convert to OpenNMT-py", seconds)
-        models["OpenNMT-py"] = f"{work}/peer_same.pt"
     for toolkit, path in models.items():
         if not os.path.exists(path):
             raise SystemExit(f"{toolkit}'s checkpoint {path} is missing: see the logs in {work}")
