@@ -6,11 +6,11 @@
 # There (the device tool's run, carry [".whl", "device_kit"], from the checkout's root), one call
 # of at most 600 s, then a second while the machine is still warm (it is given back after 30 s
 # idle, and what a stage left in /tmp goes with it). 15 device minutes a session; the start took
-# 30 s on 2026-11-28. Suggested next (check has not run on CUDA since the defects' fixes; the
-# GPU section of bench/README.md has one row of translation):
-#     bash bench/device_session.sh check profile                # call 1, timeout_s 600
-#     bash bench/device_session.sh translate                    # call 2, timeout_s 270
-# and in the session after, translate profile_translate, then mixed.
+# 30 s on 2026-11-28. Suggested next (-cuda_graphs, new, has never run on CUDA: translate first;
+# check has not run on CUDA since the defects' fixes):
+#     bash bench/device_session.sh translate                    # call 1, timeout_s 560
+#     bash bench/device_session.sh check                        # call 2, timeout_s 300
+# and in the session after, profile, then mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed profile translate profile_translate
 #
@@ -22,8 +22,10 @@
 #   mixed      the same in mixed precision: onmt_lite bf16 and fp16, the peer's fp16          420 s
 #   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  420 s
 #   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
-#   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32 and fp16     360 s
-#              (trains the model once: a later call on the same warm machine decodes it again)
+#   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
+#              with and without -cuda_graphs (trains the model once: a later call on the same warm
+#              machine decodes it again; training, conversion and the first row took 290 s on
+#              2026-11-28)
 #   profile_translate  bench/gpu_profile.py -translate on translate's model                   180 s
 #   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients              240 s
 #   full       bench/gpu_check.py, every check                                                480 s
@@ -104,8 +106,8 @@ for name in "${STAGES[@]}"; do
         -steps 50 -warmup 30 -work "$WORK/levers" ;;
     profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
         -work "$WORK/profile" ;;
-    translate) stage translate 360 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
-        -only transformer -precisions fp32 fp16 -rounds 1 -peer "$PEER" -reuse_models \
+    translate) stage translate 540 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
+        -only transformer -precisions fp32 -rounds 1 -peer "$PEER" -reuse_models \
         -work "$WORK/translate" ;;
     profile_translate)
         lite=$(ls -t "$WORK"/translate/transformer/lite_step_*.pt 2>/dev/null | head -1)

@@ -21,7 +21,10 @@ of 2026-11-26 ran the peer with its defaults, which is why its outputs were shor
 3.5.1 has none). Each run's time is its toolkit's own timer (model loading excluded); the table
 gives the medians over ``-rounds``: sentences/s, output tokens/s (words and ``</s>``), the ratio
 to the peer at the same precision, the lines identical to the peer's (same weights) and to
-onmt_lite's float32 output (half precision), and BLEU against tgt-val.txt.
+onmt_lite's float32 output (half precision), and BLEU against tgt-val.txt. The Transformer's rows
+have a third line, ``lite+graphs``: onmt_lite with ``-cuda_graphs`` (each search step one replayed
+CUDA graph), its ``=peer`` column the lines identical to onmt_lite's without graphs (``-no_graphs``:
+none).
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands on
 the CPU instead (small models trained a few steps, 50 lines, float32 and bf16, no peer): a check
@@ -69,6 +72,8 @@ PRECISIONS = {
     "fp16": ("onmt_lite", "OpenNMT-py"),
     "bf16": ("onmt_lite",),
 }
+# onmt_lite with -cuda_graphs (the Transformer's rows, on CUDA): a row of its own beside onmt_lite's
+GRAPHED = "lite+graphs"
 
 
 def wall(what: str, seconds: float) -> None:
@@ -143,7 +148,8 @@ def train_models(kind, work, opt):
 
 
 def translate(toolkit, model, src, precision, beam, batch, log, opt):
-    """One toolkit's translation of ``src``: ``(output lines, seconds of decoding)``."""
+    """One toolkit's translation of ``src`` (``GRAPHED``: onmt_lite with -cuda_graphs): ``(output
+    lines, seconds of decoding)``."""
     out = f"{log}.pred"
     device = [] if opt.dry_run else ["-gpu", 0]
     common = [
@@ -166,7 +172,8 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
     if toolkit == "OpenNMT-py":
         command = [*peer_command(opt.peer, "translate"), *common, *PEER_SEARCH]
     else:
-        command = [*lite("translate"), *common]
+        graphs = ["-cuda_graphs"] if toolkit == GRAPHED else []
+        command = [*lite("translate"), *common, *graphs]
     env = PEER_ENV if toolkit == "OpenNMT-py" else None
     start = time.perf_counter()
     with open(log, "w") as f:
@@ -189,15 +196,18 @@ def measure(kind, models, src, refs, work, opt):
         reference = None  # onmt_lite's float32 output
         for precision in opt.precisions:
             toolkits = [t for t in PRECISIONS[precision] if t in models]
+            if kind == "transformer" and opt.graphs and not opt.dry_run:  # (CUDA only)
+                toolkits.insert(1, GRAPHED)
             runs = {toolkit: [] for toolkit in toolkits}
             outputs = {}
             for r in range(opt.rounds):
                 for toolkit in toolkits:
                     tag = f"{kind}_{toolkit}_{precision}_b{beam}_n{batch}_{r}".replace("-", "")
+                    lite_or_peer = "onmt_lite" if toolkit == GRAPHED else toolkit
                     hyps, seconds = translate(
                         toolkit,
-                        models[toolkit],
-                        src[toolkit],
+                        models[lite_or_peer],
+                        src[lite_or_peer],
                         precision,
                         beam,
                         batch,
@@ -220,6 +230,8 @@ def measure(kind, models, src, refs, work, opt):
             lite = outputs["onmt_lite"]
             if "OpenNMT-py" in outputs:
                 row["identical_with_peer"] = len(lite) - lines_differ(lite, outputs["OpenNMT-py"])
+            if GRAPHED in outputs:  # the graphs' lines against onmt_lite's without them
+                row["graphed_identical"] = len(lite) - lines_differ(lite, outputs[GRAPHED])
             if reference is not None and precision != "fp32":
                 row["identical_with_fp32"] = len(lite) - lines_differ(lite, reference)
             print_row(row, MODELS[kind][3])
@@ -232,12 +244,14 @@ def print_row(row, same_weights):
     output tokens/s."""
     unit = "sents_s" if same_weights else "tok_s"
     peer = row.get("OpenNMT-py")
-    for toolkit in ("onmt_lite", "OpenNMT-py"):
+    for toolkit in ("onmt_lite", GRAPHED, "OpenNMT-py"):
         if toolkit not in row:
             continue
         v = row[toolkit]
         ratio = f"{v[unit] / peer[unit]:.2f}x" if peer else "-"
-        same = row.get("identical_with_peer", "-") if toolkit == "onmt_lite" else ""
+        same = {"onmt_lite": row.get("identical_with_peer", "-")}.get(toolkit, "")
+        if toolkit == GRAPHED:
+            same = f"{row['graphed_identical']}=lite"
         fp32 = row.get("identical_with_fp32", "-") if toolkit == "onmt_lite" else ""
         print(
             f"{row['model']:<12} {row['search']:<18} {row['precision']:<5} {toolkit:<11} "
@@ -265,6 +279,12 @@ def main():
         help="OpenNMT-py 3.5.1: its venv directory, or a Python that imports it",
     )
     parser.add_argument("-work", default="/tmp/onmt_lite_gpu_translate_speed")
+    parser.add_argument(
+        "-no_graphs",
+        dest="graphs",
+        action="store_false",
+        help=f"no {GRAPHED} rows (onmt_lite with -cuda_graphs, the Transformer on CUDA)",
+    )
     parser.add_argument(
         "-reuse_models",
         action="store_true",
@@ -315,7 +335,7 @@ def main():
         f"\n{opt.lines} lines of toy-ende src-val.txt, medians of {opt.rounds} rounds; ratio: "
         "onmt_lite / OpenNMT-py at the same precision, of sentences/s (the Transformer: the same "
         "weights) or of output tokens/s (the RNN); =peer, =fp32: lines identical to the peer's "
-        "and to onmt_lite's float32 output"
+        f"and to onmt_lite's float32 output ({GRAPHED}: to onmt_lite's)"
     )
     if not opt.dry_run:  # a dry run's figures are no measurement
         write_results(

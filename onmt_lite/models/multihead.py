@@ -143,14 +143,18 @@ def spare_room(columns: int) -> int:
     return columns + max(4, columns // 4)
 
 
-def appended(buffer: Tensor, used: int, new: Tensor) -> tuple[Tensor, Tensor]:
+def appended(buffer: Tensor, used: int | Tensor, new: Tensor) -> tuple[Tensor, Tensor]:
     """A self-attention cache with ``new`` ``[B x h x T x d]`` after the first ``used`` columns of
     ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns
     ``[B x h x used+T x d]``.
 
     Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then
     copies the cache once (the search's reorder), not twice (that and a concatenation). With a
-    gradient (``-truncated_decoder`` windows) it concatenates."""
+    gradient (``-truncated_decoder`` windows) it concatenates. ``used`` a device scalar (a
+    fixed-shape step, ``translate/graphed.py``): one position written at that column of the same
+    buffer, and all its C columns returned (the mask hides those after it)."""
+    if torch.is_tensor(used):
+        return buffer.index_copy_(2, used.view(1), new), buffer
     total = used + new.size(2)
     if used == 0 and new.size(2) > 1:  # a whole target at once (teacher forcing): no room needed
         return new, new
@@ -175,10 +179,13 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
-    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int] | None = None):
+    def forward(
+        self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int | Tensor] | None = None
+    ):
         """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of
-        earlier positions and how many of their columns are used (P). Returns ``[B x T x H]`` and
-        the buffers with the new keys and values after the P columns (see ``appended``)."""
+        earlier positions and how many of their columns are used (P: an int, or a device scalar
+        in a fixed-shape step). Returns ``[B x T x H]`` and the buffers with the new keys and
+        values after the P columns (see ``appended``)."""
         query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
         if cache is not None:
             key_buffer, value_buffer, used = cache

@@ -132,12 +132,28 @@ class TransformerState:
         start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
             search later have fewer positions: their cache is padded on the left, and columns before
             ``start`` are masked. A row's next position is ``P - start``.
+
+    A fixed-shape step (``translate/graphed.py``, one position at a time) gives ``cached`` as a
+    device scalar instead: the position is written at that column of the same buffers, and the
+    attention reads all C columns, those after it masked (``fixed``). Only the decoder's
+    ``forward`` takes such a state; its owner reorders it.
     """
 
-    def __init__(self, cache: tuple[Tensor, ...], start: Tensor, cached: int | None = None):
+    def __init__(
+        self, cache: tuple[Tensor, ...], start: Tensor, cached: int | Tensor | None = None
+    ):
         self.cache = tuple(cache)
         self.start = start
         self.cached = self.cache[0].size(2) if cached is None else cached
+
+    @property
+    def fixed(self) -> bool:
+        """Whether ``cached`` is a device scalar (a fixed-shape step)."""
+        return torch.is_tensor(self.cached)
+
+    def last_column(self) -> int:
+        """A host bound of the columns a step may use: P, or C for a fixed-shape step."""
+        return self.cache[0].size(2) if self.fixed else self.cached
 
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
         """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g.
@@ -293,7 +309,9 @@ class TransformerDecoder(nn.Module):
         need_attention=True,
         need_alignment=False,
     ):
-        """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``.
+        """Decode ``tgt`` ``[T x B]`` after the ``state.cached`` positions of ``state``, over
+        ``memory_bank`` ``[S x B x H]`` (None when ``memory_keys`` is given: they are all a step
+        reads of it).
 
         Returns dec_out ``[T x B x H]``, attns (dict of ``[T x B x S]``; empty when
         ``need_attention`` is False and there is no copy attention; with ``need_alignment`` also
@@ -304,12 +322,16 @@ class TransformerDecoder(nn.Module):
         cached = state.cached
         positions = cached - state.start  # [B]: each row's position of tgt[0]
         # start >= 0, so no row's first position is past ``cached``
-        x = self.embeddings(tgt, positions, max_offset=cached).transpose(0, 1)  # [B x T x H]
+        x = self.embeddings(tgt, positions, max_offset=state.last_column())  # [T x B x H]
+        x = x.transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        real = length_mask(memory_lengths.to(x.device), memory_bank.size(0))  # [B x S]
+        real = length_mask(memory_lengths.to(x.device), keys.size(3))  # [B x S]
         # the masks as addends once for every layer (a bool mask is converted at each attention)
         memory_mask = additive_mask(real[:, None, None, :], x.dtype)
-        started, self_mask = self._self_masks(state.start, cached, length)
+        if state.fixed:
+            started = self_mask = self._fixed_self_mask(state)
+        else:
+            started, self_mask = self._self_masks(state.start, cached, length)
         self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
         cache = []
@@ -351,6 +373,14 @@ class TransformerDecoder(nn.Module):
             return started, started
         new = cached + torch.arange(length, device=start.device)
         return started, started & (columns.unsqueeze(0) <= new.unsqueeze(1))
+
+    @staticmethod
+    def _fixed_self_mask(state: TransformerState) -> Tensor:
+        """A fixed-shape step's self-attention mask ``[B x 1 x 1 x C]``: the columns from each
+        row's ``start`` to the one being written (``state.cached``)."""
+        columns = torch.arange(state.cache[0].size(2), device=state.start.device)  # [C]
+        started = columns.unsqueeze(0) >= state.start.unsqueeze(1)  # [B x C]
+        return (started & (columns <= state.cached))[:, None, None, :]
 
     def _alignment_layer(self) -> int:
         """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""

@@ -256,6 +256,15 @@ def _efficiency_and_logging_opts(parser):
         "needs -gpu. Scores and the search stay in float32",
     )
     add(
+        group,
+        "cuda_graphs",
+        action="store_true",
+        help="Replay each search step of a Transformer decoder as one recorded CUDA graph: fewer "
+        "launches from the host, which sets the pace of a small model's steps on a GPU. "
+        "Needs -gpu; one model without copy attention, relative positions, -replace_unk, "
+        "-attn_debug, -attn_plot or a coverage penalty",
+    )
+    add(
         group, "verbose", action="store_true", help="Log each sentence, its translations and scores"
     )
     add(

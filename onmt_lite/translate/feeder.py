@@ -23,12 +23,24 @@ class RowFeeder:
     free (bench/README.md has the measurements behind both choices).
 
     ``prefixes``: ``{line: target prefix ids}`` (``TextBatches.prefixes``), which the examples join
-    with (``-tgt_prefix``); None: no example has one.
+    with (``-tgt_prefix``); None: no example has one. ``running``: makes the search's stepper of the
+    first batch's (``-cuda_graphs``: a ``GraphedStepper``); None: the first batch's is it.
     """
 
-    def __init__(self, batches, make_stepper, beam, batch_size, batch_type, device, prefixes=None):
+    def __init__(
+        self,
+        batches,
+        make_stepper,
+        beam,
+        batch_size,
+        batch_type,
+        device,
+        prefixes=None,
+        running=None,
+    ):
         self.batches = iter(batches)
         self.make_stepper = make_stepper
+        self.running = running
         self.beam = beam
         self.batch_size = batch_size
         self.batch_type = batch_type
@@ -78,7 +90,7 @@ class RowFeeder:
             rows = torch.arange(first, last, device=self.device)
             joining = stepper if whole else stepper.part(rows)
             if self.stepper is None:
-                self.stepper = joining
+                self.stepper = joining if self.running is None else self.running(joining)
             else:
                 self.stepper.extend(joining)
             lines = batch.indices_cpu.tolist()

@@ -64,6 +64,7 @@ class _ArrivalFeeder(RowFeeder):
             translator.batch_size,
             translator.batch_type,
             translator.device,
+            running=translator.running_stepper,
         )
         self.service = service
 

@@ -22,6 +22,7 @@ from onmt_lite.translate.fast_paths import decoding_rows, decoding_streams
 from onmt_lite.translate.feeder import RowFeeder
 from onmt_lite.translate.finished import Hypothesis
 from onmt_lite.translate.gold import gold_scores
+from onmt_lite.translate.graphed import GraphedStepper, graphing_problem
 from onmt_lite.translate.inputs import TextBatches, build_tokenizers
 from onmt_lite.translate.loading import (
     attention_options,
@@ -78,6 +79,7 @@ class Translator:
         report_align: bool = False,
         tgt_prefix: bool = False,
         dump_beam: bool = False,
+        cuda_graphs: bool = False,
     ):
         require_whole("batch_size", batch_size, 1)
         if report_align:
@@ -116,6 +118,11 @@ class Translator:
         self.report_align = report_align
         self.tgt_prefix = tgt_prefix
         self.dump_beam = dump_beam
+        self.cuda_graphs = cuda_graphs
+        if cuda_graphs:
+            problem = graphing_problem(models, self._keeps_attention())
+            if problem:
+                raise UserError(f"-cuda_graphs: a search with {problem} runs without graphs")
 
     @classmethod
     def load(
@@ -150,6 +157,8 @@ class Translator:
         device = torch.device("cpu") if opt.gpu < 0 else torch.device("cuda", opt.gpu)
         if device.type == "cuda":
             configure_cuda(seeded=True)  # IEEE float32, and the same output for the same input
+        if opt.cuda_graphs and device.type != "cuda":
+            raise UserError("-cuda_graphs needs -gpu: graphs are recorded on a CUDA device")
         if opt.fp32 and opt.precision != "fp32":  # 1.x's -fp32: decode in float32
             raise UserError(f"-fp32 and -precision {opt.precision} contradict each other")
         rows = decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size)
@@ -174,6 +183,7 @@ class Translator:
             report_align=opt.report_align or opt.align_debug,
             tgt_prefix=opt.tgt_prefix,
             dump_beam=bool(opt.dump_beam),
+            cuda_graphs=opt.cuda_graphs,
         )
 
     def translate(
@@ -265,6 +275,7 @@ class Translator:
             self.batch_type,
             self.device,
             inputs.prefixes,
+            self.running_stepper,
         )
         recorder = BeamRecorder() if self.dump_beam else None
         search = Search(self.search_options, BOS_ID, EOS_ID, recorder)
@@ -293,11 +304,22 @@ class Translator:
         """The stepper of ``batch`` (on the device): its examples encoded by every model, a row
         each (what a search's feeder calls for each batch it lets in)."""
         vocab_size = len(self.vocabs["tgt"])
-        options = self.search_options
-        # the penalty sums it
-        keep_attention = options.attention or options.coverage_penalty != "none"
+        keep_attention = self._keeps_attention()
         steppers = [ModelStepper(m, batch, vocab_size, keep_attention) for m in self.models]
         return EnsembleStepper(steppers, self.avg_raw_probs)
+
+    def running_stepper(self, first):
+        """The stepper a search runs on, from ``first``, the stepper of its first batch's examples
+        (``make_stepper``'s): with ``cuda_graphs`` a ``GraphedStepper`` (its step recorded as a
+        CUDA graph on a CUDA device, run as is elsewhere), else ``first`` itself."""
+        if not self.cuda_graphs:
+            return first
+        return GraphedStepper(first, record=self.device.type == "cuda")
+
+    def _keeps_attention(self) -> bool:
+        """Whether the search keeps the attention (the coverage penalty sums it)."""
+        options = self.search_options
+        return options.attention or options.coverage_penalty != "none"
 
     def decode_batch(
         self, batch: Batch, search: Search | None = None, sources: list | None = None
