@@ -21,9 +21,9 @@ of 2026-11-26 ran the peer with its defaults, which is why its outputs were shor
 3.5.1 has none). Each run's time is its toolkit's own timer (model loading excluded); the table
 gives the medians over ``-rounds``: sentences/s, output tokens/s (words and ``</s>``), the ratio
 to the peer at the same precision, the lines identical to the peer's (same weights) and to
-onmt_lite's float32 output (half precision), and BLEU against tgt-val.txt. The Transformer's rows
-have a third line, ``lite+graphs``: onmt_lite with ``-cuda_graphs`` (each search step one replayed
-CUDA graph), its ``=peer`` column the lines identical to onmt_lite's without graphs (``-no_graphs``:
+onmt_lite's float32 output (half precision), and BLEU against tgt-val.txt. Each row has a
+third line, ``lite+graphs``: onmt_lite with ``-cuda_graphs`` (each search step one replayed CUDA
+graph), its ``=peer`` column the lines identical to onmt_lite's without graphs (``-no_graphs``:
 none).
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands on
@@ -72,7 +72,7 @@ PRECISIONS = {
     "fp16": ("onmt_lite", "OpenNMT-py"),
     "bf16": ("onmt_lite",),
 }
-# onmt_lite with -cuda_graphs (the Transformer's rows, on CUDA): a row of its own beside onmt_lite's
+# onmt_lite with -cuda_graphs (on CUDA): a line of its own in each row, beside onmt_lite's
 GRAPHED = "lite+graphs"
 
 
@@ -196,7 +196,7 @@ def measure(kind, models, src, refs, work, opt):
         reference = None  # onmt_lite's float32 output
         for precision in opt.precisions:
             toolkits = [t for t in PRECISIONS[precision] if t in models]
-            if kind == "transformer" and opt.graphs and not opt.dry_run:  # (CUDA only)
+            if opt.graphs and not opt.dry_run:  # (-cuda_graphs needs CUDA)
                 toolkits.insert(1, GRAPHED)
             runs = {toolkit: [] for toolkit in toolkits}
             outputs = {}
@@ -283,7 +283,7 @@ def main():
         "-no_graphs",
         dest="graphs",
         action="store_false",
-        help=f"no {GRAPHED} rows (onmt_lite with -cuda_graphs, the Transformer on CUDA)",
+        help=f"no {GRAPHED} lines (onmt_lite with -cuda_graphs, on CUDA)",
     )
     parser.add_argument(
         "-reuse_models",

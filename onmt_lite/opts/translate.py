@@ -259,10 +259,10 @@ def _efficiency_and_logging_opts(parser):
         group,
         "cuda_graphs",
         action="store_true",
-        help="Replay each search step of a Transformer decoder as one recorded CUDA graph: fewer "
-        "launches from the host, which sets the pace of a small model's steps on a GPU. "
-        "Needs -gpu; one model without copy attention, relative positions, -replace_unk, "
-        "-attn_debug, -attn_plot or a coverage penalty",
+        help="Replay each search step as one recorded CUDA graph: fewer launches from the host, "
+        "which sets the pace of a small model's steps on a GPU. Needs -gpu; one model with a "
+        "Transformer or input-feeding RNN decoder, without copy attention, relative "
+        "positions, -replace_unk, -attn_debug, -attn_plot or a coverage penalty",
     )
     add(
         group, "verbose", action="store_true", help="Log each sentence, its translations and scores"

@@ -1,7 +1,7 @@
-"""``-cuda_graphs``: a Transformer decoder's search step replayed as one CUDA graph.
+"""``-cuda_graphs``: a decoder's search step replayed as one CUDA graph.
 
-On a GPU a small Transformer's decoding step is some 60 kernels of a few microseconds each, which
-the host takes longer to launch one by one from Python than the device takes to run them
+On a GPU a small model's decoding step is some 60 kernels of a few microseconds each, which the
+host takes longer to launch one by one from Python than the device takes to run them
 (bench/README.md, "The host's share of GPU decoding"): the host sets the pace. A CUDA graph records
 a step's kernels once; each later step launches them all with one call. A graph replays fixed
 shapes at fixed addresses, so ``GraphedStepper`` keeps the search's rows in buffers of fixed size
@@ -9,8 +9,9 @@ and runs the step in place on them:
 
 - R rows: the rows the search holds first, filler after them (computed, never read);
 - S source positions: the longest source so far, each row's padding masked by its length;
-- C cache columns: ``TransformerState``'s shared column grid with room to grow; each row attends
-  from its ``start`` to the column being written, ``cached``, here a device scalar.
+- C cache columns (a Transformer's): ``TransformerState``'s shared column grid with room to grow;
+  each row attends from its ``start`` to the column being written, ``cached``, here a device
+  scalar. An RNN's state has no columns: its new state is copied into the buffers of the old.
 
 When the rows, a source or the columns outgrow their buffers, the buffers are made twice as large
 and the step is recorded again: a few recordings a run. The search's reorder within examples (each
@@ -18,8 +19,9 @@ step of a beam search) happens at the start of the next step, inside the graph; 
 leaving and the columns no row uses any more are done outside it, as often as examples come and go.
 
 Off CUDA the same fixed-shape step runs without a graph (what the tests check: the same lines as
-``ModelStepper``, no read of the device and no copy from the host in a step). One Transformer model
-without copy attention, relative positions or kept attention (``graphing_problem``).
+``ModelStepper``, no read of the device and no copy from the host in a step). One model: a
+Transformer decoder or an input-feeding RNN decoder, without copy attention, relative positions or
+kept attention (``graphing_problem``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from onmt_lite.models.rnn_decoder import DecoderState, InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder, TransformerState
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 
@@ -36,18 +39,22 @@ FIRST_ROWS = 8
 FIRST_SOURCES = 16
 FIRST_COLUMNS = 32
 
+# a buffer's dimensions: (rows, source positions or None, cache columns or None)
+Dims = tuple[int, int | None, int | None]
+
 
 def graphing_problem(models: list, keep_attention: bool) -> str | None:
     """Why the search of ``models`` cannot run as a graph (a phrase for an error), or None."""
     if len(models) != 1:
         return "an ensemble (several -model)"
     decoder = models[0].decoder
-    if not isinstance(decoder, TransformerDecoder):
-        return "a decoder that is not a Transformer's"
+    if not isinstance(decoder, (TransformerDecoder, InputFeedRNNDecoder)):
+        return "a decoder other than a Transformer's or an input-feeding RNN's (-input_feed 0)"
     if decoder.copy_attn:
         return "copy attention"
-    if decoder.layers[0].self_attn.attention.relative is not None:
-        return "relative positions (-max_relative_positions)"
+    if isinstance(decoder, TransformerDecoder):
+        if decoder.layers[0].self_attn.attention.relative is not None:
+            return "relative positions (-max_relative_positions)"
     if keep_attention:
         return (
             "the attention kept (-replace_unk, -attn_debug, -attn_plot, a coverage penalty; "
@@ -63,12 +70,39 @@ def doubled(size: int, needed: int) -> int:
     return size
 
 
-def enlarged(old: Tensor, shape: tuple, fill: int | float = 0) -> Tensor:
-    """A tensor of ``shape`` (no dimension smaller than ``old``'s) with ``old`` in its leading
-    corner and ``fill`` elsewhere."""
-    new = old.new_full(shape, fill)
-    new[tuple(slice(0, size) for size in old.shape)] = old
-    return new
+def state_parts(state) -> list[tuple[Tensor, Dims]]:
+    """The tensors of a decoder state that hold its rows, with their dimensions."""
+    if isinstance(state, TransformerState):
+        return [(t, (0, None, 2)) for t in state.cache] + [(state.start, (0, None, None))]
+    parts = [(h, (1, None, None)) for h in state.hidden]  # [layers x B x H]
+    if state.input_feed is not None:
+        parts.append((state.input_feed, (0, None, None)))  # [B x H]
+    if state.coverage is not None:
+        parts.append((state.coverage, (0, 1, None)))  # [B x S]
+    return parts
+
+
+def rebuilt(like, tensors: list[Tensor], cached: Tensor):
+    """A state like ``like`` made of ``tensors`` (in ``state_parts``'s order); a Transformer's
+    with ``cached`` as its column."""
+    if isinstance(like, TransformerState):
+        return TransformerState(tensors[:-1], tensors[-1], cached)
+    n_hidden = len(like.hidden)
+    rest = list(tensors[n_hidden:])
+    feed = rest.pop(0) if like.input_feed is not None else None
+    coverage = rest.pop(0) if like.coverage is not None else None
+    return DecoderState(tensors[:n_hidden], feed, coverage)
+
+
+def memory_parts(stepper: ModelStepper) -> list[tuple[Tensor, Dims]]:
+    """What a step reads of the rows' sources: the memory bank ``[B x S x H]`` (an RNN's; a
+    Transformer reads only its keys) and the precomputed keys, with their dimensions."""
+    parts = []
+    if not isinstance(stepper.model.decoder, TransformerDecoder):
+        parts.append((stepper.memory, (0, 1, None)))
+    if stepper.keys is not None:
+        parts.append((stepper.keys, (stepper.keys_batch_dim, stepper.keys_source_dim, None)))
+    return parts
 
 
 def only_model(stepper) -> ModelStepper:
@@ -82,54 +116,71 @@ class GraphedStepper:
     """``ModelStepper``'s interface to the search (``step``, ``reorder``, ``extend``) on
     fixed-size buffers, the step recorded as a CUDA graph when ``record`` (else run as is).
 
-    Buffers (R rows, S source positions, C columns, L layers, h heads, d = H / h):
-        tokens ``[R]``: the rows' next inputs; lengths ``[R]``: their sources' lengths (filler: 1);
-        keys ``[2L x R x h x S x d]``: each layer's keys and values of the rows' sources;
-        cache: 2L tensors ``[R x h x C x d]``; start ``[R]``: each row's first column;
-        cached ``[]``: the column the next position is written to (``columns`` on the host);
+    Buffers (R rows; see the module's docstring):
+        tokens ``[R]``: the rows' next inputs; lengths ``[R]``: their sources' (filler: 1);
+        memory: ``memory_parts``'s, R rows and S positions each; state: ``state_parts``'s, R
+        rows (and C columns for a Transformer's cache) each;
+        cached ``[]``: the column a Transformer writes next (``columns`` on the host);
         rows ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
 
     def __init__(self, stepper, record: bool):
         first = only_model(stepper)
         self.model = first.model
+        self.transformer = isinstance(self.model.decoder, TransformerDecoder)
         self.record = record
+        self.like = first.state  # what the state buffers make (``rebuilt``)
         self.n_rows = 0  # the rows the search holds: the first n_rows of each buffer
         self.columns = 0
-        keys = first.keys  # [2L x B x h x S x d]
-        device = keys.device
-        n_states, _, heads, _, head_dim = keys.shape
-        rows = doubled(FIRST_ROWS, keys.size(1))
-        sources = doubled(FIRST_SOURCES, keys.size(3))
+        device = first.lengths.device
+        self.size = (
+            doubled(FIRST_ROWS, first.lengths.size(0)),
+            doubled(FIRST_SOURCES, first.memory.size(1)),
+            FIRST_COLUMNS if self.transformer else 0,
+        )
+        rows = self.size[0]
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
         self.lengths = torch.ones(rows, dtype=torch.long, device=device)
-        self.keys = keys.new_zeros(n_states, rows, heads, sources, head_dim)
-        shape = (rows, heads, FIRST_COLUMNS, head_dim)
-        self.cache = tuple(keys.new_zeros(shape) for _ in range(n_states))
-        self.start = torch.zeros(rows, dtype=torch.long, device=device)
         self.cached = torch.zeros((), dtype=torch.long, device=device)
         self.rows = torch.arange(rows, device=device)
         self.identity = torch.arange(rows, device=device)
+        parts = memory_parts(first)
+        self.memory_dims = [dims for _, dims in parts]
+        self.memory = [t.new_zeros(self._shape(t, dims)) for t, dims in parts]
+        parts = state_parts(first.state)
+        self.state_dims = [dims for _, dims in parts]
+        self.state = [t.new_zeros(self._shape(t, dims)) for t, dims in parts]
         self.graph = None
         self.out = None
         self.extend(first)
 
+    def _shape(self, tensor: Tensor, dims: Dims) -> tuple:
+        """``tensor``'s shape with the buffers' size in each of ``dims``."""
+        shape = list(tensor.shape)
+        for dim, size in zip(dims, self.size):
+            if dim is not None:
+                shape[dim] = size
+        return tuple(shape)
+
+    def _enlarged(self, old: Tensor, dims: Dims, fill: int = 0) -> Tensor:
+        """A buffer of the current size with ``old`` in its leading corner, ``fill`` elsewhere."""
+        new = old.new_full(self._shape(old, dims), fill)
+        new[tuple(slice(0, size) for size in old.shape)] = old
+        return new
+
     def _fit(self, rows: int, sources: int, columns: int) -> None:
         """Make the buffers hold ``rows`` rows, ``sources`` source positions and ``columns``
         columns (doubled where short; the step is recorded again)."""
-        n_states, old_rows, heads, old_sources, head_dim = self.keys.shape
-        old_columns = self.cache[0].size(2)
+        old_rows, old_sources, old_columns = self.size
         new_rows = doubled(old_rows, rows)
-        new_sources = doubled(old_sources, sources)
-        new_columns = doubled(old_columns, columns)
-        if (new_rows, new_sources, new_columns) == (old_rows, old_sources, old_columns):
+        self.size = (new_rows, doubled(old_sources, sources), doubled(old_columns, columns))
+        if self.size == (old_rows, old_sources, old_columns):
             return
-        self.tokens = enlarged(self.tokens, (new_rows,))
-        self.lengths = enlarged(self.lengths, (new_rows,), 1)
-        self.keys = enlarged(self.keys, (n_states, new_rows, heads, new_sources, head_dim))
-        shape = (new_rows, heads, new_columns, head_dim)
-        self.cache = tuple(enlarged(buffer, shape) for buffer in self.cache)
-        self.start = enlarged(self.start, (new_rows,))
+        vector = (0, None, None)
+        self.tokens = self._enlarged(self.tokens, vector)
+        self.lengths = self._enlarged(self.lengths, vector, 1)
+        self.memory = [self._enlarged(t, d) for t, d in zip(self.memory, self.memory_dims)]
+        self.state = [self._enlarged(t, d) for t, d in zip(self.state, self.state_dims)]
         # a pending reorder names rows below old_rows; the new rows stay where they are
         identity = torch.arange(new_rows, device=self.rows.device)
         self.rows = torch.cat([self.rows, identity[old_rows:]])
@@ -138,30 +189,42 @@ class GraphedStepper:
         self.out = None
 
     def _decode(self) -> Tensor:
-        """The step on the buffers: the pending reorder, one position decoded for every row (its
-        keys and values written at column ``cached``), ``cached`` advanced. Returns the
-        log-probabilities ``[R x V]``."""
-        for buffer in (*self.cache, self.start):
-            buffer.copy_(buffer.index_select(0, self.rows))
+        """The step on the buffers: the pending reorder, one position decoded for every row, the
+        state advanced in place. Returns the log-probabilities ``[R x V]``."""
+        for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
+            buffer.copy_(buffer.index_select(row_dim, self.rows))
         self.rows.copy_(self.identity)
-        state = TransformerState(self.cache, self.start, self.cached)
-        dec_out, _, _ = self.model.decode(
-            self.tokens.unsqueeze(0), None, self.lengths, state, self.keys, need_attention=False
+        state = rebuilt(self.like, self.state, self.cached)
+        memory_bank = None if self.transformer else self.memory[0].transpose(0, 1)  # [S x R x H]
+        keys = self.memory[-1] if self.model.decoder.precomputes_memory_keys else None
+        dec_out, _, new_state = self.model.decode(
+            self.tokens.unsqueeze(0),
+            memory_bank,
+            self.lengths,
+            state,
+            keys,
+            need_attention=False,
         )
-        self.cached.add_(1)
+        if self.transformer:  # the new position is in the cache buffers already
+            self.cached.add_(1)
+        else:
+            for buffer, (new, _) in zip(self.state, state_parts(new_state)):
+                buffer.copy_(new)
         return self.model.generator(dec_out[0])
 
     def _record_graph(self) -> None:
         """Record ``_decode`` as a CUDA graph, after a run outside it (which makes what a first
-        run makes: cuBLAS's workspace, the position table): the run does the step's pending
-        reorder and writes what the graph's first replay writes again; only ``cached`` is set
-        back."""
-        side = torch.cuda.Stream(self.tokens.device)
-        side.wait_stream(torch.cuda.current_stream(self.tokens.device))
+        run makes: cuBLAS's workspace, the position table). That run does the step: the graph's
+        first replay does it again from the state before it, which is put back first."""
+        saved = [buffer.clone() for buffer in (*self.state, self.rows, self.cached)]
+        device = self.tokens.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             self._decode()
-        torch.cuda.current_stream(self.tokens.device).wait_stream(side)
-        self.cached.fill_(self.columns)
+        torch.cuda.current_stream(device).wait_stream(side)
+        for buffer, before in zip((*self.state, self.rows, self.cached), saved):
+            buffer.copy_(before)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self.out = self._decode()
@@ -170,7 +233,7 @@ class GraphedStepper:
     def step(self, tokens: Tensor) -> tuple[Tensor, dict]:
         """``tokens`` ``[n_rows]`` -> log-probabilities ``[n_rows x V]`` (a view of the graph's
         output, valid until the next step) and no attention."""
-        self._fit(self.n_rows, 0, self.columns + 1)
+        self._fit(self.n_rows, 0, self.columns + 1 if self.transformer else 0)
         self.tokens[: self.n_rows].copy_(tokens)
         if not self.record:
             log_probs = self._decode()
@@ -190,36 +253,45 @@ class GraphedStepper:
             self.rows[:n_rows].copy_(rows)
             return
         self._fit(n_rows, 0, 0)
-        for buffer in (*self.cache, self.start):
-            buffer[:n_rows] = buffer.index_select(0, rows)
-        self.keys[:, :n_rows] = self.keys.index_select(1, memory_rows)
+        for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
+            buffer.narrow(row_dim, 0, n_rows).copy_(buffer.index_select(row_dim, rows))
+        for buffer, (row_dim, _, _) in zip(self.memory, self.memory_dims):
+            buffer.narrow(row_dim, 0, n_rows).copy_(buffer.index_select(row_dim, memory_rows))
         self.lengths[:n_rows] = self.lengths.index_select(0, memory_rows)
         self.n_rows = n_rows
-        if unused_columns:
+        if unused_columns and self.transformer:  # (an RNN's state has no columns)
             self._drop_columns(unused_columns)
 
     def _drop_columns(self, unused: int) -> None:
-        """Move every row's columns ``unused`` to the left: the first ``unused`` are no row's."""
-        width = self.cache[0].size(2)
-        for buffer in self.cache:
+        """Move a Transformer's columns ``unused`` to the left: the first ``unused`` are no
+        row's."""
+        *cache, start = self.state
+        width = self.size[2]
+        for buffer in cache:
             buffer[:, :, : width - unused] = buffer[:, :, unused:].clone()
         # (the live rows start at ``unused`` or later; filler rows stay at 0 or more, so that no
         # row's position, cached - start, is past the columns)
-        self.start.sub_(unused).clamp_(min=0)
+        start.sub_(unused).clamp_(min=0)
         self.cached.sub_(unused)
         self.columns -= unused
 
     def extend(self, other) -> None:
-        """Append the rows of ``other`` (a single model's stepper of examples joining: their
-        cache empty), which start at the column written next."""
+        """Append the rows of ``other`` (a single model's stepper of examples joining, their
+        decoder state the first: a Transformer's cache empty), after the rows held."""
         joining = only_model(other)
-        keys = joining.keys  # [2L x m x h x S' x d]
         n_rows = self.n_rows
-        added = keys.size(1)
-        self._fit(n_rows + added, keys.size(3), self.columns + 1)
-        rows = slice(n_rows, n_rows + added)
-        self.keys[:, rows].zero_()
-        self.keys[:, rows, :, : keys.size(3)] = keys
-        self.lengths[rows] = joining.lengths
-        self.start[rows] = self.columns
+        added = joining.lengths.size(0)
+        columns = self.columns + 1 if self.transformer else 0
+        self._fit(n_rows + added, joining.memory.size(1), columns)
+        pairs = [
+            *zip(self.memory, self.memory_dims, memory_parts(joining)),
+            *zip(self.state, self.state_dims, state_parts(joining.state)),
+        ]
+        for buffer, (row_dim, _, _), (part, _) in pairs:
+            region = buffer.narrow(row_dim, n_rows, added)
+            region.zero_()
+            region[tuple(slice(0, size) for size in part.shape)] = part
+        self.lengths[n_rows : n_rows + added] = joining.lengths
+        if self.transformer:  # their positions start at the column written next
+            self.state[-1][n_rows : n_rows + added] += self.columns
         self.n_rows += added

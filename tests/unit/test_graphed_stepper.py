@@ -1,6 +1,7 @@
 """``-cuda_graphs``'s fixed-shape search step (``translate/graphed.py``), checked on the CPU, where
-it runs without a graph: the lines and scores of the eager search, with examples joining and
-leaving and every buffer outgrown; no read of the device and no copy from the host inside a step
+it runs without a graph: the lines and scores of the eager search (a Transformer, RNNs with and
+without precomputed keys and coverage), with examples joining and leaving and every buffer
+outgrown; no read of the device and no copy from the host inside a step
 (either would break a CUDA graph's recording); the searches it refuses. The recording itself needs
 CUDA: ``bench/gpu_check.py`` and ``bench/gpu_translate_speed.py`` run it on a device."""
 
@@ -28,11 +29,30 @@ TRANSFORMER = [
 ]
 
 
+RNN = [
+    *("-encoder_type", "brnn", "-layers", 2, "-rnn_size", 32, "-word_vec_size", 16),
+    *("-batch_size", 32, "-optim", "adam", "-learning_rate", 0.01, "-dropout", 0, "-seed", 1),
+]
+KINDS = {
+    "transformer": TRANSFORMER,
+    "rnn": [*RNN, "-global_attention", "general"],
+    # precomputed keys and a coverage state
+    "rnn_mlp_coverage": [*RNN, "-global_attention", "mlp", "-coverage_attn"],
+}
+
+
 @pytest.fixture(scope="module")
-def transformer(tmp_path_factory):
-    return trained_reversal_model(
-        tmp_path_factory, "graphed", [], TRANSFORMER, 200, n_train=1000, n_valid=200
-    )
+def models(tmp_path_factory):
+    corpus = {"n_train": 1000, "n_valid": 200}
+    return {
+        kind: trained_reversal_model(tmp_path_factory, f"graphed_{kind}", [], args, 200, **corpus)
+        for kind, args in KINDS.items()
+    }
+
+
+@pytest.fixture
+def transformer(models):
+    return models["transformer"]
 
 
 @pytest.fixture
@@ -53,29 +73,33 @@ def small_buffers(monkeypatch):
 
 
 @pytest.mark.kernels  # scores compared to float rounding
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize(
     "beam_size,batch_size,n_best", [(5, 16, 2), (1, 64, 1), (3, 7, 3), (5, 200, 1)]
 )
 def test_the_fixed_shape_step_writes_the_lines_and_scores_of_the_eager_search(
-    transformer, small_buffers, beam_size, batch_size, n_best
+    models, small_buffers, kind, beam_size, batch_size, n_best
 ):
-    sources = lines(transformer["src"])
+    path = models[kind]["model"]
+    sources = lines(models[kind]["src"])
     options = dict(beam_size=beam_size, batch_size=batch_size, n_best=n_best, max_length=40)
     options["attention"] = False  # (the library's default keeps it)
-    eager = Translator.load([transformer["model"]], **options).translate(sources)
-    fixed = Translator.load([transformer["model"]], cuda_graphs=True, **options).translate(sources)
+    eager = Translator.load([path], **options).translate(sources)
+    fixed = Translator.load([path], cuda_graphs=True, **options).translate(sources)
     assert small_buffers  # the search ran on a GraphedStepper
     stepper = small_buffers[-1]
     assert stepper.record is False  # the CPU: the step runs as the graph would record it
-    assert stepper.keys.size(1) > 1 and stepper.keys.size(3) > 2  # rows and sources outgrew theirs
-    assert stepper.cache[0].size(2) > 2  # and the columns
+    rows, sources_held, columns = stepper.size
+    assert rows > 1 and sources_held > 2  # the rows and sources outgrew their buffers
+    assert columns > 2 if kind == "transformer" else columns == 0  # and the cache its columns
     assert sum(len(r.tokens[0]) for r in eager) > 3 * len(sources)  # whole outputs
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_a_fixed_shape_step_reads_nothing_from_the_device_and_copies_nothing_from_the_host(
-    transformer, monkeypatch
+    models, monkeypatch, kind
 ):
     """What a CUDA graph cannot record: a wait for the device (a read of its values) or a copy
     of host data (``torch.tensor`` of a list) inside the step."""
@@ -90,9 +114,9 @@ def test_a_fixed_shape_step_reads_nothing_from_the_device_and_copies_nothing_fro
 
     monkeypatch.setattr(graphed.GraphedStepper, "_decode", counted)
     translator = Translator.load(
-        [transformer["model"]], beam_size=5, attention=False, cuda_graphs=True
+        [models[kind]["model"]], beam_size=5, attention=False, cuda_graphs=True
     )
-    translator.translate(lines(transformer["src"])[:50])
+    translator.translate(lines(models[kind]["src"])[:50])
     assert len(counters) > 10
     for counter in counters:
         assert counter.syncs == 0, counter.sync_kinds
@@ -106,8 +130,8 @@ def test_searches_that_need_what_a_graph_leaves_out_are_refused_by_name(transfor
         Translator.load([path, path], cuda_graphs=True, attention=False)
     with pytest.raises(UserError, match="the attention kept"):
         Translator.load([path], cuda_graphs=True, replace_unk=True, attention=True)
-    rnn = types.SimpleNamespace(decoder=torch.nn.LSTM(2, 2))
-    assert graphed.graphing_problem([rnn], False) == "a decoder that is not a Transformer's"
+    other = types.SimpleNamespace(decoder=torch.nn.LSTM(2, 2))
+    assert "a decoder other than" in graphed.graphing_problem([other], False)
 
 
 def test_the_command_refuses_cuda_graphs_without_a_gpu(transformer, tmp_path, capsys):
