@@ -76,6 +76,8 @@ CHANGED = {
     "that many sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
+    "translate:batch_size": "default 30 on the CPU as in 1.x; with -gpu 256 sentences (8,192 "
+    "tokens with -batch_type tokens)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",
     "src_noise": "sen_shuffling and infilling (1.x's mask never ran on batches: refused); each "
     "batch's noise is drawn from a generator seeded by its place in its corpus; "

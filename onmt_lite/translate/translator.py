@@ -42,6 +42,20 @@ from onmt_lite.utils.errors import UserError
 __all__ = ["Translator", "Result", "load_models", "search_options"]
 
 
+# -batch_size's defaults: 1.x's on the CPU; on a GPU, where a small model's step takes about as
+# long for 256 rows as for 32, a batch that keeps it busy (bench/README.md, "Translation on a CUDA
+# device")
+CPU_BATCH_SIZE = 30
+GPU_BATCH_SIZE = {"sents": 256, "tokens": 8192}
+
+
+def default_batch_size(device: torch.device, batch_type: str) -> int:
+    """-batch_size when not given: ``CPU_BATCH_SIZE``, or ``GPU_BATCH_SIZE`` on a CUDA device."""
+    if device.type == "cuda":
+        return GPU_BATCH_SIZE[batch_type]
+    return CPU_BATCH_SIZE
+
+
 class Translator:
     """Translate with one model or an ensemble.
 
@@ -161,7 +175,8 @@ class Translator:
             raise UserError("-cuda_graphs needs -gpu: graphs are recorded on a CUDA device")
         if opt.fp32 and opt.precision != "fp32":  # 1.x's -fp32: decode in float32
             raise UserError(f"-fp32 and -precision {opt.precision} contradict each other")
-        rows = decoding_rows(opt.batch_size, opt.batch_type, opt.beam_size)
+        batch_size = opt.batch_size or default_batch_size(device, opt.batch_type)
+        rows = decoding_rows(batch_size, opt.batch_type, opt.beam_size)
         models, vocabs, preprocess = load_models(
             opt.model, device, opt.quantize, rows, opt.precision
         )
@@ -173,7 +188,7 @@ class Translator:
             search=search_options(opt, vocabs["tgt"]),
             replace_unk=opt.replace_unk,
             phrase_table=read_phrase_table(opt.phrase_table) if opt.phrase_table else None,
-            batch_size=opt.batch_size,
+            batch_size=batch_size,
             batch_type=opt.batch_type,
             avg_raw_probs=opt.avg_raw_probs,
             src_spm=opt.src_spm,

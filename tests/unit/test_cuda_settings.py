@@ -106,3 +106,36 @@ def test_translating_on_cuda_configures_it_seeded(monkeypatch):
     with pytest.raises(Configured):
         translator.Translator.from_opt(opt)
     assert called == [(True, False)]
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ([], 30),  # OpenNMT-py 1.x's
+        (["-gpu", "0"], 256),
+        (["-gpu", "0", "-batch_type", "tokens"], 8192),
+        (["-gpu", "0", "-batch_size", "7"], 7),
+        (["-batch_size", "7"], 7),
+    ],
+)
+def test_translation_batches_default_to_1x_size_on_the_cpu_and_to_a_larger_one_on_cuda(
+    monkeypatch, args, expected
+):
+    from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
+    from onmt_lite.translate import translator
+
+    sizes = []
+
+    def record(batch_size, batch_type, beam):
+        sizes.append(batch_size)
+        raise Configured  # before the checkpoint is read
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(translator, "configure_cuda", lambda *a, **k: None)
+    monkeypatch.setattr(translator, "decoding_rows", record)
+    opt = parse(
+        build_parser("t", [config_opts, translate_opts]), ["-model", "m.pt", "-src", "s.txt", *args]
+    )
+    with pytest.raises(Configured):
+        translator.Translator.from_opt(opt)
+    assert sizes == [expected]

@@ -18,6 +18,7 @@ COUNTS = {"preprocess": 44, "train": 125, "translate": 48}  # OpenNMT-py 1.2.0's
 
 # Values for options whose default is not a valid value on a command line.
 SAMPLES = {
+    "batch_size": "30",  # (translate: no default, one per device)
     "train_src": "src.txt",
     "train_tgt": "tgt.txt",
     "save_data": "out/demo",
