@@ -10,7 +10,10 @@ import types
 import pytest
 import torch
 
+from onmt_lite.models.builder import build_model
 from onmt_lite.translate import graphed
+from onmt_lite.translate.search import SearchOptions
+from onmt_lite.translate.service import TranslationService
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.host_syncs import HostSyncCounter
@@ -21,6 +24,8 @@ from tests.helpers import (
     one_line_error,
     trained_reversal_model,
 )
+from tests.model_helpers import TRANSFORMER as RANDOM_TRANSFORMER
+from tests.model_helpers import VOCABS, model_options
 
 TRANSFORMER = [
     *("-encoder_type", "transformer", "-decoder_type", "transformer", "-position_encoding"),
@@ -142,3 +147,28 @@ def test_the_command_refuses_cuda_graphs_without_a_gpu(transformer, tmp_path, ca
     error = one_line_error(invoke("translate", args, capsys))
     assert "-cuda_graphs needs -gpu" in error
     assert not out.exists()
+
+
+def test_the_server_searches_on_the_graphed_stepper_and_answers_as_alone(small_buffers):
+    """Requests that share a running search (joining it, leaving it) on a random Transformer: the
+    n-best of each sentence as the search without graphs gives it alone."""
+    torch.manual_seed(0)
+    model = build_model(model_options(*RANDOM_TRANSFORMER), VOCABS).eval()
+    search = SearchOptions(beam_size=5, n_best=3, max_length=15, min_length=4, attention=False)
+    words = [f"s{i}" for i in range(12)]
+    requests = [
+        [" ".join(words[(i * j) % 12 : (i * j) % 12 + j]) for j in range(1, 8)] for i in (1, 5)
+    ]
+    service = TranslationService(
+        lambda device: Translator([model], VOCABS, search=search, batch_size=4, cuda_graphs=True)
+    )
+    try:
+        answers = [service.translate(request) for request in requests]
+        results = [answer.result(timeout=120) for answer in answers]
+    finally:
+        service.close()
+    assert small_buffers  # the service's search ran on a GraphedStepper
+    alone = Translator([model], VOCABS, search=search, batch_size=4)
+    for request, result in zip(requests, results):
+        for sentence, answer in zip(request, result):
+            assert_same_translation(answer, alone.translate([sentence])[0])
