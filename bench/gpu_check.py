@@ -1,6 +1,6 @@
 """The CUDA checks of issue 31 (part 2) in one run: a table with PASS, FAIL or SKIP per check.
 
-    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefghi]
+    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefghij]
                               [-work DIR] [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
@@ -19,6 +19,9 @@
     -model_dtype fp16`` and (i) the same seed twice, the same losses (the Transformer on sentences
     over 128 words, the fused attention kernels in training, the batch thread):
     ``gpu_check_training.py`` says what each asserts.
+(j) ``-cuda_graphs`` (each search step a replayed CUDA graph) on (c)'s fp32 checkpoint, an
+    input-feeding RNN: the same 200 translations as without it, beam 5 at batch 64 and greedy at
+    256 (CUDA only).
 
 (a) and (b) run in this process through the library, the rest through the commands
 (``python -m onmt_lite.bin.*``). (d) and (e) pass at ``AGREEMENT`` identical lines, not only at all:
@@ -460,6 +463,16 @@ def batch_invariance(checks, setup, checkpoint):
     agreement(checks, f"(e) beam 5 on {setup['device']}: batch 1 = batch 64", one, many)
 
 
+def graphed_translation(checks, setup, checkpoint):
+    """(j): beam 5 at batch 64 and greedy at 256, with -cuda_graphs and without."""
+    for name, search in (("beam 5", [5, 64]), ("greedy", [1, 256])):
+        args = ["-beam_size", search[0], "-batch_size", search[1]]
+        tag = name.replace(" ", "")
+        plain = translate(setup, checkpoint, f"j_{tag}", args)
+        graphed = translate(setup, checkpoint, f"j_{tag}_graphs", [*args, "-cuda_graphs"])
+        agreement(checks, f"(j) {name}: -cuda_graphs = without", graphed, plain)
+
+
 def launchers(checks, setup):
     """(f): ``-world_size 1 -gpu_ranks 0`` and torchrun with one process, 5 steps each."""
     expected = "device cuda:0" if setup["device"] != "cpu" else "device cpu"
@@ -521,7 +534,7 @@ def main():
     parser.add_argument("-device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("-steps", type=int, default=1000, help="training steps of (c)")
     parser.add_argument("-quick", action="store_true", help="(c) for 40 steps on the small corpus")
-    parser.add_argument("-checks", default="abcdefghi", help="the checks to run, e.g. 'abf'")
+    parser.add_argument("-checks", default="abcdefghij", help="the checks to run, e.g. 'abf'")
     parser.add_argument(
         "-work", default=None, help="working directory (default: a new temporary one)"
     )
@@ -565,16 +578,19 @@ def main():
         else [*SMALL_MODEL, "-batch_size", 32],
     }
     checkpoint = None
-    if set("cde") & set(opt.checks):
+    if set("cdej") & set(opt.checks):
         checkpoint = checks.guarded(
             "(c) mixed precision", precision, checks, setup, "c" in opt.checks
         )
     for letter, name, check in (
         ("d", "(d) translation on the cpu", cpu_translation),
         ("e", "(e) batch invariance", batch_invariance),
+        ("j", "(j) CUDA graphs", graphed_translation),
     ):
         if letter in opt.checks:
-            if checkpoint is None:
+            if letter == "j" and setup["device"] == "cpu":
+                checks.skip(name, "CUDA graphs need a CUDA device")
+            elif checkpoint is None:
                 checks.skip(name, "no checkpoint: (c)'s fp32 training failed")
             else:
                 checks.guarded(name, check, checks, setup, checkpoint)

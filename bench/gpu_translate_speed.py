@@ -149,7 +149,8 @@ def train_models(kind, work, opt):
 
 def translate(toolkit, model, src, precision, beam, batch, log, opt):
     """One toolkit's translation of ``src`` (``GRAPHED``: onmt_lite with -cuda_graphs): ``(output
-    lines, seconds of decoding)``."""
+    lines, seconds of decoding)``; None where ``GRAPHED`` failed (its log's end to standard error:
+    new on a device, it must not cost the other rows)."""
     out = f"{log}.pred"
     device = [] if opt.dry_run else ["-gpu", 0]
     common = [
@@ -180,6 +181,10 @@ def translate(toolkit, model, src, precision, beam, batch, log, opt):
         done = subprocess.run(
             [str(c) for c in command], stdout=f, stderr=subprocess.STDOUT, env=env
         )
+    if done.returncode != 0 and toolkit == GRAPHED:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            print(f"# {GRAPHED} failed ({log}):", *f.readlines()[-15:], sep="\n# ", file=sys.stderr)
+        return None
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed: see {log}")
     wall(f"{toolkit} translates ({os.path.basename(log)})", time.perf_counter() - start)
@@ -204,7 +209,7 @@ def measure(kind, models, src, refs, work, opt):
                 for toolkit in toolkits:
                     tag = f"{kind}_{toolkit}_{precision}_b{beam}_n{batch}_{r}".replace("-", "")
                     lite_or_peer = "onmt_lite" if toolkit == GRAPHED else toolkit
-                    hyps, seconds = translate(
+                    done = translate(
                         toolkit,
                         models[lite_or_peer],
                         src[lite_or_peer],
@@ -214,6 +219,10 @@ def measure(kind, models, src, refs, work, opt):
                         f"{work}/{tag}.log",
                         opt,
                     )
+                    if done is None:  # -cuda_graphs failed: no more of its runs
+                        opt.graphs = False
+                        continue
+                    hyps, seconds = done
                     words = sum(len(h.split()) + 1 for h in hyps)
                     runs[toolkit].append({"sents_s": len(hyps) / seconds, "tok_s": words / seconds})
                     outputs[toolkit] = hyps
@@ -221,6 +230,8 @@ def measure(kind, models, src, refs, work, opt):
                 reference = outputs["onmt_lite"]
             row = {"model": kind, "search": search, "precision": precision}
             for toolkit, values in runs.items():
+                if not values:  # (failed)
+                    continue
                 row[toolkit] = {
                     "sents_s": statistics.median(v["sents_s"] for v in values),
                     "tok_s": statistics.median(v["tok_s"] for v in values),
