@@ -9,8 +9,8 @@
 # 30 s on 2026-11-28. Suggested next (-cuda_graphs, new, has never run on CUDA: translate first;
 # check has not run on CUDA since the defects' fixes):
 #     bash bench/device_session.sh translate                    # call 1, timeout_s 560
-#     bash bench/device_session.sh check                        # call 2, timeout_s 300
-# and in the session after, profile, then mixed.
+#     bash bench/device_session.sh check                        # call 2, what status leaves
+# (check needs 300 s: if less is left, profile, 260 s), and in the session after, profile, mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed profile translate profile_translate
 #
