@@ -33,11 +33,12 @@ from onmt_lite.models.rnn_decoder import DecoderState, InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder, TransformerState
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 
-# the buffers' first sizes (doubled as needed): rows, source positions, cache columns (most
-# outputs need no second recording)
+# the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
+# device and collects Python's garbage: tens of milliseconds): rows (when the search does not say
+# how many it holds at most), source positions, cache columns
 FIRST_ROWS = 8
-FIRST_SOURCES = 16
-FIRST_COLUMNS = 32
+FIRST_SOURCES = 64
+FIRST_COLUMNS = 64
 
 # a buffer's dimensions: (rows, source positions or None, cache columns or None)
 Dims = tuple[int, int | None, int | None]
@@ -124,7 +125,8 @@ class GraphedStepper:
         rows ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
 
-    def __init__(self, stepper, record: bool):
+    def __init__(self, stepper, record: bool, rows: int | None = None):
+        """``stepper``: the first batch's; ``rows``: the most the search holds (None: unknown)."""
         first = only_model(stepper)
         self.model = first.model
         self.transformer = isinstance(self.model.decoder, TransformerDecoder)
@@ -134,7 +136,7 @@ class GraphedStepper:
         self.columns = 0
         device = first.lengths.device
         self.size = (
-            doubled(FIRST_ROWS, first.lengths.size(0)),
+            doubled(rows or FIRST_ROWS, first.lengths.size(0)),
             doubled(FIRST_SOURCES, first.memory.size(1)),
             FIRST_COLUMNS if self.transformer else 0,
         )

@@ -329,7 +329,10 @@ class Translator:
         CUDA graph on a CUDA device, run as is elsewhere), else ``first`` itself."""
         if not self.cuda_graphs:
             return first
-        return GraphedStepper(first, record=self.device.type == "cuda")
+        # a beam search holds at most its sentences' beams (tokens batches: no fixed count)
+        rows = self.batch_size * self.search_options.beam_width
+        held = rows if self.batch_type == "sents" else None
+        return GraphedStepper(first, record=self.device.type == "cuda", rows=held)
 
     def _keeps_attention(self) -> bool:
         """Whether the search keeps the attention (the coverage penalty sums it)."""

@@ -70,6 +70,7 @@ def small_buffers(monkeypatch):
     init = graphed.GraphedStepper.__init__
 
     def recorded_init(self, *args, **kwargs):
+        kwargs["rows"] = None  # the search's most rows unsaid: the rows' buffers grow too
         init(self, *args, **kwargs)
         made.append(self)
 
@@ -132,6 +133,24 @@ def test_a_fixed_shape_step_reads_nothing_from_the_device_and_copies_nothing_fro
         assert counter.syncs == 0, counter.sync_kinds
         assert counter.counts["lift_fresh"] == 0  # torch.tensor(host data)
         assert counter.operations > 20  # the step was counted
+
+
+def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer, monkeypatch):
+    """Each growth is recorded again (a wait and a garbage collection): a search that says how many
+    rows it holds at most (batch x beam) gets them at once."""
+    sizes = []
+    fit = graphed.GraphedStepper._fit
+
+    def recorded_fit(self, *args):
+        fit(self, *args)
+        sizes.append(self.size[0])
+
+    monkeypatch.setattr(graphed.GraphedStepper, "_fit", recorded_fit)
+    translator = Translator.load(
+        [transformer["model"]], beam_size=3, batch_size=10, attention=False, cuda_graphs=True
+    )
+    translator.translate(lines(transformer["src"])[:40])
+    assert sizes and set(sizes) == {30}
 
 
 def test_searches_that_need_what_a_graph_leaves_out_are_refused_by_name(transformer):
