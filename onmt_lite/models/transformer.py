@@ -2,8 +2,9 @@
 
 Each layer normalises its input, attends (or feeds forward) and adds the result back; a last
 LayerNorm follows the stack. The decoder carries the keys and values of its self-attention in a
-``TransformerState``, so decoding one position at a time (with the cache) computes what the whole
-teacher-forced pass computes, and the search reorders the cache as it reorders an RNN's state.
+``TransformerState`` (``transformer_state.py``), so decoding one position at a time (with the
+cache) computes what the whole teacher-forced pass computes, and the search reorders the cache as
+it reorders an RNN's state.
 
 Shapes: B batch, S source positions, T new target positions, P cached target positions,
 H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks tensors are batch-first
@@ -12,7 +13,6 @@ H model size (``-rnn_size``), h heads, d = H / h per head. Inside the stacks ten
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -23,12 +23,8 @@ from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
-from onmt_lite.models.multihead import (
-    MultiHeadAttention,
-    SelfAttention,
-    additive_mask,
-    spare_room,
-)
+from onmt_lite.models.multihead import MultiHeadAttention, SelfAttention, additive_mask
+from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.utils.tensors import to_device
 
 LAYER_NORM_EPS = 1e-6
@@ -120,81 +116,6 @@ class TransformerEncoder(nn.Module):
             n_states, num_layers = self.final_layers
             final = mean_final_state(memory_bank, lengths, num_layers, n_states)
         return final, memory_bank, lengths
-
-
-class TransformerState:
-    """The Transformer decoder's state between calls: its self-attention cache.
-
-    Attributes:
-        cache: per layer, keys then values ``[B x h x C x d]`` (``2 x layers`` tensors), of which
-            the first ``cached`` columns hold the P positions decoded so far (P = 0 at first); the
-            columns after them are spare room for the next positions (see ``appended``).
-        start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
-            search later have fewer positions: their cache is padded on the left, and columns before
-            ``start`` are masked. A row's next position is ``P - start``.
-
-    A fixed-shape step (``translate/graphed.py``, one position at a time) gives ``cached`` as a
-    device scalar instead: the position is written at that column of the same buffers, and the
-    attention reads all C columns, those after it masked (``fixed``). Only the decoder's
-    ``forward`` takes such a state; its owner reorders it.
-    """
-
-    def __init__(
-        self, cache: tuple[Tensor, ...], start: Tensor, cached: int | Tensor | None = None
-    ):
-        self.cache = tuple(cache)
-        self.start = start
-        self.cached = self.cache[0].size(2) if cached is None else cached
-
-    @property
-    def fixed(self) -> bool:
-        """Whether ``cached`` is a device scalar (a fixed-shape step)."""
-        return torch.is_tensor(self.cached)
-
-    def last_column(self) -> int:
-        """A host bound of the columns a step may use: P, or C for a fixed-shape step."""
-        return self.cache[0].size(2) if self.fixed else self.cached
-
-    def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
-        """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g.
-        index_select)."""
-        return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0), self.cached)
-
-    def detach(self) -> TransformerState:
-        """The same state cut from the graph (between truncated BPTT windows)."""
-        return self.map(lambda t, dim: t.detach())
-
-    def concat(self, other: TransformerState) -> TransformerState:
-        """The rows of ``self`` then those of ``other``, the shorter cache padded on the left (with
-        zeros: masked, but finite). The buffers get spare room (``appended``'s), so that the next
-        position is written in place rather than the buffers copied again."""
-        width = max(self.cached, other.cached)
-        capacity = spare_room(width)
-        n_rows = self.start.size(0)
-        cache = []
-        for mine, theirs in zip(self.cache, other.cache):
-            rows = n_rows + theirs.size(0)
-            buffer = mine.new_zeros(rows, mine.size(1), capacity, mine.size(3))  # [B x h x C x d]
-            if self.cached:  # (examples join with no position decoded: nothing of theirs to copy)
-                buffer[:n_rows, :, width - self.cached : width] = mine[:, :, : self.cached]
-            if other.cached:
-                buffer[n_rows:, :, width - other.cached : width] = theirs[:, :, : other.cached]
-            cache.append(buffer)
-        starts = [
-            state.start if state.cached == width else state.start + (width - state.cached)
-            for state in (self, other)
-        ]
-        return TransformerState(cache, torch.cat(starts), width)
-
-    def compact(self, unused: int) -> TransformerState:
-        """The same state without its first ``unused`` columns, which no row uses any more (rows
-        left). The caller counts them (``BeamState.keep``: the columns before every remaining
-        example's first): reading ``start`` here would wait for the device."""
-        if unused == 0:
-            return self
-        return TransformerState(
-            tuple(t[:, :, unused:] for t in self.cache), self.start - unused, self.cached - unused
-        )
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -328,10 +249,7 @@ class TransformerDecoder(nn.Module):
         real = length_mask(memory_lengths.to(x.device), keys.size(3))  # [B x S]
         # the masks as addends once for every layer (a bool mask is converted at each attention)
         memory_mask = additive_mask(real[:, None, None, :], x.dtype)
-        if state.fixed:
-            started = self_mask = self._fixed_self_mask(state)
-        else:
-            started, self_mask = self._self_masks(state.start, cached, length)
+        started, self_mask = state.self_masks(length)
         self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
         cache = []
@@ -361,26 +279,6 @@ class TransformerDecoder(nn.Module):
             if self.copy_attn:
                 attns["copy"] = attns["std"]
         return dec_out, attns, new_state
-
-    @staticmethod
-    def _self_masks(start: Tensor, cached: int, length: int) -> tuple[Tensor, Tensor]:
-        """The self-attention's bool masks of ``length`` new positions after ``cached`` ones, for
-        rows whose first column is ``start`` ``[B]``: the columns each row has ``[B x 1 x 1 x
-        P+T]``, and those each new position may see ``[B x 1 x T x P+T]`` (the ones before it)."""
-        columns = torch.arange(cached + length, device=start.device)
-        started = (columns.unsqueeze(0) >= start.unsqueeze(1))[:, None, None, :]
-        if length == 1:  # one new position (a search's step) sees every column
-            return started, started
-        new = cached + torch.arange(length, device=start.device)
-        return started, started & (columns.unsqueeze(0) <= new.unsqueeze(1))
-
-    @staticmethod
-    def _fixed_self_mask(state: TransformerState) -> Tensor:
-        """A fixed-shape step's self-attention mask ``[B x 1 x 1 x C]``: the columns from each
-        row's ``start`` to the one being written (``state.cached``)."""
-        columns = torch.arange(state.cache[0].size(2), device=state.start.device)  # [C]
-        started = columns.unsqueeze(0) >= state.start.unsqueeze(1)  # [B x C]
-        return (started & (columns <= state.cached))[:, None, None, :]
 
     def _alignment_layer(self) -> int:
         """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""

@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from onmt_lite.models.rnn_decoder import DecoderState, InputFeedRNNDecoder
-from onmt_lite.models.transformer import TransformerDecoder, TransformerState
+from onmt_lite.models.transformer import TransformerDecoder
+from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 
 # the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
@@ -106,6 +107,11 @@ def memory_parts(stepper: ModelStepper) -> list[tuple[Tensor, Dims]]:
     return parts
 
 
+def corner(shape) -> tuple:
+    """The index of a tensor of ``shape`` in the leading corner of a larger one."""
+    return tuple(slice(0, size) for size in shape)
+
+
 def only_model(stepper) -> ModelStepper:
     """The ``ModelStepper`` of a single model's stepper (an ``EnsembleStepper`` of one)."""
     if isinstance(stepper, EnsembleStepper):
@@ -122,7 +128,7 @@ class GraphedStepper:
         memory: ``memory_parts``'s, R rows and S positions each; state: ``state_parts``'s, R
         rows (and C columns for a Transformer's cache) each;
         cached ``[]``: the column a Transformer writes next (``columns`` on the host);
-        rows ``[R]``: the reorder the next step starts with (the identity but for one step).
+        order ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
 
     def __init__(self, stepper, record: bool, rows: int | None = None):
@@ -140,12 +146,12 @@ class GraphedStepper:
             doubled(FIRST_SOURCES, first.memory.size(1)),
             FIRST_COLUMNS if self.transformer else 0,
         )
-        rows = self.size[0]
-        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
-        self.lengths = torch.ones(rows, dtype=torch.long, device=device)
+        capacity = self.size[0]
+        self.tokens = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.lengths = torch.ones(capacity, dtype=torch.long, device=device)
         self.cached = torch.zeros((), dtype=torch.long, device=device)
-        self.rows = torch.arange(rows, device=device)
-        self.identity = torch.arange(rows, device=device)
+        self.order = torch.arange(capacity, device=device)
+        self.identity = torch.arange(capacity, device=device)
         parts = memory_parts(first)
         self.memory_dims = [dims for _, dims in parts]
         self.memory = [t.new_zeros(self._shape(t, dims)) for t, dims in parts]
@@ -167,7 +173,7 @@ class GraphedStepper:
     def _enlarged(self, old: Tensor, dims: Dims, fill: int = 0) -> Tensor:
         """A buffer of the current size with ``old`` in its leading corner, ``fill`` elsewhere."""
         new = old.new_full(self._shape(old, dims), fill)
-        new[tuple(slice(0, size) for size in old.shape)] = old
+        new[corner(old.shape)] = old
         return new
 
     def _fit(self, rows: int, sources: int, columns: int) -> None:
@@ -184,8 +190,8 @@ class GraphedStepper:
         self.memory = [self._enlarged(t, d) for t, d in zip(self.memory, self.memory_dims)]
         self.state = [self._enlarged(t, d) for t, d in zip(self.state, self.state_dims)]
         # a pending reorder names rows below old_rows; the new rows stay where they are
-        identity = torch.arange(new_rows, device=self.rows.device)
-        self.rows = torch.cat([self.rows, identity[old_rows:]])
+        identity = torch.arange(new_rows, device=self.order.device)
+        self.order = torch.cat([self.order, identity[old_rows:]])
         self.identity = identity
         self.graph = None
         self.out = None
@@ -194,8 +200,8 @@ class GraphedStepper:
         """The step on the buffers: the pending reorder, one position decoded for every row, the
         state advanced in place. Returns the log-probabilities ``[R x V]``."""
         for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
-            buffer.copy_(buffer.index_select(row_dim, self.rows))
-        self.rows.copy_(self.identity)
+            buffer.copy_(buffer.index_select(row_dim, self.order))
+        self.order.copy_(self.identity)
         state = rebuilt(self.like, self.state, self.cached)
         memory_bank = None if self.transformer else self.memory[0].transpose(0, 1)  # [S x R x H]
         keys = self.memory[-1] if self.model.decoder.precomputes_memory_keys else None
@@ -218,14 +224,14 @@ class GraphedStepper:
         """Record ``_decode`` as a CUDA graph, after a run outside it (which makes what a first
         run makes: cuBLAS's workspace, the position table). That run does the step: the graph's
         first replay does it again from the state before it, which is put back first."""
-        saved = [buffer.clone() for buffer in (*self.state, self.rows, self.cached)]
+        saved = [buffer.clone() for buffer in (*self.state, self.order, self.cached)]
         device = self.tokens.device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             self._decode()
         torch.cuda.current_stream(device).wait_stream(side)
-        for buffer, before in zip((*self.state, self.rows, self.cached), saved):
+        for buffer, before in zip((*self.state, self.order, self.cached), saved):
             buffer.copy_(before)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -252,7 +258,7 @@ class GraphedStepper:
         next step, in the graph; else now."""
         n_rows = rows.size(0)
         if memory_rows is None:
-            self.rows[:n_rows].copy_(rows)
+            self.order[:n_rows].copy_(rows)
             return
         self._fit(n_rows, 0, 0)
         for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
@@ -292,7 +298,7 @@ class GraphedStepper:
         for buffer, (row_dim, _, _), (part, _) in pairs:
             region = buffer.narrow(row_dim, n_rows, added)
             region.zero_()
-            region[tuple(slice(0, size) for size in part.shape)] = part
+            region[corner(part.shape)] = part
         self.lengths[n_rows : n_rows + added] = joining.lengths
         if self.transformer:  # their positions start at the column written next
             self.state[-1][n_rows : n_rows + added] += self.columns

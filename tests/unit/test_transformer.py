@@ -9,7 +9,7 @@ import torch
 
 from onmt_lite.models.embeddings import sinusoids
 from onmt_lite.models.multihead import MultiHeadAttention, additive_mask, relative_positions
-from onmt_lite.models.transformer import TransformerState
+from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.utils.errors import UserError
 from tests.model_helpers import (
     TGT_VOCAB,
