@@ -136,7 +136,7 @@ class Translator:
         if cuda_graphs:
             problem = graphing_problem(models, self._keeps_attention())
             if problem:
-                raise UserError(f"-cuda_graphs: a search with {problem} runs without graphs")
+                raise UserError(f"-cuda_graphs is not for a search with {problem}: leave it out")
 
     @classmethod
     def load(

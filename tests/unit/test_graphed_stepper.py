@@ -181,7 +181,7 @@ def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer,
 
 def test_searches_that_need_what_a_graph_leaves_out_are_refused_by_name(transformer):
     path = transformer["model"]
-    with pytest.raises(UserError, match="-cuda_graphs: a search with an ensemble"):
+    with pytest.raises(UserError, match="-cuda_graphs is not for a search with an ensemble"):
         Translator.load([path, path], cuda_graphs=True, attention=False)
     with pytest.raises(UserError, match="the attention kept"):
         Translator.load([path], cuda_graphs=True, replace_unk=True, attention=True)
