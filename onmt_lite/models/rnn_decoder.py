@@ -73,6 +73,24 @@ class DecoderState:
         ``TransformerState.compact``)."""
         return self
 
+    def parts(self) -> list[tuple[Tensor, tuple]]:
+        """The tensors that hold the rows, each with its (row, source position, column) dimensions
+        (None: it has none): what a fixed-shape step keeps in buffers (``translate/graphed.py``)."""
+        parts = [(h, (1, None, None)) for h in self.hidden]  # [layers x B x H]
+        if self.input_feed is not None:
+            parts.append((self.input_feed, (0, None, None)))  # [B x H]
+        if self.coverage is not None:
+            parts.append((self.coverage, (0, 1, None)))  # [B x S]
+        return parts
+
+    def of_parts(self, tensors: list[Tensor]) -> DecoderState:
+        """A state like this one made of ``tensors``, in ``parts``'s order."""
+        n_hidden = len(self.hidden)
+        rest = list(tensors[n_hidden:])
+        feed = rest.pop(0) if self.input_feed is not None else None
+        coverage = rest.pop(0) if self.coverage is not None else None
+        return DecoderState(tensors[:n_hidden], feed, coverage)
+
 
 def in_autocast_dtype(x: Tensor) -> Tensor:
     """``x`` in the dtype autocast gives matrix products on ``x``'s device where autocast is on

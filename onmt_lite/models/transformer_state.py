@@ -98,6 +98,15 @@ class TransformerState:
         ]
         return TransformerState(cache, torch.cat(starts), width)
 
+    def parts(self) -> list[tuple[Tensor, tuple]]:
+        """The tensors that hold the rows, each with its (row, source position, column) dimensions
+        (None: it has none): what a fixed-shape step keeps in buffers (``translate/graphed.py``)."""
+        return [(t, (0, None, 2)) for t in self.cache] + [(self.start, (0, None, None))]
+
+    def of_parts(self, tensors: list[Tensor]) -> TransformerState:
+        """A state like this one (its ``cached``) made of ``tensors``, in ``parts``'s order."""
+        return TransformerState(tensors[:-1], tensors[-1], self.cached)
+
     def compact(self, unused: int) -> TransformerState:
         """The same state without its first ``unused`` columns, which no row uses any more (rows
         left). The caller counts them (``BeamState.keep``: the columns before every remaining

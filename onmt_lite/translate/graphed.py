@@ -29,9 +29,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from onmt_lite.models.rnn_decoder import DecoderState, InputFeedRNNDecoder
+from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder
-from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 
 # the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
@@ -41,7 +40,8 @@ FIRST_ROWS = 8
 FIRST_SOURCES = 64
 FIRST_COLUMNS = 64
 
-# a buffer's dimensions: (rows, source positions or None, cache columns or None)
+# a buffer's dimensions: (rows, source positions or None, cache columns or None), as the decoder
+# states' ``parts`` give them
 Dims = tuple[int, int | None, int | None]
 
 
@@ -70,30 +70,6 @@ def doubled(size: int, needed: int) -> int:
     while size < needed:
         size *= 2
     return size
-
-
-def state_parts(state) -> list[tuple[Tensor, Dims]]:
-    """The tensors of a decoder state that hold its rows, with their dimensions."""
-    if isinstance(state, TransformerState):
-        return [(t, (0, None, 2)) for t in state.cache] + [(state.start, (0, None, None))]
-    parts = [(h, (1, None, None)) for h in state.hidden]  # [layers x B x H]
-    if state.input_feed is not None:
-        parts.append((state.input_feed, (0, None, None)))  # [B x H]
-    if state.coverage is not None:
-        parts.append((state.coverage, (0, 1, None)))  # [B x S]
-    return parts
-
-
-def rebuilt(like, tensors: list[Tensor], cached: Tensor):
-    """A state like ``like`` made of ``tensors`` (in ``state_parts``'s order); a Transformer's
-    with ``cached`` as its column."""
-    if isinstance(like, TransformerState):
-        return TransformerState(tensors[:-1], tensors[-1], cached)
-    n_hidden = len(like.hidden)
-    rest = list(tensors[n_hidden:])
-    feed = rest.pop(0) if like.input_feed is not None else None
-    coverage = rest.pop(0) if like.coverage is not None else None
-    return DecoderState(tensors[:n_hidden], feed, coverage)
 
 
 def memory_parts(stepper: ModelStepper) -> list[tuple[Tensor, Dims]]:
@@ -125,8 +101,8 @@ class GraphedStepper:
 
     Buffers (R rows; see the module's docstring):
         tokens ``[R]``: the rows' next inputs; lengths ``[R]``: their sources' (filler: 1);
-        memory: ``memory_parts``'s, R rows and S positions each; state: ``state_parts``'s, R
-        rows (and C columns for a Transformer's cache) each;
+        memory: ``memory_parts``'s, R rows and S positions each; state: the decoder state's
+        ``parts``, R rows (and C columns for a Transformer's cache) each;
         cached ``[]``: the column a Transformer writes next (``columns`` on the host);
         order ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
@@ -137,7 +113,7 @@ class GraphedStepper:
         self.model = first.model
         self.transformer = isinstance(self.model.decoder, TransformerDecoder)
         self.record = record
-        self.like = first.state  # what the state buffers make (``rebuilt``)
+        self.like = first.state  # what the state buffers make (``of_parts``)
         self.n_rows = 0  # the rows the search holds: the first n_rows of each buffer
         self.columns = 0
         device = first.lengths.device
@@ -155,7 +131,7 @@ class GraphedStepper:
         parts = memory_parts(first)
         self.memory_dims = [dims for _, dims in parts]
         self.memory = [t.new_zeros(self._shape(t, dims)) for t, dims in parts]
-        parts = state_parts(first.state)
+        parts = first.state.parts()
         self.state_dims = [dims for _, dims in parts]
         self.state = [t.new_zeros(self._shape(t, dims)) for t, dims in parts]
         self.graph = None
@@ -202,8 +178,11 @@ class GraphedStepper:
         for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
             buffer.copy_(buffer.index_select(row_dim, self.order))
         self.order.copy_(self.identity)
-        state = rebuilt(self.like, self.state, self.cached)
+        state = self.like.of_parts(self.state)
+        if self.transformer:
+            state.cached = self.cached  # the column written: a device scalar, ``fixed``
         memory_bank = None if self.transformer else self.memory[0].transpose(0, 1)  # [S x R x H]
+        # (``memory_parts`` puts the keys last)
         keys = self.memory[-1] if self.model.decoder.precomputes_memory_keys else None
         dec_out, _, new_state = self.model.decode(
             self.tokens.unsqueeze(0),
@@ -216,7 +195,7 @@ class GraphedStepper:
         if self.transformer:  # the new position is in the cache buffers already
             self.cached.add_(1)
         else:
-            for buffer, (new, _) in zip(self.state, state_parts(new_state)):
+            for buffer, (new, _) in zip(self.state, new_state.parts()):
                 buffer.copy_(new)
         return self.model.generator(dec_out[0])
 
@@ -293,7 +272,7 @@ class GraphedStepper:
         self._fit(n_rows + added, joining.memory.size(1), columns)
         pairs = [
             *zip(self.memory, self.memory_dims, memory_parts(joining)),
-            *zip(self.state, self.state_dims, state_parts(joining.state)),
+            *zip(self.state, self.state_dims, joining.state.parts()),
         ]
         for buffer, (row_dim, _, _), (part, _) in pairs:
             region = buffer.narrow(row_dim, n_rows, added)
