@@ -1,6 +1,6 @@
 """The CUDA checks of issue 31 (part 2) in one run: a table with PASS, FAIL or SKIP per check.
 
-    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefghij]
+    python bench/gpu_check.py [-device cuda|cpu] [-quick] [-steps 1000] [-checks abcdefghijk]
                               [-work DIR] [-toy_ende DIR]
 
 (a) float32 on the CPU and on the device (TF32 off) give the same step-1 loss (relative 1e-5) and
@@ -22,6 +22,8 @@
 (j) ``-cuda_graphs`` (each search step a replayed CUDA graph) on (c)'s fp32 checkpoint, an
     input-feeding RNN: the same 200 translations as without it, beam 5 at batch 64 and greedy at
     256 (CUDA only).
+(k) ``-cuda_graphs`` in training: the losses of runs without it at dropout 0, exact resume with
+    dropout (``gpu_check_training.py``; CUDA only).
 
 (a) and (b) run in this process through the library, the rest through the commands
 (``python -m onmt_lite.bin.*``). (d) and (e) pass at ``AGREEMENT`` identical lines, not only at all:
@@ -49,7 +51,13 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 sys.path[:0] = [REPO, BENCH, os.path.join(REPO, "tools")]
 import torch  # noqa: E402
-from gpu_check_training import LONG, copy_in_fp16, exact_resume, same_seed_twice  # noqa: E402
+from gpu_check_training import (  # noqa: E402
+    LONG,
+    copy_in_fp16,
+    exact_resume,
+    graphed_training,
+    same_seed_twice,
+)
 from plot_training import read_log  # noqa: E402
 from quality import lite_args  # noqa: E402
 from toolkits import SHARED  # noqa: E402
@@ -534,7 +542,7 @@ def main():
     parser.add_argument("-device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("-steps", type=int, default=1000, help="training steps of (c)")
     parser.add_argument("-quick", action="store_true", help="(c) for 40 steps on the small corpus")
-    parser.add_argument("-checks", default="abcdefghij", help="the checks to run, e.g. 'abf'")
+    parser.add_argument("-checks", default="abcdefghijk", help="the checks to run, e.g. 'abf'")
     parser.add_argument(
         "-work", default=None, help="working directory (default: a new temporary one)"
     )
@@ -605,6 +613,10 @@ def main():
     if "i" in opt.checks:
         setup["long"], _ = small_corpus(work, n_train=400, n_valid=20, lengths=LONG, name="long")
         checks.guarded("(i) same seed", same_seed_twice, checks, setup, train_run(setup))
+    if "k" in opt.checks:
+        checks.guarded(
+            "(k) graphed training", graphed_training, checks, setup, train_run(setup), SMALL_MODEL
+        )
     checks.print()
     print(
         f"\n{opt.device}, torch {torch.__version__}, {time.time() - start:.0f} s; files in {work}"

@@ -11,7 +11,13 @@
     does so by default, unless in its deterministic mode) once there are more than 128 keys, and
     training takes that kernel at attention dropout 0 (``scaled-dot``) and with dropout
     (``-self_attn_type scaled-dot-flash``); and ``-num_workers 1`` against 0.
+(k) ``-cuda_graphs`` in training (the decoder's passes replayed from recorded CUDA graphs): an RNN
+    and a Transformer without dropout log the losses of runs without graphs, each perplexity
+    within ``GRAPHS_RTOL`` (the padded shapes round otherwise); with dropout, the exact resume of
+    (g) holds.
 """
+
+import os
 
 from plot_training import read_log
 
@@ -46,6 +52,7 @@ FP16_STEPS = 200
 MAX_SKIPPED = 5
 LONG = (130, 200)  # words a sentence in (i)'s corpus: over 128 keys
 SAME_SEED_STEPS = 20
+GRAPHS_RTOL = 1e-3
 
 
 def resume_configs(small_model, configs):
@@ -66,10 +73,12 @@ def training_losses(log, after, name="ppl"):
     return {step: ppl for step, ppl in curve.items() if step > after}
 
 
-def exact_resume(checks, setup, run, small_model, configs):
-    """(g): ``RESUME_STEPS`` steps straight against half of them, then ``-train_from`` the rest."""
+def exact_resume(checks, setup, run, small_model, configs, runs=None, label="(g)"):
+    """(g): ``RESUME_STEPS`` steps straight against half of them, then ``-train_from`` the rest;
+    for ``runs`` (name -> options) instead of ``resume_configs``' when given, named ``label``."""
     half = RESUME_STEPS // 2
-    for index, (name, args) in enumerate(resume_configs(small_model, configs).items()):
+    runs = resume_configs(small_model, configs) if runs is None else runs
+    for index, (name, args) in enumerate(runs.items()):
         prefix = f"{setup['work']}/g{index}"
         common = [
             "-data",
@@ -108,7 +117,7 @@ def exact_resume(checks, setup, run, small_model, configs):
             f"resumed {list(second.values())}"
         )
         checks.add(
-            f"(g) exact resume on {setup['device']}: {name}",
+            f"{label} exact resume on {setup['device']}: {name}",
             bool(first) and first == second,
             detail,
         )
@@ -198,3 +207,38 @@ def same_seed_twice(checks, setup, run):
             bool(first) and first == second,
             detail,
         )
+
+
+def graphed_training(checks, setup, run, small_model):
+    """(k): -cuda_graphs against without at dropout 0; its exact resume with dropout."""
+    name = "(k) -cuda_graphs in training"
+    if setup["device"] == "cpu":
+        checks.skip(name, "CUDA graphs need a CUDA device")
+        return
+    no_dropout = [arg if arg not in ("0.1", "0.3") else "0" for arg in TRANSFORMER]
+    models = {"RNN": [*small_model, "-dropout", "0"], "Transformer": no_dropout}
+    for index, (model, args) in enumerate(models.items()):
+        logs = []
+        for graphs in ([], ["-cuda_graphs"]):
+            prefix = f"{setup['work']}/k{index}{'g' if graphs else ''}"
+            common = ["-seed", 1, "-train_steps", RESUME_STEPS, "-report_every", 5]
+            common += ["-batch_size", 32, "-valid_steps", 10 * RESUME_STEPS]
+            logs.append(
+                run(
+                    ["-data", setup["small"], *args, *common, *graphs]
+                    + ["-save_model", prefix, "-overwrite"],
+                    f"{prefix}.log",
+                )
+            )
+        plain, graphed = (training_losses(log, 0) for log in logs)
+        close = bool(plain) and plain.keys() == graphed.keys()
+        close = close and all(abs(graphed[s] / plain[s] - 1) <= GRAPHS_RTOL for s in plain)
+        detail = f"ppl {list(plain.values())[-2:]} and {list(graphed.values())[-2:]}"
+        checks.add(f"{name}: {model}, dropout 0, the losses without graphs", close, detail)
+    graphed_configs = {
+        "RNN": [*small_model, *DROPOUT, "-cuda_graphs"],
+        "Transformer": [*TRANSFORMER, "-cuda_graphs"],
+    }
+    setup = {**setup, "work": f"{setup['work']}/k_resume"}
+    os.makedirs(setup["work"], exist_ok=True)
+    exact_resume(checks, setup, run, [], {}, graphed_configs, label=f"{name}:")

@@ -1,7 +1,8 @@
 """GPU training speed and peak memory, onmt_lite against OpenNMT-py 3.5.1 on one device, in one run.
 
     python bench/gpu_speed.py [-steps 100] [-warmup 20] [-only rnn64 transformer ...]
-                              [-precisions fp32 mixed] [-levers] [-dry_run]
+                              [-precisions fp32 mixed] [-levers [-lever_names none graphs ...]
+                              [-dtypes fp32 bf16]] [-dry_run]
 
 The configurations (toy-ende, vocabularies of 20,000 words, padded to multiples of 8 as the
 peer pads its own: ``VOCAB_MULTIPLE``):
@@ -24,8 +25,10 @@ toolkits' logs are checked to hold models of the same parameter count.
 
 ``-levers`` runs onmt_lite alone instead, fp32 and bf16, without and with each of its speed options
 (``LEVERS``: ``-num_workers 1``, ``-self_attn_type scaled-dot-flash``, ``-torch_compile``, all
-three; the last three for Transformers only): what each pays, before a default is changed.
-Figures to bench/results/gpu_levers.json.
+three, the last three for Transformers only; ``-cuda_graphs``, which records its buckets of batch
+shapes in a run's first hundred or so steps: give it a ``-warmup`` past them): what each pays,
+before a default is changed; ``-lever_names`` and ``-dtypes`` choose some. Figures to
+bench/results/gpu_levers.json.
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands
 on the CPU instead (float32 and bf16, 3 steps of small batches, no peer): a check of the script,
@@ -97,6 +100,7 @@ LEVERS = {
     "flash": ["-self_attn_type", "scaled-dot-flash"],
     "compile": ["-torch_compile"],
     "all": ["-num_workers", 1, "-self_attn_type", "scaled-dot-flash", "-torch_compile"],
+    "graphs": ["-cuda_graphs"],
 }
 TRANSFORMER_ONLY = {"flash", "compile", "all"}  # the RNN has no layers they change
 VOCAB_MULTIPLE = 8  # onmt_lite's -vocab_size_multiple here (since 2026-11-28; was 1)
@@ -216,11 +220,13 @@ def levers(opt, config, train_args, work):
     """-levers: onmt_lite alone, fp32 and bf16, without and with each of ``LEVERS``; prints a row a
     run (speed against the run without) and returns the rows."""
     rows = []
-    for dtype in ("fp32", "bf16"):
+    for dtype in opt.dtypes:
         base = None
-        for lever in LEVERS:
+        for lever in opt.lever_names:
             if lever in TRANSFORMER_ONLY and "transformer" not in config:
                 continue
+            if lever == "graphs" and opt.dry_run:
+                continue  # -cuda_graphs needs CUDA
             steps = opt.warmup + opt.steps
             run = one_run("onmt_lite", dtype, config, train_args, work, opt, steps, lever)
             base = base or run
@@ -261,6 +267,16 @@ def main():
         help="onmt_lite alone, without and with each speed option (no peer)",
     )
     parser.add_argument(
+        "-lever_names",
+        nargs="+",
+        choices=["none", *[name for name in LEVERS if name]],
+        default=["none", *[name for name in LEVERS if name]],
+        help="-levers: these levers only (none: the run without)",
+    )
+    parser.add_argument(
+        "-dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"], help="-levers'"
+    )
+    parser.add_argument(
         "-dry_run",
         action="store_true",
         help="onmt_lite's commands on the CPU, 3 steps each, no peer (no CUDA needed)",
@@ -282,6 +298,7 @@ def main():
                 "gpu_speed: this machine has no CUDA device (-dry_run runs the commands on the CPU)"
             )
             return 2
+    opt.lever_names = ["" if name == "none" else name for name in opt.lever_names]
     if opt.dry_run:
         opt.steps = 2
         opt.warmup = 1

@@ -152,6 +152,17 @@ class Embeddings(nn.Module):
             self._encoding_table = table
         return table
 
+    @staticmethod
+    def kept_tables(module: nn.Module) -> list[torch.Tensor]:
+        """The position tables that the ``Embeddings`` in ``module`` keep between calls. A recorded
+        CUDA graph reads them by address, so it must hold them: a longer input makes a table anew
+        and lets the old one go (the encoder's, with -share_embeddings the decoder's too)."""
+        return [
+            part._encoding_table
+            for part in module.modules()
+            if isinstance(part, Embeddings) and part._encoding_table is not None
+        ]
+
     def load_pretrained(self, path):
         """Copy a ``[vocab x d]`` tensor file (d <= dim) into the first d columns of the table."""
         vectors = load_tensors(path, "pretrained embeddings file")

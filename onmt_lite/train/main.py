@@ -31,6 +31,7 @@ from onmt_lite.models.checkpoint import (
 from onmt_lite.train.averaging import MovingAverage
 from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping
+from onmt_lite.train.graphed import graphing_problem
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.saver import CheckpointSaver
@@ -169,6 +170,12 @@ def prepare_model(opt, vocabs, checkpoint, device, is_main):
             f"-use_ckpting {' '.join(opt.use_ckpting)}: {count} modules recompute their "
             "activations in the backward pass"
         )
+    if opt.cuda_graphs:
+        problem = graphing_problem(model, opt)
+        if problem is not None:
+            raise UserError(f"-cuda_graphs is not for a model with {problem}: leave it out")
+        if device.type != "cuda":
+            raise UserError("-cuda_graphs needs a GPU (-gpu_ranks): graphs are recorded on CUDA")
     if opt.torch_compile:
         count = compile_layers(model)
         logger.info(f"-torch_compile: {count} Transformer layers train compiled")

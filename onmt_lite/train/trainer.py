@@ -27,6 +27,7 @@ from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
 from onmt_lite.models.builder import set_dropout
 from onmt_lite.train.averaging import averaged
 from onmt_lite.train.distributed import step_share
+from onmt_lite.train.graphed import GraphedDecoder
 from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
 from onmt_lite.utils.errors import Stopped, UserError
@@ -75,6 +76,8 @@ class Trainer:
         batches, as many as -accum_count says).
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
         dist: a ``Distributed`` when training with several processes, else None.
+        cuda_graphs: decode through a ``GraphedDecoder`` (``-cuda_graphs``; off CUDA the same
+            padded calls without graphs).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class Trainer:
         norm_method: str = "sents",
         precision: Precision = None,
         dist=None,
+        cuda_graphs: bool = False,
     ):
         self.model = model
         self.loss_compute = loss_compute
@@ -100,6 +104,7 @@ class Trainer:
         self.norm_method = norm_method
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
+        self.graphed = GraphedDecoder(model.decoder) if cuda_graphs else None
 
     @classmethod
     def from_opt(
@@ -118,6 +123,7 @@ class Trainer:
             norm_method=opt.normalization,
             precision=Precision(opt.model_dtype, device),
             dist=dist,
+            cuda_graphs=opt.cuda_graphs,
         )
 
     def forward_backward(self, batch, norm):
@@ -134,7 +140,8 @@ class Trainer:
                     batch.src, batch.src_lengths_cpu, batch.src_feats
                 )
                 tgt_in = batch.tgt[start : min(start + window, n_positions)]
-                dec_out, attns, state = self.model.decode(
+                decode = self.model.decode if self.graphed is None else self.graphed
+                dec_out, attns, state = decode(
                     tgt_in,
                     memory_bank,
                     lengths,
@@ -147,7 +154,7 @@ class Trainer:
             if loss is not None:
                 loss.backward()
             stats.update(window_stats)
-            state = state.detach()
+            state = None if state is None else state.detach()  # None: graphed, one window
         return stats
 
     def train_step(self, batches):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
@@ -113,6 +114,7 @@ class GraphedStepper:
         self.model = first.model
         self.transformer = isinstance(self.model.decoder, TransformerDecoder)
         self.record = record
+        self.held: list[Tensor] = []  # tensors the graph reads that no buffer owns
         self.like = first.state  # what the state buffers make (``of_parts``)
         self.n_rows = 0  # the rows the search holds: the first n_rows of each buffer
         self.columns = 0
@@ -216,6 +218,8 @@ class GraphedStepper:
         with torch.cuda.graph(graph):
             self.out = self._decode()
         self.graph = graph
+        # read by the graph: kept alive when a longer source makes the table anew
+        self.held = Embeddings.kept_tables(self.model)
 
     def step(self, tokens: Tensor) -> tuple[Tensor, dict]:
         """``tokens`` ``[n_rows]`` -> log-probabilities ``[n_rows x V]`` (a view of the graph's

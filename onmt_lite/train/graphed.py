@@ -1,0 +1,325 @@
+"""``-cuda_graphs`` in training: the decoder's forward and backward passes recorded as CUDA graphs,
+one pair per bucket of batch shapes, and replayed.
+
+On a GPU a small model's training step is paced by the host, which launches the kernels one by one
+from Python while the device runs each in microseconds: an input-feeding RNN decoder steps target
+position by target position, some 55 kernels a position forward and backward, some 2,000 for a
+batch of 40 positions. A recorded graph launches them all with one call.
+
+A graph replays fixed shapes at fixed addresses, so a batch's decoder inputs are padded up to a
+bucket (``bucket``: 8, 12, 16, 24, 32, 48, ... target positions, rows and source positions) and
+copied into that bucket's buffers. Filler rows decode padding from a source of one position (a row
+with no source position would attend to nothing: NaN); filler positions come after each row's
+last, which no loss reads. ``RecordedCall`` records, once per bucket, the decoder's output and the
+gradients of its inputs and of the decoder's parameters; ``Replayed`` puts the replays in autograd's
+graph, so the encoder, the loss and the optimizer stay as they are.
+
+What changes: the dropout masks are drawn for the padded shapes, so with dropout the losses differ
+from a run without the option (with dropout 0 they are the same, to the rounding of the padded
+sums). A recording's warm-up draws random numbers: the generator's state is put back after it, so
+a run resumed from a checkpoint, which records its buckets again, draws what the uninterrupted run
+drew. The parameters' gradients are graph-owned memory that the next replay overwrites: they are
+added to ``.grad`` (copied where it is None), never handed over as ``.grad`` itself.
+
+Buckets share one memory pool: what a recording frees may serve the next one, which is safe since
+the output and gradients of a replay are read before the next replay (a batch's forward and backward
+replays come in pairs). At most ``MAX_BUCKETS`` are recorded; shapes past them run without a graph.
+
+Off CUDA the same padded call runs without a graph, its outputs and gradients copied into the
+buffers as a replay would leave them (what the tests check). Which models: ``graphing_problem``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.models.dropout import Dropout
+from onmt_lite.models.embeddings import Embeddings
+from onmt_lite.models.multihead import MultiHeadAttention
+from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
+from onmt_lite.models.transformer import TransformerDecoder
+
+MAX_BUCKETS = 48  # each holds its decoder parameters' gradients and its outputs
+WARMUPS = 2  # runs before a recording (lazy initialisations stay out of the graph)
+
+
+def bucket(n: int) -> int:
+    """The smallest of 8, 12, 16, 24, 32, 48, 64, ... (2^k and 1.5 x 2^k) that is at least ``n``:
+    at most half padding, and few shapes."""
+    size = 8
+    while True:
+        if n <= size:
+            return size
+        if n <= size * 3 // 2:
+            return size * 3 // 2
+        size *= 2
+
+
+def graphing_problem(model: nn.Module, opt) -> str | None:
+    """Why ``model`` cannot train with ``-cuda_graphs`` under the options ``opt`` (a phrase for an
+    error), or None."""
+    decoder = model.decoder
+    if not isinstance(decoder, (TransformerDecoder, InputFeedRNNDecoder)):
+        return "a decoder other than a Transformer's or an input-feeding RNN's (-input_feed 0)"
+    if decoder.copy_attn:
+        return "copy attention (-copy_attn)"
+    if getattr(decoder, "coverage_attn", False):
+        return "coverage attention (-coverage_attn)"
+    if opt.lambda_align > 0:
+        return "guided alignment (-lambda_align)"
+    if opt.truncated_decoder > 0:
+        return "-truncated_decoder"
+    if opt.use_ckpting:
+        return "activation checkpointing (-use_ckpting)"
+    if opt.torch_compile:
+        return "-torch_compile"
+    return None
+
+
+def dropout_rates(module: nn.Module) -> tuple:
+    """Every dropout probability of ``module``: a recording holds them (``-dropout_steps`` changes
+    them, and the bucket is recorded again)."""
+    rates = []
+    for part in module.modules():
+        if isinstance(part, (nn.Dropout, Dropout)):
+            rates.append(part.p)
+        elif isinstance(part, MultiHeadAttention):
+            rates.append(part.dropout_p)
+    return tuple(rates)
+
+
+@contextlib.contextmanager
+def generator_kept(device: torch.device):
+    """Run the body and put ``device``'s random generator back as it was."""
+    cuda = device.type == "cuda"
+    state = torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state()
+    try:
+        yield
+    finally:
+        if cuda:
+            torch.cuda.set_rng_state(state, device)
+        else:
+            torch.set_rng_state(state)
+
+
+def padded_into(buffer: Tensor, value: Tensor, fill: int | float) -> None:
+    """``value`` written into the leading corner of ``buffer``, the rest ``fill``."""
+    buffer.fill_(fill)
+    buffer[tuple(slice(0, size) for size in value.shape)].copy_(value)
+
+
+def add_gradients(params: list[Tensor], grads: list[Tensor | None]) -> None:
+    """Add ``grads`` (graph-owned: the next replay overwrites them) to the parameters' ``.grad``:
+    in place where there is one, a copy where there is none."""
+    present = [(p.grad, g) for p, g in zip(params, grads) if g is not None and p.grad is not None]
+    if present:
+        torch._foreach_add_([have for have, _ in present], [g for _, g in present])
+    fresh = [(p, g) for p, g in zip(params, grads) if g is not None and p.grad is None]
+    if fresh:
+        # x * 1 is x for every float: one launch copies them all
+        copies = torch._foreach_mul([g for _, g in fresh], 1.0)
+        for (param, _), copy in zip(fresh, copies):
+            param.grad = copy
+
+
+class RecordedCall:
+    """One bucket's decoder call: its input buffers ``[T x B]`` target, ``[S x B x H]`` memory bank,
+    ``[B]`` lengths and the state's parts, and on CUDA its forward and backward recorded as two
+    graphs.
+
+    Args:
+        decoder: the model's decoder. like_state: a state of the kind the decoder takes
+            (``of_parts`` makes the buffers' state from it). inputs: the padded inputs' shapes and
+            dtypes (the buffers are made like them, requiring gradients as they do). fills: each
+            input's padding value. pool: the CUDA graphs' memory pool (None off CUDA).
+    """
+
+    def __init__(self, decoder, like_state, inputs: list[Tensor], fills: list, pool=None):
+        self.decoder = decoder
+        self.params = [p for p in decoder.parameters() if p.requires_grad]
+        self.fills = fills
+        self.inputs = [
+            torch.full_like(t, fill, memory_format=torch.contiguous_format).requires_grad_(
+                t.requires_grad
+            )
+            for t, fill in zip(inputs, fills)
+        ]
+        self.state = like_state.of_parts(self.inputs[3:])
+        self.with_grad = [i for i, t in enumerate(self.inputs) if t.requires_grad]
+        self.device = self.inputs[1].device
+        self.outputs: Tensor | None = None  # [T x B x H]
+        self.grad_output: Tensor | None = None
+        self.grads: list[Tensor | None] = []  # the inputs' with_grad, then the parameters'
+        self.graphs = None
+        with generator_kept(self.device):
+            if self.device.type == "cuda":
+                self._record(pool)
+            else:  # what a recording runs first
+                self._run_backward(self._run_forward(), self._warmup_grad)
+        self.held = Embeddings.kept_tables(decoder)  # read by the graph: kept alive
+
+    def _decode(self) -> Tensor:
+        """The decoder on the buffers: ``[T x B x H]``."""
+        tgt, memory_bank, lengths = self.inputs[:3]
+        device_type = self.device.type
+        autocast = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type)
+        # a graph must cast the weights at each replay: no cast kept from an earlier call
+        context = torch.autocast(device_type, dtype, enabled=autocast, cache_enabled=False)
+        with context, torch.enable_grad():
+            dec_out, _, _ = self.decoder(
+                tgt, memory_bank, self.state, lengths, need_attention=False
+            )
+        return dec_out
+
+    def _run_forward(self) -> Tensor:
+        return self._decode()
+
+    @staticmethod
+    def _warmup_grad(dec_out: Tensor) -> Tensor:
+        return torch.ones_like(dec_out)
+
+    def _run_backward(self, dec_out: Tensor, grad_of) -> list[Tensor | None]:
+        """The gradients of ``dec_out`` (given ``grad_of(dec_out)``) for the inputs that take one
+        and the parameters."""
+        wanted = [self.inputs[i] for i in self.with_grad] + self.params
+        with torch.autocast(self.device.type, enabled=False):
+            return list(torch.autograd.grad(dec_out, wanted, grad_of(dec_out), allow_unused=True))
+
+    def _record(self, pool) -> None:
+        """Warm up on a side stream, then record the forward and the backward pass."""
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUPS):
+                self._run_backward(self._run_forward(), self._warmup_grad)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        forward = torch.cuda.CUDAGraph()
+        backward = torch.cuda.CUDAGraph()
+        # thread_local: -num_workers 1's thread pins batches meanwhile
+        with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
+            outputs = self._decode()
+        self.grad_output = torch.empty_like(outputs)
+        with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
+            self.grads = self._run_backward(outputs, lambda _: self.grad_output)
+        self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
+        self.graphs = (forward, backward)
+
+    def forward(self, inputs: list[Tensor]) -> Tensor:
+        """The decoder's output ``[T x B x H]`` (the buffer's) for ``inputs``, each written into
+        its buffer's corner."""
+        for buffer, value, fill in zip(self.inputs, inputs, self.fills):
+            padded_into(buffer.detach(), value.detach(), fill)
+        if self.graphs is not None:
+            self.graphs[0].replay()
+            return self.outputs
+        self._graph_output = self._run_forward()  # off CUDA: run it again, kept for backward
+        if self.outputs is None:
+            self.outputs = torch.empty_like(self._graph_output)
+        self.outputs.copy_(self._graph_output.detach())
+        return self.outputs
+
+    def backward(self, grad_output: Tensor) -> list[Tensor | None]:
+        """The gradients (the buffers') of the last ``forward`` for ``grad_output`` written into
+        the output gradient's corner: the inputs' that take one, then the parameters'."""
+        if self.graphs is not None:
+            padded_into(self.grad_output, grad_output, 0)
+            self.graphs[1].replay()
+            return self.grads
+        padded = torch.zeros_like(self.outputs)
+        padded_into(padded, grad_output, 0)
+        fresh = self._run_backward(self._graph_output, lambda _: padded)
+        self._graph_output = None
+        if not self.grads:
+            self.grads = [None if g is None else torch.empty_like(g) for g in fresh]
+        for buffer, grad in zip(self.grads, fresh):
+            if buffer is not None:
+                buffer.copy_(grad)  # as a replay leaves them: the same memory each time
+        return self.grads
+
+
+class Replayed(torch.autograd.Function):
+    """A ``RecordedCall`` in autograd's graph: ``apply(recorded, tgt, memory_bank, lengths,
+    *parts, *params)`` -> the decoder's output ``[T x B x H]`` (the buffer's leading corner). The
+    parameters are inputs so that the output needs a gradient whenever they do; their gradients
+    go to ``.grad`` here (``add_gradients``)."""
+
+    @staticmethod
+    def forward(ctx, recorded: RecordedCall, *inputs: Tensor) -> Tensor:
+        ctx.recorded = recorded
+        n_inputs = len(recorded.inputs)
+        ctx.shapes = [t.shape for t in inputs[:n_inputs]]
+        tgt = inputs[0]
+        outputs = recorded.forward(list(inputs[:n_inputs]))
+        return outputs[: tgt.size(0), : tgt.size(1)]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: Tensor):
+        recorded = ctx.recorded
+        grads = recorded.backward(grad_output)
+        n_wanted = len(recorded.with_grad)
+        add_gradients(recorded.params, grads[n_wanted:])
+        input_grads: list[Tensor | None] = [None] * len(recorded.inputs)
+        for i, grad in zip(recorded.with_grad, grads[:n_wanted]):
+            shape = ctx.shapes[i]
+            input_grads[i] = None if grad is None else grad[tuple(slice(0, s) for s in shape)]
+        return (None, *input_grads, *([None] * len(recorded.params)))
+
+
+class GraphedDecoder:
+    """``NMTModel.decode``'s place in training with ``-cuda_graphs``: the same call, the decoder's
+    passes replayed from ``RecordedCall``s, one per bucket of shapes. Returns the decoder's output
+    ``[T x B x H]``, no attention (the losses that graphs take read none) and no state (no
+    truncation)."""
+
+    def __init__(self, decoder: nn.Module, max_buckets: int = MAX_BUCKETS):
+        self.decoder = decoder
+        self.max_buckets = max_buckets
+        self.recorded: dict[tuple, RecordedCall] = {}
+        self.pool = None
+
+    def __call__(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state, **unused):
+        parts = state.parts()
+        tensors = [tgt, memory_bank, lengths.to(memory_bank.device)] + [t for t, _ in parts]
+        row_dims = [1, 1, 0] + [dims[0] for _, dims in parts]
+        rows = bucket(tgt.size(1))
+        shapes = [list(t.shape) for t in tensors]
+        for shape, row_dim in zip(shapes, row_dims):
+            shape[row_dim] = rows
+        shapes[0][0] = bucket(tgt.size(0))
+        shapes[1][0] = bucket(memory_bank.size(0))
+        key = (
+            tuple(tuple(shape) for shape in shapes),
+            tuple((t.dtype, t.requires_grad) for t in tensors),
+            torch.is_autocast_enabled(memory_bank.device.type),
+            torch.get_autocast_dtype(memory_bank.device.type),
+            dropout_rates(self.decoder),
+        )
+        recorded = self.recorded.get(key)
+        if recorded is None and len(self.recorded) >= self.max_buckets:
+            dec_out, _, _ = self.decoder(tgt, memory_bank, state, lengths, need_attention=False)
+            return dec_out, {}, None
+        if recorded is None:
+            recorded = self._record(key, tensors, shapes, state)
+        params = recorded.params
+        return Replayed.apply(recorded, *tensors, *params), {}, None
+
+    def _record(self, key, tensors, shapes, state) -> RecordedCall:
+        """The bucket ``key``'s call, recorded for inputs like ``tensors`` of ``shapes``."""
+        device = tensors[1].device
+        if device.type == "cuda" and self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        like = [
+            torch.empty(shape, dtype=t.dtype, device=device).requires_grad_(t.requires_grad)
+            for t, shape in zip(tensors, shapes)
+        ]
+        fills = [PAD_ID, 0.0, 1] + [0] * (len(tensors) - 3)  # a filler row: 1 source position
+        recorded = RecordedCall(self.decoder, state, like, fills, self.pool)
+        self.recorded[key] = recorded
+        return recorded

@@ -1,0 +1,178 @@
+"""-cuda_graphs in training (``train/graphed.py``): the padded, replayed decoder calls give the
+eager losses and weights, add their gradients without handing graph-owned memory over as
+``.grad``, put the generator back after a recording (exact resume with dropout), and read nothing
+from the device; the models a graph cannot take are refused by name. Off CUDA the same calls run
+without graphs (what these tests check); bench/gpu_check.py has the CUDA line."""
+
+import pytest
+import torch
+
+from onmt_lite.train import graphed
+from onmt_lite.train.graphed import GraphedDecoder, bucket, graphing_problem
+from onmt_lite.utils.host_syncs import HostSyncCounter
+from tests.helpers import TINY_MODEL, invoke, one_line_error, preprocess_in_process
+from tests.model_helpers import TRANSFORMER, make_batch, model_options, random_pairs
+from tests.unit.test_trainer import make_trainer, params
+
+MODELS = {
+    "rnn": [],
+    "rnn_mlp": ["-global_attention", "mlp"],
+    "transformer": TRANSFORMER,
+}
+
+
+def graphed_trainer(*args, **kwargs):
+    trainer, model = make_trainer(*args, **kwargs)
+    trainer.graphed = GraphedDecoder(model.decoder)
+    return trainer, model
+
+
+def test_buckets_are_few_shapes_with_at_most_half_padding():
+    sizes = [bucket(n) for n in range(1, 1000)]
+    assert sorted(set(sizes)) == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+    assert all(n <= size < max(8, 1.5 * n) + 1 for n, size in zip(range(1, 1000), sizes))
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
+    steps = [
+        [make_batch(random_pairs(5, seed=1)), make_batch(random_pairs(3, seed=2))],
+        [make_batch(random_pairs(13, seed=3, max_len=20))],
+        [make_batch(random_pairs(4, seed=4))],
+    ]
+    eager, eager_model = make_trainer(*MODELS[kind], optim="adam", learning_rate=0.01)
+    replayed, replayed_model = graphed_trainer(*MODELS[kind], optim="adam", learning_rate=0.01)
+    for batches in steps:
+        expected = eager.train_step(batches)
+        got = replayed.train_step(batches)
+        assert got.loss == pytest.approx(expected.loss, rel=1e-9)
+        assert (got.n_words, got.n_correct) == (expected.n_words, expected.n_correct)
+    assert len(replayed.graphed.recorded) >= 2  # the 13 rows and 20 positions: another bucket
+    before = params(make_trainer(*MODELS[kind])[1])
+    after = params(replayed_model)
+    for name, value in params(eager_model).items():
+        torch.testing.assert_close(after[name], value, rtol=1e-9, atol=1e-12, msg=name)
+        assert not torch.equal(value, before[name]), name  # every weight trained
+
+
+def test_a_bucket_replayed_twice_in_a_step_adds_both_gradients():
+    """Two batches of one bucket: the second replay overwrites the graph's gradients, so the first
+    batch's must have been added to ``.grad``, not handed over as it."""
+    batches = [make_batch(random_pairs(4, seed=5)), make_batch(random_pairs(4, seed=6))]
+    eager, eager_model = make_trainer()
+    replayed, replayed_model = graphed_trainer()
+    eager.train_step(batches)
+    replayed.train_step(batches)
+    assert len(replayed.graphed.recorded) == 1
+    after = params(replayed_model)
+    for name, value in params(eager_model).items():
+        torch.testing.assert_close(after[name], value, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_with_dropout_a_run_that_records_again_draws_what_the_uninterrupted_one_drew(kind):
+    """A resumed run records its buckets anew, warm-up included: the generator is put back after
+    each recording, so the losses are the uninterrupted run's."""
+    args = [*MODELS[kind], "-dropout", 0.3]
+    steps = [[make_batch(random_pairs(6, seed=10 + i))] for i in range(4)]
+    torch.manual_seed(7)
+    straight, _ = graphed_trainer(*args)
+    torch.manual_seed(7)  # the same first masks
+    expected = [straight.train_step(batches).loss for batches in steps]
+    torch.manual_seed(7)
+    resumed, model = graphed_trainer(*args)
+    torch.manual_seed(7)
+    got = [resumed.train_step(batches).loss for batches in steps[:2]]
+    resumed.graphed = GraphedDecoder(model.decoder)  # the resumed process: no recording yet
+    got += [resumed.train_step(batches).loss for batches in steps[2:]]
+    assert got == expected
+    torch.manual_seed(7)
+    plain, _ = make_trainer(*args)
+    torch.manual_seed(7)
+    # the masks are drawn over the padded shapes: other masks than without graphs
+    assert [plain.train_step(batches).loss for batches in steps] != expected
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_a_replayed_call_reads_nothing_from_the_device_and_copies_nothing_from_the_host(
+    kind, monkeypatch
+):
+    """What a CUDA graph cannot record: a wait for the device or a copy of host data inside the
+    decoder's forward or backward pass."""
+    counters = []
+
+    def counted(method):
+        def run(self, *args):
+            with HostSyncCounter() as counter:
+                out = method(self, *args)
+            counters.append(counter)
+            return out
+
+        return run
+
+    monkeypatch.setattr(graphed.RecordedCall, "forward", counted(graphed.RecordedCall.forward))
+    monkeypatch.setattr(graphed.RecordedCall, "backward", counted(graphed.RecordedCall.backward))
+    trainer, _ = graphed_trainer(*MODELS[kind], "-dropout", 0.3)
+    trainer.train_step([make_batch(random_pairs(6, seed=1))])
+    assert len(counters) == 2
+    for counter in counters:
+        assert counter.syncs == 0, counter.sync_kinds
+        assert counter.counts["lift_fresh"] == 0  # torch.tensor(host data)
+        assert counter.operations > 20  # the pass was counted
+
+
+def test_more_buckets_than_the_limit_decode_without_recording():
+    trainer, model = make_trainer()
+    trainer.graphed = GraphedDecoder(model.decoder, max_buckets=1)
+    eager, _ = make_trainer()
+    for batches in ([make_batch(random_pairs(4, seed=1))], [make_batch(random_pairs(20, seed=2))]):
+        assert trainer.train_step(batches).loss == pytest.approx(
+            eager.train_step(batches).loss, rel=1e-9
+        )
+    assert len(trainer.graphed.recorded) == 1
+
+
+@pytest.mark.parametrize(
+    "args,phrase",
+    [
+        (["-input_feed", 0], "input-feeding"),
+        (["-copy_attn"], "copy attention"),
+        (["-coverage_attn"], "coverage"),
+        (["-truncated_decoder", 4], "-truncated_decoder"),
+        ([*TRANSFORMER, "-use_ckpting", "ffn"], "activation checkpointing"),
+        ([*TRANSFORMER, "-torch_compile"], "-torch_compile"),
+    ],
+)
+def test_what_a_graph_leaves_out_is_refused_by_name(args, phrase):
+    from onmt_lite.models.builder import build_model
+    from tests.model_helpers import VOCABS
+
+    opt = model_options(*args)
+    assert phrase in graphing_problem(build_model(opt, VOCABS), opt)
+    assert graphing_problem(build_model(model_options(), VOCABS), model_options()) is None
+
+
+def test_the_command_refuses_cuda_graphs_without_a_gpu_and_names_what_else_it_refuses(
+    tmp_path, capsys
+):
+    data = preprocess_in_process(str(tmp_path))
+    base = ["-data", data, "-save_model", tmp_path / "m", *TINY_MODEL, "-train_steps", 1]
+    error = one_line_error(invoke("train", [*base, "-cuda_graphs"], capsys))
+    assert "-cuda_graphs needs a GPU" in error
+    error = one_line_error(invoke("train", [*base, "-cuda_graphs", "-input_feed", 0], capsys))
+    assert "-cuda_graphs is not for a model with a decoder other than" in error
+    assert not list(tmp_path.glob("m*.pt"))
+
+
+def test_a_recording_holds_the_position_table_it_reads_when_a_longer_input_makes_another():
+    """A graph reads the table by address: made anew for a longer source (the encoder's, shared
+    with -share_embeddings) or target, the old one must stay alive for the graphs that read it."""
+    trainer, model = graphed_trainer(*TRANSFORMER)
+    trainer.train_step([make_batch(random_pairs(4, seed=1))])
+    (recorded,) = trainer.graphed.recorded.values()
+    embeddings = model.decoder.embeddings
+    old = embeddings._encoding_table
+    assert any(table is old for table in recorded.held)
+    embeddings(torch.zeros(500, 2, dtype=torch.long))  # a 500-word target: a longer table
+    assert embeddings._encoding_table is not old
+    assert any(table is old for table in recorded.held)
