@@ -6,13 +6,15 @@
 # There (the device tool's run, carry [".whl", "device_kit"], from the checkout's root), one call
 # of at most 600 s, then a second while the machine is still warm (it is given back after 30 s
 # idle, and what a stage left in /tmp goes with it). 15 device minutes a session; the start took
-# 30 s on 2026-11-28. Suggested next (-cuda_graphs, new, has never run on CUDA: translate first;
-# check has not run on CUDA since the defects' fixes):
-#     bash bench/device_session.sh translate                    # call 1, timeout_s 560
-#     bash bench/device_session.sh check                        # call 2, what status leaves
-# (check needs 300 s: if less is left, profile, 260 s), and in the session after, profile, mixed.
+# 30 s on 2026-11-28. Suggested next (-cuda_graphs, training's and translation's, have never run on
+# CUDA: training's first, its lever the larger; check has not run on CUDA since the defects' fixes):
+#     bash bench/device_session.sh graphs                       # call 1, timeout_s 520
+#     bash bench/device_session.sh translate                    # call 2, what status leaves
+# (translate writes its rows as they end: a cut call still gives the first), and in the session
+# after, check, profile, mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
-#     DRY_RUN=1 bash bench/device_session.sh check train mixed profile translate profile_translate
+#     DRY_RUN=1 bash bench/device_session.sh check train mixed graphs profile translate \
+#         profile_translate
 #
 # Stages and their time limits (2026-11-28 on an H200: a training run of gpu_speed.py took about
 # 60 s, start-up and preprocessing included, whatever its 80 steps; the tables now give each
@@ -21,6 +23,9 @@
 #   train      bench/gpu_speed.py: transformer and rnn64, fp32, both toolkits               300 s
 #   mixed      the same in mixed precision: onmt_lite bf16 and fp16, the peer's fp16          420 s
 #   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  420 s
+#   graphs     bench/gpu_check.py (k), training's -cuda_graphs: the losses without it at      200 s
+#              dropout 0, exact resume with dropout; then gpu_speed.py -levers, rnn64 and       300 s
+#              transformer, fp32, without and with -cuda_graphs, 100 steps after 150
 #   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
 #   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
 #              with and without -cuda_graphs (trains the model once: a later call on the same warm
@@ -104,6 +109,12 @@ for name in "${STAGES[@]}"; do
         -precisions mixed -steps 100 -warmup 50 -peer "$PEER" -work "$WORK/train" ;;
     levers) stage levers 420 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer \
         -steps 50 -warmup 30 -work "$WORK/levers" ;;
+    graphs)
+        stage graphs_check 200 $PY bench/gpu_check.py "${DEVICE[@]}" -quick -checks k \
+            -work "$WORK/graphs_check"
+        # the buckets are recorded in the first 120 or so steps: measured after them
+        stage graphs 300 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only rnn64 transformer \
+            -lever_names none graphs -dtypes fp32 -steps 100 -warmup 150 -work "$WORK/graphs" ;;
     profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
         -work "$WORK/profile" ;;
     translate) stage translate 540 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
@@ -125,8 +136,8 @@ for name in "${STAGES[@]}"; do
         stage server 240 $PY bench/server_load.py "${gpu[@]}" -clients 1 16 -sentences $REQUESTS \
             -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
             -peer "$PEER" -work "$WORK/server" ;;
-    *) echo "unknown stage $name (check train mixed levers profile translate profile_translate" \
-        "server full)"; exit 2 ;;
+    *) echo "unknown stage $name (check train mixed levers graphs profile translate" \
+        "profile_translate server full)"; exit 2 ;;
     esac
 done
 tar czf "$OUT/results.tgz" bench/results $(find "$WORK" -name "*.log" 2>/dev/null) 2>/dev/null

@@ -1,18 +1,18 @@
-"""``-cuda_graphs`` in training: the decoder's forward and backward passes recorded as CUDA graphs,
-one pair per bucket of batch shapes, and replayed.
+"""``-cuda_graphs`` in training: the decoder's forward and backward passes (and a Transformer
+encoder's) recorded as CUDA graphs, one pair per module and bucket of batch shapes, and replayed.
 
 On a GPU a small model's training step is paced by the host, which launches the kernels one by one
 from Python while the device runs each in microseconds: an input-feeding RNN decoder steps target
 position by target position, some 55 kernels a position forward and backward, some 2,000 for a
 batch of 40 positions. A recorded graph launches them all with one call.
 
-A graph replays fixed shapes at fixed addresses, so a batch's decoder inputs are padded up to a
-bucket (``bucket``: 8, 12, 16, 24, 32, 48, ... target positions, rows and source positions) and
-copied into that bucket's buffers. Filler rows decode padding from a source of one position (a row
+A graph replays fixed shapes at fixed addresses, so a batch's inputs to the module are padded up
+to a bucket (``bucket``: 8, 12, 16, 24, 32, 48, ... rows, and target or source positions) and
+copied into that bucket's buffers. Filler rows are padding with a source of one position (a row
 with no source position would attend to nothing: NaN); filler positions come after each row's
-last, which no loss reads. ``RecordedCall`` records, once per bucket, the decoder's output and the
-gradients of its inputs and of the decoder's parameters; ``Replayed`` puts the replays in autograd's
-graph, so the encoder, the loss and the optimizer stay as they are.
+last, which no loss reads. ``RecordedCall`` records, once per bucket, the module's output and the
+gradients of its inputs and of its parameters; ``Replayed`` puts the replays in autograd's graph,
+so the loss, the optimizer and an RNN encoder stay as they are.
 
 What changes: the dropout masks are drawn for the padded shapes, so with dropout the losses differ
 from a run without the option (with dropout 0 they are the same, to the rounding of the padded
@@ -21,9 +21,11 @@ a run resumed from a checkpoint, which records its buckets again, draws what the
 drew. The parameters' gradients are graph-owned memory that the next replay overwrites: they are
 added to ``.grad`` (copied where it is None), never handed over as ``.grad`` itself.
 
-Buckets share one memory pool: what a recording frees may serve the next one, which is safe since
-the output and gradients of a replay are read before the next replay (a batch's forward and backward
-replays come in pairs). At most ``MAX_BUCKETS`` are recorded; shapes past them run without a graph.
+A module's buckets share one memory pool: what a recording frees (the activations its backward
+graph reads) may serve the next one. That is safe because a bucket's forward and backward replays
+come in pairs with no replay of the same module between them (the encoder's pair encloses the
+decoder's, so each has its own pool), and a replay's output and gradients are read before the
+module's next replay. At most ``MAX_BUCKETS`` are recorded; shapes past them run without a graph.
 
 Off CUDA the same padded call runs without a graph, its outputs and gradients copied into the
 buffers as a replay would leave them (what the tests check). Which models: ``graphing_problem``.
@@ -42,7 +44,8 @@ from onmt_lite.models.dropout import Dropout
 from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.multihead import MultiHeadAttention
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
-from onmt_lite.models.transformer import TransformerDecoder
+from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
+from onmt_lite.utils.tensors import to_device
 
 MAX_BUCKETS = 48  # each holds its decoder parameters' gradients and its outputs
 WARMUPS = 2  # runs before a recording (lazy initialisations stay out of the graph)
@@ -128,31 +131,27 @@ def add_gradients(params: list[Tensor], grads: list[Tensor | None]) -> None:
 
 
 class RecordedCall:
-    """One bucket's decoder call: its input buffers ``[T x B]`` target, ``[S x B x H]`` memory bank,
-    ``[B]`` lengths and the state's parts, and on CUDA its forward and backward recorded as two
-    graphs.
+    """One bucket's call of a module: its input buffers, and on CUDA its forward and backward
+    passes recorded as two graphs.
 
     Args:
-        decoder: the model's decoder. like_state: a state of the kind the decoder takes
-            (``of_parts`` makes the buffers' state from it). inputs: the padded inputs' shapes and
-            dtypes (the buffers are made like them, requiring gradients as they do). fills: each
-            input's padding value. pool: the CUDA graphs' memory pool (None off CUDA).
+        module: the module whose parameters the call trains. call: the function recorded,
+            ``call(buffers) -> output``, its output's leading corner the first input's shape.
+            specs: each padded input's ``(shape, dtype, requires_grad)``. fills: its padding
+            value. device: the buffers'. pool: the CUDA graphs' memory pool (None off CUDA).
     """
 
-    def __init__(self, decoder, like_state, inputs: list[Tensor], fills: list, pool=None):
-        self.decoder = decoder
-        self.params = [p for p in decoder.parameters() if p.requires_grad]
+    def __init__(self, module: nn.Module, call, specs: list, fills: list, device, pool=None):
+        self.call = call
+        self.params = [p for p in module.parameters() if p.requires_grad]
         self.fills = fills
         self.inputs = [
-            torch.full_like(t, fill, memory_format=torch.contiguous_format).requires_grad_(
-                t.requires_grad
-            )
-            for t, fill in zip(inputs, fills)
+            torch.full(shape, fill, dtype=dtype, device=device).requires_grad_(requires_grad)
+            for (shape, dtype, requires_grad), fill in zip(specs, fills)
         ]
-        self.state = like_state.of_parts(self.inputs[3:])
         self.with_grad = [i for i, t in enumerate(self.inputs) if t.requires_grad]
-        self.device = self.inputs[1].device
-        self.outputs: Tensor | None = None  # [T x B x H]
+        self.device = torch.device(device)
+        self.outputs: Tensor | None = None
         self.grad_output: Tensor | None = None
         self.grads: list[Tensor | None] = []  # the inputs' with_grad, then the parameters'
         self.graphs = None
@@ -160,36 +159,25 @@ class RecordedCall:
             if self.device.type == "cuda":
                 self._record(pool)
             else:  # what a recording runs first
-                self._run_backward(self._run_forward(), self._warmup_grad)
-        self.held = Embeddings.kept_tables(decoder)  # read by the graph: kept alive
+                self._run_backward(self._run_forward(), torch.ones_like)
+        self.held = Embeddings.kept_tables(module)  # read by the graph: kept alive
 
-    def _decode(self) -> Tensor:
-        """The decoder on the buffers: ``[T x B x H]``."""
-        tgt, memory_bank, lengths = self.inputs[:3]
+    def _run_forward(self) -> Tensor:
+        """``call`` on the buffers, with gradients."""
         device_type = self.device.type
         autocast = torch.is_autocast_enabled(device_type)
         dtype = torch.get_autocast_dtype(device_type)
         # a graph must cast the weights at each replay: no cast kept from an earlier call
         context = torch.autocast(device_type, dtype, enabled=autocast, cache_enabled=False)
         with context, torch.enable_grad():
-            dec_out, _, _ = self.decoder(
-                tgt, memory_bank, self.state, lengths, need_attention=False
-            )
-        return dec_out
+            return self.call(self.inputs)
 
-    def _run_forward(self) -> Tensor:
-        return self._decode()
-
-    @staticmethod
-    def _warmup_grad(dec_out: Tensor) -> Tensor:
-        return torch.ones_like(dec_out)
-
-    def _run_backward(self, dec_out: Tensor, grad_of) -> list[Tensor | None]:
-        """The gradients of ``dec_out`` (given ``grad_of(dec_out)``) for the inputs that take one
+    def _run_backward(self, output: Tensor, grad_of) -> list[Tensor | None]:
+        """The gradients of ``output`` (given ``grad_of(output)``) for the inputs that take one
         and the parameters."""
         wanted = [self.inputs[i] for i in self.with_grad] + self.params
         with torch.autocast(self.device.type, enabled=False):
-            return list(torch.autograd.grad(dec_out, wanted, grad_of(dec_out), allow_unused=True))
+            return list(torch.autograd.grad(output, wanted, grad_of(output), allow_unused=True))
 
     def _record(self, pool) -> None:
         """Warm up on a side stream, then record the forward and the backward pass."""
@@ -197,13 +185,13 @@ class RecordedCall:
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(WARMUPS):
-                self._run_backward(self._run_forward(), self._warmup_grad)
+                self._run_backward(self._run_forward(), torch.ones_like)
         torch.cuda.current_stream(self.device).wait_stream(side)
         forward = torch.cuda.CUDAGraph()
         backward = torch.cuda.CUDAGraph()
         # thread_local: -num_workers 1's thread pins batches meanwhile
         with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
-            outputs = self._decode()
+            outputs = self._run_forward()
         self.grad_output = torch.empty_like(outputs)
         with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
             self.grads = self._run_backward(outputs, lambda _: self.grad_output)
@@ -244,8 +232,8 @@ class RecordedCall:
 
 
 class Replayed(torch.autograd.Function):
-    """A ``RecordedCall`` in autograd's graph: ``apply(recorded, tgt, memory_bank, lengths,
-    *parts, *params)`` -> the decoder's output ``[T x B x H]`` (the buffer's leading corner). The
+    """A ``RecordedCall`` in autograd's graph: ``apply(recorded, *inputs, *params)`` -> the
+    recorded output's leading corner (``[len x B x ...]`` of the first input's ``[len x B]``). The
     parameters are inputs so that the output needs a gradient whenever they do; their gradients
     go to ``.grad`` here (``add_gradients``)."""
 
@@ -254,9 +242,9 @@ class Replayed(torch.autograd.Function):
         ctx.recorded = recorded
         n_inputs = len(recorded.inputs)
         ctx.shapes = [t.shape for t in inputs[:n_inputs]]
-        tgt = inputs[0]
+        first = inputs[0]
         outputs = recorded.forward(list(inputs[:n_inputs]))
-        return outputs[: tgt.size(0), : tgt.size(1)]
+        return outputs[: first.size(0), : first.size(1)]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -272,54 +260,81 @@ class Replayed(torch.autograd.Function):
         return (None, *input_grads, *([None] * len(recorded.params)))
 
 
-class GraphedDecoder:
-    """``NMTModel.decode``'s place in training with ``-cuda_graphs``: the same call, the decoder's
-    passes replayed from ``RecordedCall``s, one per bucket of shapes. Returns the decoder's output
-    ``[T x B x H]``, no attention (the losses that graphs take read none) and no state (no
-    truncation)."""
+class GraphedModel:
+    """``NMTModel.encode`` and ``decode``'s place in training with ``-cuda_graphs``: the same
+    calls, a Transformer encoder's and the decoder's passes replayed from ``RecordedCall``s, one
+    per module and bucket of shapes. ``decode`` returns the decoder's output ``[T x B x H]``, no
+    attention (the losses that graphs take read none) and no state (no truncation). Other
+    encoders run as they are (an RNN's packs its batch by lengths read on the host), and so does
+    a Transformer's with word features."""
 
-    def __init__(self, decoder: nn.Module, max_buckets: int = MAX_BUCKETS):
-        self.decoder = decoder
+    def __init__(self, model: nn.Module, max_buckets: int = MAX_BUCKETS):
+        self.model = model
         self.max_buckets = max_buckets
         self.recorded: dict[tuple, RecordedCall] = {}
-        self.pool = None
+        self.pools: dict[int, tuple] = {}  # a CUDA graph memory pool per module: see the doc
+        encoder = model.encoder
+        self.graphs_encoder = (
+            isinstance(encoder, TransformerEncoder) and encoder.final_layers is None
+        )
 
-    def __call__(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state, **unused):
+    def encode(self, src: Tensor, lengths: Tensor, src_feats: Tensor | None = None):
+        """As ``NMTModel.encode``: memory bank ``[S x B x H]``, lengths on the device, the first
+        decoder state."""
+        if not self.graphs_encoder or src_feats is not None:
+            return self.model.encode(src, lengths, src_feats)
+        encoder = self.model.encoder
+        lengths = to_device(lengths, src.device)
+
+        def call(buffers):
+            return encoder(*buffers)[1]
+
+        memory_bank = self._replayed(encoder, call, [src, lengths], [1, 0], [(0, 0)], [PAD_ID, 1])
+        return memory_bank, lengths, self.model.decoder.init_state(None, memory_bank)
+
+    def decode(self, tgt: Tensor, memory_bank: Tensor, lengths: Tensor, state, **unused):
+        """As ``NMTModel.decode``, but no attention (``{}``) and no next state (None)."""
+        decoder = self.model.decoder
         parts = state.parts()
+        template = state.of_parts([t.detach() for t, _ in parts])  # its kind: no autograd graph
+
+        def call(buffers):
+            tgt, memory_bank, lengths, *rest = buffers
+            state = template.of_parts(rest)
+            return decoder(tgt, memory_bank, state, lengths, need_attention=False)[0]
+
         tensors = [tgt, memory_bank, lengths.to(memory_bank.device)] + [t for t, _ in parts]
         row_dims = [1, 1, 0] + [dims[0] for _, dims in parts]
-        rows = bucket(tgt.size(1))
+        fills = [PAD_ID, 0.0, 1] + [0] * len(parts)  # a filler row: 1 source position
+        dec_out = self._replayed(decoder, call, tensors, row_dims, [(0, 0), (1, 0)], fills)
+        return dec_out, {}, None
+
+    def _replayed(self, module, call, tensors, row_dims, length_dims, fills) -> Tensor:
+        """``call(tensors)`` replayed from the recording of its bucket (made if new), or run as it
+        is past ``max_buckets``. ``row_dims``: each tensor's rows dimension; ``length_dims``:
+        ``(tensor, dimension)`` of the lengths (positions) bucketed too."""
+        rows = bucket(tensors[0].size(1))
         shapes = [list(t.shape) for t in tensors]
         for shape, row_dim in zip(shapes, row_dims):
             shape[row_dim] = rows
-        shapes[0][0] = bucket(tgt.size(0))
-        shapes[1][0] = bucket(memory_bank.size(0))
+        for index, dim in length_dims:
+            shapes[index][dim] = bucket(tensors[index].size(dim))
+        specs = [(tuple(shape), t.dtype, t.requires_grad) for shape, t in zip(shapes, tensors)]
+        device = tensors[0].device
         key = (
-            tuple(tuple(shape) for shape in shapes),
-            tuple((t.dtype, t.requires_grad) for t in tensors),
-            torch.is_autocast_enabled(memory_bank.device.type),
-            torch.get_autocast_dtype(memory_bank.device.type),
-            dropout_rates(self.decoder),
+            id(module),
+            tuple(specs),
+            torch.is_autocast_enabled(device.type),
+            torch.get_autocast_dtype(device.type),
+            dropout_rates(module),
         )
         recorded = self.recorded.get(key)
         if recorded is None and len(self.recorded) >= self.max_buckets:
-            dec_out, _, _ = self.decoder(tgt, memory_bank, state, lengths, need_attention=False)
-            return dec_out, {}, None
+            return call(tensors)
         if recorded is None:
-            recorded = self._record(key, tensors, shapes, state)
-        params = recorded.params
-        return Replayed.apply(recorded, *tensors, *params), {}, None
-
-    def _record(self, key, tensors, shapes, state) -> RecordedCall:
-        """The bucket ``key``'s call, recorded for inputs like ``tensors`` of ``shapes``."""
-        device = tensors[1].device
-        if device.type == "cuda" and self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        like = [
-            torch.empty(shape, dtype=t.dtype, device=device).requires_grad_(t.requires_grad)
-            for t, shape in zip(tensors, shapes)
-        ]
-        fills = [PAD_ID, 0.0, 1] + [0] * (len(tensors) - 3)  # a filler row: 1 source position
-        recorded = RecordedCall(self.decoder, state, like, fills, self.pool)
-        self.recorded[key] = recorded
-        return recorded
+            if device.type == "cuda" and id(module) not in self.pools:
+                self.pools[id(module)] = torch.cuda.graph_pool_handle()
+            pool = self.pools.get(id(module))
+            recorded = RecordedCall(module, call, specs, fills, device, pool)
+            self.recorded[key] = recorded
+        return Replayed.apply(recorded, *tensors, *recorded.params)

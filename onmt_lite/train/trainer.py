@@ -27,7 +27,7 @@ from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
 from onmt_lite.models.builder import set_dropout
 from onmt_lite.train.averaging import averaged
 from onmt_lite.train.distributed import step_share
-from onmt_lite.train.graphed import GraphedDecoder
+from onmt_lite.train.graphed import GraphedModel
 from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
 from onmt_lite.utils.errors import Stopped, UserError
@@ -76,8 +76,8 @@ class Trainer:
         batches, as many as -accum_count says).
         precision: a ``Precision`` (``-model_dtype``); float32 by default.
         dist: a ``Distributed`` when training with several processes, else None.
-        cuda_graphs: decode through a ``GraphedDecoder`` (``-cuda_graphs``; off CUDA the same
-            padded calls without graphs).
+        cuda_graphs: encode and decode through a ``GraphedModel`` (``-cuda_graphs``; off CUDA the
+            same padded calls without graphs).
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class Trainer:
         self.norm_method = norm_method
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
-        self.graphed = GraphedDecoder(model.decoder) if cuda_graphs else None
+        self.graphed = GraphedModel(model) if cuda_graphs else None
 
     @classmethod
     def from_opt(
@@ -133,15 +133,15 @@ class Trainer:
         n_positions = batch.tgt.size(0) - 1
         window = self.trunc_size or n_positions
         state = None
+        model = self.model if self.graphed is None else self.graphed
         for start in range(0, n_positions, window):
             with self.precision.autocast():
                 # the host's lengths: an RNN encoder packs with them without reading the device
-                memory_bank, lengths, first_state = self.model.encode(
+                memory_bank, lengths, first_state = model.encode(
                     batch.src, batch.src_lengths_cpu, batch.src_feats
                 )
                 tgt_in = batch.tgt[start : min(start + window, n_positions)]
-                decode = self.model.decode if self.graphed is None else self.graphed
-                dec_out, attns, state = decode(
+                dec_out, attns, state = model.decode(
                     tgt_in,
                     memory_bank,
                     lengths,

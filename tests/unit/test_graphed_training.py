@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from onmt_lite.train import graphed
-from onmt_lite.train.graphed import GraphedDecoder, bucket, graphing_problem
+from onmt_lite.train.graphed import GraphedModel, bucket, graphing_problem
 from onmt_lite.utils.host_syncs import HostSyncCounter
 from tests.helpers import TINY_MODEL, invoke, one_line_error, preprocess_in_process
 from tests.model_helpers import TRANSFORMER, make_batch, model_options, random_pairs
@@ -18,12 +18,21 @@ MODELS = {
     "rnn": [],
     "rnn_mlp": ["-global_attention", "mlp"],
     "transformer": TRANSFORMER,
+    # an encoder whose final state starts an RNN decoder: it runs as it is
+    "transformer_to_rnn": [
+        *TRANSFORMER[:2],
+        *TRANSFORMER[4:],
+        "-word_vec_size",
+        8,
+        "-rnn_size",
+        8,
+    ],
 }
 
 
 def graphed_trainer(*args, **kwargs):
     trainer, model = make_trainer(*args, **kwargs)
-    trainer.graphed = GraphedDecoder(model.decoder)
+    trainer.graphed = GraphedModel(model)
     return trainer, model
 
 
@@ -48,6 +57,7 @@ def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
         assert got.loss == pytest.approx(expected.loss, rel=1e-9)
         assert (got.n_words, got.n_correct) == (expected.n_words, expected.n_correct)
     assert len(replayed.graphed.recorded) >= 2  # the 13 rows and 20 positions: another bucket
+    assert replayed.graphed.graphs_encoder == (kind == "transformer")
     before = params(make_trainer(*MODELS[kind])[1])
     after = params(replayed_model)
     for name, value in params(eager_model).items():
@@ -83,7 +93,7 @@ def test_with_dropout_a_run_that_records_again_draws_what_the_uninterrupted_one_
     resumed, model = graphed_trainer(*args)
     torch.manual_seed(7)
     got = [resumed.train_step(batches).loss for batches in steps[:2]]
-    resumed.graphed = GraphedDecoder(model.decoder)  # the resumed process: no recording yet
+    resumed.graphed = GraphedModel(model)  # the resumed process: no recording yet
     got += [resumed.train_step(batches).loss for batches in steps[2:]]
     assert got == expected
     torch.manual_seed(7)
@@ -114,7 +124,7 @@ def test_a_replayed_call_reads_nothing_from_the_device_and_copies_nothing_from_t
     monkeypatch.setattr(graphed.RecordedCall, "backward", counted(graphed.RecordedCall.backward))
     trainer, _ = graphed_trainer(*MODELS[kind], "-dropout", 0.3)
     trainer.train_step([make_batch(random_pairs(6, seed=1))])
-    assert len(counters) == 2
+    assert len(counters) == (4 if kind == "transformer" else 2)  # a Transformer's encoder too
     for counter in counters:
         assert counter.syncs == 0, counter.sync_kinds
         assert counter.counts["lift_fresh"] == 0  # torch.tensor(host data)
@@ -123,7 +133,7 @@ def test_a_replayed_call_reads_nothing_from_the_device_and_copies_nothing_from_t
 
 def test_more_buckets_than_the_limit_decode_without_recording():
     trainer, model = make_trainer()
-    trainer.graphed = GraphedDecoder(model.decoder, max_buckets=1)
+    trainer.graphed = GraphedModel(model, max_buckets=1)
     eager, _ = make_trainer()
     for batches in ([make_batch(random_pairs(4, seed=1))], [make_batch(random_pairs(20, seed=2))]):
         assert trainer.train_step(batches).loss == pytest.approx(
@@ -169,10 +179,10 @@ def test_a_recording_holds_the_position_table_it_reads_when_a_longer_input_makes
     with -share_embeddings) or target, the old one must stay alive for the graphs that read it."""
     trainer, model = graphed_trainer(*TRANSFORMER)
     trainer.train_step([make_batch(random_pairs(4, seed=1))])
-    (recorded,) = trainer.graphed.recorded.values()
+    encoder, decoder = trainer.graphed.recorded.values()
     embeddings = model.decoder.embeddings
     old = embeddings._encoding_table
-    assert any(table is old for table in recorded.held)
+    assert any(table is old for table in decoder.held)
     embeddings(torch.zeros(500, 2, dtype=torch.long))  # a 500-word target: a longer table
     assert embeddings._encoding_table is not old
-    assert any(table is old for table in recorded.held)
+    assert any(table is old for table in decoder.held)
