@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from onmt_lite.train.graphed import GraphedModel
 from onmt_lite.utils.cpu_paths import as_on_a_gpu
 from onmt_lite.utils.host_syncs import HostSyncCounter, is_host
 from tests.model_helpers import TRANSFORMER, make_batch, random_pairs
@@ -77,6 +78,9 @@ CONFIGURATIONS = {
     "Transformer": (TRANSFORMER, 0),
     "Transformer, label smoothing": ([*TRANSFORMER, "-label_smoothing", 0.1], 0),
     "Transformer, copy, 3 shards": ([*TRANSFORMER, "-copy_attn"], 4),
+    # the passes replayed from recorded graphs (train/graphed.py): no read added
+    "RNN, -cuda_graphs": ([*RNN, "-dropout", 0.3], 0),
+    "Transformer, -cuda_graphs": ([*TRANSFORMER, "-label_smoothing", 0.1], 0),
 }
 
 
@@ -84,10 +88,14 @@ CONFIGURATIONS = {
 def test_a_training_step_reads_the_device_once(name):
     args, shard = CONFIGURATIONS[name]
     trunc = 3 if "-truncated_decoder" in args else 0
-    trainer, _ = make_trainer(
+    trainer, model = make_trainer(
         *args, shard=shard, trunc=trunc, optim="adam", learning_rate=0.001, max_grad_norm=5
     )
     trainer.train_step([make_batch(random_pairs(16, seed=1))])  # the optimizer's state exists
+    if "-cuda_graphs" in name:
+        trainer.graphed = GraphedModel(model)
+        # the buckets recorded (a recording waits for the device once)
+        trainer.train_step([make_batch(random_pairs(16, seed=2, min_len=9))])
     batch = on_device(make_batch(random_pairs(16, seed=2, min_len=9)))
     host = [batch.src_lengths_cpu, batch.indices_cpu, batch.tgt_cpu]
     with HostSyncCounter(host=host) as counter:
@@ -95,6 +103,8 @@ def test_a_training_step_reads_the_device_once(name):
     assert counter.syncs == 1, counter.sync_kinds
     assert counter.host_reads > 0  # the counter told the host tensors apart (else all would count)
     assert stats.n_words > 0
+    if "-cuda_graphs" in name:  # the counted step replayed what the step before recorded
+        assert len(trainer.graphed.recorded) == (2 if "Transformer" in name else 1)
 
 
 # The kernels a Transformer training step launches on a GPU, counted on the CPU as on a GPU
