@@ -9,6 +9,7 @@ import torch
 
 from onmt_lite.train import graphed
 from onmt_lite.train.graphed import GraphedModel, bucket, graphing_problem
+from onmt_lite.train.precision import Precision
 from onmt_lite.utils.host_syncs import HostSyncCounter
 from tests.helpers import TINY_MODEL, invoke, one_line_error, preprocess_in_process
 from tests.model_helpers import TRANSFORMER, make_batch, model_options, random_pairs
@@ -186,3 +187,26 @@ def test_a_recording_holds_the_position_table_it_reads_when_a_longer_input_makes
     embeddings(torch.zeros(500, 2, dtype=torch.long))  # a 500-word target: a longer table
     assert embeddings._encoding_table is not old
     assert any(table is old for table in decoder.held)
+
+
+@pytest.mark.kernels  # bfloat16 rounding
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_under_bf16_autocast_the_replayed_calls_give_the_eager_losses(kind):
+    """A recording runs under the step's autocast without its cache (a graph must cast the
+    weights at each replay): the losses are those without graphs, to bfloat16's rounding of the
+    padded sums."""
+    losses = []
+    for graphs in (False, True):
+        trainer, model = (graphed_trainer if graphs else make_trainer)(
+            *MODELS[kind], optim="adam", learning_rate=0.01
+        )
+        model.float()
+        trainer.precision = Precision("bf16", "cpu")
+        batches = [make_batch(random_pairs(6, seed=seed)) for seed in range(4)]
+        losses.append([trainer.train_step([batch]).loss for batch in batches])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    assert losses[0][-1] < losses[0][0]  # trained
+    # the recording ran under autocast: an RNN decoder's output (its attention's product) is
+    # bfloat16 (a Transformer's comes out of a layer norm, float32 under autocast)
+    dtypes = {recorded.outputs.dtype for recorded in trainer.graphed.recorded.values()}
+    assert dtypes == ({torch.bfloat16} if kind == "rnn" else {torch.float32})
