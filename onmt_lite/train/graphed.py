@@ -18,8 +18,9 @@ What changes: the dropout masks are drawn for the padded shapes, so with dropout
 from a run without the option (with dropout 0 they are the same, to the rounding of the padded
 sums). A recording's warm-up draws random numbers: the generator's state is put back after it, so
 a run resumed from a checkpoint, which records its buckets again, draws what the uninterrupted run
-drew. The parameters' gradients are graph-owned memory that the next replay overwrites: they are
-added to ``.grad`` (copied where it is None), never handed over as ``.grad`` itself.
+drew. The parameters' gradients land in one set of buffers per module, which every replay of its
+buckets overwrites: they are added to ``.grad`` (copied where it is None), never handed over as
+``.grad`` itself.
 
 A module's buckets share one memory pool: what a recording frees (the activations its backward
 graph reads) may serve the next one. That is safe because a bucket's forward and backward replays
@@ -47,7 +48,7 @@ from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.tensors import to_device
 
-MAX_BUCKETS = 48  # each holds its decoder parameters' gradients and its outputs
+MAX_BUCKETS = 48  # each holds its input buffers, its output and its inputs' gradients
 WARMUPS = 2  # runs before a recording (lazy initialisations stay out of the graph)
 
 
@@ -116,6 +117,11 @@ def padded_into(buffer: Tensor, value: Tensor, fill: int | float) -> None:
     buffer[tuple(slice(0, size) for size in value.shape)].copy_(value)
 
 
+def trained(module: nn.Module) -> list[Tensor]:
+    """The parameters of ``module`` that take gradients, in its order."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
 def add_gradients(params: list[Tensor], grads: list[Tensor | None]) -> None:
     """Add ``grads`` (graph-owned: the next replay overwrites them) to the parameters' ``.grad``:
     in place where there is one, a copy where there is none."""
@@ -138,12 +144,17 @@ class RecordedCall:
         module: the module whose parameters the call trains. call: the function recorded,
             ``call(buffers) -> output``, its output's leading corner the first input's shape.
             specs: each padded input's ``(shape, dtype, requires_grad)``. fills: its padding
-            value. device: the buffers'. pool: the CUDA graphs' memory pool (None off CUDA).
+            value. device: the buffers'. param_grads: where the parameters' gradients go, one
+            buffer each (``trained(module)``'s order), shared by the module's buckets. pool: the
+            CUDA graphs' memory pool (None off CUDA).
     """
 
-    def __init__(self, module: nn.Module, call, specs: list, fills: list, device, pool=None):
+    def __init__(
+        self, module: nn.Module, call, specs: list, fills: list, device, param_grads, pool=None
+    ):
         self.call = call
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.params = trained(module)
+        self.param_grads = param_grads
         self.fills = fills
         self.inputs = [
             torch.full(shape, fill, dtype=dtype, device=device).requires_grad_(requires_grad)
@@ -154,6 +165,7 @@ class RecordedCall:
         self.outputs: Tensor | None = None
         self.grad_output: Tensor | None = None
         self.grads: list[Tensor | None] = []  # the inputs' with_grad, then the parameters'
+        self.input_grads: list[Tensor | None] | None = None  # off CUDA: a replay's buffers
         self.graphs = None
         with generator_kept(self.device):
             if self.device.type == "cuda":
@@ -194,7 +206,9 @@ class RecordedCall:
             outputs = self._run_forward()
         self.grad_output = torch.empty_like(outputs)
         with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
-            self.grads = self._run_backward(outputs, lambda _: self.grad_output)
+            grads = self._run_backward(outputs, lambda _: self.grad_output)
+            n_inputs = len(self.with_grad)
+            self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
         self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
         self.graphs = (forward, backward)
 
@@ -223,12 +237,23 @@ class RecordedCall:
         padded_into(padded, grad_output, 0)
         fresh = self._run_backward(self._graph_output, lambda _: padded)
         self._graph_output = None
-        if not self.grads:
-            self.grads = [None if g is None else torch.empty_like(g) for g in fresh]
-        for buffer, grad in zip(self.grads, fresh):
+        n_inputs = len(self.with_grad)
+        if self.input_grads is None:
+            self.input_grads = [
+                None if g is None else torch.empty_like(g) for g in fresh[:n_inputs]
+            ]
+        for buffer, grad in zip(self.input_grads, fresh):
             if buffer is not None:
                 buffer.copy_(grad)  # as a replay leaves them: the same memory each time
-        return self.grads
+        return self.input_grads + self._into_param_grads(fresh[n_inputs:])
+
+    def _into_param_grads(self, grads: list[Tensor | None]) -> list[Tensor | None]:
+        """``grads`` (the parameters') copied into ``param_grads`` (recorded in the graph on
+        CUDA): those buffers, None where a parameter got no gradient."""
+        pairs = [(shared, g) for shared, g in zip(self.param_grads, grads) if g is not None]
+        if pairs:
+            torch._foreach_copy_([shared for shared, _ in pairs], [g for _, g in pairs])
+        return [shared if g is not None else None for shared, g in zip(self.param_grads, grads)]
 
 
 class Replayed(torch.autograd.Function):
@@ -273,6 +298,7 @@ class GraphedModel:
         self.max_buckets = max_buckets
         self.recorded: dict[tuple, RecordedCall] = {}
         self.pools: dict[int, tuple] = {}  # a CUDA graph memory pool per module: see the doc
+        self.param_grads: dict[int, list[Tensor]] = {}  # per module, shared by its buckets
         encoder = model.encoder
         self.graphs_encoder = (
             isinstance(encoder, TransformerEncoder) and encoder.final_layers is None
@@ -335,6 +361,9 @@ class GraphedModel:
             if device.type == "cuda" and id(module) not in self.pools:
                 self.pools[id(module)] = torch.cuda.graph_pool_handle()
             pool = self.pools.get(id(module))
-            recorded = RecordedCall(module, call, specs, fills, device, pool)
+            if id(module) not in self.param_grads:
+                self.param_grads[id(module)] = [torch.zeros_like(p) for p in trained(module)]
+            param_grads = self.param_grads[id(module)]
+            recorded = RecordedCall(module, call, specs, fills, device, param_grads, pool)
             self.recorded[key] = recorded
         return Replayed.apply(recorded, *tensors, *recorded.params)

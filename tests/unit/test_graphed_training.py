@@ -66,15 +66,22 @@ def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
         assert not torch.equal(value, before[name]), name  # every weight trained
 
 
-def test_a_bucket_replayed_twice_in_a_step_adds_both_gradients():
-    """Two batches of one bucket: the second replay overwrites the graph's gradients, so the first
-    batch's must have been added to ``.grad``, not handed over as it."""
-    batches = [make_batch(random_pairs(4, seed=5)), make_batch(random_pairs(4, seed=6))]
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_two_replays_in_a_step_add_both_gradients(buckets):
+    """Two batches of one bucket, or of two (whose gradients go to the same buffers): the second
+    replay overwrites the first's gradients, so they must have been added to ``.grad``, not
+    handed over as it."""
+    second = (
+        random_pairs(4, seed=6)
+        if buckets == 1
+        else random_pairs(20, seed=6, min_len=10, max_len=20)
+    )
+    batches = [make_batch(random_pairs(4, seed=5)), make_batch(second)]
     eager, eager_model = make_trainer()
     replayed, replayed_model = graphed_trainer()
     eager.train_step(batches)
     replayed.train_step(batches)
-    assert len(replayed.graphed.recorded) == 1
+    assert len(replayed.graphed.recorded) == buckets
     after = params(replayed_model)
     for name, value in params(eager_model).items():
         torch.testing.assert_close(after[name], value, rtol=1e-9, atol=1e-12, msg=name)
