@@ -2,6 +2,7 @@
 one optimizer step counted on the CPU as on a GPU (the small Transformer of ``gpu_speed.py``).
 
     .venv/bin/python bench/host_cost_training.py [-steps 4] [-peer /tmp/peer-opennmt] [-dry_run]
+    .venv/bin/python bench/host_cost_training.py -graphs [-config transformer|standard]
 
 On a GPU the small Transformer (2 + 2 layers of 256, 4,096-token batches) takes the device a few
 milliseconds a step, and the host spends some microseconds on each kernel it launches: where the
@@ -22,6 +23,13 @@ GPU: one a step). What the counts cannot show: a CPU kernel that is several ATen
 CUDA has one fused kernel (PyTorch's attention with dropout, ``-self_attn_type scaled-dot-flash``,
 and the recurrent cells, so no RNN here). Figures go to bench/results/host_cost_training.json.
 ``-dry_run``: onmt_lite alone, 3 steps counted.
+
+``-graphs``: onmt_lite alone, without and with ``-cuda_graphs`` (``train/graphed.py``; run here
+without graphs, as its tests run it), the steps counted after ``GRAPHS_SKIPPED`` (most buckets
+recorded by then), the operations of each replayed pass counted apart: a GPU launches a pass as
+one graph, so the kernels left are what the host launches outside them. ``-config standard`` counts
+the standard RNN instead (its LSTM cells are a dozen CPU operations where CUDA fuses them: the
+count without graphs overstates a GPU's). Figures to bench/results/host_cost_training_graphs.json.
 """
 
 import argparse
@@ -40,25 +48,60 @@ from toolkits import REPO, ensure_peer, peer_python  # noqa: E402
 
 CONFIG = "transformer"  # train_speed.py's
 SKIPPED = 2  # steps before those counted: the optimizer's state is made at the first
+GRAPHS_SKIPPED = 120  # with -graphs: every toy-ende bucket recorded (the last new at batch 117)
+REPLAYS = []  # the count under way: [counter, kernels inside replayed passes, replays]
 
 
-def counting(step_function, toolkit: str, counts: list, total: int):
-    """``step_function`` wrapped to count the steps after ``SKIPPED``, up to ``total`` of them, and
-    write nothing else."""
+def counting(step_function, toolkit: str, counts: list, total: int, skipped: int = SKIPPED):
+    """``step_function`` wrapped to count the steps after ``skipped``, up to ``total`` of them,
+    and write nothing else (the kernels of replayed passes apart: ``replayed_apart``)."""
     host_syncs = host_syncs_module()
     calls = []
 
     @functools.wraps(step_function)
     def step(*args, **kwargs):
         calls.append(None)
-        if len(calls) <= SKIPPED or len(counts) >= total:
+        if len(calls) <= skipped or len(counts) >= total:
             return step_function(*args, **kwargs)
         with gpu_ways(toolkit), host_syncs.HostSyncCounter() as counter:
+            REPLAYS.append([counter, 0, 0])
             result = step_function(*args, **kwargs)
-        counts.append({"kernels": counter.kernels, "reads": counter.syncs})
+            _, inside, replays = REPLAYS.pop()
+        kernels = counter.kernels - inside
+        counts.append({"kernels": kernels, "reads": counter.syncs, "replays": replays})
         return result
 
     return step
+
+
+def replayed_apart():
+    """onmt_lite's trainer with ``-cuda_graphs``' ``GraphedModel``, the operations of each
+    replayed pass (``RecordedCall.forward``, ``backward``) counted apart in ``REPLAYS``."""
+    from onmt_lite.train import graphed, trainer
+
+    step_function = trainer.Trainer.train_step
+
+    def graphed_step(self, batches):
+        if self.graphed is None:  # the command refuses -cuda_graphs without CUDA
+            self.graphed = graphed.GraphedModel(self.model)
+        return step_function(self, batches)
+
+    def apart(method):
+        def run(self, *args):
+            if not REPLAYS:
+                return method(self, *args)
+            count = REPLAYS[-1]
+            before = count[0].kernels
+            result = method(self, *args)
+            count[1] += count[0].kernels - before
+            count[2] += 1
+            return result
+
+        return run
+
+    trainer.Trainer.train_step = graphed_step
+    graphed.RecordedCall.forward = apart(graphed.RecordedCall.forward)
+    graphed.RecordedCall.backward = apart(graphed.RecordedCall.backward)
 
 
 def worker(toolkit: str, out: str, steps: int, arguments: list) -> None:
@@ -67,11 +110,16 @@ def worker(toolkit: str, out: str, steps: int, arguments: list) -> None:
 
     torch.set_num_threads(1)
     counts: list = []
-    if toolkit == "onmt_lite":
+    if toolkit.startswith("onmt_lite"):
         from onmt_lite.bin.train import main
         from onmt_lite.train import trainer
 
-        trainer.Trainer.train_step = counting(trainer.Trainer.train_step, toolkit, counts, steps)
+        skipped = SKIPPED
+        if toolkit == "onmt_lite+graphs":
+            replayed_apart()
+            skipped = GRAPHS_SKIPPED
+        step = counting(trainer.Trainer.train_step, "onmt_lite", counts, steps, skipped)
+        trainer.Trainer.train_step = step
         sys.argv = ["onmt_lite_train", *arguments]
     else:
         # as on a GPU, where PyTorch's Adam runs its foreach kernels by itself
@@ -88,13 +136,13 @@ def worker(toolkit: str, out: str, steps: int, arguments: list) -> None:
         json.dump(counts, f)
 
 
-def prepared(work: str, peer: str | None) -> dict:
-    """``{toolkit: its training arguments}`` of ``CONFIG`` on toy-ende, data made ready."""
+def prepared(work: str, peer: str | None, config: str = CONFIG) -> dict:
+    """``{toolkit: its training arguments}`` of ``config`` on toy-ende, data made ready."""
     from quality import lite_args
     from train_speed import CONFIGS, prepare, toy_ende
 
-    model_args, training, extra = CONFIGS[CONFIG]
-    settings = prepare(CONFIG, model_args, training, work, peer, toy_ende())
+    model_args, training, extra = CONFIGS[config]
+    settings = prepare(config, model_args, training, work, peer, toy_ende())
     data = ["-data", f"{work}/lite", "-save_model", f"{work}/lite_model", "-overwrite"]
     arguments = {"onmt_lite": [*data, *lite_args(model_args, settings), *extra]}
     if peer is not None:
@@ -105,7 +153,8 @@ def prepared(work: str, peer: str | None) -> dict:
 def count(toolkit: str, python: str, arguments: list, steps: int, work: str) -> list:
     out = os.path.join(work, f"{toolkit}.json")
     command = [python, os.path.abspath(__file__), "-worker", toolkit, out, str(steps), "--"]
-    command += [*arguments, "-train_steps", str(SKIPPED + steps)]
+    skipped = GRAPHS_SKIPPED if toolkit == "onmt_lite+graphs" else SKIPPED
+    command += [*arguments, "-train_steps", str(skipped + steps)]
     env = PEER_ENV if toolkit == "OpenNMT-py" else {**os.environ, "PYTHONPATH": REPO}
     with open(os.path.join(work, f"{toolkit}.log"), "w") as log:
         subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -119,6 +168,10 @@ def main(argv=None):
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py 3.5.1's venv")
     parser.add_argument("-work", default="/tmp/onmt_lite_host_cost_training")
     parser.add_argument("-dry_run", action="store_true", help="onmt_lite alone, 3 steps")
+    parser.add_argument(
+        "-graphs", action="store_true", help="onmt_lite alone, without and with -cuda_graphs"
+    )
+    parser.add_argument("-config", choices=["transformer", "standard"], default=CONFIG)
     parser.add_argument("-worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="*", help=argparse.SUPPRESS)
     opt = parser.parse_args(argv)
@@ -126,25 +179,34 @@ def main(argv=None):
         toolkit, out, steps = opt.worker
         worker(toolkit, out, int(steps), opt.arguments)
         return
-    os.makedirs(opt.work, exist_ok=True)
-    peer = None if opt.dry_run else opt.peer
+    work = opt.work if opt.config == CONFIG else f"{opt.work}_{opt.config}"
+    os.makedirs(work, exist_ok=True)
+    peer = None if opt.dry_run or opt.graphs else opt.peer
     if peer is not None:
         ensure_peer(peer)
     steps = 3 if opt.dry_run else opt.steps
+    arguments = prepared(work, peer, opt.config)
+    if opt.graphs:
+        arguments["onmt_lite+graphs"] = arguments["onmt_lite"]
     rows = {}
-    for toolkit, arguments in prepared(opt.work, peer).items():
-        python = sys.executable if toolkit == "onmt_lite" else peer_python(peer)
-        counts = count(toolkit, python, arguments, steps, opt.work)
+    for toolkit, args in arguments.items():
+        python = sys.executable if toolkit.startswith("onmt_lite") else peer_python(peer)
+        counts = count(toolkit, python, args, steps, work)
         rows[toolkit] = {
             "kernels": statistics.median(c["kernels"] for c in counts),
             "reads": statistics.median(c["reads"] for c in counts),
+            "replays": statistics.median(c["replays"] for c in counts),
             "steps": counts,
         }
-    print(f"the {CONFIG} configuration on toy-ende, medians of {steps} optimizer steps")
-    print("| toolkit | kernels a step | reads a step |")
-    print("| --- | ---: | ---: |")
+    print(f"the {opt.config} configuration on toy-ende, medians of {steps} optimizer steps")
+    print("| toolkit | kernels a step (outside replays) | replays | reads a step |")
+    print("| --- | ---: | ---: | ---: |")
     for toolkit, row in rows.items():
-        print(f"| {toolkit} | {row['kernels']:.0f} | {row['reads']:.0f} |")
+        print(f"| {toolkit} | {row['kernels']:.0f} | {row['replays']:.0f} | {row['reads']:.0f} |")
+    if opt.graphs and not opt.dry_run:
+        from quality import write_results
+
+        write_results(f"host_cost_training_graphs_{opt.config}", {"rows": rows})
     if "OpenNMT-py" in rows:
         ratio = rows["OpenNMT-py"]["kernels"] / rows["onmt_lite"]["kernels"]
         print(f"OpenNMT-py / onmt_lite kernels a step: {ratio:.2f}x")
