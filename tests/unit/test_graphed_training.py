@@ -18,7 +18,9 @@ from tests.unit.test_trainer import make_trainer, params
 MODELS = {
     "rnn": [],
     "rnn_mlp": ["-global_attention", "mlp"],
+    "rnn_context_gate": ["-context_gate", "both"],
     "transformer": TRANSFORMER,
+    "transformer_relative": [*TRANSFORMER, "-max_relative_positions", 4],
     # an encoder whose final state starts an RNN decoder: it runs as it is
     "transformer_to_rnn": [
         *TRANSFORMER[:2],
@@ -58,7 +60,7 @@ def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
         assert got.loss == pytest.approx(expected.loss, rel=1e-9)
         assert (got.n_words, got.n_correct) == (expected.n_words, expected.n_correct)
     assert len(replayed.graphed.recorded) >= 2  # the 13 rows and 20 positions: another bucket
-    assert replayed.graphed.graphs_encoder == (kind == "transformer")
+    assert replayed.graphed.graphs_encoder == (kind in ("transformer", "transformer_relative"))
     before = params(make_trainer(*MODELS[kind])[1])
     after = params(replayed_model)
     for name, value in params(eager_model).items():
