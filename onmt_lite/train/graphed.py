@@ -213,8 +213,8 @@ class RecordedCall:
         self.graphs = (forward, backward)
 
     def forward(self, inputs: list[Tensor]) -> Tensor:
-        """The decoder's output ``[T x B x H]`` (the buffer's) for ``inputs``, each written into
-        its buffer's corner."""
+        """The call's output (the buffer itself, valid until the next replay) for ``inputs``,
+        each written into its buffer's corner."""
         for buffer, value, fill in zip(self.inputs, inputs, self.fills):
             padded_into(buffer.detach(), value.detach(), fill)
         if self.graphs is not None:
