@@ -76,7 +76,8 @@ def counting(step_function, toolkit: str, counts: list, total: int, skipped: int
 
 def replayed_apart():
     """onmt_lite's trainer with ``-cuda_graphs``' ``GraphedModel``, the operations of each
-    replayed pass (``RecordedCall.forward``, ``backward``) counted apart in ``REPLAYS``."""
+    replayed pass (``RecordedCall._replay_forward``, ``_replay_backward``) counted apart in
+    ``REPLAYS``."""
     from onmt_lite.train import graphed, trainer
 
     step_function = trainer.Trainer.train_step
@@ -100,8 +101,9 @@ def replayed_apart():
         return run
 
     trainer.Trainer.train_step = graphed_step
-    graphed.RecordedCall.forward = apart(graphed.RecordedCall.forward)
-    graphed.RecordedCall.backward = apart(graphed.RecordedCall.backward)
+    # what a GPU replays; the copies into a bucket's buffers around it are the host's
+    graphed.RecordedCall._replay_forward = apart(graphed.RecordedCall._replay_forward)
+    graphed.RecordedCall._replay_backward = apart(graphed.RecordedCall._replay_backward)
 
 
 def worker(toolkit: str, out: str, steps: int, arguments: list) -> None:

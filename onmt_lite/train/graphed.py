@@ -162,16 +162,16 @@ class RecordedCall:
         ]
         self.with_grad = [i for i, t in enumerate(self.inputs) if t.requires_grad]
         self.device = torch.device(device)
-        self.outputs: Tensor | None = None
+        self.outputs: Tensor | None = None  # these three are what a recording leaves
         self.grad_output: Tensor | None = None
         self.grads: list[Tensor | None] = []  # the inputs' with_grad, then the parameters'
-        self.input_grads: list[Tensor | None] | None = None  # off CUDA: a replay's buffers
         self.graphs = None
+        self._eager_output: Tensor | None = None  # off CUDA: the last forward's, for backward
         with generator_kept(self.device):
             if self.device.type == "cuda":
                 self._record(pool)
-            else:  # what a recording runs first
-                self._run_backward(self._run_forward(), torch.ones_like)
+            else:
+                self._emulate_recording()
         self.held = Embeddings.kept_tables(module)  # read by the graph: kept alive
 
     def _run_forward(self) -> Tensor:
@@ -212,40 +212,55 @@ class RecordedCall:
         self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
         self.graphs = (forward, backward)
 
+    def _emulate_recording(self) -> None:
+        """Off CUDA: a run as a recording's warm-up, and the buffers a recording leaves (the
+        output, its gradient, the inputs' gradients; the parameters' are ``param_grads``)."""
+        output = self._run_forward()
+        grads = self._run_backward(output, torch.ones_like)
+        self.outputs = torch.empty_like(output.detach())
+        self.grad_output = torch.empty_like(self.outputs)
+        n_inputs = len(self.with_grad)
+        self.grads = [None if g is None else torch.empty_like(g) for g in grads[:n_inputs]]
+        self.grads += [
+            shared if g is not None else None
+            for shared, g in zip(self.param_grads, grads[n_inputs:])
+        ]
+
     def forward(self, inputs: list[Tensor]) -> Tensor:
         """The call's output (the buffer itself, valid until the next replay) for ``inputs``,
         each written into its buffer's corner."""
         for buffer, value, fill in zip(self.inputs, inputs, self.fills):
             padded_into(buffer.detach(), value.detach(), fill)
-        if self.graphs is not None:
-            self.graphs[0].replay()
-            return self.outputs
-        self._graph_output = self._run_forward()  # off CUDA: run it again, kept for backward
-        if self.outputs is None:
-            self.outputs = torch.empty_like(self._graph_output)
-        self.outputs.copy_(self._graph_output.detach())
+        self._replay_forward()
         return self.outputs
 
     def backward(self, grad_output: Tensor) -> list[Tensor | None]:
-        """The gradients (the buffers') of the last ``forward`` for ``grad_output`` written into
+        """The gradients (the buffers) of the last ``forward`` for ``grad_output`` written into
         the output gradient's corner: the inputs' that take one, then the parameters'."""
+        padded_into(self.grad_output, grad_output, 0)
+        self._replay_backward()
+        return self.grads
+
+    def _replay_forward(self) -> None:
+        """The recorded forward pass (one launch on CUDA; off CUDA the call run again, its output
+        copied into the buffer)."""
         if self.graphs is not None:
-            padded_into(self.grad_output, grad_output, 0)
+            self.graphs[0].replay()
+            return
+        self._eager_output = self._run_forward()
+        self.outputs.copy_(self._eager_output.detach())
+
+    def _replay_backward(self) -> None:
+        """The recorded backward pass (off CUDA run again, the gradients copied into the buffers
+        where a replay leaves them: the same memory each time)."""
+        if self.graphs is not None:
             self.graphs[1].replay()
-            return self.grads
-        padded = torch.zeros_like(self.outputs)
-        padded_into(padded, grad_output, 0)
-        fresh = self._run_backward(self._graph_output, lambda _: padded)
-        self._graph_output = None
-        n_inputs = len(self.with_grad)
-        if self.input_grads is None:
-            self.input_grads = [
-                None if g is None else torch.empty_like(g) for g in fresh[:n_inputs]
-            ]
-        for buffer, grad in zip(self.input_grads, fresh):
+            return
+        fresh = self._run_backward(self._eager_output, lambda _: self.grad_output)
+        self._eager_output = None
+        for buffer, grad in zip(self.grads, fresh):
             if buffer is not None:
-                buffer.copy_(grad)  # as a replay leaves them: the same memory each time
-        return self.input_grads + self._into_param_grads(fresh[n_inputs:])
+                buffer.copy_(grad)
 
     def _into_param_grads(self, grads: list[Tensor | None]) -> list[Tensor | None]:
         """``grads`` (the parameters') copied into ``param_grads`` (recorded in the graph on
