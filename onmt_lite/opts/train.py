@@ -466,11 +466,10 @@ def _optimization_opts(parser):
         action="store_true",
         help="Replay the decoder's (and a Transformer encoder's) forward and backward passes as "
         "recorded CUDA graphs, one pair per bucket of batch shapes (batches padded up to them): "
-        "fewer launches from the host, "
-        "which sets the pace of a small model's steps on a GPU. Needs a GPU; a Transformer or "
-        "input-feeding RNN decoder without copy attention, coverage, -lambda_align, "
-        "-truncated_decoder, -use_ckpting or -torch_compile; its dropout masks are not those "
-        "of a run without it",
+        "fewer launches from the host, which sets the pace of a small model's steps on a GPU. "
+        "Needs a GPU; a Transformer or input-feeding RNN decoder without copy attention, "
+        "coverage, -lambda_align, -truncated_decoder, -use_ckpting or -torch_compile; its "
+        "dropout masks are not those of a run without it",
     )
     add(
         group,

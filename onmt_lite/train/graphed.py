@@ -34,19 +34,18 @@ buffers as a replay would leave them (what the tests check). Which models: ``gra
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from onmt_lite.data.vocab import PAD_ID
+from onmt_lite.models.checkpoint import rng_state, set_rng_state
 from onmt_lite.models.dropout import Dropout
 from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.multihead import MultiHeadAttention
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
-from onmt_lite.utils.tensors import to_device
+from onmt_lite.utils.tensors import corner, to_device
 
 MAX_BUCKETS = 48  # each holds its input buffers, its output and its inputs' gradients
 WARMUPS = 2  # runs before a recording (lazy initialisations stay out of the graph)
@@ -97,24 +96,10 @@ def dropout_rates(module: nn.Module) -> tuple:
     return tuple(rates)
 
 
-@contextlib.contextmanager
-def generator_kept(device: torch.device):
-    """Run the body and put ``device``'s random generator back as it was."""
-    cuda = device.type == "cuda"
-    state = torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state()
-    try:
-        yield
-    finally:
-        if cuda:
-            torch.cuda.set_rng_state(state, device)
-        else:
-            torch.set_rng_state(state)
-
-
 def padded_into(buffer: Tensor, value: Tensor, fill: int | float) -> None:
     """``value`` written into the leading corner of ``buffer``, the rest ``fill``."""
     buffer.fill_(fill)
-    buffer[tuple(slice(0, size) for size in value.shape)].copy_(value)
+    buffer[corner(value.shape)].copy_(value)
 
 
 def trained(module: nn.Module) -> list[Tensor]:
@@ -167,11 +152,14 @@ class RecordedCall:
         self.grads: list[Tensor | None] = []  # the inputs' with_grad, then the parameters'
         self.graphs = None
         self._eager_output: Tensor | None = None  # off CUDA: the last forward's, for backward
-        with generator_kept(self.device):
+        generators = rng_state()
+        try:
             if self.device.type == "cuda":
                 self._record(pool)
             else:
                 self._emulate_recording()
+        finally:  # the recording's random draws undone: see the doc
+            set_rng_state(generators)
         self.held = Embeddings.kept_tables(module)  # read by the graph: kept alive
 
     def _run_forward(self) -> Tensor:
@@ -296,7 +284,7 @@ class Replayed(torch.autograd.Function):
         input_grads: list[Tensor | None] = [None] * len(recorded.inputs)
         for i, grad in zip(recorded.with_grad, grads[:n_wanted]):
             shape = ctx.shapes[i]
-            input_grads[i] = None if grad is None else grad[tuple(slice(0, s) for s in shape)]
+            input_grads[i] = None if grad is None else grad[corner(shape)]
         return (None, *input_grads, *([None] * len(recorded.params)))
 
 
@@ -312,8 +300,9 @@ class GraphedModel:
         self.model = model
         self.max_buckets = max_buckets
         self.recorded: dict[tuple, RecordedCall] = {}
-        self.pools: dict[int, tuple] = {}  # a CUDA graph memory pool per module: see the doc
-        self.param_grads: dict[int, list[Tensor]] = {}  # per module, shared by its buckets
+        # per module, shared by its buckets: a CUDA graph memory pool (see the doc; None off
+        # CUDA) and the parameters' gradient buffers
+        self.shared: dict[int, tuple] = {}
         encoder = model.encoder
         self.graphs_encoder = (
             isinstance(encoder, TransformerEncoder) and encoder.final_layers is None
@@ -344,7 +333,8 @@ class GraphedModel:
             state = template.of_parts(rest)
             return decoder(tgt, memory_bank, state, lengths, need_attention=False)[0]
 
-        tensors = [tgt, memory_bank, lengths.to(memory_bank.device)] + [t for t, _ in parts]
+        tensors = [tgt, memory_bank, to_device(lengths, memory_bank.device)]
+        tensors += [t for t, _ in parts]
         row_dims = [1, 1, 0] + [dims[0] for _, dims in parts]
         fills = [PAD_ID, 0.0, 1] + [0] * len(parts)  # a filler row: 1 source position
         dec_out = self._replayed(decoder, call, tensors, row_dims, [(0, 0), (1, 0)], fills)
@@ -373,12 +363,10 @@ class GraphedModel:
         if recorded is None and len(self.recorded) >= self.max_buckets:
             return call(tensors)
         if recorded is None:
-            if device.type == "cuda" and id(module) not in self.pools:
-                self.pools[id(module)] = torch.cuda.graph_pool_handle()
-            pool = self.pools.get(id(module))
-            if id(module) not in self.param_grads:
-                self.param_grads[id(module)] = [torch.zeros_like(p) for p in trained(module)]
-            param_grads = self.param_grads[id(module)]
+            if id(module) not in self.shared:
+                pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+                self.shared[id(module)] = (pool, [torch.zeros_like(p) for p in trained(module)])
+            pool, param_grads = self.shared[id(module)]
             recorded = RecordedCall(module, call, specs, fills, device, param_grads, pool)
             self.recorded[key] = recorded
         return Replayed.apply(recorded, *tensors, *recorded.params)

@@ -33,6 +33,7 @@ from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
+from onmt_lite.utils.tensors import corner
 
 # the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
 # device and collects Python's garbage: tens of milliseconds): rows (when the search does not say
@@ -82,11 +83,6 @@ def memory_parts(stepper: ModelStepper) -> list[tuple[Tensor, Dims]]:
     if stepper.keys is not None:
         parts.append((stepper.keys, (stepper.keys_batch_dim, stepper.keys_source_dim, None)))
     return parts
-
-
-def corner(shape) -> tuple:
-    """The index of a tensor of ``shape`` in the leading corner of a larger one."""
-    return tuple(slice(0, size) for size in shape)
 
 
 def only_model(stepper) -> ModelStepper:

@@ -13,6 +13,11 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=True)
 
 
+def corner(shape) -> tuple:
+    """The index of a tensor of ``shape`` in the leading corner of a larger one."""
+    return tuple(slice(0, size) for size in shape)
+
+
 def pad_to(tensor, dim, size, left=False):
     """``tensor`` padded with zeros along ``dim`` to ``size`` (after it, or before it with
     ``left``)."""
