@@ -52,6 +52,11 @@ GRAPHS_SKIPPED = 120  # with -graphs: every toy-ende bucket recorded (the last n
 REPLAYS = []  # the count under way: [counter, kernels inside replayed passes, replays]
 
 
+def skipped_steps(toolkit: str) -> int:
+    """The steps before those counted."""
+    return GRAPHS_SKIPPED if toolkit == "onmt_lite+graphs" else SKIPPED
+
+
 def counting(step_function, toolkit: str, counts: list, total: int, skipped: int = SKIPPED):
     """``step_function`` wrapped to count the steps after ``skipped``, up to ``total`` of them,
     and write nothing else (the kernels of replayed passes apart: ``replayed_apart``)."""
@@ -116,10 +121,9 @@ def worker(toolkit: str, out: str, steps: int, arguments: list) -> None:
         from onmt_lite.bin.train import main
         from onmt_lite.train import trainer
 
-        skipped = SKIPPED
         if toolkit == "onmt_lite+graphs":
             replayed_apart()
-            skipped = GRAPHS_SKIPPED
+        skipped = skipped_steps(toolkit)
         step = counting(trainer.Trainer.train_step, "onmt_lite", counts, steps, skipped)
         trainer.Trainer.train_step = step
         sys.argv = ["onmt_lite_train", *arguments]
@@ -155,8 +159,7 @@ def prepared(work: str, peer: str | None, config: str = CONFIG) -> dict:
 def count(toolkit: str, python: str, arguments: list, steps: int, work: str) -> list:
     out = os.path.join(work, f"{toolkit}.json")
     command = [python, os.path.abspath(__file__), "-worker", toolkit, out, str(steps), "--"]
-    skipped = GRAPHS_SKIPPED if toolkit == "onmt_lite+graphs" else SKIPPED
-    command += [*arguments, "-train_steps", str(skipped + steps)]
+    command += [*arguments, "-train_steps", str(skipped_steps(toolkit) + steps)]
     env = PEER_ENV if toolkit == "OpenNMT-py" else {**os.environ, "PYTHONPATH": REPO}
     with open(os.path.join(work, f"{toolkit}.log"), "w") as log:
         subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
