@@ -23,9 +23,10 @@
 #   train      bench/gpu_speed.py: transformer and rnn64, fp32, both toolkits               300 s
 #   mixed      the same in mixed precision: onmt_lite bf16 and fp16, the peer's fp16          420 s
 #   levers     bench/gpu_speed.py -levers: transformer, each speed option alone and together  420 s
-#   graphs     bench/gpu_check.py (k), training's -cuda_graphs: the losses without it at      200 s
-#              dropout 0, exact resume with dropout; then gpu_speed.py -levers, rnn64 and       300 s
-#              transformer, fp32, without and with -cuda_graphs, 100 steps after 150
+#   graphs     bench/gpu_check.py (k), training's -cuda_graphs: the losses without it at      190 s
+#              dropout 0, exact resume with dropout; then gpu_speed.py -levers, transformer     320 s
+#              and rnn64, fp32, without and with -cuda_graphs and with each step's checks
+#              read at once (each_step: as before 2026-11-28), 100 steps after 150
 #   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
 #   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
 #              with and without -cuda_graphs (trains the model once: a later call on the same warm
@@ -110,11 +111,13 @@ for name in "${STAGES[@]}"; do
     levers) stage levers 420 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer \
         -steps 50 -warmup 30 -work "$WORK/levers" ;;
     graphs)
-        stage graphs_check 200 $PY bench/gpu_check.py "${DEVICE[@]}" -quick -checks k \
+        stage graphs_check 190 $PY bench/gpu_check.py "${DEVICE[@]}" -quick -checks k \
             -work "$WORK/graphs_check"
-        # the buckets are recorded in the first 120 or so steps: measured after them
-        stage graphs 300 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only rnn64 transformer \
-            -lever_names none graphs -dtypes fp32 -steps 100 -warmup 150 -work "$WORK/graphs" ;;
+        # the buckets are recorded in the first 120 or so steps: measured after them; each_step
+        # (the checks read at each step, as before 2026-11-28) last, the first row a cut call loses
+        stage graphs 320 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer rnn64 \
+            -lever_names none graphs each_step -dtypes fp32 -steps 100 -warmup 150 \
+            -work "$WORK/graphs" ;;
     profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
         -work "$WORK/profile" ;;
     translate) stage translate 540 $PY bench/gpu_translate_speed.py "${DRY[@]}" \

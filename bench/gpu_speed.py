@@ -26,7 +26,9 @@ toolkits' logs are checked to hold models of the same parameter count.
 ``-levers`` runs onmt_lite alone instead, fp32 and bf16, without and with each of its speed options
 (``LEVERS``: ``-num_workers 1``, ``-self_attn_type scaled-dot-flash``, ``-torch_compile``, all
 three, the last three for Transformers only; ``-cuda_graphs``, which records its buckets of batch
-shapes in a run's first hundred or so steps: give it a ``-warmup`` past them): what each pays,
+shapes in a run's first hundred or so steps: give it a ``-warmup`` past them; ``each_step``, no
+option but ``bench/train_each_step.py``: each step's checks read before its update, as before
+2026-11-28, against every few steps now): what each pays,
 before a default is changed; ``-lever_names`` and ``-dtypes`` choose some. Figures to
 bench/results/gpu_levers.json.
 
@@ -101,6 +103,8 @@ LEVERS = {
     "compile": ["-torch_compile"],
     "all": ["-num_workers", 1, "-self_attn_type", "scaled-dot-flash", "-torch_compile"],
     "graphs": ["-cuda_graphs"],
+    # no option: bench/train_each_step.py, the step's checks read at each step as before 2026-11-28
+    "each_step": [],
 }
 TRANSFORMER_ONLY = {"flash", "compile", "all"}  # the RNN has no layers they change
 VOCAB_MULTIPLE = 8  # onmt_lite's -vocab_size_multiple here (since 2026-11-28; was 1)
@@ -186,8 +190,11 @@ def one_run(toolkit, dtype, config, train_args, work, opt, steps, lever=""):
     if toolkit == "onmt_lite":
         device = [] if opt.dry_run else ["-gpu_ranks", 0]
         extra = CHECKPOINTING.get(config, ([], None))[0]
+        runner = lite("train")
+        if lever == "each_step":
+            runner = [sys.executable, os.path.join(os.path.dirname(__file__), "train_each_step.py")]
         command = [
-            *lite("train"),
+            *runner,
             "-data",
             f"{work}/lite",
             "-save_model",

@@ -2,8 +2,9 @@
 
 A shard's numbers are sums on the device. Reading each one to the host would stall a GPU once per
 shard, so ``Statistics.on_device`` keeps them there: adding statistics up adds the tensors, and the
-first read of ``loss``, ``n_words`` or ``n_correct`` (or ``settle``, which the trainer calls once a
-step, reading the gradient norm in the same go) brings them to the host in one read.
+first read of ``loss``, ``n_words`` or ``n_correct`` (or ``settle``, which a trainer that checks
+each step before its update calls, reading the gradient norm in the same go) brings them to the host
+in one read; ``device_loss`` gives the loss, unread, to a check kept on the device.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class Statistics:
         loss = torch.as_tensor(loss, dtype=torch.float64, device=n_words.device).detach()
         stats._on_device = torch.stack([loss, n_words.double(), n_correct.double()])
         return stats
+
+    def device_loss(self, device: torch.device) -> Tensor:
+        """The summed loss as a 0-dim float64 tensor on ``device``, read from nothing (the part
+        already on the host added to the part still on the device)."""
+        if self._on_device is None:
+            return torch.tensor(self._loss, dtype=torch.float64, device=device)
+        part = self._on_device[0]
+        return part + self._loss if self._loss else part
 
     def settle(self, *extra: Tensor) -> list[float]:
         """Bring the numbers still on the device to the host, with the 0-dim tensors ``extra`` in

@@ -13,7 +13,13 @@ from onmt_lite.utils.errors import UserError
 
 
 class NonFiniteError(ArithmeticError):
-    """A NaN or infinite loss or gradient: the step is not applied."""
+    """A NaN or infinite loss or gradient: the step is not applied. ``later``: the steps taken
+    after it before it was read, all skipped too (``step_checks.DeferredChecks``); 0 for the step
+    just taken."""
+
+    def __init__(self, message: str, later: int = 0):
+        super().__init__(message)
+        self.later = later
 
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -160,21 +166,32 @@ class Optimizer:
         grads = [p.grad for p in self.params if p.grad is not None]
         return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
-    def step(self, grad_scale=1.0, total_norm=None, norm=None):
+    @property
+    def can_skip_on_device(self) -> bool:
+        """Whether the torch optimizer skips an update by a flag on the device (``found_inf``, a
+        fused Adam's or AdamW's): what ``step(skip=...)`` needs."""
+        return bool(self.optimizer.defaults.get("fused"))
+
+    def step(self, grad_scale=1.0, total_norm=None, norm=None, skip=None):
         """Check, unscale (by ``grad_scale``, the fp16 loss scale) and clip the gradients, set the
         scheduled learning rates, update; returns the gradient norm before clipping. A NaN or
         infinite gradient raises NonFiniteError before any parameter or schedule changes.
         ``total_norm`` and ``norm``: ``gradient_norm()`` and its value, when the caller has read
         them already (the trainer reads the norm with the step's statistics: one host sync for
-        both)."""
+        both). ``skip`` instead of ``norm`` (``can_skip_on_device``): a 0-dim float32 flag on the
+        device, 1 to leave parameters and moments as they are; nothing is read, None returned, and
+        the schedule moves on (``undo_steps`` takes it back)."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if total_norm is None:
             total_norm = self.gradient_norm()
-        if norm is None:
-            norm = float(total_norm)
-        norm = norm / grad_scale
-        if not math.isfinite(norm):
-            raise NonFiniteError(f"the gradient norm is {norm}")
+        if skip is not None:
+            self.optimizer.found_inf = skip
+        else:
+            if norm is None:
+                norm = float(total_norm)
+            norm = norm / grad_scale
+            if not math.isfinite(norm):
+                raise NonFiniteError(f"the gradient norm is {norm}")
         if grad_scale != 1.0:
             torch._foreach_mul_(grads, 1.0 / grad_scale)
             total_norm = total_norm / grad_scale
@@ -186,6 +203,10 @@ class Optimizer:
             torch_group["lr"] = lr * group["lr_mult"]
         self.optimizer.step()
         return norm
+
+    def undo_steps(self, count: int) -> None:
+        """Take the schedule back ``count`` steps that the device skipped (``step(skip=...)``)."""
+        self.decay_step -= count
 
     def state_dict(self):
         """Plain data: the schedule position and each parameter's optimizer state by name, as CPU

@@ -10,8 +10,10 @@ With several processes (``dist``, see distributed.py) the normaliser is the step
 them and the gradients are summed over them after the step's last backward pass.
 
 Faults: a NaN or infinite loss or gradient stops training before the step is applied (the weights
-and the checkpoints on disk stay good). SIGINT or SIGTERM ends the current step, saves a checkpoint
-and exits with 128 + the signal number; a second signal stops at once.
+and the checkpoints on disk stay good). With a fused Adam or AdamW, float32 or bf16 and one process,
+the check is read every few steps, not at each (``step_checks.py``): the device skips the bad step
+and every one after it until the read, which names the bad step. SIGINT or SIGTERM ends the current
+step, saves a checkpoint and exits with 128 + the signal number; a second signal stops at once.
 """
 
 import contextlib
@@ -30,6 +32,7 @@ from onmt_lite.train.distributed import step_share
 from onmt_lite.train.graphed import GraphedModel
 from onmt_lite.train.optim import NonFiniteError, Optimizer
 from onmt_lite.train.precision import Precision
+from onmt_lite.train.step_checks import DeferredChecks
 from onmt_lite.utils.errors import Stopped, UserError
 from onmt_lite.utils.logging import logger
 
@@ -105,6 +108,10 @@ class Trainer:
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
         self.graphed = GraphedModel(model) if cuda_graphs else None
+        # each step read before its update where the device cannot skip one, or other processes
+        # read it anyway (their sums); fp16 too, which must know of an overflow at once (its scale)
+        deferred = optim is not None and optim.can_skip_on_device and dist is None
+        self.checks = DeferredChecks(self.device) if deferred else None
 
     @classmethod
     def from_opt(
@@ -161,7 +168,8 @@ class Trainer:
         """One optimizer step over ``batches`` (a list of ``accum_count`` batches; this process's
         share of the step with several processes). Returns the step's Statistics (of all
         processes)."""
-        self.model.train()
+        if not self.model.training:  # a walk over every module: not at each step
+            self.model.train()
         norm = normalization(batches, self.norm_method)  # on the CPU: no wait for the device
         batches = [b.to(self.device) for b in batches]
         if self.dist is not None:
@@ -175,6 +183,12 @@ class Trainer:
             self.dist.sum_gradients(self.optim.params)
             self.dist.sum_statistics(stats)
         total_norm = self.optim.gradient_norm()
+        if self.checks is not None and not self.precision.scaled:  # read by check_steps()
+            skip = self.checks.add(stats.device_loss(self.device), total_norm)
+            self.optim.step(total_norm=total_norm, skip=skip)
+            if self.checks.full:
+                self.check_steps()
+            return stats
         (norm,) = stats.settle(total_norm)  # the step's one host read: statistics and gradient norm
         # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
         try:
@@ -191,6 +205,18 @@ class Trainer:
             return stats
         self.precision.update(overflow=False)
         return stats
+
+    def check_steps(self) -> None:
+        """Read the steps not yet checked (``DeferredChecks``; one host read): NonFiniteError for
+        the first that was not finite, the schedule taken back to before it (the device skipped it
+        and every step after it: the weights and moments are those before it)."""
+        if self.checks is None:
+            return
+        try:
+            self.checks.read()
+        except NonFiniteError as err:
+            self.optim.undo_steps(err.later + 1)
+            raise
 
     def validate(self, batches):
         """Statistics of the model on ``batches`` (eval mode, no gradients, no label smoothing)."""
@@ -257,23 +283,20 @@ class TrainingRun:
             if share is None:  # -single_pass or -epochs: the data has ended
                 self._end_of_pass(step, saved)
                 break
-            try:
+            with self._non_finite_stops(step + 1):
                 stats = self.trainer.train_step(share)
-            except NonFiniteError as err:
-                last = self._last_checkpoint() or opt.train_from or "none was written"
-                raise UserError(
-                    f"step {step + 1}: {err}; training stopped without applying this step "
-                    f"(last good checkpoint: {last})"
-                ) from None
             step += 1
             if self.average is not None:
                 self.average.update(step)
             report_stats.update(stats)
-            if step % opt.report_every == 0:
+            reporting = step % opt.report_every == 0
+            validating = self.valid_batches is not None and step % opt.valid_steps == 0
+            if reporting or validating:
+                self._check_steps(step)
+            if reporting:
                 if self.is_main:
                     self.reporter.training(step, report_stats, lr)
                 report_stats = Statistics()
-            validating = self.valid_batches is not None and step % opt.valid_steps == 0
             if validating:
                 # nothing is validated or saved from weights out of float range
                 self._check_weights(step)
@@ -284,6 +307,8 @@ class TrainingRun:
             save = (
                 step % opt.save_checkpoint_steps == 0 or step == opt.train_steps or stop or received
             )
+            if save:
+                self._check_steps(step)
             if save and not validating:
                 self._check_weights(step)
             if save and self.is_main:
@@ -303,6 +328,26 @@ class TrainingRun:
                 )
                 break
         return step
+
+    def _check_steps(self, step):
+        """The steps up to ``step`` were finite (read once if some were not checked yet), or
+        training stops here (what a report, a validation and a checkpoint rely on)."""
+        with self._non_finite_stops(step):
+            self.trainer.check_steps()
+
+    @contextlib.contextmanager
+    def _non_finite_stops(self, step):
+        """A NonFiniteError of a check at ``step`` (the step just taken, or steps taken before it
+        and read only now) as the UserError that stops training."""
+        try:
+            yield
+        except NonFiniteError as err:
+            last = self._last_checkpoint() or self.opt.train_from or "none was written"
+            skipped = f" or the {err.later} after it" if err.later else ""
+            raise UserError(
+                f"step {step - err.later}: {err}; training stopped without applying this step"
+                f"{skipped} (last good checkpoint: {last})"
+            ) from None
 
     def _schedule_dropout(self, step):
         """Set the dropouts of step number ``step`` (-dropout, -attention_dropout,
@@ -330,6 +375,7 @@ class TrainingRun:
                 "-epochs)"
             )
             if saved != step:
+                self._check_steps(step)
                 self._check_weights(step)
                 self.saver.save(step)
 

@@ -240,6 +240,50 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_check
         assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
 
 
+def test_a_bad_step_read_later_is_named_and_no_checkpoint_holds_it(data, tmp_path, monkeypatch):
+    """With Adam (fused: train/step_checks.py) a step's loss and gradient norm are read at the
+    next report, validation or checkpoint: a step made infinite (step 5 here) and the steps after
+    it are skipped on the device, and the read at the report of step 6 names step 5 and the last
+    checkpoint before it."""
+    from onmt_lite.train.optim import Optimizer
+    from onmt_lite.utils.errors import UserError
+
+    gradient_norm = Optimizer.gradient_norm
+
+    def poisoned_norm(self):
+        if self.decay_step == 4:  # step 5's gradients
+            with torch.no_grad():
+                self.params[0].grad[0] = float("inf")
+        return gradient_norm(self)
+
+    monkeypatch.setattr(Optimizer, "gradient_norm", poisoned_norm)
+    prefix = str(tmp_path / "m")
+    with pytest.raises(UserError) as error:
+        train_in_process(
+            data,
+            prefix,
+            *TINY_MODEL,
+            "-optim",
+            "adam",
+            "-learning_rate",
+            0.001,
+            "-train_steps",
+            12,
+            "-save_checkpoint_steps",
+            4,
+            "-report_every",
+            3,
+            "-seed",
+            1,
+        )
+    expected = (
+        r"step 5: the gradient norm is inf; training stopped without applying this step or the 1 "
+        rf"after it \(last good checkpoint: {re.escape(prefix)}_step_4.pt\)"
+    )
+    assert re.fullmatch(expected, str(error.value)), str(error.value)
+    assert sorted(checkpoints(prefix)) == [4]
+
+
 def test_weights_out_of_float_range_are_never_saved_nor_named_a_good_checkpoint(
     data, tmp_path, monkeypatch
 ):

@@ -61,10 +61,12 @@ def on_device(batch):
     return batch
 
 
-# Every configuration reads the device once a step: the step's statistics and the gradient norm
-# together. Before: the encoder's lengths and PyTorch's unsorted indices to the host (RNN packing),
-# the rows of the real target words (``nonzero``) and three statistics per shard, and the
-# optimizer's check of the gradient norm (RNN 7, RNN with 3 shards 15, Transformer 5).
+# No configuration reads the device in a step: with a fused Adam the step's loss and gradient norm
+# are checked every few steps (train/step_checks.py), in one read; an optimizer that cannot skip an
+# update on the device reads them at each step, with the statistics, once. Before 2026-11-27: the
+# encoder's lengths and PyTorch's unsorted indices to the host (RNN packing), the rows of the real
+# target words (``nonzero``) and three statistics per shard, and the optimizer's check of the
+# gradient norm (RNN 7, RNN with 3 shards 15, Transformer 5); before 2026-11-28, one a step.
 RNN = ["-encoder_type", "brnn"]
 CONFIGURATIONS = {
     "RNN": (RNN, 0),
@@ -84,25 +86,31 @@ CONFIGURATIONS = {
 }
 
 
+@pytest.mark.parametrize("optim", ["adam", "sgd"])
 @pytest.mark.parametrize("name", CONFIGURATIONS)
-def test_a_training_step_reads_the_device_once(name):
+def test_a_training_step_reads_the_device_never_or_once(name, optim):
     args, shard = CONFIGURATIONS[name]
     trunc = 3 if "-truncated_decoder" in args else 0
     trainer, model = make_trainer(
-        *args, shard=shard, trunc=trunc, optim="adam", learning_rate=0.001, max_grad_norm=5
+        *args, shard=shard, trunc=trunc, optim=optim, learning_rate=0.001, max_grad_norm=5
     )
     trainer.train_step([make_batch(random_pairs(16, seed=1))])  # the optimizer's state exists
     if "-cuda_graphs" in name:
         trainer.graphed = GraphedModel(model)
         # the buckets recorded (a recording waits for the device once)
         trainer.train_step([make_batch(random_pairs(16, seed=2, min_len=9))])
-    batch = on_device(make_batch(random_pairs(16, seed=2, min_len=9)))
-    host = [batch.src_lengths_cpu, batch.indices_cpu, batch.tgt_cpu]
+    trainer.check_steps()
+    batches = [on_device(make_batch(random_pairs(16, seed=s, min_len=9))) for s in (2, 3)]
+    host = [t for b in batches for t in (b.src_lengths_cpu, b.indices_cpu, b.tgt_cpu)]
     with HostSyncCounter(host=host) as counter:
-        stats = trainer.train_step([batch])
-    assert counter.syncs == 1, counter.sync_kinds
+        stats = [trainer.train_step([batch]) for batch in batches]
+    assert counter.syncs == (0 if optim == "adam" else 2), counter.sync_kinds
     assert counter.host_reads > 0  # the counter told the host tensors apart (else all would count)
-    assert stats.n_words > 0
+    with HostSyncCounter() as counter:
+        trainer.check_steps()
+    # adam: the checks of both steps in one read; sgd: nothing left to read
+    assert counter.syncs == (1 if optim == "adam" else 0), counter.sync_kinds
+    assert all(s.n_words > 0 for s in stats)
     if "-cuda_graphs" in name:  # the counted step replayed what the step before recorded
         assert len(trainer.graphed.recorded) == (2 if "Transformer" in name else 1)
 
@@ -123,6 +131,6 @@ def test_a_transformer_training_step_launches_a_bounded_number_of_kernels_as_on_
     host = [batch.src_lengths_cpu, batch.indices_cpu, batch.tgt_cpu]
     with as_on_a_gpu(), HostSyncCounter(host=host) as counter:
         trainer.train_step([batch])
-    assert counter.syncs == 1, counter.sync_kinds
+    assert counter.syncs == 0, counter.sync_kinds
     assert counter.counts["random_"] == 0  # PyTorch's dropout, not the CPU's own masks
     assert counter.kernels <= TRANSFORMER_STEP_KERNELS, counter.kernels

@@ -2,6 +2,7 @@
 rates."""
 
 import argparse
+import re
 
 import pytest
 import torch
@@ -182,32 +183,83 @@ def test_max_grad_norm_scales_the_whole_gradient_to_that_norm_and_leaves_smaller
             )
 
 
+def poisoned_once(model, poison):
+    """Make the next step's loss (a generator bias of NaN, put back by ``heal``) or gradient (an
+    encoder weight's, times infinity, for one backward pass) not finite; returns ``heal``."""
+    if poison == "loss":
+        bias = model.generator[0].bias
+        kept = bias[3].item()
+        with torch.no_grad():
+            bias[3] = float("nan")  # every prediction's softmax turns NaN
+
+        def heal():
+            with torch.no_grad():
+                bias[3] = kept
+
+        return heal
+    hooks = []
+
+    def once(grad):
+        hooks.pop().remove()
+        return grad * float("inf")
+
+    hooks.append(model.encoder.rnn.weight_hh_l0.register_hook(once))
+    return lambda: None
+
+
 @pytest.mark.parametrize("poison", ["loss", "gradient"])
-def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison):
+@pytest.mark.parametrize("checked", ["each step", "deferred"])
+def test_a_non_finite_loss_or_gradient_stops_before_anything_changes(poison, checked):
+    """Read at each step (an optimizer that cannot skip on the device, fp16, several processes), the
+    bad step raises before it is applied. Deferred (a fused Adam: ``step_checks.py``), the device
+    skips it and the finite steps after it; the read raises naming it, and the weights, moments and
+    schedule are those before it."""
     from onmt_lite.train.optim import NonFiniteError
 
     trainer, model = make_trainer(optim="adam", learning_rate=0.01)
+    assert trainer.checks is not None  # a fused Adam on one process, float32
+    if checked == "each step":
+        trainer.checks = None
     trainer.train_step([make_batch(random_pairs(4, seed=16))])
+    trainer.check_steps()
     before = params(model)
     schedule_step = trainer.optim.decay_step
     moments = {k: v["exp_avg"].clone() for k, v in trainer.optim.state_dict()["state"].items()}
-    if poison == "loss":
-        with torch.no_grad():
-            model.generator[0].bias[3] = float("nan")  # every prediction's softmax turns NaN
-    else:
-        model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
-    with pytest.raises(NonFiniteError, match="nan|inf"):
+    steps = {k: v["step"].clone() for k, v in trainer.optim.state_dict()["state"].items()}
+    heal = poisoned_once(model, poison)
+    with pytest.raises(NonFiniteError, match="nan|inf") as error:
         trainer.train_step([make_batch(random_pairs(4, seed=17))])
+        heal()
+        for seed in (18, 19):  # finite steps, skipped too
+            trainer.train_step([make_batch(random_pairs(4, seed=seed))])
+        trainer.check_steps()
+    heal()
+    assert error.value.later == (0 if checked == "each step" else 2)
+    match = "the loss is nan" if poison == "loss" else "the gradient norm is (nan|inf)"
+    assert re.fullmatch(match, str(error.value)), str(error.value)
     after = params(model)
-    assert all(
-        torch.equal(before[n], after[n]) or (poison == "loss" and n == "generator.0.bias")
-        for n in before
-    )
+    assert all(torch.equal(before[n], after[n]) for n in before)
     assert trainer.optim.decay_step == schedule_step
-    assert all(
-        torch.equal(moments[k], v["exp_avg"])
-        for k, v in trainer.optim.state_dict()["state"].items()
-    )
+    state = trainer.optim.state_dict()["state"]
+    assert all(torch.equal(moments[k], v["exp_avg"]) for k, v in state.items())
+    assert all(torch.equal(steps[k], v["step"]) for k, v in state.items())
+
+
+def test_deferred_checks_are_read_at_most_every_most_unread_steps(monkeypatch):
+    """A run that neither reports nor saves for long still reads its checks: a bad step stops
+    it within ``MOST_UNREAD`` steps."""
+    from onmt_lite.train import step_checks
+    from onmt_lite.train.optim import NonFiniteError
+
+    monkeypatch.setattr(step_checks, "MOST_UNREAD", 3)
+    trainer, model = make_trainer(optim="adam", learning_rate=0.01)
+    trainer.train_step([make_batch(random_pairs(4, seed=16))])
+    poisoned_once(model, "gradient")
+    trainer.train_step([make_batch(random_pairs(4, seed=17))])  # 2 unread
+    with pytest.raises(NonFiniteError, match="the gradient norm is") as error:
+        trainer.train_step([make_batch(random_pairs(4, seed=18))])  # 3: read
+    assert error.value.later == 1
+    assert trainer.checks.pending == []
 
 
 def test_the_normaliser_is_read_before_the_batches_move_to_the_device(monkeypatch):
