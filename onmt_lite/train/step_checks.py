@@ -34,14 +34,17 @@ class DeferredChecks:
     def __init__(self, device: torch.device):
         # 1.0 from the first step that was not finite on: what a fused optimizer's found_inf reads
         self.skip = torch.zeros((), dtype=torch.float32, device=device)
-        self.pending: list[Tensor] = []  # one [2] float64 (loss, gradient norm) per unread step
+        self.pending: list[tuple[Tensor, Tensor]] = []  # (loss, gradient norm) of unread steps
 
     def add(self, loss: Tensor, total_norm: Tensor) -> Tensor:
         """Record a step's summed loss and gradient norm (0-dim tensors, not read); returns
         ``skip``, set if this step or an earlier unread one was not finite."""
-        values = torch.stack([loss.detach().double(), total_norm.detach().double()])
-        self.pending.append(values)
-        self.skip = torch.where(torch.isfinite(values).all(), self.skip, 1.0)
+        loss = loss.detach()
+        total_norm = total_norm.detach()
+        self.pending.append((loss, total_norm))
+        both = loss + total_norm  # finite where both are (float64: no sum of two overflows)
+        finite = (both - both).eq(0)  # x - x is NaN for x NaN or infinite
+        self.skip = torch.where(finite, self.skip, 1.0)
         return self.skip
 
     @property
@@ -54,7 +57,8 @@ class DeferredChecks:
         finite (``later``: the steps after it, all skipped)."""
         if not self.pending:
             return
-        values = torch.stack(self.pending).tolist()
+        rows = [torch.stack([loss.double(), norm.double()]) for loss, norm in self.pending]
+        values = torch.stack(rows).tolist()  # [steps x 2] float64, one read
         self.pending = []
         for index, (loss, norm) in enumerate(values):
             later = len(values) - 1 - index
