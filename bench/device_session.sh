@@ -7,11 +7,12 @@
 # of at most 600 s, then a second while the machine is still warm (it is given back after 30 s
 # idle, and what a stage left in /tmp goes with it). 15 device minutes a session; the start took
 # 30 s on 2026-11-28. Suggested next (-cuda_graphs, training's and translation's, have never run on
-# CUDA: training's first, its lever the larger; check has not run on CUDA since the defects' fixes):
+# CUDA: training's first, its lever the larger; where a GPU step's time goes has never been
+# profiled; check has not run on CUDA since the defects' fixes):
 #     bash bench/device_session.sh graphs                       # call 1, timeout_s 520
-#     bash bench/device_session.sh translate                    # call 2, what status leaves
-# (translate writes its rows as they end: a cut call still gives the first), and in the session
-# after, check, profile, mixed.
+#     bash bench/device_session.sh profile                      # call 2, timeout_s 300
+# and in the session after, translate (its training, conversion and first row took 290 s: it
+# needs a call of its own), check, mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed graphs profile translate \
 #         profile_translate
