@@ -26,7 +26,10 @@ A module's buckets share one memory pool: what a recording frees (the activation
 graph reads) may serve the next one. That is safe because a bucket's forward and backward replays
 come in pairs with no replay of the same module between them (the encoder's pair encloses the
 decoder's, so each has its own pool), and a replay's output and gradients are read before the
-module's next replay. At most ``MAX_BUCKETS`` are recorded; shapes past them run without a graph.
+module's next replay. At most ``MAX_BUCKETS`` are recorded; calls past them run padded to their
+bucket without a graph (``run_padded``): a replay's numbers and random draws, so that whether a
+bucket was recorded, which depends on the run's history (a resumed run starts with none), changes
+nothing.
 
 Off CUDA the same padded call runs without a graph, its outputs and gradients copied into the
 buffers as a replay would leave them (what the tests check). Which models: ``graphing_problem``.
@@ -45,6 +48,7 @@ from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.multihead import MultiHeadAttention
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
+from onmt_lite.utils.cuda import graph_recording
 from onmt_lite.utils.tensors import corner, to_device
 
 MAX_BUCKETS = 48  # each holds its input buffers, its output and its inputs' gradients
@@ -100,6 +104,19 @@ def padded_into(buffer: Tensor, value: Tensor, fill: int | float) -> None:
     """``value`` written into the leading corner of ``buffer``, the rest ``fill``."""
     buffer.fill_(fill)
     buffer[corner(value.shape)].copy_(value)
+
+
+def run_padded(call, tensors: list[Tensor], specs: list, fills: list) -> Tensor:
+    """``call`` on ``tensors`` padded to the shapes of ``specs`` with ``fills``, without a graph,
+    autograd's chain as it is: what a replay of that bucket computes and draws. Returns the
+    output's leading corner (``[len x B x ...]`` of the first tensor's ``[len x B]``)."""
+    padded = []
+    for tensor, (shape, _, _), fill in zip(tensors, specs, fills):
+        buffer = tensor.new_full(shape, fill)
+        buffer[corner(tensor.shape)] = tensor  # a copy autograd sees (its gradient: the corner)
+        padded.append(buffer)
+    first = tensors[0]
+    return call(padded)[: first.size(0), : first.size(1)]
 
 
 def trained(module: nn.Module) -> list[Tensor]:
@@ -181,22 +198,22 @@ class RecordedCall:
 
     def _record(self, pool) -> None:
         """Warm up on a side stream, then record the forward and the backward pass."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUPS):
-                self._run_backward(self._run_forward(), torch.ones_like)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        forward = torch.cuda.CUDAGraph()
-        backward = torch.cuda.CUDAGraph()
-        # thread_local: -num_workers 1's thread pins batches meanwhile
-        with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
-            outputs = self._run_forward()
-        self.grad_output = torch.empty_like(outputs)
-        with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
-            grads = self._run_backward(outputs, lambda _: self.grad_output)
-            n_inputs = len(self.with_grad)
-            self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
+        with graph_recording(self.device) as side:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUPS):
+                    self._run_backward(self._run_forward(), torch.ones_like)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            forward = torch.cuda.CUDAGraph()
+            backward = torch.cuda.CUDAGraph()
+            # thread_local: -num_workers 1's thread pins batches meanwhile
+            with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
+                outputs = self._run_forward()
+            self.grad_output = torch.empty_like(outputs)
+            with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
+                grads = self._run_backward(outputs, lambda _: self.grad_output)
+                n_inputs = len(self.with_grad)
+                self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
         self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
         self.graphs = (forward, backward)
 
@@ -341,9 +358,9 @@ class GraphedModel:
         return dec_out, {}, None
 
     def _replayed(self, module, call, tensors, row_dims, length_dims, fills) -> Tensor:
-        """``call(tensors)`` replayed from the recording of its bucket (made if new), or run as it
-        is past ``max_buckets``. ``row_dims``: each tensor's rows dimension; ``length_dims``:
-        ``(tensor, dimension)`` of the lengths (positions) bucketed too."""
+        """``call(tensors)`` replayed from the recording of its bucket (made if new), or run
+        padded to it past ``max_buckets``. ``row_dims``: each tensor's rows dimension;
+        ``length_dims``: ``(tensor, dimension)`` of the lengths (positions) bucketed too."""
         rows = bucket(tensors[0].size(1))
         shapes = [list(t.shape) for t in tensors]
         for shape, row_dim in zip(shapes, row_dims):
@@ -361,7 +378,7 @@ class GraphedModel:
         )
         recorded = self.recorded.get(key)
         if recorded is None and len(self.recorded) >= self.max_buckets:
-            return call(tensors)
+            return run_padded(call, tensors, specs, fills)
         if recorded is None:
             if id(module) not in self.shared:
                 pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None

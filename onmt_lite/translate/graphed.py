@@ -33,6 +33,7 @@ from onmt_lite.models.embeddings import Embeddings
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
+from onmt_lite.utils.cuda import graph_recording
 from onmt_lite.utils.tensors import corner
 
 # the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
@@ -203,16 +204,17 @@ class GraphedStepper:
         first replay does it again from the state before it, which is put back first."""
         saved = [buffer.clone() for buffer in (*self.state, self.order, self.cached)]
         device = self.tokens.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self._decode()
-        torch.cuda.current_stream(device).wait_stream(side)
-        for buffer, before in zip((*self.state, self.order, self.cached), saved):
-            buffer.copy_(before)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.out = self._decode()
+        with graph_recording(device) as side:
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                self._decode()
+            torch.cuda.current_stream(device).wait_stream(side)
+            for buffer, before in zip((*self.state, self.order, self.cached), saved):
+                buffer.copy_(before)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the server's other models decode in their threads meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self.out = self._decode()
         self.graph = graph
         # read by the graph: kept alive when a longer source makes the table anew
         self.held = Embeddings.kept_tables(self.model)

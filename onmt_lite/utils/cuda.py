@@ -1,4 +1,5 @@
-"""PyTorch's CUDA precision and determinism settings, set in one place by the commands.
+"""PyTorch's CUDA precision and determinism settings, set in one place by the commands; and the
+one CUDA graph recording at a time (``graph_recording``).
 
 PyTorch's defaults disagree with themselves: cuDNN (the encoder's recurrent layers) may use TF32,
 cuBLAS (every ``nn.Linear``, the vocabulary projection included) may not, so "float32" on a GPU
@@ -8,6 +9,10 @@ may then use TF32; there is no option of its own for TF32). ``onmt_lite_train`` 
 ``onmt_lite_translate`` call ``configure_cuda`` when they run on a CUDA device; the library
 (``Trainer``, ``Translator.load``) never changes these process-wide flags by itself.
 """
+
+import contextlib
+import threading
+from collections.abc import Iterator
 
 import torch
 
@@ -25,3 +30,19 @@ def configure_cuda(seeded, tf32=False):
     torch.backends.cudnn.deterministic = seeded
     torch.backends.cudnn.benchmark = not seeded
     return {"tf32": tf32, "cudnn_deterministic": seeded, "cudnn_benchmark": not seeded}
+
+
+_RECORDING = threading.Lock()  # one CUDA graph recording at a time in the process
+_WARMUP_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def graph_recording(device: torch.device) -> Iterator[torch.cuda.Stream]:
+    """While recording a CUDA graph on ``device``: the process's one recording at a time (the
+    server decodes several models, each in a thread of its own, and torch.cuda.graph captures on
+    one stream for all), and the side stream to warm up on, the same for every recording (a new
+    stream each time would leave cuBLAS a workspace per stream, never freed)."""
+    with _RECORDING:
+        if device not in _WARMUP_STREAMS:
+            _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
+        yield _WARMUP_STREAMS[device]

@@ -139,3 +139,36 @@ def test_translation_batches_default_to_1x_size_on_the_cpu_and_to_a_larger_one_o
     with pytest.raises(Configured):
         translator.Translator.from_opt(opt)
     assert sizes == [expected]
+
+
+def test_graph_recordings_take_turns_and_warm_up_on_one_stream_per_device(monkeypatch):
+    """CUDA graph recordings (training's buckets, a search's step; the server's models in threads
+    of their own) are one at a time in the process, and every recording on a device warms up on the
+    same side stream (a stream each would leave cuBLAS a workspace each). torch.cuda.Stream stood in
+    for: this CPU has no CUDA."""
+    import threading
+    import time
+
+    from onmt_lite.utils import cuda
+
+    made = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: made.append(device) or object())
+    monkeypatch.setattr(cuda, "_WARMUP_STREAMS", {})
+    inside, most = [0], [0]
+
+    def record(device):
+        with cuda.graph_recording(torch.device(device)) as stream:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.01)
+            inside[0] -= 1
+            return stream
+
+    threads = [threading.Thread(target=record, args=("cuda:0",)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1
+    assert record("cuda:0") is record("cuda:0") is not record("cuda:1")
+    assert made == [torch.device("cuda:0"), torch.device("cuda:1")]

@@ -141,15 +141,26 @@ def test_a_replayed_call_reads_nothing_from_the_device_and_copies_nothing_from_t
         assert counter.operations > 20  # the pass was counted
 
 
-def test_more_buckets_than_the_limit_decode_without_recording():
-    trainer, model = make_trainer()
-    trainer.graphed = GraphedModel(model, max_buckets=1)
-    eager, _ = make_trainer()
-    for batches in ([make_batch(random_pairs(4, seed=1))], [make_batch(random_pairs(20, seed=2))]):
-        assert trainer.train_step(batches).loss == pytest.approx(
-            eager.train_step(batches).loss, rel=1e-9
-        )
-    assert len(trainer.graphed.recorded) == 1
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_past_the_limit_calls_run_padded_and_draw_what_a_recording_would(kind):
+    """Past ``max_buckets`` a call runs padded without a recording: with dropout, the losses and
+    weights of a run that recorded every bucket (whether a bucket is recorded depends on the run's
+    history: a resumed run starts with none)."""
+    args = [*MODELS[kind], "-dropout", 0.3]
+    steps = [[make_batch(random_pairs(n, seed=20 + n))] for n in (4, 20, 4, 20)]
+    results = []
+    for max_buckets in (graphed.MAX_BUCKETS, 1):
+        torch.manual_seed(8)
+        trainer, model = make_trainer(*args)
+        trainer.graphed = GraphedModel(model, max_buckets=max_buckets)
+        torch.manual_seed(8)
+        losses = [trainer.train_step(batches).loss for batches in steps]
+        results.append((losses, params(model), len(trainer.graphed.recorded)))
+    (recorded_losses, recorded_weights, n_all), (losses, weights, n_one) = results
+    # two buckets of each graphed module (the Transformer's encoder too), against one in all
+    assert (n_all, n_one) == (4 if kind == "transformer" else 2, 1)
+    assert losses == recorded_losses
+    assert all(torch.equal(recorded_weights[n], w) for n, w in weights.items())
 
 
 @pytest.mark.parametrize(
