@@ -1,7 +1,8 @@
 """Training batches made ahead of use by a thread (``-num_workers 1``).
 
-On a GPU the host builds the next batch (gathering, padding, pinning) while the device still runs
-the last step's kernels, instead of after the step's one host read, when the device waits for it.
+On a GPU the host builds the next batch (gathering, padding, pinning) in a thread beside the one
+that launches the step's kernels, instead of between two steps' launches (where, in a step that
+reads the device before its update, the device waits for it).
 The thread iterates the same stream in the same order and draws from no shared generator, so the
 batches, and so the losses, are those of ``-num_workers 0``.
 

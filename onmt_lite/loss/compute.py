@@ -221,7 +221,7 @@ class LossComputeBase(nn.Module):
         """Statistics of one shard: ``pred`` and ``target`` are ``[N]`` word ids."""
         non_pad = target != self.padding_idx
         correct = (pred == target) & non_pad
-        return Statistics.on_device(nll_sum, non_pad.sum(), correct.sum())  # read once a step
+        return Statistics.on_device(nll_sum, non_pad.sum(), correct.sum())  # read at reports
 
 
 def _coverage_state(attns, lambda_coverage):
