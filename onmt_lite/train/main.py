@@ -35,7 +35,8 @@ from onmt_lite.train.graphed import graphing_problem
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.saver import CheckpointSaver
-from onmt_lite.train.trainer import Trainer, TrainingRun, check_schedule
+from onmt_lite.train.trainer import Trainer, check_schedule
+from onmt_lite.train.training_run import TrainingRun
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
 from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
