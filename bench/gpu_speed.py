@@ -146,6 +146,16 @@ def compute_apps() -> dict[int, float]:
     return used
 
 
+class RunFailed(SystemExit):
+    """A training run that exited with an error: its log and the log's last lines (uncaught, it
+    ends the script as a SystemExit does; ``levers`` goes on to the next run)."""
+
+    def __init__(self, command, log):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            last = [line.rstrip() for line in f.readlines()[-3:]]
+        super().__init__(f"{command[0]} failed: see {log}: " + " | ".join(last))
+
+
 def run_on_device(command, log, env=None) -> tuple[float, float]:
     """Run ``command`` with its output in ``log``; returns its peak device memory in MiB and its
     wall seconds (start-up included: what a device session's plan needs)."""
@@ -157,7 +167,7 @@ def run_on_device(command, log, env=None) -> tuple[float, float]:
         proc.wait()
         peak = memory.stop()
     if proc.returncode != 0:
-        raise SystemExit(f"{command[0]} failed: see {log}")
+        raise RunFailed(command, log)
     return peak, time.perf_counter() - start
 
 
@@ -235,14 +245,21 @@ def levers(opt, config, train_args, work):
             if lever == "graphs" and opt.dry_run:
                 continue  # -cuda_graphs needs CUDA
             steps = opt.warmup + opt.steps
-            run = one_run("onmt_lite", dtype, config, train_args, work, opt, steps, lever)
-            base = base or run
-            ratio = run["tgt_tok_s"] / base["tgt_tok_s"]
+            name = lever or "none"
+            try:
+                run = one_run("onmt_lite", dtype, config, train_args, work, opt, steps, lever)
+            except RunFailed as failed:  # the other levers still measured (a first GPU run)
+                print(f"{config:<20} {dtype:<5} {name:<8} {failed}")
+                failure = {"config": config, "dtype": dtype, "lever": name, "failed": str(failed)}
+                rows.append(failure)
+                continue
+            if not lever:
+                base = run
+            ratio = "-" if base is None else f"{run['tgt_tok_s'] / base['tgt_tok_s']:.2f}x"
             allocated = run["allocated_mib"]
             memory = f"{run['peak_mib']:.0f}" + (f" ({allocated:.0f})" if allocated else "")
-            name = lever or "none"
             speed = f"{run['tgt_tok_s']:>10.0f}"
-            row = f"{config:<20} {dtype:<5} {name:<8} {speed} {ratio:>6.2f}x {memory:>16}"
+            row = f"{config:<20} {dtype:<5} {name:<8} {speed} {ratio:>7} {memory:>16}"
             print(f"{row} {run['wall_s']:>6.0f}")
             rows.append({"config": config, "dtype": dtype, "lever": name, "run": run})
     return rows
