@@ -139,7 +139,8 @@ class HostSyncCounter:
     def __exit__(self, *exc):
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
-        _ACTIVE.remove(self._marked)
+        # by identity: another counter's marks may be an equal list (both empty)
+        del _ACTIVE[next(i for i, m in enumerate(_ACTIVE) if m is self._marked)]
         for tensor in self._marked:  # no mark outlives the count
             delattr(tensor, HOST_MARK)
         self._marked.clear()

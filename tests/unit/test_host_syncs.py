@@ -7,7 +7,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from onmt_lite.train.graphed import GraphedModel
 from onmt_lite.utils.cpu_paths import as_on_a_gpu
-from onmt_lite.utils.host_syncs import HostSyncCounter, is_host
+from onmt_lite.utils.host_syncs import HostSyncCounter, declare_host, is_host
 from tests.model_helpers import TRANSFORMER, make_batch, random_pairs
 from tests.unit.test_trainer import make_trainer
 
@@ -134,3 +134,17 @@ def test_a_transformer_training_step_launches_a_bounded_number_of_kernels_as_on_
     assert counter.syncs == 0, counter.sync_kinds
     assert counter.counts["random_"] == 0  # PyTorch's dropout, not the CPU's own masks
     assert counter.kernels <= TRANSFORMER_STEP_KERNELS, counter.kernels
+
+
+def test_a_counter_inside_another_leaves_the_outer_one_counting_declared_host_tensors():
+    """The inner counter's exit takes its own marks off the counters counting, not the outer's (an
+    equal list: both empty); a tensor declared after it is the outer's, unmarked at its exit."""
+    declared = torch.ones(2)
+    with HostSyncCounter() as outer:
+        with HostSyncCounter():
+            pass
+        declare_host(declared)
+        declared.tolist()
+        assert is_host(declared)
+    assert outer.counts["host_read"] == 1 and outer.syncs == 0
+    assert not is_host(declared)  # no mark outlives the count
