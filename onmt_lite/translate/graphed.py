@@ -14,7 +14,10 @@ and runs the step in place on them:
   scalar. An RNN's state has no columns: its new state is copied into the buffers of the old.
 
 When the rows, a source or the columns outgrow their buffers, the buffers are made twice as large
-and the step is recorded again: a few recordings a run. The search's reorder within examples (each
+and the step is recorded again: a few recordings a run. The Translator keeps each decoding thread's
+``GraphedStepper`` from one search to the next (``restart``), so that a server, which runs a search
+for each burst of requests, records only when a burst outgrows the buffers. The search's reorder
+within examples (each
 step of a beam search) happens at the start of the next step, inside the graph; examples joining,
 leaving and the columns no row uses any more are done outside it, as often as examples come and go.
 
@@ -136,6 +139,20 @@ class GraphedStepper:
         self.graph = None
         self.out = None
         self.extend(first)
+
+    def restart(self, first) -> GraphedStepper:
+        """This stepper for a new search whose first batch's stepper is ``first``: the rows,
+        columns and pending reorder of the search before forgotten, every buffer as a new stepper's
+        (filler), and the recorded step kept (the buffers keep their sizes and addresses)."""
+        self.n_rows = 0
+        self.columns = 0
+        self.cached.zero_()
+        self.order.copy_(self.identity)
+        self.lengths.fill_(1)
+        for buffer in (self.tokens, *self.memory, *self.state):
+            buffer.zero_()
+        self.extend(first)
+        return self
 
     def _shape(self, tensor: Tensor, dims: Dims) -> tuple:
         """``tensor``'s shape with the buffers' size in each of ``dims``."""

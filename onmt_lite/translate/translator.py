@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Callable
 
 import torch
@@ -133,6 +134,8 @@ class Translator:
         self.tgt_prefix = tgt_prefix
         self.dump_beam = dump_beam
         self.cuda_graphs = cuda_graphs
+        # each decoding thread's GraphedStepper, kept from one search to the next (its recordings)
+        self._graphed = threading.local()
         if cuda_graphs:
             problem = graphing_problem(models, self._keeps_attention())
             if problem:
@@ -326,13 +329,19 @@ class Translator:
     def running_stepper(self, first):
         """The stepper a search runs on, from ``first``, the stepper of its first batch's examples
         (``make_stepper``'s): with ``cuda_graphs`` a ``GraphedStepper`` (its step recorded as a
-        CUDA graph on a CUDA device, run as is elsewhere), else ``first`` itself."""
+        CUDA graph on a CUDA device, run as is elsewhere; the calling thread's, kept for its next
+        search), else ``first`` itself."""
         if not self.cuda_graphs:
             return first
+        kept = getattr(self._graphed, "stepper", None)
+        if kept is not None:  # this thread's last search's: its buffers and recorded step
+            return kept.restart(first)
         # a beam search holds at most its sentences' beams (tokens batches: no fixed count)
         rows = self.batch_size * self.search_options.beam_width
         held = rows if self.batch_type == "sents" else None
-        return GraphedStepper(first, record=self.device.type == "cuda", rows=held)
+        stepper = GraphedStepper(first, record=self.device.type == "cuda", rows=held)
+        self._graphed.stepper = stepper
+        return stepper
 
     def _keeps_attention(self) -> bool:
         """Whether the search keeps the attention (the coverage penalty sums it)."""

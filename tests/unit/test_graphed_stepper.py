@@ -222,3 +222,120 @@ def test_the_server_searches_on_the_graphed_stepper_and_answers_as_alone(small_b
     for request, result in zip(requests, results):
         for sentence, answer in zip(request, result):
             assert_same_translation(answer, alone.translate([sentence])[0])
+
+
+@pytest.fixture
+def stood_in_recordings(monkeypatch):
+    """``GraphedStepper``s that record (as on CUDA), a recording stood in for by the step run
+    into a fixed output buffer at each replay, as a graph's would be; returns the steppers made
+    and the buffer sizes of each recording."""
+    made = []
+    recordings = []
+    init = graphed.GraphedStepper.__init__
+
+    def recording_init(self, *args, **kwargs):
+        kwargs["record"] = True
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    def stood_in_record(self):
+        saved = [b.clone() for b in (*self.state, self.order, self.cached)]
+        out = self._decode()  # the warm-up run, undone as the real recording undoes it
+        for buffer, before in zip((*self.state, self.order, self.cached), saved):
+            buffer.copy_(before)
+        self.out = out
+        self.graph = types.SimpleNamespace(replay=lambda: out.copy_(self._decode()))
+        recordings.append(self.size)
+
+    monkeypatch.setattr(graphed.GraphedStepper, "__init__", recording_init)
+    monkeypatch.setattr(graphed.GraphedStepper, "_record_graph", stood_in_record)
+    return made, recordings
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_the_servers_searches_one_after_another_keep_one_stepper_and_its_recordings(
+    stood_in_recordings, kind
+):
+    """A server runs a search for each burst of requests: the later bursts, no larger than the
+    first, run on the first's stepper and record nothing, and each sentence's n-best is what the
+    search without graphs gives it alone."""
+    made, recordings = stood_in_recordings
+    torch.manual_seed(0)
+    options = RANDOM_TRANSFORMER if kind == "transformer" else []
+    model = build_model(model_options(*options), VOCABS).eval()
+    search = SearchOptions(beam_size=3, n_best=2, max_length=15, min_length=4, attention=False)
+    words = [f"s{i}" for i in range(12)]
+    requests = [[" ".join(words[i : i + 3 + (i * j) % 7]) for i in range(6)] for j in (1, 2, 3)]
+    requests[1] = requests[1][:2]  # fewer rows and shorter sources than the first
+    service = TranslationService(
+        lambda device: Translator([model], VOCABS, search=search, batch_size=4, cuda_graphs=True)
+    )
+    first_recordings = None
+    results = []
+    try:
+        for request in requests:  # each answered before the next comes: a search each
+            results.append(service.translate(request).result(timeout=120))
+            first_recordings = first_recordings or list(recordings)
+    finally:
+        service.close()
+    assert len(made) == 1  # one stepper for the three searches
+    assert first_recordings and recordings == first_recordings  # recorded in the first alone
+    alone = Translator([model], VOCABS, search=search, batch_size=4)
+    for request, result in zip(requests, results):
+        for sentence, answer in zip(request, result):
+            assert_same_translation(answer, alone.translate([sentence])[0])
+
+
+def test_a_search_after_one_that_failed_midway_starts_on_buffers_as_a_new_steppers(
+    stood_in_recordings, monkeypatch
+):
+    """The first request's search fails when its first sentence finishes (rows, columns and a
+    beam's reorder still pending); the next request's search restarts the stepper as new (no
+    rows, columns or reorder of the failed one; filler rows as a new stepper's) and answers each
+    sentence as the search without graphs does alone."""
+    made, _ = stood_in_recordings
+    torch.manual_seed(0)
+    model = build_model(model_options(*RANDOM_TRANSFORMER), VOCABS).eval()
+    search = SearchOptions(beam_size=3, n_best=2, max_length=15, min_length=4, attention=False)
+    words = [f"s{i}" for i in range(12)]
+    requests = [[" ".join(words[i : i + 2 + i % 5]) for i in range(n)] for n in (6, 3)]
+    translator = Translator([model], VOCABS, search=search, batch_size=4, cuda_graphs=True)
+    record = translator.record
+
+    def failing_record(*args):
+        monkeypatch.setattr(translator, "record", record)  # the first call alone fails
+        (stepper,) = made
+        stepper.reorder(torch.arange(stepper.n_rows).flip(0))  # as a beam's step leaves it
+        raise RuntimeError("a failure in the middle of a search")
+
+    monkeypatch.setattr(translator, "record", failing_record)
+    restarted = []
+    restart = graphed.GraphedStepper.restart
+
+    def recorded_restart(self, first):
+        filler = slice(self.n_rows, None)
+        assert self.columns > 0 and not torch.equal(self.order, self.identity)  # left midway
+        assert set(self.lengths[filler].tolist()) != {1}  # rows that left: filler now
+        restart(self, first)
+        filler = slice(self.n_rows, None)
+        restarted.append(
+            (self.columns, int(self.cached), self.order.tolist(), self.identity.tolist())
+            + (self.lengths[filler].tolist(), [float(b[filler].abs().sum()) for b in self.state])
+        )
+        return self
+
+    monkeypatch.setattr(graphed.GraphedStepper, "restart", recorded_restart)
+    service = TranslationService(lambda device: translator)
+    try:
+        with pytest.raises(RuntimeError, match="in the middle of a search"):
+            service.translate(requests[0]).result(timeout=120)
+        answer = service.translate(requests[1]).result(timeout=120)
+    finally:
+        service.close()
+    assert len(made) == 1 and len(restarted) == 1
+    columns, cached, order, identity, filler_lengths, filler_sums = restarted[0]
+    assert (columns, cached, order) == (0, 0, identity)
+    assert set(filler_lengths) == {1} and set(filler_sums) == {0.0}
+    alone = Translator([model], VOCABS, search=search, batch_size=4)
+    for sentence, result in zip(requests[1], answer):
+        assert_same_translation(result, alone.translate([sentence])[0])
