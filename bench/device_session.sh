@@ -34,7 +34,8 @@
 #              machine decodes it again; training, conversion and the first row took 290 s on
 #              2026-11-28)
 #   profile_translate  bench/gpu_profile.py -translate on translate's model                   180 s
-#   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients              240 s
+#   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients, onmt_lite  300 s
+#              without and with -cuda_graphs (recorded in its first requests, kept after)
 #   full       bench/gpu_check.py, every check                                                480 s
 # Each stage writes its log to $OUT/STAGE.log; at the end $OUT/results.tgz holds bench/results
 # and the stages' work logs (the tool brings back at most 8 files).
@@ -137,7 +138,8 @@ for name in "${STAGES[@]}"; do
             -to opennmt-py -output "$models/peer_same.pt" > "$WORK/convert.log" 2>&1
         gpu=(-gpu)
         [ -n "${DRY_RUN:-}" ] && gpu=(-dry_run)
-        stage server 240 $PY bench/server_load.py "${gpu[@]}" -clients 1 16 -sentences $REQUESTS \
+        stage server 300 $PY bench/server_load.py "${gpu[@]}" -cuda_graphs -clients 1 16 \
+            -sentences $REQUESTS \
             -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
             -peer "$PEER" -work "$WORK/server" ;;
     *) echo "unknown stage $name (check train mixed levers graphs profile translate" \

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/server_load.py [-minutes 5] [-sentences 1000] [-clients 1 4 16]
                                           [-models LITE PEER -requests FILE] [-gpu]
+                                          [-cuda_graphs]
 
 Models: g2p-sr's bidirectional LSTMs (2x256) that ``bench/quality.py g2p -minutes M`` trains with
 the same settings for the same wall-clock time with each toolkit (trained first when missing), each
@@ -13,7 +14,9 @@ sentences/s (requests answered over the wall-clock time of the whole run), the m
 percentile of the requests' latencies, and the ratios; every answer is checked (status 200, its own
 source, a translation). ``-models`` serves two given checkpoints instead (on a lent GPU machine:
 those of bench/gpu_translate_speed.py, with ``-requests`` toy-ende lines), ``-gpu`` on GPU 0 (the
-model's ``gpu`` option in both servers' configurations). Figures go to
+model's ``gpu`` option in both servers' configurations); ``-cuda_graphs`` (with ``-gpu``) serves
+onmt_lite's model a second time with ``cuda_graphs`` in its options (its search steps replayed as
+CUDA graphs, recorded in the first requests and kept), a third row set. Figures go to
 bench/results/server_load.json (server_load_gpu.json with ``-gpu``; the models' training and exact
 match, when trained here, to bench/results/server_load_models.json).
 """
@@ -75,13 +78,16 @@ def ensure_models(work, minutes):
 
 
 class Served:
-    """A server process of one toolkit serving ``model`` as id 100 on 127.0.0.1:``port``."""
+    """A server process of one toolkit serving ``model`` as id 100 on 127.0.0.1:``port``, with
+    ``more_opt`` in its translation options; ``name`` (default: the toolkit's) names its files."""
 
-    def __init__(self, toolkit, model, port, work, peer_home, gpu=False):
-        conf = os.path.join(work, f"{toolkit}.conf.json")
+    def __init__(self, toolkit, model, port, work, peer_home, gpu=False, more_opt=None, name=None):
+        name = name or toolkit  # of its files
+        conf = os.path.join(work, f"{name}.conf.json")
         opt = PEER_SEARCH if toolkit == "OpenNMT-py" else SEARCH
         if gpu:  # both servers' way to put a model on GPU 0
             opt = {**opt, "gpu": 0}
+        opt = {**opt, **(more_opt or {})}
         with open(conf, "w", encoding="utf-8") as f:
             json.dump(
                 {
@@ -98,7 +104,7 @@ class Served:
             if toolkit == "OpenNMT-py"
             else [*lite("server"), "--config", conf]
         )
-        self.log = open(os.path.join(work, f"{toolkit}.server.log"), "w", encoding="utf-8")
+        self.log = open(os.path.join(work, f"{name}.server.log"), "w", encoding="utf-8")
         self.process = subprocess.Popen(
             [*command, "--ip", "127.0.0.1", "--port", str(port)],
             stdout=self.log,
@@ -198,9 +204,16 @@ def main():
     )
     parser.add_argument("-gpu", action="store_true", help="both servers decode on GPU 0")
     parser.add_argument(
+        "-cuda_graphs",
+        action="store_true",
+        help="with -gpu: onmt_lite again, its search steps replayed as CUDA graphs",
+    )
+    parser.add_argument(
         "-dry_run", action="store_true", help="a check of the script: no figures written"
     )
     opt = parser.parse_args()
+    if opt.cuda_graphs and not opt.gpu and not opt.dry_run:
+        parser.error("-cuda_graphs needs -gpu: graphs are recorded on a CUDA device")
     os.makedirs(opt.work, exist_ok=True)
     if not os.path.isfile(opt.requests):
         raise SystemExit(f"-requests {opt.requests}: no such file")
@@ -211,41 +224,74 @@ def main():
     )
     with open(opt.requests, encoding="utf-8") as f:
         words = [line.strip() for line in f if line.strip()][: opt.sentences]
+    configurations = [("onmt_lite", "onmt_lite", None), ("OpenNMT-py", "OpenNMT-py", None)]
+    if opt.cuda_graphs and opt.gpu:
+        configurations.append(("onmt_lite -cuda_graphs", "onmt_lite", {"cuda_graphs": True}))
+    elif opt.cuda_graphs:
+        print("onmt_lite -cuda_graphs: skipped (no -gpu: graphs are recorded on a CUDA device)")
     rows = []
-    for toolkit in ("onmt_lite", "OpenNMT-py"):
-        served = Served(toolkit, models[toolkit], opt.port, opt.work, opt.peer, opt.gpu)
+    measured = []
+    for label, toolkit, more_opt in configurations:
+        name = label.replace(" -", "_")  # its configuration and log files
         try:
-            load(opt.port, words[:20], 1)  # warm-up
-            for clients in opt.clients:
-                seconds, latencies, failures = load(opt.port, words, clients)
-                if failures:
-                    raise SystemExit(
-                        f"{toolkit}, {clients} clients: {len(failures)} bad answers, e.g. "
-                        f"{failures[0]}"
-                    )
-                rows.append(
-                    {
-                        "toolkit": toolkit,
-                        "clients": clients,
-                        "sentences": len(words),
-                        "seconds": seconds,
-                        "sentences_per_s": len(words) / seconds,
-                        "p50_ms": 1000 * statistics.median(latencies),
-                        "p99_ms": 1000 * percentile(latencies, 0.99),
-                    }
-                )
-                print(rows[-1], flush=True)
-        finally:
-            served.stop()
+            served = Served(
+                toolkit, models[toolkit], opt.port, opt.work, opt.peer, opt.gpu, more_opt, name
+            )
+            try:
+                rows += served_rows(label, opt.port, words, opt.clients)
+            finally:
+                served.stop()
+        except SystemExit as failed:
+            if more_opt is None:
+                raise
+            print(f"{label}: {failed}")  # the option's first run on CUDA: the others' table stays
+            continue
+        measured.append(label)
+    for label in measured:
+        if label != "OpenNMT-py":
+            print_table(rows, label, opt.clients)
+    if not opt.dry_run:
+        name = "server_load_gpu" if opt.gpu else "server_load"
+        write_results(name, {"models": models, "search": SEARCH, "rows": rows, "gpu": opt.gpu})
+
+
+def served_rows(label, port, words, client_counts):
+    """The rows of the server on ``port`` (``label``'s), after 20 warm-up requests: one for each
+    count of clients sending ``words``, every answer checked."""
+    load(port, words[:20], 1)  # warm-up
+    rows = []
+    for clients in client_counts:
+        seconds, latencies, failures = load(port, words, clients)
+        if failures:
+            raise SystemExit(
+                f"{label}, {clients} clients: {len(failures)} bad answers, e.g. {failures[0]}"
+            )
+        rows.append(
+            {
+                "toolkit": label,
+                "clients": clients,
+                "sentences": len(words),
+                "seconds": seconds,
+                "sentences_per_s": len(words) / seconds,
+                "p50_ms": 1000 * statistics.median(latencies),
+                "p99_ms": 1000 * percentile(latencies, 0.99),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def print_table(rows, label, client_counts):
+    """``label``'s rows against OpenNMT-py's, a line per count of clients."""
     print(
-        "\n| clients | onmt_lite sent/s | OpenNMT-py sent/s | ratio | onmt_lite p50 / p99 ms | "
+        f"\n| clients | {label} sent/s | OpenNMT-py sent/s | ratio | {label} p50 / p99 ms | "
         "OpenNMT-py p50 / p99 ms |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for clients in opt.clients:
+    for clients in client_counts:
         lite, peer = (
             next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
-            for t in ("onmt_lite", "OpenNMT-py")
+            for t in (label, "OpenNMT-py")
         )
         ratio = lite["sentences_per_s"] / peer["sentences_per_s"]
         print(
@@ -253,9 +299,6 @@ def main():
             f"{ratio:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / "
             f"{peer['p99_ms']:.0f} |"
         )
-    if not opt.dry_run:
-        name = "server_load_gpu" if opt.gpu else "server_load"
-        write_results(name, {"models": models, "search": SEARCH, "rows": rows, "gpu": opt.gpu})
 
 
 if __name__ == "__main__":
