@@ -15,6 +15,8 @@ import time
 import pytest
 
 from onmt_lite import Translator
+from onmt_lite.serve.config import model_spec
+from onmt_lite.serve.models import ServedModel
 from onmt_lite.translate.search import Search
 from onmt_lite.translate.service import TranslationService
 from tests.helpers import REPO, assert_same_translation, lines, scores_agree, trained_reversal_model
@@ -517,3 +519,25 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(
     assert '"stopped"' in server.log[-1]
     requests = [json.loads(line) for line in server.log if '"request"' in line]
     assert requests[-1]["status"] == 200 and requests[-1]["sentences"] == len(sources)
+
+
+def test_a_model_served_with_cuda_graphs_and_fp16_moves_to_the_cpu_without_them(models, alone):
+    """``to_cpu`` (an idle model's default) loads the model on the CPU with what a CPU has: no
+    ``cuda_graphs`` and float32 for ``fp16`` (CUDA's, which the command refuses there); the
+    configured options stay as given, and the model translates as the plain one alone."""
+    root = os.path.dirname(models["plain"]["model"])
+    opt = {**OPTIONS[PLAIN], "gpu": 0, "cuda_graphs": True, "precision": "fp16"}
+    conf = {"id": 1, "model": os.path.basename(models["plain"]["model"]), "opt": opt}
+    spec = model_spec(conf, 1, root, "model 0")
+    served = ServedModel(spec, max_tokens=1000)
+    sources = lines(models["plain"]["src"])[:5]
+    try:
+        served.service.control("to_cpu").result(timeout=120)
+        translator = served.service.translator
+        results = served.service.translate(sources).result(timeout=120)
+    finally:
+        served.service.close()
+    assert translator.device.type == "cpu" and not translator.cuda_graphs
+    assert spec.opt.cuda_graphs and spec.opt.precision == "fp16" and spec.opt.gpu == 0
+    for source, result in zip(sources, results):
+        assert_same_translation(result, alone(PLAIN, source))
