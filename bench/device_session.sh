@@ -12,7 +12,7 @@
 #     bash bench/device_session.sh graphs                       # call 1, timeout_s 520
 #     bash bench/device_session.sh profile                      # call 2, timeout_s 300
 # and in the session after, translate (its training, conversion and first row took 290 s: it
-# needs a call of its own), check, mixed.
+# needs a call of its own), graphs_bf16 (if graphs paid in fp32), server, check, mixed.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed graphs profile translate \
 #         profile_translate
@@ -28,6 +28,8 @@
 #              dropout 0, exact resume with dropout; then gpu_speed.py -levers, transformer     320 s
 #              and rnn64, fp32, without and with -cuda_graphs and with each step's checks
 #              read at once (each_step: as before 2026-11-28), 100 steps after 150
+#   graphs_bf16  the same levers none and graphs in bf16 (mixed precision slower than fp32 on  320 s
+#              2026-11-28: if autocast's casts are the host's extra launches, graphs replay them)
 #   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
 #   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
 #              with and without -cuda_graphs (trains the model once: a later call on the same warm
@@ -120,6 +122,10 @@ for name in "${STAGES[@]}"; do
         stage graphs 320 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer rnn64 \
             -lever_names none graphs each_step -dtypes fp32 -steps 100 -warmup 150 \
             -work "$WORK/graphs" ;;
+    graphs_bf16)
+        # mixed precision's puzzle: autocast's casts are launches a graph replays with the rest
+        stage graphs_bf16 320 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer rnn64 \
+            -lever_names none graphs -dtypes bf16 -steps 100 -warmup 150 -work "$WORK/graphs" ;;
     profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
         -work "$WORK/profile" ;;
     translate) stage translate 540 $PY bench/gpu_translate_speed.py "${DRY[@]}" \
@@ -142,7 +148,7 @@ for name in "${STAGES[@]}"; do
             -sentences $REQUESTS \
             -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
             -peer "$PEER" -work "$WORK/server" ;;
-    *) echo "unknown stage $name (check train mixed levers graphs profile translate" \
+    *) echo "unknown stage $name (check train mixed levers graphs graphs_bf16 profile translate" \
         "profile_translate server full)"; exit 2 ;;
     esac
 done
