@@ -289,15 +289,15 @@ def print_table(rows, label, client_counts):
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for clients in client_counts:
-        lite, peer = (
+        ours, theirs = (
             next(r for r in rows if r["toolkit"] == t and r["clients"] == clients)
             for t in (label, "OpenNMT-py")
         )
-        ratio = lite["sentences_per_s"] / peer["sentences_per_s"]
+        ratio = ours["sentences_per_s"] / theirs["sentences_per_s"]
         print(
-            f"| {clients} | {lite['sentences_per_s']:.1f} | {peer['sentences_per_s']:.1f} | "
-            f"{ratio:.2f}x | {lite['p50_ms']:.0f} / {lite['p99_ms']:.0f} | {peer['p50_ms']:.0f} / "
-            f"{peer['p99_ms']:.0f} |"
+            f"| {clients} | {ours['sentences_per_s']:.1f} | {theirs['sentences_per_s']:.1f} | "
+            f"{ratio:.2f}x | {ours['p50_ms']:.0f} / {ours['p99_ms']:.0f} | "
+            f"{theirs['p50_ms']:.0f} / {theirs['p99_ms']:.0f} |"
         )
 
 
