@@ -38,10 +38,10 @@ class ServedModel:
         if device is not None:
             device = torch.device(device)
             opt.gpu = -1 if device.type == "cpu" else device.index
-            if device.type == "cpu" and opt.precision == "fp16":
-                opt.precision = "fp32"  # a CUDA precision: float32 while the model is on the CPU
-            if device.type == "cpu":
-                opt.cuda_graphs = False  # CUDA's: the search runs as is while on the CPU
+            if device.type == "cpu":  # CUDA's options left out while the model is on the CPU
+                if opt.precision == "fp16":
+                    opt.precision = "fp32"
+                opt.cuda_graphs = False
         start = time.time()
         translator = Translator.from_opt(opt)
         self.load_time = time.time() - start
