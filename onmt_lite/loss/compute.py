@@ -134,14 +134,15 @@ class LossComputeBase(nn.Module):
         batch: Batch,
         output: Tensor,
         attns: dict[str, Tensor],
-        normalization: float = 1.0,
+        normalization: float | Tensor = 1.0,
         shard_size: int = 0,
         trunc_start: int = 0,
         trunc_size: int | None = None,
     ) -> tuple[Tensor | None, Statistics]:
         """Loss of ``output`` (prediction positions ``trunc_start ..``) against ``batch.tgt``.
 
-        Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when
+        ``normalization``: a number, or a 0-dim tensor on the device (fp16's, divided by the loss
+        scale). Returns ``(loss / normalization, Statistics)``, or ``(None, Statistics)`` when
         ``shard_size`` is positive (the backward pass has then been run).
         """
         if trunc_size is None:
@@ -153,7 +154,7 @@ class LossComputeBase(nn.Module):
         )
         if shard_size == 0:
             loss, stats = self._compute_loss(batch, **state)
-            return loss / float(normalization), stats
+            return loss / normalization, stats
         total = Statistics()
         device_type = output.device.type
         # -model_dtype: losses under autocast, backward not
@@ -164,7 +165,7 @@ class LossComputeBase(nn.Module):
             for shard in shards(state, shard_size):
                 with torch.autocast(device_type, dtype=dtype, enabled=autocast):
                     loss, stats = self._compute_loss(batch, **shard)
-                (loss / float(normalization)).backward()
+                (loss / normalization).backward()
                 total.update(stats)
         return None, total
 

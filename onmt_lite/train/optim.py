@@ -172,15 +172,16 @@ class Optimizer:
         fused Adam's or AdamW's): what ``step(skip=...)`` needs."""
         return bool(self.optimizer.defaults.get("fused"))
 
-    def step(self, grad_scale=1.0, total_norm=None, norm=None, skip=None):
-        """Check, unscale (by ``grad_scale``, the fp16 loss scale) and clip the gradients, set the
-        scheduled learning rates, update; returns the gradient norm before clipping. A NaN or
-        infinite gradient raises NonFiniteError before any parameter or schedule changes.
-        ``total_norm`` and ``norm``: ``gradient_norm()`` and its value, when the caller has read
-        them already (the trainer reads the norm with the step's statistics: one host sync for
-        both). ``skip`` instead of ``norm`` (``can_skip_on_device``): a 0-dim float32 flag on the
-        device, 1 to leave parameters and moments as they are; nothing is read, None returned, and
-        the schedule moves on (``undo_steps`` takes it back)."""
+    def step(self, grad_scale: float | torch.Tensor = 1.0, total_norm=None, norm=None, skip=None):
+        """Check, unscale (by ``grad_scale``, the fp16 loss scale: a float, or a 0-dim tensor with
+        ``skip``) and clip the gradients, set the scheduled learning rates, update; returns the
+        gradient norm before clipping. A NaN or infinite gradient raises NonFiniteError before any
+        parameter or schedule changes. ``total_norm`` and ``norm``: ``gradient_norm()`` and its
+        value, when the caller has read them already (the trainer reads the norm with the step's
+        statistics: one host sync for both). ``skip`` instead of ``norm``
+        (``can_skip_on_device``): a 0-dim float32 flag on the device, 1 to leave parameters and
+        moments as they are; nothing is read, None returned, and the schedule moves on
+        (``undo_steps`` takes it back)."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if total_norm is None:
             total_norm = self.gradient_norm()
@@ -192,7 +193,8 @@ class Optimizer:
             norm = norm / grad_scale
             if not math.isfinite(norm):
                 raise NonFiniteError(f"the gradient norm is {norm}")
-        if grad_scale != 1.0:
+        if torch.is_tensor(grad_scale) or grad_scale != 1.0:
+            # the scale is a power of 2: its reciprocal and the products are exact
             torch._foreach_mul_(grads, 1.0 / grad_scale)
             total_norm = total_norm / grad_scale
         if self.max_grad_norm > 0:
@@ -203,6 +205,11 @@ class Optimizer:
             torch_group["lr"] = lr * group["lr_mult"]
         self.optimizer.step()
         return norm
+
+    def skip_step(self) -> None:
+        """An fp16 step skipped for an overflow, read on the host: the schedule moves on, as with
+        ``step(skip=...)`` (and in OpenNMT-py); the parameters and moments stay."""
+        self.decay_step += 1
 
     def undo_steps(self, count: int) -> None:
         """Take the schedule back ``count`` steps that the device skipped (``step(skip=...)``)."""

@@ -15,12 +15,18 @@ it, so the sharded backward needs no change; the optimizer divides the gradients
 whose scaled gradients overflow is skipped and halves the scale; ``GROWTH_INTERVAL`` good steps in a
 row double it. The scale never goes below ``MIN_SCALE``: a step that is not finite even there is no
 overflow but a model gone wrong, and stops training as in float32 (halving on would reach 0 and a
-division by it). bf16 has float32's range and needs no scaling (``scale`` stays 1).
+division by it). bf16 has float32's range and needs no scaling (``scale`` is None).
+
+The scale and the count of good steps live on the device and change there after each step
+(``update``), so that a step need not wait for the host to learn whether it overflowed: with a fused
+Adam or AdamW the trainer reads overflows with the deferred checks (``step_checks.py``). A skipped
+step counts in the learning-rate schedule (as in OpenNMT-py), not in Adam's moments.
 """
 
 import contextlib
 
 import torch
+from torch import Tensor
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 INITIAL_SCALE = 2.0**16
@@ -28,23 +34,33 @@ GROWTH_INTERVAL = 2000
 MIN_SCALE = 1.0
 
 
-class Precision:
-    """The autocast context and the loss scale of a training run on ``device``."""
+def overflow_at(scale: float | Tensor) -> bool | Tensor:
+    """Whether a step not finite at the loss scale ``scale`` (a float, or a 0-dim tensor: the
+    answer then a bool tensor) is an overflow to skip: above ``MIN_SCALE``. At it training stops.
+    """
+    return scale > MIN_SCALE
 
-    def __init__(self, name="fp32", device="cpu"):
-        self.name, self.dtype, self.device_type = name, DTYPES[name], torch.device(device).type
-        self.scale = INITIAL_SCALE if name == "fp16" else 1.0
-        self.good_steps = 0
+
+class Precision:
+    """The autocast context and the fp16 loss scale of a training run on ``device``."""
+
+    def __init__(self, name: str = "fp32", device="cpu"):
+        self.name = name
+        self.dtype = DTYPES[name]
+        self.device = torch.device(device)
+        self.device_type = self.device.type
+        self.scale: Tensor | None = None  # fp16: 0-dim float32 on the device
+        self.good_steps: Tensor | None = None  # fp16: finite steps in a row, 0-dim int64
+        if self.scaled:
+            self.load_state_dict({"scale": INITIAL_SCALE, "good_steps": 0})
 
     @property
-    def scaled(self):
+    def scaled(self) -> bool:
         return self.name == "fp16"
 
-    @property
-    def can_skip_overflow(self):
-        """Whether a non-finite step can be an overflow to skip: fp16 with a scale still above
-        ``MIN_SCALE``."""
-        return self.scaled and self.scale > MIN_SCALE
+    def normalization(self, norm: float) -> float | Tensor:
+        """The loss's normaliser: ``norm``, divided by the scale with fp16 (a 0-dim tensor)."""
+        return norm / self.scale if self.scaled else norm
 
     def autocast(self):
         """The context to run forward passes and losses in."""
@@ -52,24 +68,27 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
-    def update(self, overflow):
-        """After a step: halve the scale on an overflow, double it after GROWTH_INTERVAL good
-        steps."""
+    def update(self, finite: Tensor | bool) -> None:
+        """After an fp16 step, ``finite`` whether its loss and gradients were (a 0-dim bool tensor
+        on the device, or a bool): not finite halves the scale (down to ``MIN_SCALE``),
+        ``GROWTH_INTERVAL`` finite steps in a row double it. On the device: nothing is read."""
         if not self.scaled:
             return
-        if overflow:
-            self.scale = max(self.scale / 2, MIN_SCALE)
-            self.good_steps = 0
-            return
-        self.good_steps += 1
-        if self.good_steps == GROWTH_INTERVAL:
-            self.scale = self.scale * 2
-            self.good_steps = 0
+        if not isinstance(finite, Tensor):
+            finite = torch.full((), finite, dtype=torch.bool, device=self.device)
+        grown = self.good_steps + 1
+        doubling = grown == GROWTH_INTERVAL
+        kept = torch.where(doubling, self.scale * 2, self.scale)
+        self.scale = torch.where(finite, kept, (self.scale / 2).clamp(min=MIN_SCALE))
+        self.good_steps = torch.where(finite & ~doubling, grown, 0)
 
-    def state_dict(self):
-        return {"scale": self.scale, "good_steps": self.good_steps}
+    def state_dict(self) -> dict:
+        """Plain numbers (read from the device)."""
+        if not self.scaled:
+            return {"scale": 1.0, "good_steps": 0}
+        return {"scale": float(self.scale), "good_steps": int(self.good_steps)}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict | None) -> None:
         if self.scaled and state:
-            self.scale = state["scale"]
-            self.good_steps = state["good_steps"]
+            self.scale = torch.tensor(state["scale"], dtype=torch.float32, device=self.device)
+            self.good_steps = torch.tensor(state["good_steps"], device=self.device)

@@ -10,6 +10,10 @@ on. ``DeferredChecks.read`` brings the pending values to the host in one read an
 skipped too: the weights, moments and step counts are those before it. The trainer reads them where
 the host needs the truth: a report, a validation, a checkpoint, the end of training, and after
 ``MOST_UNREAD`` steps at the latest.
+
+With fp16 a step that is not finite is an overflow (``precision.py``): the optimizer skips that step
+alone, the loss scale is halved on the device, and the read returns the overflows for the log. Only
+a step not finite at the lowest scale stops training, as above.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 from torch import Tensor
 
 from onmt_lite.train.optim import NonFiniteError
+from onmt_lite.train.precision import overflow_at
 
 MOST_UNREAD = 100  # steps: a GPU waits once in as many, and a diverged run stops soon enough
 
@@ -32,37 +37,57 @@ class DeferredChecks:
     """
 
     def __init__(self, device: torch.device):
-        # 1.0 from the first step that was not finite on: what a fused optimizer's found_inf reads
-        self.skip = torch.zeros((), dtype=torch.float32, device=device)
-        self.pending: list[tuple[Tensor, Tensor]] = []  # (loss, gradient norm) of unread steps
+        # 1.0 from the first step that stops training on: every update from it is skipped
+        self.stopped = torch.zeros((), dtype=torch.float32, device=device)
+        # (loss, gradient norm, fp16's loss scale or None) of the unread steps
+        self.pending: list[tuple[Tensor, Tensor, Tensor | None]] = []
 
-    def add(self, loss: Tensor, total_norm: Tensor) -> Tensor:
-        """Record a step's summed loss and gradient norm (0-dim tensors, not read); returns
-        ``skip``, set if this step or an earlier unread one was not finite."""
+    def add(
+        self, loss: Tensor, total_norm: Tensor, scale: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Record a step's summed loss and gradient norm (0-dim tensors, not read), and with fp16
+        the loss scale it ran at; returns ``(skip, finite)``: a 0-dim float32 flag, 1 to skip this
+        step's update (what a fused optimizer reads as ``found_inf``), and whether the step was
+        finite (0-dim bool)."""
         loss = loss.detach()
         total_norm = total_norm.detach()
-        self.pending.append((loss, total_norm))
+        self.pending.append((loss, total_norm, scale))
         both = loss + total_norm  # finite where both are (float64: no sum of two overflows)
         finite = (both - both).eq(0)  # x - x is NaN for x NaN or infinite
-        self.skip = torch.where(finite, self.skip, 1.0)
-        return self.skip
+        if scale is None:  # a step not finite stops training
+            self.stopped = torch.where(finite, self.stopped, 1.0)
+            return self.stopped, finite
+        # fp16: an overflow skips its step alone; at the lowest scale it stops training
+        self.stopped = torch.where(finite | overflow_at(scale), self.stopped, 1.0)
+        return torch.where(finite, self.stopped, 1.0), finite
 
     @property
     def full(self) -> bool:
         """Whether ``MOST_UNREAD`` steps wait for ``read``."""
         return len(self.pending) >= MOST_UNREAD
 
-    def read(self) -> None:
-        """Read the pending steps (one host read): ``NonFiniteError`` for the first that was not
-        finite (``later``: the steps after it, all skipped)."""
+    def read(self) -> list[float]:
+        """Read the pending steps (one host read): ``NonFiniteError`` for the first that stopped
+        training (``later``: the steps after it, all skipped); else the loss scale of each fp16
+        step that overflowed, in order."""
         if not self.pending:
-            return
-        rows = [torch.stack([loss.double(), norm.double()]) for loss, norm in self.pending]
-        values = torch.stack(rows).tolist()  # [steps x 2] float64, one read
+            return []
+        pending = self.pending
         self.pending = []
-        for index, (loss, norm) in enumerate(values):
-            later = len(values) - 1 - index
+        rows = [torch.stack([t.double() for t in entry if t is not None]) for entry in pending]
+        values = iter(torch.cat(rows).tolist())  # one read
+        overflows = []
+        for index, (_, _, scale_tensor) in enumerate(pending):
+            loss = next(values)
+            norm = next(values)
+            scale = None if scale_tensor is None else next(values)
+            if math.isfinite(loss) and math.isfinite(norm):
+                continue
+            if scale is not None and overflow_at(scale):
+                overflows.append(scale)
+                continue
+            later = len(pending) - 1 - index
             if not math.isfinite(loss):
                 raise NonFiniteError(f"the loss is {loss}", later)
-            if not math.isfinite(norm):
-                raise NonFiniteError(f"the gradient norm is {norm}", later)
+            raise NonFiniteError(f"the gradient norm is {norm}", later)
+        return overflows

@@ -10,10 +10,11 @@ With several processes (``dist``, see distributed.py) the normaliser is the step
 them and the gradients are summed over them after the step's last backward pass.
 
 Faults: a NaN or infinite loss or gradient stops training before the step is applied (the weights
-and the checkpoints on disk stay good). With a fused Adam or AdamW, float32 or bf16 and one process,
-the check is read every few steps, not at each (``step_checks.py``): the device skips the bad step
-and every one after it until the read, which names the bad step. The loop around the steps is
-``training_run.py``'s.
+and the checkpoints on disk stay good); with fp16 it is an overflow, which skips the step and halves
+the loss scale (``precision.py``). With a fused Adam or AdamW and one process the check is read
+every few steps, not at each (``step_checks.py``): the device skips the bad step and every one after
+it until the read, which names the bad step (an fp16 overflow alone, which the read logs). The
+loop around the steps is ``training_run.py``'s.
 """
 
 import math
@@ -25,10 +26,15 @@ from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.loss import LossComputeBase, Statistics, build_loss_compute
 from onmt_lite.train.graphed import GraphedModel
 from onmt_lite.train.optim import NonFiniteError, Optimizer
-from onmt_lite.train.precision import Precision
+from onmt_lite.train.precision import Precision, overflow_at
 from onmt_lite.train.step_checks import DeferredChecks
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
+
+
+def log_overflow(scale: float) -> None:
+    """The log line of an fp16 step skipped for an overflow at loss scale ``scale``."""
+    logger.info(f"fp16 gradients overflowed at loss scale {scale:g}: step skipped, scale halved")
 
 
 def normalization(batches, method):
@@ -102,8 +108,8 @@ class Trainer:
         self.precision = precision or Precision("fp32", self.device)
         self.dist = dist
         self.graphed = GraphedModel(model) if cuda_graphs else None
-        # each step read before its update where the device cannot skip one, or other processes
-        # read it anyway (their sums); fp16 too, which must know of an overflow at once (its scale)
+        # each step read before its update where the device cannot skip one, or where other
+        # processes read it anyway (their sums)
         deferred = optim is not None and optim.can_skip_on_device and dist is None
         self.checks = DeferredChecks(self.device) if deferred else None
 
@@ -172,45 +178,57 @@ class Trainer:
         stats = Statistics()
         # the loss scale (fp16) multiplies every loss through the normalisation
         for batch in batches:
-            stats.update(self.forward_backward(batch, norm / self.precision.scale))
+            stats.update(self.forward_backward(batch, self.precision.normalization(norm)))
         if self.dist is not None:
             self.dist.sum_gradients(self.optim.params)
             self.dist.sum_statistics(stats)
         total_norm = self.optim.gradient_norm()
-        if self.checks is not None and not self.precision.scaled:  # read by check_steps()
-            skip = self.checks.add(stats.device_loss(self.device), total_norm)
-            self.optim.step(total_norm=total_norm, skip=skip)
+        scale = self.precision.scale  # fp16's, else None
+        if self.checks is not None:  # read by check_steps()
+            skip, finite = self.checks.add(stats.device_loss(self.device), total_norm, scale)
+            self.optim.step(1.0 if scale is None else scale, total_norm=total_norm, skip=skip)
+            self.precision.update(finite)
             if self.checks.full:
                 self.check_steps()
             return stats
-        (norm,) = stats.settle(total_norm)  # the step's one host read: statistics and gradient norm
-        # with fp16, a non-finite loss or gradient is an overflow: skip the step, lower the scale
+        self._step_read_now(stats, total_norm)
+        return stats
+
+    def _step_read_now(self, stats: Statistics, total_norm: torch.Tensor) -> None:
+        """The optimizer step after one host read of its statistics, gradient norm and loss scale:
+        NonFiniteError before the update if a loss or gradient is not finite (with fp16 an
+        overflow instead: the step skipped, the scale lowered)."""
+        scale = self.precision.scale
+        extra = [total_norm] if scale is None else [total_norm, scale]
+        norm, *scale_read = stats.settle(*extra)  # the step's one host read
+        scale_value = scale_read[0] if scale_read else 1.0
         try:
             if not math.isfinite(stats.loss):
                 raise NonFiniteError(f"the loss is {stats.loss}")
-            self.optim.step(self.precision.scale, total_norm, norm)
+            self.optim.step(scale_value, total_norm, norm)
         except NonFiniteError:
-            if not self.precision.can_skip_overflow:
+            if scale is None or not overflow_at(scale_value):
                 raise
-            self.precision.update(overflow=True)
-            logger.info(
-                f"fp16 gradients overflowed: step skipped, loss scale now {self.precision.scale:g}"
-            )
-            return stats
-        self.precision.update(overflow=False)
-        return stats
+            self.optim.skip_step()
+            self.precision.update(False)
+            log_overflow(scale_value)
+            return
+        self.precision.update(True)
 
     def check_steps(self) -> None:
-        """Read the steps not yet checked (``DeferredChecks``; one host read): NonFiniteError for
-        the first that was not finite, the schedule taken back to before it (the device skipped it
-        and every step after it: the weights and moments are those before it)."""
+        """Read the steps not yet checked (``DeferredChecks``; one host read): the fp16 overflows
+        logged; NonFiniteError for the first step that stopped training, the schedule taken back
+        to before it (the device skipped it and every step after it: the weights and moments are
+        those before it)."""
         if self.checks is None:
             return
         try:
-            self.checks.read()
+            overflows = self.checks.read()
         except NonFiniteError as err:
             self.optim.undo_steps(err.later + 1)
             raise
+        for scale in overflows:
+            log_overflow(scale)
 
     def validate(self, batches):
         """Statistics of the model on ``batches`` (eval mode, no gradients, no label smoothing)."""

@@ -1,6 +1,8 @@
 """HostSyncCounter, and the host syncs of a training step counted on the CPU (what would stall a
 GPU)."""
 
+import contextlib
+
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -115,6 +117,29 @@ def test_a_training_step_reads_the_device_never_or_once(name, optim):
     assert all(s.n_words > 0 for s in stats)
     if "-cuda_graphs" in name:  # the counted step replayed what the step before recorded
         assert len(trainer.graphed.recorded) == (2 if "Transformer" in name else 1)
+
+
+@pytest.mark.parametrize("optim", ["adam", "sgd"])
+def test_an_fp16_step_reads_the_device_as_a_float32_step_does(monkeypatch, optim):
+    """fp16's loss scale changes on the device (train/precision.py): with a fused Adam an overflow
+    is read with the deferred checks, not at its step (before 2026-11-28 fp16 read each step)."""
+    # fp16 autocast has no CPU kernels for LSTMs: the loss scaling around float32 arithmetic
+    monkeypatch.setattr(Precision, "autocast", lambda self: contextlib.nullcontext())
+    trainer, model = make_trainer(*RNN, optim=optim, learning_rate=0.001, max_grad_norm=5)
+    model.float()
+    trainer.precision = Precision("fp16")
+    trainer.train_step([make_batch(random_pairs(16, seed=1))])
+    trainer.check_steps()
+    batches = [on_device(make_batch(random_pairs(16, seed=s, min_len=9))) for s in (2, 3)]
+    host = [t for b in batches for t in (b.src_lengths_cpu, b.indices_cpu, b.tgt_cpu)]
+    with HostSyncCounter(host=host) as counter:
+        for batch in batches:
+            trainer.train_step([batch])
+    assert counter.syncs == (0 if optim == "adam" else 2), counter.sync_kinds
+    with HostSyncCounter() as counter:
+        trainer.check_steps()
+    assert counter.syncs == (1 if optim == "adam" else 0), counter.sync_kinds
+    assert trainer.precision.state_dict()["scale"] == Precision("fp16").state_dict()["scale"]
 
 
 # The kernels a Transformer training step launches on a GPU, counted on the CPU as on a GPU

@@ -76,42 +76,103 @@ def test_fp16_loss_scaling_is_exact_a_power_of_two_in_and_out(monkeypatch, shard
     assert all(torch.equal(after[0][n], after[1][n]) for n in after[0])
 
 
-def test_fp16_overflow_skips_the_step_and_halves_the_scale_then_good_steps_double_it(monkeypatch):
+def adam_steps(trainer):
+    """The step count of each parameter's Adam moments (updates applied, skipped ones not)."""
+    return [int(state["step"]) for state in trainer.optim.optimizer.state.values()]
+
+
+# sgd: each step read on the host before its update; adam (fused): the scale and the skip on the
+# device, the overflows read later (step_checks.py)
+@pytest.mark.parametrize("optim", ["sgd", "adam"])
+def test_fp16_overflow_skips_the_step_and_halves_the_scale_then_good_steps_double_it(
+    monkeypatch, caplog, optim
+):
     without_autocast(monkeypatch)
     monkeypatch.setattr(precision_module, "GROWTH_INTERVAL", 2)
-    trainer, model = float32_trainer(Precision("fp16"))
+    trainer, model = float32_trainer(Precision("fp16"), optim=optim, learning_rate=0.01)
     batch = float_batch(random_pairs(4, seed=24))
     hook = model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
     before = params(model)
-    scale = trainer.precision.scale
-    trainer.train_step([batch])  # no exception: an overflow is expected now and then with fp16
-    assert trainer.precision.scale == scale / 2
+    scale = precision_module.INITIAL_SCALE
+    with caplog.at_level("INFO", logger="onmt_lite"):
+        trainer.train_step([batch])  # no exception: an overflow is expected now and then with fp16
+        trainer.check_steps()
+    assert f"fp16 gradients overflowed at loss scale {scale:g}: step skipped" in caplog.text
+    assert trainer.precision.state_dict() == {"scale": scale / 2, "good_steps": 0}
     assert all(torch.equal(before[n], v) for n, v in params(model).items())
-    assert trainer.optim.decay_step == 0
+    # the schedule counts the skipped step (as OpenNMT-py's does); Adam's moments do not
+    assert trainer.optim.decay_step == 1
+    assert adam_steps(trainer) == ([0] * len(before) if optim == "adam" else [])
     hook.remove()
     trainer.train_step([batch])
     trainer.train_step([batch])
-    assert trainer.precision.scale == scale and trainer.optim.decay_step == 2
+    trainer.check_steps()
     assert trainer.precision.state_dict() == {"scale": scale, "good_steps": 0}
+    assert trainer.optim.decay_step == 3
+    assert adam_steps(trainer) == ([2] * len(before) if optim == "adam" else [])
 
 
-def test_fp16_overflows_lower_the_scale_to_its_floor_and_then_stop_training(monkeypatch):
+@pytest.mark.parametrize("optim", ["sgd", "adam"])
+def test_fp16_overflows_lower_the_scale_to_its_floor_and_then_stop_training(monkeypatch, optim):
     """A step that is not finite at every scale is no overflow: the scale stops at MIN_SCALE and the
-    next such step raises (before the floor, ~1,090 halvings reached 0 and divided by it)."""
+    next such step raises (before the floor, ~1,090 halvings reached 0 and divided by it); with a
+    fused Adam at the read after it, the device having skipped it."""
     from onmt_lite.train.optim import NonFiniteError
 
     without_autocast(monkeypatch)
-    trainer, model = float32_trainer(Precision("fp16"))
+    trainer, model = float32_trainer(Precision("fp16"), optim=optim, learning_rate=0.01)
     batch = float_batch(random_pairs(4, seed=25))
     model.encoder.rnn.weight_hh_l0.register_hook(lambda g: g * float("inf"))
     before = params(model)
     for _ in range(16):  # 2^16 down to 1
         trainer.train_step([batch])
-    assert trainer.precision.scale == precision_module.MIN_SCALE == 1.0
+    trainer.check_steps()
+    assert trainer.precision.state_dict()["scale"] == precision_module.MIN_SCALE == 1.0
     with pytest.raises(NonFiniteError, match="gradient norm is"):
         trainer.train_step([batch])
-    assert trainer.precision.scale == 1.0 and trainer.optim.decay_step == 0
+        trainer.check_steps()
+    assert trainer.precision.state_dict()["scale"] == 1.0
+    assert trainer.optim.decay_step == 16  # the overflows counted, not the step that stopped
     assert all(torch.equal(before[n], v) for n, v in params(model).items())
+
+
+def test_fp16_with_the_check_on_the_device_trains_as_with_each_step_read_on_the_host(
+    monkeypatch, caplog
+):
+    """The same fused Adam, its steps read at once (``checks`` None: the host path) or later: the
+    same weights, moments, schedule, scale and overflow lines, over overflows and a doubling."""
+    without_autocast(monkeypatch)
+    monkeypatch.setattr(precision_module, "GROWTH_INTERVAL", 2)
+    overflowing = {1, 4}  # the steps whose gradients overflow
+    batches = [float_batch(random_pairs(4, seed=s)) for s in range(30, 37)]
+    results = []
+    for read_at_once in (True, False):
+        trainer, model = float32_trainer(
+            Precision("fp16"), optim="adam", learning_rate=0.01, max_grad_norm=1.0
+        )
+        if read_at_once:
+            trainer.checks = None
+        step = [0]
+
+        def overflow(grad, step=step):
+            return grad * float("inf") if step[0] in overflowing else grad
+
+        model.encoder.rnn.weight_hh_l0.register_hook(overflow)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="onmt_lite"):
+            for index, batch in enumerate(batches):
+                step[:] = [index]
+                trainer.train_step([batch])
+            trainer.check_steps()
+        lines = [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()]
+        moments = [v.clone() for s in trainer.optim.optimizer.state.values() for v in s.values()]
+        state = (trainer.precision.state_dict(), trainer.optim.decay_step, lines)
+        results.append((params(model), moments, state))
+    (params_a, moments_a, state_a), (params_b, moments_b, state_b) = results
+    assert state_a == state_b
+    assert len(state_a[2]) == 2 and state_a[1] == len(batches)
+    assert all(torch.equal(params_a[n], params_b[n]) for n in params_a)
+    assert all(torch.equal(a, b) for a, b in zip(moments_a, moments_b))
 
 
 def test_fp16_on_the_cpu_is_refused_with_the_alternative(tmp_path):
