@@ -175,6 +175,25 @@ def test_fp16_with_the_check_on_the_device_trains_as_with_each_step_read_on_the_
     assert all(torch.equal(a, b) for a, b in zip(moments_a, moments_b))
 
 
+def test_fp16_scale_state_is_plain_numbers_and_loads_back_onto_the_device(monkeypatch):
+    """A checkpoint holds the scale and its count of good steps as numbers; a resumed run's
+    ``Precision`` holds them as the device tensors the steps update."""
+    monkeypatch.setattr(precision_module, "GROWTH_INTERVAL", 3)
+    precision = Precision("fp16")
+    for finite in (False, True, torch.tensor(True)):
+        precision.update(finite)
+    state = precision.state_dict()
+    assert state == {"scale": precision_module.INITIAL_SCALE / 2, "good_steps": 2}
+    assert all(type(v) in (float, int) for v in state.values())
+    resumed = Precision("fp16")
+    resumed.load_state_dict(state)
+    assert resumed.scale.dtype == torch.float32 and resumed.scale.dim() == 0
+    for each in (precision, resumed):
+        each.update(True)  # the third good step in a row doubles the scale
+    doubled = {"scale": precision_module.INITIAL_SCALE, "good_steps": 0}
+    assert resumed.state_dict() == precision.state_dict() == doubled
+
+
 def test_fp16_on_the_cpu_is_refused_with_the_alternative(tmp_path):
     from onmt_lite.utils.errors import UserError
     from tests.helpers import TINY_MODEL, preprocess_in_process, train_in_process
