@@ -12,7 +12,7 @@
 #     bash bench/device_session.sh graphs                       # call 1, timeout_s 520
 #     bash bench/device_session.sh profile                      # call 2, timeout_s 300
 # and in the session after, translate (its training, conversion and first row took 290 s: it
-# needs a call of its own), graphs_bf16 (if graphs paid in fp32), server, check, mixed.
+# needs a call of its own), graphs_bf16 (if graphs paid in fp32), server, check, mixed, fp16.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed graphs profile translate \
 #         profile_translate
@@ -30,6 +30,8 @@
 #              read at once (each_step: as before 2026-11-28), 100 steps after 150
 #   graphs_bf16  the same levers none and graphs in bf16 (mixed precision slower than fp32 on  320 s
 #              2026-11-28: if autocast's casts are the host's extra launches, graphs replay them)
+#   fp16       the levers none and each_step in fp16: its loss scale on the device and its      320 s
+#              checks every few steps (2026-11-28), against a read at each step as before
 #   profile    bench/gpu_profile.py: transformer and rnn64 training steps, fp32 and bf16      260 s
 #   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
 #              with and without -cuda_graphs (trains the model once: a later call on the same warm
@@ -126,6 +128,11 @@ for name in "${STAGES[@]}"; do
         # mixed precision's puzzle: autocast's casts are launches a graph replays with the rest
         stage graphs_bf16 320 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer rnn64 \
             -lever_names none graphs -dtypes bf16 -steps 100 -warmup 150 -work "$WORK/graphs" ;;
+    fp16)
+        # fp16's loss scale on the device (2026-11-28): its checks every few steps against each
+        # step's read before its update (each_step: how fp16 trained until then)
+        stage fp16 320 $PY bench/gpu_speed.py "${DRY[@]}" -levers -only transformer rnn64 \
+            -lever_names none each_step -dtypes fp16 -steps 100 -warmup 50 -work "$WORK/fp16" ;;
     profile) stage profile 260 $PY bench/gpu_profile.py "${DRY[@]}" -only transformer rnn64 \
         -work "$WORK/profile" ;;
     translate) stage translate 540 $PY bench/gpu_translate_speed.py "${DRY[@]}" \

@@ -2,7 +2,7 @@
 
     python bench/gpu_speed.py [-steps 100] [-warmup 20] [-only rnn64 transformer ...]
                               [-precisions fp32 mixed] [-levers [-lever_names none graphs ...]
-                              [-dtypes fp32 bf16]] [-dry_run]
+                              [-dtypes fp32 bf16 fp16]] [-dry_run]
 
 The configurations (toy-ende, vocabularies of 20,000 words, padded to multiples of 8 as the
 peer pads its own: ``VOCAB_MULTIPLE``):
@@ -23,13 +23,13 @@ own target tokens/s reports after ``-warmup`` steps. Its peak memory is the larg
 and for onmt_lite also ``torch.cuda.max_memory_allocated``, which its log ends with. Both
 toolkits' logs are checked to hold models of the same parameter count.
 
-``-levers`` runs onmt_lite alone instead, fp32 and bf16, without and with each of its speed options
-(``LEVERS``: ``-num_workers 1``, ``-self_attn_type scaled-dot-flash``, ``-torch_compile``, all
-three, the last three for Transformers only; ``-cuda_graphs``, which records its buckets of batch
-shapes in a run's first hundred or so steps: give it a ``-warmup`` past them; ``each_step``, no
-option but ``bench/train_each_step.py``: each step's checks read before its update, as before
-2026-11-28, against every few steps now): what each pays,
-before a default is changed; ``-lever_names`` and ``-dtypes`` choose some. Figures to
+``-levers`` runs onmt_lite alone instead, fp32 and bf16 (``-dtypes``: fp16 too on request), without
+and with each of its speed options (``LEVERS``: ``-num_workers 1``, ``-self_attn_type
+scaled-dot-flash``, ``-torch_compile``, all three, the last three for Transformers only;
+``-cuda_graphs``, which records its buckets of batch shapes in a run's first hundred or so steps:
+give it a ``-warmup`` past them; ``each_step``, no option but ``bench/train_each_step.py``: each
+step's checks read before its update, as before 2026-11-28, against every few steps now): what
+each pays, before a default is changed; ``-lever_names`` and ``-dtypes`` choose some. Figures to
 bench/results/gpu_levers.json.
 
 Without CUDA the script says so in one line and exits 2. ``-dry_run`` runs onmt_lite's commands
@@ -242,8 +242,8 @@ def levers(opt, config, train_args, work):
         for lever in opt.lever_names:
             if lever in TRANSFORMER_ONLY and "transformer" not in config:
                 continue
-            if lever == "graphs" and opt.dry_run:
-                continue  # -cuda_graphs needs CUDA
+            if opt.dry_run and (lever == "graphs" or dtype == "fp16"):
+                continue  # -cuda_graphs and fp16 need CUDA
             steps = opt.warmup + opt.steps
             name = lever or "none"
             try:
@@ -298,7 +298,11 @@ def main():
         help="-levers: these levers only (none: the run without)",
     )
     parser.add_argument(
-        "-dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"], help="-levers'"
+        "-dtypes",
+        nargs="+",
+        choices=["fp32", "bf16", "fp16"],
+        default=["fp32", "bf16"],
+        help="-levers'",
     )
     parser.add_argument(
         "-dry_run",
