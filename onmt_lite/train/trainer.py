@@ -191,14 +191,13 @@ class Trainer:
             if self.checks.full:
                 self.check_steps()
             return stats
-        self._step_read_now(stats, total_norm)
+        self._step_read_now(stats, total_norm, scale)
         return stats
 
-    def _step_read_now(self, stats: Statistics, total_norm: torch.Tensor) -> None:
-        """The optimizer step after one host read of its statistics, gradient norm and loss scale:
-        NonFiniteError before the update if a loss or gradient is not finite (with fp16 an
-        overflow instead: the step skipped, the scale lowered)."""
-        scale = self.precision.scale
+    def _step_read_now(self, stats: Statistics, total_norm: torch.Tensor, scale) -> None:
+        """The optimizer step after one host read of its statistics, gradient norm and loss scale
+        (``scale``: fp16's, else None): NonFiniteError before the update if a loss or gradient is
+        not finite (with fp16 an overflow instead: the step skipped, the scale lowered)."""
         extra = [total_norm] if scale is None else [total_norm, scale]
         norm, *scale_read = stats.settle(*extra)  # the step's one host read
         scale_value = scale_read[0] if scale_read else 1.0
