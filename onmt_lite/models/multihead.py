@@ -138,35 +138,25 @@ class MultiHeadAttention(nn.Module):
         return context, weights
 
 
-def spare_room(columns: int) -> int:
-    """The columns of a cache buffer made for ``columns`` used ones: a quarter more, at least 4."""
-    return columns + max(4, columns // 4)
-
-
 def appended(buffer: Tensor, used: int | Tensor, new: Tensor) -> tuple[Tensor, Tensor]:
-    """A self-attention cache with ``new`` ``[B x h x T x d]`` after the first ``used`` columns of
-    ``buffer`` ``[B x h x C x d]``: returns the buffer to keep and its used columns
-    ``[B x h x used+T x d]``.
+    """A layer's self-attention cache, its keys and values ``[2 x B x h x C x d]``, with ``new``
+    ``[2 x B x h x T x d]`` after the first ``used`` columns of ``buffer``: returns the buffer to
+    keep and its used columns ``[2 x B x h x used+T x d]``.
 
-    Decoding (no gradient) writes into spare columns, grown by a quarter at a time: a step then
-    copies the cache once (the search's reorder), not twice (that and a concatenation). With a
-    gradient (``-truncated_decoder`` windows) it concatenates. ``used`` a device scalar (a
-    fixed-shape step, ``translate/graphed.py``): one position written at that column of the same
-    buffer, and all its C columns returned (the mask hides those after it)."""
+    Decoding (no gradient) writes into the spare columns the decoder made for every layer at once
+    (``TransformerState.with_room``): a step then copies the cache once (the search's reorder), not
+    twice (that and a concatenation). Without room (teacher forcing, ``-truncated_decoder``'s
+    windows with a gradient) it concatenates. ``used`` a device scalar (a fixed-shape step,
+    ``translate/graphed.py``): one position written at that column of the same buffer, and all its
+    C columns returned (the mask hides those after it)."""
     if torch.is_tensor(used):
-        return buffer.index_copy_(2, used.view(1), new), buffer
-    total = used + new.size(2)
-    if used == 0 and new.size(2) > 1:  # a whole target at once (teacher forcing): no room needed
-        return new, new
-    if torch.is_grad_enabled() and (buffer.requires_grad or new.requires_grad):
-        joined = torch.cat([buffer[:, :, :used], new], 2)
+        return buffer.index_copy_(3, used.view(1), new), buffer
+    total = used + new.size(3)
+    if buffer.size(3) < total or torch.is_grad_enabled():
+        joined = new if used == 0 else torch.cat([buffer[:, :, :, :used], new], 3)
         return joined, joined
-    if buffer.size(2) < total:
-        grown = new.new_empty(new.size(0), new.size(1), spare_room(total), new.size(3))
-        grown[:, :, :used] = buffer[:, :, :used]
-        buffer = grown
-    buffer[:, :, used:total] = new
-    return buffer, buffer[:, :, :total]
+    buffer[:, :, :, used:total] = new
+    return buffer, buffer[:, :, :, :total]
 
 
 class SelfAttention(nn.Module):
@@ -179,22 +169,19 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
-    def forward(
-        self, x: Tensor, mask: Tensor, cache: tuple[Tensor, Tensor, int | Tensor] | None = None
-    ):
-        """``x`` ``[B x T x H]``; ``cache`` the keys and values buffers ``[B x h x C x d]`` of
-        earlier positions and how many of their columns are used (P: an int, or a device scalar
-        in a fixed-shape step). Returns ``[B x T x H]`` and the buffers with the new keys and
-        values after the P columns (see ``appended``)."""
-        query, keys, values = (self.attention.split(part) for part in self.qkv(x).chunk(3, dim=-1))
+    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, int | Tensor] | None = None):
+        """``x`` ``[B x T x H]``; ``cache`` the keys and values of earlier positions
+        ``[2 x B x h x C x d]`` and how many of their columns are used (P: an int, or a device
+        scalar in a fixed-shape step). Returns ``[B x T x H]`` and the keys and values with the new
+        ones after the P columns (see ``appended``; without a cache, the new ones
+        ``[2 x B x h x T x d]``)."""
+        batch, length, _ = x.shape
+        heads = self.attention.heads
+        projected = self.qkv(x).view(batch, length, 3, heads, self.attention.head_dim)
+        query = projected[:, :, 0].transpose(1, 2)  # [B x h x T x d]
+        keys_values = projected[:, :, 1:].permute(2, 0, 3, 1, 4)  # [2 x B x h x T x d]
+        attended = keys_values
         if cache is not None:
-            key_buffer, value_buffer, used = cache
-            (key_buffer, keys), (value_buffer, values) = (
-                appended(key_buffer, used, keys),
-                appended(value_buffer, used, values),
-            )
-        else:
-            key_buffer = keys
-            value_buffer = values
-        out, _ = self.attention(query, keys, values, mask)
-        return out, (key_buffer, value_buffer)
+            keys_values, attended = appended(*cache, keys_values)
+        out, _ = self.attention(query, attended[0], attended[1], mask)
+        return out, keys_values

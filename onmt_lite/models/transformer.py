@@ -203,10 +203,9 @@ class TransformerDecoder(nn.Module):
         is not used)."""
         batch = memory_bank.size(1)
         layer = self.layers[0].self_attn.attention
-        empty = memory_bank.new_zeros(batch, layer.heads, 0, layer.head_dim)
+        empty = memory_bank.new_zeros(2 * len(self.layers), batch, layer.heads, 0, layer.head_dim)
         return TransformerState(
-            (empty,) * (2 * len(self.layers)),
-            torch.zeros(batch, dtype=torch.long, device=memory_bank.device),
+            empty, torch.zeros(batch, dtype=torch.long, device=memory_bank.device)
         )
 
     def memory_keys(self, memory_bank: Tensor) -> Tensor:
@@ -240,6 +239,8 @@ class TransformerDecoder(nn.Module):
         """
         need_weights = need_attention or self.copy_attn
         length = tgt.size(0)
+        state = state.with_room(length)
+        in_place = state.writes_in_place(length)  # else each layer gives its keys and values
         cached = state.cached
         positions = cached - state.start  # [B]: each row's position of tgt[0]
         # start >= 0, so no row's first position is past ``cached``
@@ -255,12 +256,12 @@ class TransformerDecoder(nn.Module):
         cache = []
         attns = {}
         for i, layer in enumerate(self.layers):
-            layer_cache = (state.cache[2 * i], state.cache[2 * i + 1], cached)
+            layer_cache = (state.layer(i), cached)
             layer_in = x
             top = i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context
             context = (keys[2 * i], keys[2 * i + 1], memory_mask)
-            x, (layer_k, layer_v), weights = layer(
+            x, keys_values, weights = layer(
                 x, self_mask, layer_cache, *context, need_weights=(need_weights and top) or aligning
             )
             if i == align_layer:
@@ -271,9 +272,11 @@ class TransformerDecoder(nn.Module):
                         layer_in, full, layer_cache, *context, need_weights=True
                     )
                 attns["align"] = self._alignment_of(align_weights)
-            cache += [layer_k, layer_v]
+            cache.append(keys_values)
         dec_out = self.norm(x).transpose(0, 1).contiguous()
-        new_state = TransformerState(cache, state.start, cached + length)
+        new_state = TransformerState(
+            state.cache if in_place else cache, state.start, cached + length
+        )
         if need_weights:
             attns["std"] = weights.mean(1).transpose(0, 1)
             if self.copy_attn:

@@ -1,43 +1,71 @@
 """The Transformer decoder's state between calls (``TransformerState``): its self-attention cache
 and the columns each row's new positions may see.
 
-Shapes: B rows, h heads, C cache columns (P of them decoded so far), d = H / h per head, T new
-positions.
+Shapes: L layers, B rows, h heads, C cache columns (P of them decoded so far), d = H / h per head,
+T new positions.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from onmt_lite.models.multihead import spare_room
+
+def spare_room(columns: int) -> int:
+    """The columns of a cache buffer made for ``columns`` used ones: a quarter more, at least 4."""
+    return columns + max(4, columns // 4)
 
 
 class TransformerState:
     """The Transformer decoder's state between calls: its self-attention cache.
 
     Attributes:
-        cache: per layer, keys then values ``[B x h x C x d]`` (``2 x layers`` tensors), of which
-            the first ``cached`` columns hold the P positions decoded so far (P = 0 at first); the
-            columns after them are spare room for the next positions (see ``appended``).
+        cache: every layer's keys and values in one buffer ``[2*L x B x h x C x d]`` (layer i's
+            keys at 2i, its values at 2i+1), of which the first ``cached`` columns hold the P
+            positions decoded so far (P = 0 at first); the columns after them are spare room for
+            the next positions (``with_room``). One buffer, so that the search's reorder and a
+            step's growth are one copy whatever the layers.
         start: ``[B]`` long, each row's first cache column. Rows of examples that joined a running
             search later have fewer positions: their cache is padded on the left, and columns before
             ``start`` are masked. A row's next position is ``P - start``.
 
+    A state made of the layers' own tensors (``[2 x B x h x P x d]`` each: teacher forcing and
+    ``-truncated_decoder``'s windows, which concatenate) joins them into ``cache`` when first read:
+    training's forward pass, whose state nobody reads, copies nothing.
+
     A fixed-shape step (``translate/graphed.py``, one position at a time) gives ``cached`` as a
-    device scalar instead: the position is written at that column of the same buffers, and the
+    device scalar instead: the position is written at that column of the same buffer, and the
     attention reads all C columns, those after it masked (``fixed``). Only the decoder's
     ``forward`` takes such a state; its owner reorders it.
     """
 
     def __init__(
-        self, cache: tuple[Tensor, ...], start: Tensor, cached: int | Tensor | None = None
+        self, cache: Tensor | Sequence[Tensor], start: Tensor, cached: int | Tensor | None = None
     ):
-        self.cache = tuple(cache)
+        self._cache = cache if torch.is_tensor(cache) else None
+        self._layers = None if torch.is_tensor(cache) else tuple(cache)
         self.start = start
-        self.cached = self.cache[0].size(2) if cached is None else cached
+        self.cached = self.columns() if cached is None else cached
+
+    @property
+    def cache(self) -> Tensor:
+        """``[2*L x B x h x C x d]``, the layers' tensors joined at the first read."""
+        if self._cache is None:
+            self._cache = torch.cat(self._layers)
+            self._layers = None
+        return self._cache
+
+    def layer(self, i: int) -> Tensor:
+        """Layer ``i``'s keys and values ``[2 x B x h x C x d]`` (a view of ``cache``)."""
+        if self._cache is None:
+            return self._layers[i]
+        return self._cache[2 * i : 2 * i + 2]
+
+    def columns(self) -> int:
+        """C: the cache's columns, used and spare."""
+        return (self._cache if self._cache is not None else self._layers[0]).size(3)
 
     @property
     def fixed(self) -> bool:
@@ -46,7 +74,30 @@ class TransformerState:
 
     def last_column(self) -> int:
         """A host bound of the columns a step may use: P, or C for a fixed-shape step."""
-        return self.cache[0].size(2) if self.fixed else self.cached
+        return self.columns() if self.fixed else self.cached
+
+    def with_room(self, length: int) -> TransformerState:
+        """This state with spare columns for ``length`` new positions, for a step without gradients
+        (decoding) to write them in place; the buffer is grown by a quarter when too small (one
+        copy for every layer). Unchanged for a fixed-shape step, with gradients (the layers then
+        concatenate) and for a whole target from an empty cache (teacher forcing: nothing to keep
+        room for)."""
+        if self.fixed or torch.is_grad_enabled() or (self.cached == 0 and length > 1):
+            return self
+        total = self.cached + length
+        if self.columns() >= total:
+            return self
+        cache = self.cache
+        grown = cache.new_empty(*cache.shape[:3], spare_room(total), cache.size(4))
+        grown[:, :, :, : self.cached] = cache[:, :, :, : self.cached]
+        return TransformerState(grown, self.start, self.cached)
+
+    def writes_in_place(self, length: int) -> bool:
+        """Whether a step of ``length`` positions writes into this cache (``appended``'s rule: a
+        fixed-shape step, or room for them and no gradients) rather than concatenating."""
+        if self.fixed:
+            return True
+        return not torch.is_grad_enabled() and self.columns() >= self.cached + length
 
     def self_masks(self, length: int) -> tuple[Tensor, Tensor]:
         """The self-attention's bool masks of ``length`` new positions after the P cached ones: the
@@ -56,7 +107,7 @@ class TransformerState:
         both."""
         start = self.start
         if self.fixed:
-            columns = torch.arange(self.cache[0].size(2), device=start.device)  # [C]
+            columns = torch.arange(self.columns(), device=start.device)  # [C]
             started = columns.unsqueeze(0) >= start.unsqueeze(1)  # [B x C]
             seen = (started & (columns <= self.cached))[:, None, None, :]
             return seen, seen
@@ -70,7 +121,7 @@ class TransformerState:
     def map(self, fn: Callable[[Tensor, int], Tensor]) -> TransformerState:
         """A new state with ``fn(tensor, batch_dim)`` applied to every tensor (e.g.
         index_select)."""
-        return TransformerState(tuple(fn(t, 0) for t in self.cache), fn(self.start, 0), self.cached)
+        return TransformerState(fn(self.cache, 1), fn(self.start, 0), self.cached)
 
     def detach(self) -> TransformerState:
         """The same state cut from the graph (between truncated BPTT windows)."""
@@ -78,20 +129,24 @@ class TransformerState:
 
     def concat(self, other: TransformerState) -> TransformerState:
         """The rows of ``self`` then those of ``other``, the shorter cache padded on the left (with
-        zeros: masked, but finite). The buffers get spare room (``appended``'s), so that the next
-        position is written in place rather than the buffers copied again."""
+        zeros: masked, but finite). The buffer gets spare room (``with_room``'s), so that the next
+        position is written in place rather than the buffer copied again."""
         width = max(self.cached, other.cached)
-        capacity = spare_room(width)
-        n_rows = self.start.size(0)
-        cache = []
-        for mine, theirs in zip(self.cache, other.cache):
-            rows = n_rows + theirs.size(0)
-            buffer = mine.new_zeros(rows, mine.size(1), capacity, mine.size(3))  # [B x h x C x d]
-            if self.cached:  # (examples join with no position decoded: nothing of theirs to copy)
-                buffer[:n_rows, :, width - self.cached : width] = mine[:, :, : self.cached]
-            if other.cached:
-                buffer[n_rows:, :, width - other.cached : width] = theirs[:, :, : other.cached]
-            cache.append(buffer)
+        mine = self.cache
+        theirs = other.cache
+        n_rows = mine.size(1)
+        shape = (
+            mine.size(0),
+            n_rows + theirs.size(1),
+            mine.size(2),
+            spare_room(width),
+            mine.size(4),
+        )
+        cache = mine.new_zeros(shape)  # [2*L x B x h x C x d]
+        if self.cached:  # (examples join with no position decoded: nothing of theirs to copy)
+            cache[:, :n_rows, :, width - self.cached : width] = mine[:, :, :, : self.cached]
+        if other.cached:
+            cache[:, n_rows:, :, width - other.cached : width] = theirs[:, :, :, : other.cached]
         starts = [
             state.start if state.cached == width else state.start + (width - state.cached)
             for state in (self, other)
@@ -101,11 +156,12 @@ class TransformerState:
     def parts(self) -> list[tuple[Tensor, tuple]]:
         """The tensors that hold the rows, each with its (row, source position, column) dimensions
         (None: it has none): what a fixed-shape step keeps in buffers (``translate/graphed.py``)."""
-        return [(t, (0, None, 2)) for t in self.cache] + [(self.start, (0, None, None))]
+        return [(self.cache, (1, None, 3)), (self.start, (0, None, None))]
 
     def of_parts(self, tensors: list[Tensor]) -> TransformerState:
         """A state like this one (its ``cached``) made of ``tensors``, in ``parts``'s order."""
-        return TransformerState(tensors[:-1], tensors[-1], self.cached)
+        cache, start = tensors
+        return TransformerState(cache, start, self.cached)
 
     def compact(self, unused: int) -> TransformerState:
         """The same state without its first ``unused`` columns, which no row uses any more (rows
@@ -114,5 +170,5 @@ class TransformerState:
         if unused == 0:
             return self
         return TransformerState(
-            tuple(t[:, :, unused:] for t in self.cache), self.start - unused, self.cached - unused
+            self.cache[:, :, :, unused:], self.start - unused, self.cached - unused
         )

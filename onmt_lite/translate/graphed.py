@@ -273,8 +273,9 @@ class GraphedStepper:
         row's."""
         *cache, start = self.state
         width = self.size[2]
-        for buffer in cache:
-            buffer[:, :, : width - unused] = buffer[:, :, unused:].clone()
+        for buffer, (_, _, column_dim) in zip(cache, self.state_dims):
+            kept = buffer.narrow(column_dim, unused, width - unused).clone()
+            buffer.narrow(column_dim, 0, width - unused).copy_(kept)
         # (the live rows start at ``unused`` or later; filler rows stay at 0 or more, so that no
         # row's position, cached - start, is past the columns)
         start.sub_(unused).clamp_(min=0)

@@ -11,6 +11,7 @@ from onmt_lite.models.embeddings import sinusoids
 from onmt_lite.models.multihead import MultiHeadAttention, additive_mask, relative_positions
 from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.host_syncs import HostSyncCounter
 from tests.model_helpers import (
     TGT_VOCAB,
     TRANSFORMER,
@@ -162,10 +163,10 @@ def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first
         )
         lengths = torch.cat([lengths_a, lengths_b])
         tokens = torch.stack([batch_a.tgt[2:3, 0], tokens_b[0:1, 0]], 1)
-        buffers = [t.data_ptr() for t in state.cache]
+        buffer = state.cache.data_ptr()
         out, _, state = model.decode(tokens, memory, lengths, state)
-        # the joined buffers had room for the next position: written in place, not copied again
-        assert [t.data_ptr() for t in state.cache] == buffers
+        # the joined buffer had room for the next position: written in place, not copied again
+        assert state.cache.data_ptr() == buffer
         torch.testing.assert_close(out[0, 1], alone[0], rtol=0, atol=1e-12)
         keep_b = torch.tensor([1])
         # A leaves: its 2 columns are no row's any more
@@ -309,24 +310,24 @@ def test_decoding_writes_each_step_into_the_spare_columns_and_keeps_earlier_posi
         for t in range(6):
             before = state
             _, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state)
-            assert state.cached == t + 1 and state.cache[0].size(2) >= t + 1
-            if before.cache[0].size(2) > t:  # room left: the same buffer, one column more
-                assert state.cache[0].data_ptr() == before.cache[0].data_ptr()
-            history.append(state.cache[0][:, :, : t + 1].clone())
+            assert state.cached == t + 1 and state.cache.size(3) >= t + 1
+            if before.cache.size(3) > t:  # room left: the same buffer, one column more
+                assert state.cache.data_ptr() == before.cache.data_ptr()
+            history.append(state.cache[:, :, :, : t + 1].clone())
             if t == 3:  # the search's reorder: rows swapped, the spare columns kept
                 state = state.map(lambda x, dim: x.index_select(dim, torch.tensor([2, 0, 1])))
-                history = [h.index_select(0, torch.tensor([2, 0, 1])) for h in history]
+                history = [h.index_select(1, torch.tensor([2, 0, 1])) for h in history]
         for t, keys in enumerate(history):
-            assert torch.equal(state.cache[0][:, :, : t + 1], keys)
+            assert torch.equal(state.cache[:, :, :, : t + 1], keys)
 
 
 def test_state_map_and_detach_keep_the_start_columns():
     state = TransformerState(
-        (torch.randn(3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3])
+        (torch.randn(2, 3, 2, 4, 5, requires_grad=True),) * 2, torch.tensor([0, 1, 3])
     )
     picked = state.map(lambda t, dim: t.index_select(dim, torch.tensor([2, 0])))
-    assert picked.start.tolist() == [3, 0] and picked.cache[0].shape == (2, 2, 4, 5)
-    assert not state.detach().cache[0].requires_grad
+    assert picked.start.tolist() == [3, 0] and picked.cache.shape == (4, 2, 2, 4, 5)
+    assert not state.detach().cache.requires_grad
 
 
 @pytest.mark.parametrize(
@@ -488,3 +489,45 @@ def test_scaled_dot_flash_marks_every_attention_and_trains_on_the_cpu_as_scaled_
         dec_out, _ = model(batch.src, batch.tgt, batch.src_lengths)
         losses.append(dec_out.sum())
     assert torch.equal(losses[0], losses[1])
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_a_search_reorder_and_a_step_copy_the_cache_once_whatever_the_layers(layers):
+    """Every layer's keys and values are one buffer: the search's reorder is one index_select of
+    it (and one of ``start``), and a step that outgrows the buffer grows it with one copy; each
+    layer writes its new keys and values with one copy. Before, each layer's keys and values were
+    buffers of their own: 2 x layers index_selects a reorder, two copies a layer."""
+    model = transformer("-layers", layers)
+    batch = make_batch(random_pairs(3, seed=7, min_len=6, max_len=9))
+    rows = torch.tensor([2, 0, 1])
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        keys = model.decoder.memory_keys(memory_bank)
+        _, _, state = model.decode(batch.tgt[:1], memory_bank, lengths, state, keys)
+        with HostSyncCounter() as reorder:
+            state = state.map(lambda t, dim: t.index_select(dim, rows))
+        spare = state.cache.size(3) - state.cached
+        for t in range(1, spare + 2):  # the last step outgrows the buffer
+            with HostSyncCounter() as step:
+                _, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state, keys)
+            grown = t == spare + 1
+            assert step.counts["copy_"] == layers + grown, (t, spare)
+    assert reorder.counts["index_select"] == 2 and reorder.operations == 2
+    assert state.cache.shape[:2] == (2 * layers, 3)
+
+
+def test_teacher_forcing_keeps_the_layers_keys_and_values_apart_until_read():
+    """Training's forward pass makes a state nobody reads: joining its layers' keys and values
+    would copy them all at every batch. A state read (``-truncated_decoder``'s next window) joins
+    them, gradients and all."""
+    model = transformer("-layers", 2)
+    model.train()
+    batch = make_batch(random_pairs(3, seed=8, min_len=5, max_len=7))
+    memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+    with HostSyncCounter() as counter:
+        _, _, state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
+    assert counter.counts["cat"] == 0
+    joined = state.cache  # [2*L x B x h x T x d]
+    assert joined.shape[:2] == (4, 3) and joined.size(3) == batch.tgt.size(0) - 1
+    joined.sum().backward()
+    assert model.decoder.layers[1].self_attn.qkv.weight.grad.abs().sum() > 0
