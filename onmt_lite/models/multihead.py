@@ -176,12 +176,15 @@ class SelfAttention(nn.Module):
         ones after the P columns (see ``appended``; without a cache, the new ones
         ``[2 x B x h x T x d]``)."""
         batch, length, _ = x.shape
-        heads = self.attention.heads
-        projected = self.qkv(x).view(batch, length, 3, heads, self.attention.head_dim)
-        query = projected[:, :, 0].transpose(1, 2)  # [B x h x T x d]
-        keys_values = projected[:, :, 1:].permute(2, 0, 3, 1, 4)  # [2 x B x h x T x d]
-        attended = keys_values
+        projected = self.qkv(x)  # [B x T x 3H]
+        query, keys, values = (self.attention.split(part) for part in projected.chunk(3, dim=-1))
+        # the same keys and values as one view, for the cache: a layer appends them with one copy
+        by_part = projected.view(batch, length, 3, self.attention.heads, self.attention.head_dim)
+        new = by_part[:, :, 1:].permute(2, 0, 3, 1, 4)  # [2 x B x h x T x d]
+        keys_values = new
         if cache is not None:
-            keys_values, attended = appended(*cache, keys_values)
-        out, _ = self.attention(query, attended[0], attended[1], mask)
+            keys_values, attended = appended(*cache, new)
+            if attended is not new:  # earlier positions too: the attention reads the cache
+                keys, values = attended[0], attended[1]
+        out, _ = self.attention(query, keys, values, mask)
         return out, keys_values

@@ -124,7 +124,11 @@ class TransformerState:
         return TransformerState(fn(self.cache, 1), fn(self.start, 0), self.cached)
 
     def detach(self) -> TransformerState:
-        """The same state cut from the graph (between truncated BPTT windows)."""
+        """The same state cut from the graph (between truncated BPTT windows; the layers' tensors
+        left apart, as they were)."""
+        if self._cache is None:
+            layers = [t.detach() for t in self._layers]
+            return TransformerState(layers, self.start.detach(), self.cached)
         return self.map(lambda t, dim: t.detach())
 
     def concat(self, other: TransformerState) -> TransformerState:

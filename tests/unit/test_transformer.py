@@ -518,15 +518,23 @@ def test_a_search_reorder_and_a_step_copy_the_cache_once_whatever_the_layers(lay
 
 def test_teacher_forcing_keeps_the_layers_keys_and_values_apart_until_read():
     """Training's forward pass makes a state nobody reads: joining its layers' keys and values
-    would copy them all at every batch. A state read (``-truncated_decoder``'s next window) joins
-    them, gradients and all."""
+    would copy them all at every batch (the trainer detaches it: apart still). The attention reads
+    the keys and values the projection's split gives, so the backward pass has no gradient of a
+    selection of them to fill in. A state read (``-truncated_decoder``'s next window) joins them,
+    gradients and all."""
     model = transformer("-layers", 2)
     model.train()
     batch = make_batch(random_pairs(3, seed=8, min_len=5, max_len=7))
     memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
     with HostSyncCounter() as counter:
-        _, _, state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
-    assert counter.counts["cat"] == 0
+        dec_out, _, state = model.decode(batch.tgt[:-1], memory_bank, lengths, state)
+        state.detach()
+        dec_out.sum().backward(retain_graph=True)  # (the join backward below)
+    assert counter.counts["cat"] == 2 * 2  # the backward of each self-attention's split
+    # the context attention's keys and values, each layer's taken from all layers' (memory_keys);
+    # none of the self-attention's
+    assert counter.counts["select_backward"] == 2 * 2
+    model.zero_grad()
     joined = state.cache  # [2*L x B x h x T x d]
     assert joined.shape[:2] == (4, 3) and joined.size(3) == batch.tgt.size(0) - 1
     joined.sum().backward()
