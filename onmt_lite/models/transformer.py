@@ -253,6 +253,9 @@ class TransformerDecoder(nn.Module):
         started, self_mask = state.self_masks(length)
         self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
+        # views of each layer's keys and values: unbind's backward is one stack, not a gradient
+        # of the whole of ``keys`` for each of them and their sum
+        layer_keys = keys.unbind(0)
         cache = []
         attns = {}
         for i, layer in enumerate(self.layers):
@@ -260,7 +263,7 @@ class TransformerDecoder(nn.Module):
             layer_in = x
             top = i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context
-            context = (keys[2 * i], keys[2 * i + 1], memory_mask)
+            context = (layer_keys[2 * i], layer_keys[2 * i + 1], memory_mask)
             x, keys_values, weights = layer(
                 x, self_mask, layer_cache, *context, need_weights=(need_weights and top) or aligning
             )

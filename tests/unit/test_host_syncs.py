@@ -144,7 +144,8 @@ def test_an_fp16_step_reads_the_device_as_a_float32_step_does(monkeypatch, optim
 
 # The kernels a Transformer training step launches on a GPU, counted on the CPU as on a GPU
 # (utils.cpu_paths.as_on_a_gpu: dropout, the loss's chunks and the arg-max as a GPU runs them):
-# 488 with dropout, attention dropout and label smoothing (2026-11-27); the ceiling leaves room
+# 488 with dropout, attention dropout and label smoothing (2026-11-27), 482 with the context
+# attention's keys as views of one unbind (2026-11-28); the ceiling leaves room
 # for a PyTorch change. A step's kernels each cost the host some microseconds: on a GPU, where the
 # small Transformer's step is mostly host time, they set the pace (bench/host_cost_training.py).
 TRANSFORMER_STEP_KERNELS = 580

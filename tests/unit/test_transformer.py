@@ -520,8 +520,8 @@ def test_teacher_forcing_keeps_the_layers_keys_and_values_apart_until_read():
     """Training's forward pass makes a state nobody reads: joining its layers' keys and values
     would copy them all at every batch (the trainer detaches it: apart still). The attention reads
     the keys and values the projection's split gives, so the backward pass has no gradient of a
-    selection of them to fill in. A state read (``-truncated_decoder``'s next window) joins them,
-    gradients and all."""
+    selection of them to fill in and add up. A state read (``-truncated_decoder``'s next window)
+    joins them, gradients and all."""
     model = transformer("-layers", 2)
     model.train()
     batch = make_batch(random_pairs(3, seed=8, min_len=5, max_len=7))
@@ -531,9 +531,9 @@ def test_teacher_forcing_keeps_the_layers_keys_and_values_apart_until_read():
         state.detach()
         dec_out.sum().backward(retain_graph=True)  # (the join backward below)
     assert counter.counts["cat"] == 2 * 2  # the backward of each self-attention's split
-    # the context attention's keys and values, each layer's taken from all layers' (memory_keys);
-    # none of the self-attention's
-    assert counter.counts["select_backward"] == 2 * 2
+    # nor of the context attention's, each layer's a view of all layers' (``memory_keys``): before
+    # 2026-11-28, a gradient of the whole for each (4 here) and their sum
+    assert counter.counts["select_backward"] == 0
     model.zero_grad()
     joined = state.cache  # [2*L x B x h x T x d]
     assert joined.shape[:2] == (4, 3) and joined.size(3) == batch.tgt.size(0) - 1
