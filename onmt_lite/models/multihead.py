@@ -39,6 +39,39 @@ def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     )
 
 
+class StepMasks:
+    """A decoding step's additive masks read from tables kept between steps: one kernel each (a
+    gather of rows) where computing them takes four (a range, a comparison and ``additive_mask``).
+
+    ``from_start(start, width)`` ``[B x width]``: 0 from each row's ``start`` on (the cache columns
+    it has), -inf before. ``below(lengths, width)`` ``[B x width]``: 0 below each row's length (its
+    real source positions), -inf from it on. The tables grow to a power of two; for decoding without
+    gradients only (a recorded CUDA graph would read a table by address, and a longer input makes it
+    anew)."""
+
+    def __init__(self):
+        self._tables: dict = {}
+
+    def _table(self, kind: str, width: int, like: Tensor, dtype: torch.dtype) -> Tensor:
+        """``[N+1 x N]``, N >= ``width``: row r's mask of ``kind``."""
+        key = (kind, like.device, dtype)
+        table = self._tables.get(key)
+        if table is None or table.size(1) < width:
+            size = 1 << max(width - 1, 63).bit_length()  # a power of two: few remakes
+            rows = torch.arange(size + 1, device=like.device).unsqueeze(1)  # [N+1 x 1]
+            columns = torch.arange(size, device=like.device)  # [N]
+            visible = columns >= rows if kind == "from_start" else columns < rows
+            table = additive_mask(visible, dtype)
+            self._tables[key] = table
+        return table
+
+    def from_start(self, start: Tensor, width: int, dtype: torch.dtype) -> Tensor:
+        return self._table("from_start", width, start, dtype).index_select(0, start)[:, :width]
+
+    def below(self, lengths: Tensor, width: int, dtype: torch.dtype) -> Tensor:
+        return self._table("below", width, lengths, dtype).index_select(0, lengths)[:, :width]
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention of ``heads`` heads, over given keys and values.
 

@@ -23,7 +23,12 @@ from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
-from onmt_lite.models.multihead import MultiHeadAttention, SelfAttention, additive_mask
+from onmt_lite.models.multihead import (
+    MultiHeadAttention,
+    SelfAttention,
+    StepMasks,
+    additive_mask,
+)
 from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.utils.tensors import to_device
 
@@ -194,6 +199,7 @@ class TransformerDecoder(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         # every layer's keys and values of the memory bank, in one product once per source
         self.memory_projection = nn.Linear(dim, 2 * dim * num_layers)
+        self.step_masks = StepMasks()  # tables, not parameters: checkpoints do not hold them
 
     precomputes_memory_keys = True
     memory_keys_dims = (1, 3)  # the batch and source dimensions of memory_keys's output
@@ -247,11 +253,17 @@ class TransformerDecoder(nn.Module):
         x = self.embeddings(tgt, positions, max_offset=state.last_column())  # [T x B x H]
         x = x.transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        real = length_mask(memory_lengths.to(x.device), keys.size(3))  # [B x S]
-        # the masks as addends once for every layer (a bool mask is converted at each attention)
-        memory_mask = additive_mask(real[:, None, None, :], x.dtype)
-        started, self_mask = state.self_masks(length)
-        self_mask = additive_mask(self_mask, x.dtype)
+        lengths = memory_lengths.to(x.device)
+        # a search's step: the masks from tables (not in a graph, not for the alignment's pass)
+        if length == 1 and not (state.fixed or need_alignment or torch.is_grad_enabled()):
+            memory_mask = self.step_masks.below(lengths, keys.size(3), x.dtype)[:, None, None]
+            self_mask = self.step_masks.from_start(state.start, cached + 1, x.dtype)[:, None, None]
+        else:
+            # the masks as addends once for every layer (a bool mask is converted at each call)
+            real = length_mask(lengths, keys.size(3))  # [B x S]
+            memory_mask = additive_mask(real[:, None, None, :], x.dtype)
+            started, self_mask = state.self_masks(length)
+            self_mask = additive_mask(self_mask, x.dtype)
         align_layer = self._alignment_layer() if need_alignment else None
         # views of each layer's keys and values: unbind's backward is one stack, not a gradient
         # of the whole of ``keys`` for each of them and their sum

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from onmt_lite.models.embeddings import sinusoids
-from onmt_lite.models.multihead import MultiHeadAttention, additive_mask, relative_positions
+from onmt_lite.models.multihead import (
+    MultiHeadAttention,
+    StepMasks,
+    additive_mask,
+    relative_positions,
+)
 from onmt_lite.models.transformer_state import TransformerState
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.host_syncs import HostSyncCounter
@@ -539,3 +544,38 @@ def test_teacher_forcing_keeps_the_layers_keys_and_values_apart_until_read():
     assert joined.shape[:2] == (4, 3) and joined.size(3) == batch.tgt.size(0) - 1
     joined.sum().backward()
     assert model.decoder.layers[1].self_attn.qkv.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_search_steps_masks_from_tables_are_those_computed(dtype):
+    """``StepMasks`` (a decoding step's masks, gathered from tables) against the masks computed as
+    the teacher-forced pass computes them: starts and lengths from 0 to past the first table's size
+    (the tables grow)."""
+    tables = StepMasks()
+    for width in (5, 64, 65, 130):
+        start = torch.randint(0, width, (7,))
+        start[0] = width - 1
+        state = TransformerState(torch.zeros(2, 7, 1, width - 1, 1), start)
+        started, _ = state.self_masks(1)  # [B x 1 x 1 x width]
+        expected = additive_mask(started, dtype)[:, 0, 0]
+        assert torch.equal(tables.from_start(start, width, dtype), expected)
+        lengths = torch.randint(1, width + 1, (7,))
+        lengths[0] = width
+        real = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
+        assert torch.equal(tables.below(lengths, width, dtype), additive_mask(real, dtype))
+
+
+def test_a_search_step_gathers_its_masks_in_one_kernel_each():
+    """A decoding step (one position, no gradient) reads its self-attention and source masks from
+    tables: a gather each, where computing them took four kernels each (2026-11-28)."""
+    model = transformer("-layers", 2)
+    batch = make_batch(random_pairs(3, seed=9, min_len=4, max_len=7))
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        keys = model.decoder.memory_keys(memory_bank)
+        _, _, state = model.decode(batch.tgt[:1], memory_bank, lengths, state, keys)  # tables
+        for t in (1, 2):
+            with HostSyncCounter() as counter:
+                _, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state, keys)
+            assert counter.counts["arange"] == 0 and counter.counts["masked_fill_"] == 0
+            assert counter.counts["index_select"] == 2, counter.counts
