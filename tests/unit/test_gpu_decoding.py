@@ -67,8 +67,8 @@ TRANSFORMER = [
 # (Transformer, beam 5), 230 and 380 operations; then 1 a step (and 179 and 316 operations); with
 # the masks as addends, the position table and no zero penalties: 164 and 281 (greedy 156 and 286);
 # with joined caches given room, no finished counts and no copies of one position: 157 and 272
-# (greedy 146 and 272); with the Transformer's cache one buffer for all layers (2026-11-28): 258
-# (greedy 248), its kernels 134.8 -> 125.5 (greedy 131.8 -> 120.2)
+# (greedy 146 and 272); with the Transformer's cache one buffer for all layers and a step's masks
+# from tables (2026-11-28): 248 (greedy 238), its kernels 134.8 -> 120.1 (greedy 131.8 -> 114.7)
 CEILINGS = {"rnn": 185, "transformer": 315}  # operations a step, with room for a PyTorch change
 
 
