@@ -29,23 +29,34 @@ def relative_positions(query_len: int, key_len: int, max_distance: int, device) 
     ) + max_distance
 
 
+# CUDA's memory-efficient attention (what takes a mask) copies a mask whose strides, but the last,
+# are not multiples of 8 into one whose are, at every call: ours are made aligned once
+MASK_ALIGNMENT = 16
+
+
+def aligned_width(width: int) -> int:
+    """``width`` rounded up to a multiple of ``MASK_ALIGNMENT``."""
+    return -(-width // MASK_ALIGNMENT) * MASK_ALIGNMENT
+
+
 def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """A bool mask (True: may attend) as an addend to the scores, in ``dtype``: 0 where True, -inf
     where False. ``scaled_dot_product_attention`` turns a bool mask into this at every call (a few
-    kernels each); the stacks do it once for all the layers that share the mask."""
+    kernels each); the stacks do it once for all the layers that share the mask. The addend is a
+    view of rows ``aligned_width`` long (``MASK_ALIGNMENT``)."""
+    shape = (*mask.shape[:-1], aligned_width(mask.size(-1)))
     # two kernels: a where() of two scalars fills a tensor for each of them first
-    return torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device).masked_fill_(
-        mask, 0.0
-    )
+    addend = torch.full(shape, float("-inf"), dtype=dtype, device=mask.device)
+    return addend[..., : mask.size(-1)].masked_fill_(mask, 0.0)
 
 
 class StepMasks:
     """A decoding step's additive masks read from tables kept between steps: one kernel each (a
     gather of rows) where computing them takes four (a range, a comparison and ``additive_mask``).
 
-    ``from_start(start, width)`` ``[B x width]``: 0 from each row's ``start`` on (the cache columns
-    it has), -inf before. ``below(lengths, width)`` ``[B x width]``: 0 below each row's length (its
-    real source positions), -inf from it on. The tables grow to a power of two; for decoding without
+    ``from_start(start, width)`` ``[B x 1 x 1 x width]``: 0 from each row's ``start`` on (the cache
+    columns it has), -inf before. ``below(lengths, width)``: 0 below each row's length (its real
+    source positions), -inf from it on. The tables grow to a power of two; for decoding without
     gradients only (a recorded CUDA graph would read a table by address, and a longer input makes it
     anew)."""
 
@@ -66,10 +77,16 @@ class StepMasks:
         return table
 
     def from_start(self, start: Tensor, width: int, dtype: torch.dtype) -> Tensor:
-        return self._table("from_start", width, start, dtype).index_select(0, start)[:, :width]
+        """``[B x 1 x 1 x width]``, its strides those of the table's rows (aligned)."""
+        return self._rows("from_start", start, width, dtype)
 
     def below(self, lengths: Tensor, width: int, dtype: torch.dtype) -> Tensor:
-        return self._table("below", width, lengths, dtype).index_select(0, lengths)[:, :width]
+        """``[B x 1 x 1 x width]``, as ``from_start``."""
+        return self._rows("below", lengths, width, dtype)
+
+    def _rows(self, kind: str, rows: Tensor, width: int, dtype: torch.dtype) -> Tensor:
+        table = self._table(kind, width, rows, dtype)
+        return table.index_select(0, rows).view(-1, 1, 1, table.size(1))[..., :width]
 
 
 class MultiHeadAttention(nn.Module):

@@ -256,8 +256,8 @@ class TransformerDecoder(nn.Module):
         lengths = memory_lengths.to(x.device)
         # a search's step: the masks from tables (not in a graph, not for the alignment's pass)
         if length == 1 and not (state.fixed or need_alignment or torch.is_grad_enabled()):
-            memory_mask = self.step_masks.below(lengths, keys.size(3), x.dtype)[:, None, None]
-            self_mask = self.step_masks.from_start(state.start, cached + 1, x.dtype)[:, None, None]
+            memory_mask = self.step_masks.below(lengths, keys.size(3), x.dtype)
+            self_mask = self.step_masks.from_start(state.start, cached + 1, x.dtype)
         else:
             # the masks as addends once for every layer (a bool mask is converted at each call)
             real = length_mask(lengths, keys.size(3))  # [B x S]

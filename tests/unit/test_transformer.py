@@ -557,12 +557,13 @@ def test_a_search_steps_masks_from_tables_are_those_computed(dtype):
         start[0] = width - 1
         state = TransformerState(torch.zeros(2, 7, 1, width - 1, 1), start)
         started, _ = state.self_masks(1)  # [B x 1 x 1 x width]
-        expected = additive_mask(started, dtype)[:, 0, 0]
+        expected = additive_mask(started, dtype)
         assert torch.equal(tables.from_start(start, width, dtype), expected)
         lengths = torch.randint(1, width + 1, (7,))
         lengths[0] = width
         real = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
-        assert torch.equal(tables.below(lengths, width, dtype), additive_mask(real, dtype))
+        expected = additive_mask(real[:, None, None, :], dtype)
+        assert torch.equal(tables.below(lengths, width, dtype), expected)
 
 
 def test_a_search_step_gathers_its_masks_in_one_kernel_each():
@@ -579,3 +580,32 @@ def test_a_search_step_gathers_its_masks_in_one_kernel_each():
                 _, _, state = model.decode(batch.tgt[t : t + 1], memory_bank, lengths, state, keys)
             assert counter.counts["arange"] == 0 and counter.counts["masked_fill_"] == 0
             assert counter.counts["index_select"] == 2, counter.counts
+
+
+def test_every_mask_the_fused_attention_gets_is_aligned_as_cuda_wants_it(monkeypatch):
+    """CUDA's memory-efficient attention, the fused kernel that takes a mask, copies a mask whose
+    strides (but the last, 1) are not multiples of 8 into an aligned one at every call (PyTorch's
+    ``preprocess_mask``): the stacks' masks and a search step's are made aligned once. Before
+    2026-11-28 every mask was as wide as its keys, so most calls copied theirs: four a step for two
+    layers."""
+    fused = torch.nn.functional.scaled_dot_product_attention
+    strides = []
+
+    def recorded(query, key, value, attn_mask=None, **kwargs):
+        strides.append(attn_mask.stride())
+        return fused(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    model = transformer("-layers", 2)
+    batch = make_batch(random_pairs(3, seed=10, min_len=3, max_len=13))
+    with torch.no_grad():
+        model(batch.src, batch.tgt, batch.src_lengths)  # the teacher-forced pass
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        keys = model.decoder.memory_keys(memory_bank)
+        for t in range(5):  # a search's steps
+            _, _, state = model.decode(
+                batch.tgt[t : t + 1], memory_bank, lengths, state, keys, need_attention=False
+            )
+    assert len(strides) > 10
+    for stride in strides:
+        assert stride[-1] == 1 and all(s % 8 == 0 for s in stride[:-1]), stride
