@@ -254,16 +254,9 @@ class TransformerDecoder(nn.Module):
         x = x.transpose(0, 1)  # [B x T x H]
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
         lengths = memory_lengths.to(x.device)
-        # a search's step: the masks from tables (not in a graph, not for the alignment's pass)
-        if length == 1 and not (state.fixed or need_alignment or torch.is_grad_enabled()):
-            memory_mask = self.step_masks.below(lengths, keys.size(3), x.dtype)
-            self_mask = self.step_masks.from_start(state.start, cached + 1, x.dtype)
-        else:
-            # the masks as addends once for every layer (a bool mask is converted at each call)
-            real = length_mask(lengths, keys.size(3))  # [B x S]
-            memory_mask = additive_mask(real[:, None, None, :], x.dtype)
-            started, self_mask = state.self_masks(length)
-            self_mask = additive_mask(self_mask, x.dtype)
+        memory_mask, self_mask, started = self._masks(
+            state, length, lengths, keys.size(3), x.dtype, need_alignment
+        )
         align_layer = self._alignment_layer() if need_alignment else None
         # views of each layer's keys and values: unbind's backward is one stack, not a gradient
         # of the whole of ``keys`` for each of them and their sum
@@ -297,6 +290,28 @@ class TransformerDecoder(nn.Module):
             if self.copy_attn:
                 attns["copy"] = attns["std"]
         return dec_out, attns, new_state
+
+    def _masks(
+        self,
+        state: TransformerState,
+        length: int,
+        lengths: Tensor,
+        src_len: int,
+        dtype: torch.dtype,
+        need_alignment: bool,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The context attention's and self-attention's masks as addends, once for every layer (a
+        bool mask is converted at each call): ``[B x 1 x 1 x S]`` and ``[B x 1 x T|1 x P+T]``; and
+        the self-attention's columns each row has, bool ``[B x 1 x 1 x P+T]`` (None for a
+        search's step, whose masks come from tables: not in a graph, not for the alignment)."""
+        if length == 1 and not (state.fixed or need_alignment or torch.is_grad_enabled()):
+            memory_mask = self.step_masks.below(lengths, src_len, dtype)
+            self_mask = self.step_masks.from_start(state.start, state.cached + 1, dtype)
+            return memory_mask, self_mask, None
+        real = length_mask(lengths, src_len)  # [B x S]
+        memory_mask = additive_mask(real[:, None, None, :], dtype)
+        started, self_mask = state.self_masks(length)
+        return memory_mask, additive_mask(self_mask, dtype), started
 
     def _alignment_layer(self) -> int:
         """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""
