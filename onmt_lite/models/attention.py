@@ -17,6 +17,12 @@ def length_mask(lengths, max_len):
     return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
+def padding_mask(lengths, max_len):
+    """``[batch x max_len]`` bool, True at padded positions: ``length_mask``'s negation, made
+    directly (the attention masks with it at every position)."""
+    return torch.arange(max_len, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
+
+
 class GlobalAttention(nn.Module):
     """Attention of decoder states over the encoder's memory bank.
 
@@ -78,7 +84,7 @@ class GlobalAttention(nn.Module):
             scores = scores + self.linear_cover(coverage.unsqueeze(3)).squeeze(3)
         return scores
 
-    def forward(self, query, memory, memory_lengths, coverage=None, keys=None, mask=None):
+    def forward(self, query, memory, memory_lengths, coverage=None, keys=None, padding=None):
         """Attend.
 
         Args:
@@ -87,16 +93,17 @@ class GlobalAttention(nn.Module):
             memory_lengths: ``[B]`` source lengths.
             coverage: ``[B x T x S]`` or None.
             keys: ``memory_keys(memory)`` if already computed.
-            mask: ``length_mask(memory_lengths, S)`` if already computed.
+            padding: ``padding_mask(memory_lengths, S)`` if already computed.
         Returns:
             attn_h ``[B x T x H]``, align ``[B x T x S]`` (rows sum to 1, 0 on padding).
         """
         keys = self.memory_keys(memory) if keys is None else keys
         scores = self.score(query, keys, coverage)
-        mask = length_mask(memory_lengths, memory.size(1)) if mask is None else mask
+        if padding is None:
+            padding = padding_mask(memory_lengths, memory.size(1))
         normalise = ATTENTION_FUNCTIONS[self.attn_func]
-        # mask [B x 1 x S]
-        align = normalise(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)
+        # padding [B x 1 x S]
+        align = normalise(scores.masked_fill(padding.unsqueeze(1), float("-inf")), dim=-1)
         if self.linear_out is None:
             return None, align
         context = torch.bmm(align, memory)

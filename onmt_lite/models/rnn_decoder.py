@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from onmt_lite.models.attention import GlobalAttention, length_mask
+from onmt_lite.models.attention import GlobalAttention, padding_mask
 from onmt_lite.models.context_gate import ContextGate
 from onmt_lite.models.dropout import DropoutMasks, step_dropout_masks
 from onmt_lite.models.recurrent import run_rnn
@@ -247,7 +247,7 @@ class RNNDecoderBase(nn.Module):
         memory = memory_bank.transpose(0, 1)
         return self.attn.memory_keys(memory) if self.attentional else memory
 
-    def _attend(self, query, memory, lengths, keys, coverage, mask=None):
+    def _attend(self, query, memory, lengths, keys, coverage, padding=None):
         """Attention of ``query`` ``[B x T x H]``; with coverage, one position at a time.
 
         Returns attn_h ``[B x T x H]``, align ``[B x T x S]``, the coverage before each position
@@ -257,7 +257,7 @@ class RNNDecoderBase(nn.Module):
         if not self.attentional:
             return query, None, None, None
         if coverage is None:
-            attn_h, align = self.attn(query, memory, lengths, keys=keys, mask=mask)
+            attn_h, align = self.attn(query, memory, lengths, keys=keys, padding=padding)
             return attn_h, align, None, None
         outs = []
         aligns = []
@@ -265,7 +265,7 @@ class RNNDecoderBase(nn.Module):
         for t in range(query.size(1)):
             covs.append(coverage)
             attn_h, align = self.attn(
-                query[:, t : t + 1], memory, lengths, coverage.unsqueeze(1), keys, mask
+                query[:, t : t + 1], memory, lengths, coverage.unsqueeze(1), keys, padding
             )
             coverage = coverage + align.squeeze(1)
             outs.append(attn_h)
@@ -311,7 +311,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         memory = memory_bank.transpose(0, 1)
         # once, not per position
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        mask = length_mask(memory_lengths, memory.size(1))
+        padding = padding_mask(memory_lengths, memory.size(1))  # once, not per position
         layers = self.rnn.unstacked(state.hidden)
         feed = state.input_feed
         coverage = state.coverage
@@ -332,7 +332,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
             rnn_input = torch.cat([emb_t, feed], 1)
             rnn_out, layers = self.rnn.step(rnn_input, layers, drop)
             attn_h, align, cov_before, coverage = self._attend(
-                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, mask
+                rnn_out.unsqueeze(1), memory, memory_lengths, keys, coverage, padding
             )
             out = attn_h.squeeze(1)
             if self.context_gate is not None:
@@ -381,6 +381,8 @@ class StdRNNDecoder(RNNDecoderBase):
             memory_lengths,
             self.memory_keys(memory_bank) if memory_keys is None else memory_keys,
             state.coverage,
+            # once: with coverage the attention goes position by position
+            padding_mask(memory_lengths, memory.size(1)) if self.attentional else None,
         )
         if self.context_gate is not None:
             attn_h = self.context_gate(emb.transpose(0, 1), rnn_out, attn_h)

@@ -130,6 +130,25 @@ def test_input_feed_training_stacks_the_layers_states_once_not_at_every_position
     assert state.hidden[0].shape[0] == 2  # [layers x B x H]
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_the_attention_masks_the_source_padding_made_once_a_pass_not_at_every_position(decoder):
+    """The attention masks the source padding at every target position; the mask is made once a
+    pass as the padding itself (before 2026-11-28 each position negated the real positions' mask:
+    a kernel a position)."""
+    from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    model, _ = make_model(*DECODERS[decoder], "-coverage_attn")
+    batch = make_batch(random_pairs(4, seed=6, min_len=9))
+    counts = []
+    for positions in (3, 8):
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        with HostSyncCounter() as counter:
+            model.decode(batch.tgt[:positions], memory_bank, lengths, state)
+        counts.append(counter.counts)
+    assert counts[1]["bitwise_not"] == 0
+    assert counts[0]["arange"] == counts[1]["arange"]
+
+
 def _autocast_training_pass(model, batch, positions):
     """Outputs, gradients and conversions (``_to_copy``) of a training pass of ``positions``
     target positions under CPU bfloat16 autocast, dropout drawn from seed 3."""
