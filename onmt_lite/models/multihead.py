@@ -188,23 +188,26 @@ class MultiHeadAttention(nn.Module):
         return context, weights
 
 
-def appended(buffer: Tensor, used: int | Tensor, new: Tensor) -> tuple[Tensor, Tensor]:
+def appended(
+    buffer: Tensor, used: int | Tensor, new: Tensor, in_place: bool
+) -> tuple[Tensor, Tensor]:
     """A layer's self-attention cache, its keys and values ``[2 x B x h x C x d]``, with ``new``
     ``[2 x B x h x T x d]`` after the first ``used`` columns of ``buffer``: returns the buffer to
     keep and its used columns ``[2 x B x h x used+T x d]``.
 
-    Decoding (no gradient) writes into the spare columns the decoder made for every layer at once
-    (``TransformerState.with_room``): a step then copies the cache once (the search's reorder), not
-    twice (that and a concatenation). Without room (teacher forcing, ``-truncated_decoder``'s
-    windows with a gradient) it concatenates. ``used`` a device scalar (a fixed-shape step,
-    ``translate/graphed.py``): one position written at that column of the same buffer, and all its
-    C columns returned (the mask hides those after it)."""
+    ``in_place`` (``TransformerState.writes_in_place``, decided once for every layer): decoding
+    without gradients writes into the spare columns the decoder made for all layers
+    (``TransformerState.with_room``), so a step copies the cache once (the search's reorder), not
+    twice (that and a concatenation); otherwise (teacher forcing, ``-truncated_decoder``'s windows)
+    it concatenates. ``used`` a device scalar (a fixed-shape step, ``translate/graphed.py``): one
+    position written at that column of the same buffer, and all its C columns returned (the mask
+    hides those after it)."""
+    if not in_place:
+        joined = new if used == 0 else torch.cat([buffer[:, :, :, :used], new], 3)
+        return joined, joined
     if torch.is_tensor(used):
         return buffer.index_copy_(3, used.view(1), new), buffer
     total = used + new.size(3)
-    if buffer.size(3) < total or torch.is_grad_enabled():
-        joined = new if used == 0 else torch.cat([buffer[:, :, :, :used], new], 3)
-        return joined, joined
     buffer[:, :, :, used:total] = new
     return buffer, buffer[:, :, :, :total]
 
@@ -219,12 +222,14 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
-    def forward(self, x: Tensor, mask: Tensor, cache: tuple[Tensor, int | Tensor] | None = None):
+    def forward(
+        self, x: Tensor, mask: Tensor, cache: tuple[Tensor, int | Tensor, bool] | None = None
+    ):
         """``x`` ``[B x T x H]``; ``cache`` the keys and values of earlier positions
-        ``[2 x B x h x C x d]`` and how many of their columns are used (P: an int, or a device
-        scalar in a fixed-shape step). Returns ``[B x T x H]`` and the keys and values with the new
-        ones after the P columns (see ``appended``; without a cache, the new ones
-        ``[2 x B x h x T x d]``)."""
+        ``[2 x B x h x C x d]``, how many of their columns are used (P: an int, or a device scalar
+        in a fixed-shape step) and whether the new ones are written into it. Returns
+        ``[B x T x H]`` and the keys and values with the new ones after the P columns (see
+        ``appended``; without a cache, the new ones ``[2 x B x h x T x d]``)."""
         batch, length, _ = x.shape
         projected = self.qkv(x)  # [B x T x 3H]
         query, keys, values = (self.attention.split(part) for part in projected.chunk(3, dim=-1))
@@ -233,7 +238,8 @@ class SelfAttention(nn.Module):
         new = by_part[:, :, 1:].permute(2, 0, 3, 1, 4)  # [2 x B x h x T x d]
         keys_values = new
         if cache is not None:
-            keys_values, attended = appended(*cache, new)
+            buffer, used, in_place = cache
+            keys_values, attended = appended(buffer, used, new, in_place)
             if attended is not new:  # earlier positions too: the attention reads the cache
                 keys, values = attended[0], attended[1]
         out, _ = self.attention(query, keys, values, mask)

@@ -311,7 +311,7 @@ class InputFeedRNNDecoder(RNNDecoderBase):
         memory = memory_bank.transpose(0, 1)
         # once, not per position
         keys = self.memory_keys(memory_bank) if memory_keys is None else memory_keys
-        padding = padding_mask(memory_lengths, memory.size(1))  # once, not per position
+        padding = padding_mask(memory_lengths, memory.size(1))
         layers = self.rnn.unstacked(state.hidden)
         feed = state.input_feed
         coverage = state.coverage

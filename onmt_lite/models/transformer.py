@@ -141,10 +141,10 @@ class TransformerDecoderLayer(nn.Module):
         self, x, self_mask, cache, memory_keys, memory_values, memory_mask, need_weights=False
     ):
         """``x`` ``[B x T x H]``; ``self_mask`` ``[B x 1 x T x P+T]``; ``cache`` the layer's keys
-        and values buffers and P (see ``SelfAttention``); ``memory_keys``/``memory_values``
-        ``[B x h x S x d]``; ``memory_mask`` ``[B x 1 x 1 x S]``. Returns ``[B x T x H]``, the new
-        cache, the context attention weights ``[B x h x T x S]`` (or None unless
-        ``need_weights``)."""
+        and values, P and whether to write into them (see ``SelfAttention``);
+        ``memory_keys``/``memory_values`` ``[B x h x S x d]``; ``memory_mask`` ``[B x 1 x 1 x S]``.
+        Returns ``[B x T x H]``, the new cache, the context attention weights ``[B x h x T x S]``
+        (or None unless ``need_weights``)."""
         attended, cache = self.self_attn(self.self_attn_norm(x), self_mask, cache)
         x = x + self.dropout(attended)
         query = self.context_attn.split(self.context_query(self.context_norm(x)))
@@ -264,7 +264,7 @@ class TransformerDecoder(nn.Module):
         cache = []
         attns = {}
         for i, layer in enumerate(self.layers):
-            layer_cache = (state.layer(i), cached)
+            layer_cache = (state.layer(i), cached, in_place)
             layer_in = x
             top = i == len(self.layers) - 1
             aligning = i == align_layer and not self.alignment.full_context

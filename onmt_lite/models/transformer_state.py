@@ -93,8 +93,8 @@ class TransformerState:
         return TransformerState(grown, self.start, self.cached)
 
     def writes_in_place(self, length: int) -> bool:
-        """Whether a step of ``length`` positions writes into this cache (``appended``'s rule: a
-        fixed-shape step, or room for them and no gradients) rather than concatenating."""
+        """Whether a step of ``length`` positions writes into this cache (a fixed-shape step, or
+        room for them and no gradients) rather than concatenating (``multihead.appended``)."""
         if self.fixed:
             return True
         return not torch.is_grad_enabled() and self.columns() >= self.cached + length
