@@ -51,8 +51,10 @@ class BeamState:
         attn ``{name: [t - 1 x B*K x S]}``: one entry per column after the first (kept
             ``with_attention``).
         coverage ``[B*K x S]``: the summed attention, for a coverage penalty (``with_coverage``).
-        col, max_lengths, src_lengths ``[B]``; prefix ``[B x P]`` (padded with 0; P is 0 while no
-            example has one).
+        bounds ``[B x 3]``: each example's ``<s>`` column, the column of its last allowed token
+            and its source length (``col``, ``last_col`` and ``src_lengths`` view them): one tensor,
+            so that examples leaving take one index for all three.
+        prefix ``[B x P]`` (padded with 0), None while no example has one.
         best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
             -inf: a row that ends is live, so its score is finite, or NaN).
@@ -78,12 +80,17 @@ class BeamState:
         self.cols: list[int] = []
         self.source_lengths: list[int] = []
         self.prefix_lengths: list[int] = []
-        empty = torch.empty(0, dtype=torch.long, device=device)
-        self.col = empty
-        self.max_lengths = empty
-        self.src_lengths = empty
+        self.bounds = torch.empty(0, 3, dtype=torch.long, device=device)
+        # on the device once: a Python number in torch.where is a new tensor there at each call
+        self.minus_infinity = torch.tensor(NEG_INF, device=device)
+        self._first_rows = torch.empty(0, dtype=torch.long, device=device)
         self.best_finished = torch.empty(0, n_best, device=device)
-        self.prefix = torch.empty(0, 0, dtype=torch.long, device=device)
+        self.prefix = None
+        # what a joining example's rows start from, made once: <s>, and the scores of its first
+        # step's beam (0 for the one row the stepper holds, -inf for the K - 1 alike)
+        self._bos = torch.tensor(bos, device=device)
+        self._first_scores = torch.full((beam_size,), NEG_INF, device=device)
+        self._first_scores[0] = 0.0
         self.seqs = torch.full((0, 1), bos, dtype=torch.long, device=device)
         self.scores = torch.empty(0, beam_size, device=device)
         self.penalty = torch.empty(0, beam_size, device=device) if with_penalty else None
@@ -96,6 +103,26 @@ class BeamState:
     def n_examples(self) -> int:
         return len(self.ids)
 
+    @property
+    def col(self) -> torch.Tensor:
+        """Each example's ``<s>`` column ``[B]``."""
+        return self.bounds[:, 0]
+
+    @property
+    def last_col(self) -> torch.Tensor:
+        """The column of each example's last allowed token ``[B]`` (its maximum length after
+        ``col``)."""
+        return self.bounds[:, 1]
+
+    @property
+    def src_lengths(self) -> torch.Tensor:
+        """Each example's source length ``[B]``."""
+        return self.bounds[:, 2]
+
+    def max_lengths(self) -> torch.Tensor:
+        """The most tokens each example may produce ``[B]``."""
+        return self.last_col - self.col
+
     def add(self, joining: Joining, src_lengths, max_lengths) -> None:
         """Let the examples of ``joining`` join with ``<s>`` as their next input; ``src_lengths``
         and ``max_lengths`` ``[n]``: theirs, on the device."""
@@ -103,21 +130,14 @@ class BeamState:
         K = self.K
         total = self.seqs.size(0)
         prefixes = joining.prefixes or [[] for _ in range(n)]
-        prefix_width = max(self.prefix.size(1), *map(len, prefixes))
-        padded = [prefix + [0] * (prefix_width - len(prefix)) for prefix in prefixes]
-        tokens = from_host(padded, self.device).view(n, prefix_width)
-        self.prefix = torch.cat([pad_to(self.prefix, 1, prefix_width), tokens])
-        self.prefix_lengths += [len(prefix) for prefix in prefixes]
+        self._add_prefixes(prefixes)
         if K > 1:  # the joining examples' first rows are the stepper's new rows
             held = list(range(total)) if self.stepped_rows is None else self.stepped_rows
             self.stepped_rows = held + list(range(total, total + n * K, K))
             self.stepped = from_host(self.stepped_rows, self.device)
         width = self.seqs.size(1)
-        rows = torch.full((n * K, width), self.bos, dtype=torch.long, device=self.device)
-        self.seqs = torch.cat([self.seqs, rows])
-        scores = torch.full((n, K), NEG_INF, device=self.device)
-        scores[:, 0] = 0.0
-        self.scores = torch.cat([self.scores, scores])
+        self.seqs = torch.cat([self.seqs, self._bos.expand(n * K, width)])
+        self.scores = torch.cat([self.scores, self._first_scores.expand(n, K)])
         if self.penalty is not None:
             self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
         for name, value in self.attn.items():
@@ -129,11 +149,29 @@ class BeamState:
         self.ids += joining.ids
         self.source_lengths += joining.src_lengths
         self.cols += [width - 1] * n
-        self.col = torch.cat([self.col, torch.full((n,), width - 1, device=self.device)])
-        self.max_lengths = torch.cat([self.max_lengths, max_lengths])
-        self.src_lengths = torch.cat([self.src_lengths, src_lengths])
-        unfinished = self.best_finished.new_full((n, self.best_finished.size(1)), NEG_INF)
+        first = torch.full_like(max_lengths, width - 1)
+        bounds = torch.stack([first, max_lengths + (width - 1), src_lengths], 1)
+        self.bounds = torch.cat([self.bounds, bounds])
+        unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
         self.best_finished = torch.cat([self.best_finished, unfinished])
+
+    def _add_prefixes(self, prefixes: list[list[int]]) -> None:
+        """The target prefixes of examples joining (token id lists; empty: none)."""
+        self.prefix_lengths += [len(prefix) for prefix in prefixes]
+        width = max(0 if self.prefix is None else self.prefix.size(1), *map(len, prefixes))
+        if not width:  # no example has one: nothing to keep on the device
+            return
+        padded = [prefix + [0] * (width - len(prefix)) for prefix in prefixes]
+        tokens = from_host(padded, self.device).view(len(prefixes), width)
+        if self.prefix is None:  # the examples before them had none
+            self.prefix = tokens.new_zeros(self.n_examples, width)
+        self.prefix = torch.cat([pad_to(self.prefix, 1, width), tokens])
+
+    def first_rows(self) -> torch.Tensor:
+        """Each example's first row ``[B]`` (``b * K``); made anew only when B changes."""
+        if self._first_rows.numel() != self.n_examples:
+            self._first_rows = torch.arange(0, self.n_examples * self.K, self.K, device=self.device)
+        return self._first_rows
 
     def lengths(self) -> torch.Tensor:
         """Tokens each example has produced ``[B]``."""
@@ -197,7 +235,7 @@ class BeamState:
     def ended(self, tokens: torch.Tensor, eos: int) -> torch.Tensor:
         """The rows that end at this step ``[B x K]``: ``</s>`` or their example's maximum length
         (a row already dead is -inf and does not end again; a NaN score still ends)."""
-        at_most = (self.lengths() >= self.max_lengths).unsqueeze(1)
+        at_most = (self.last_col <= self.seqs.size(1) - 1).unsqueeze(1)  # the last token's column
         return ((tokens == eos) | at_most) & (self.scores != NEG_INF)
 
     def finish(self, ended: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
@@ -205,7 +243,7 @@ class BeamState:
         them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
         penalty)."""
         log_probs = self.log_probs()
-        candidates = final.masked_fill(~ended, NEG_INF)  # [B x K]
+        candidates = torch.where(ended, final, self.minus_infinity)  # [B x K]
         merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
         self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
         self.scores = self.scores.masked_fill(ended, NEG_INF)
@@ -231,8 +269,10 @@ class BeamState:
             self.penalty = self.penalty[examples]
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = None if self.coverage is None else self.coverage[rows]
-        for name in ("col", "max_lengths", "src_lengths", "best_finished", "prefix"):
-            setattr(self, name, getattr(self, name)[examples])
+        self.bounds = self.bounds[examples]
+        self.best_finished = self.best_finished[examples]
+        if self.prefix is not None:
+            self.prefix = self.prefix[examples]
         self.ids = [self.ids[p] for p in positions]
         self.cols = [self.cols[p] for p in positions]
         self.source_lengths = [self.source_lengths[p] for p in positions]
@@ -240,11 +280,11 @@ class BeamState:
         unused = min(self.cols) if positions else self.seqs.size(1) - 1
         if unused:
             self.seqs = self.seqs[:, unused:]
-            self.col = self.col - unused
+            self.bounds[:, :2] -= unused  # in place: the index above made it anew
             self.cols = [col - unused for col in self.cols]
             self.attn = {name: value[unused:] for name, value in self.attn.items()}
-        if self.prefix.size(1) and not self._inside_prefix():
-            self.prefix = self.prefix[:, :0]  # every prefix is done: no more forcing to check
+        if self.prefix is not None and not self._inside_prefix():
+            self.prefix = None  # every prefix is done: no more forcing to check
         return examples, unused
 
     def _inside_prefix(self) -> list[int]:
@@ -255,7 +295,7 @@ class BeamState:
     def forced(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(rows, tokens)``: the stepper's rows still inside their example's prefix ``[F]`` and
         the prefix token each must take ``[F x 1]``; None when there are none."""
-        if not self.prefix.size(1):
+        if self.prefix is None:
             return None
         inside = set(self._inside_prefix())
         if not inside:

@@ -85,7 +85,7 @@ class Penalties:
             # not positive, so the largest length penalty there (at either end: it is monotonic)
             # bounds it
             shortest = length_penalty(o.length_penalty, (state.lengths() + 1).float(), o.alpha)
-            longest = length_penalty(o.length_penalty, state.max_lengths.float(), o.alpha)
+            longest = length_penalty(o.length_penalty, state.max_lengths().float(), o.alpha)
             bound = best_alive / torch.maximum(shortest, longest)
         # fewer than n_best finished: the n-th best is -inf, which only a bound of -inf reaches
         enough = bound <= state.nth_best()

@@ -297,11 +297,13 @@ class Search:
             best, tokens = top_k(log_probs, 1)
             return None, tokens, state.scores + best
         scores, ids = top_k_with_offsets(log_probs, state.scores, K, state.stepped)  # [B x K]
-        # a dead candidate (-inf: fewer live continuations than beams, as inside a target prefix)
-        # follows the example's first row: a row the stepper holds, whose memory is the example's
-        origin = torch.div(ids, width, rounding_mode="floor").masked_fill(scores == NEG_INF, 0)
-        first_rows = torch.arange(0, batch * K, K, device=ids.device)  # [B]: each example's row 0
-        select = (origin + first_rows.unsqueeze(1)).view(-1)
+        origin = torch.div(ids, width, rounding_mode="floor")  # [B x K]: the beam it continues
+        if state.stepped is not None:
+            # a dead candidate (-inf: fewer live continuations than beams) may continue a row the
+            # stepper does not hold: it follows the example's first row, which it holds. When it
+            # holds every row, a dead candidate's row is one of its example's: any will do
+            origin = origin.masked_fill(scores == NEG_INF, 0)
+        select = (origin + state.first_rows().unsqueeze(1)).view(-1)
         return select, ids % width, scores
 
     def _read(self, ended: torch.Tensor, done: torch.Tensor) -> tuple[list[int], list[bool]]:

@@ -193,3 +193,32 @@ def test_under_autocast_inputs_and_masks_are_converted_once_with_the_same_number
     # the output's mask; without a context gate also the fed output raised to float32 to join
     # the embedding and the cell's input lowered again, forward and backward
     assert per_position_each - per_position == (1 if extra[:1] == ["-context_gate"] else 5)
+
+
+@pytest.mark.parametrize("decoder", ["input-feed-lstm", "input-feed-gru-mlp", "std-lstm"])
+def test_a_search_step_reorders_the_state_with_one_index_and_a_step_stacks_nothing(decoder):
+    """A search reorders the decoder's state at every step: the layers' hidden states and the input
+    feed as one buffer (one index_select, where each was one before 2026-11-28), and a step of the
+    input-feed decoder leaves its layers' states unstacked (it stacked h and c at every step)."""
+    from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    model, _ = make_model(*DECODERS[decoder], "-layers", 2)
+    batch = make_batch(random_pairs(3, seed=4))
+    rows = torch.tensor([2, 2, 0])
+    with torch.no_grad():
+        memory_bank, lengths, state = model.encode(batch.src, batch.src_lengths)
+        _, _, state = model.decode(batch.tgt[:1], memory_bank, lengths, state)
+        expected = [h.index_select(1, rows) for h in state.hidden]
+        expected_feed = state.input_feed.index_select(0, rows)
+        with HostSyncCounter() as counter:
+            state = state.map(lambda t, dim: t.index_select(dim, rows))
+            reorder = dict(counter.counts)
+            model.decode(batch.tgt[1:2, rows], memory_bank[:, rows], lengths[rows], state)
+    assert reorder.get("index_select") == 1, reorder
+    assert reorder.get("stack", 0) <= 1, reorder  # the rows joined once, if a step left them apart
+    stacks = counter.counts.get("stack", 0) - reorder.get("stack", 0)
+    # (the standard decoder's nn.LSTM stacks its layers' states itself on the CPU)
+    assert stacks == 0 or decoder.startswith("std"), counter.counts
+    for mine, theirs in zip(state.hidden, expected):
+        assert torch.equal(mine, theirs)
+    assert torch.equal(state.input_feed, expected_feed)
