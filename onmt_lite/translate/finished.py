@@ -10,6 +10,7 @@ them into Hypothesis lists.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 import torch
@@ -54,12 +55,17 @@ class _Copies:
     done: torch.cuda.Event | None
 
 
-class FinishedHypotheses:
-    """Per example id, its finished hypotheses, best first (equal scores in the order they
-    ended)."""
+def _minus_score(hypothesis: Hypothesis) -> float:
+    return -hypothesis.score
 
-    def __init__(self, eos: int):
+
+class FinishedHypotheses:
+    """Per example id, its ``n_best`` best finished hypotheses, best first (equal scores in the
+    order they ended): no other can be in its n-best list."""
+
+    def __init__(self, eos: int, n_best: int):
         self.eos = eos
+        self.n_best = n_best
         self.lists: dict[int, list[Hypothesis]] = {}
         self._copies: list[_Copies] = []
 
@@ -108,18 +114,30 @@ class FinishedHypotheses:
             seqs = copies.seqs.tolist()
             finals, log_probs = copies.scores.tolist()
             for i, (example, col, src_length, step, beam) in enumerate(copies.where):
+                hyps = self.lists[example]
+                if len(hyps) >= self.n_best and not finals[i] > hyps[-1].score:
+                    continue  # not among the n best (NaN neither): ``_keep`` would drop it
                 tokens = seqs[i][col + 1 :]
                 if tokens[-1] == self.eos:
                     tokens.pop()
-                # a copy: a view would keep every row's attention alive (and be pickled whole by a
-                # decoding stream); a Result's attention is read on the host (-replace_unk, plots)
-                attention = {
-                    name: value[col:, i, :src_length].clone() for name, value in copies.attn.items()
-                }
-                hyps = self.lists[example]
-                hyps.append(Hypothesis(tokens, finals[i], log_probs[i], attention, (step, beam)))
-                hyps.sort(key=lambda h: -h.score)
+                attention = {}
+                if copies.attn:
+                    # a copy: a view would keep every row's attention alive (and be pickled whole
+                    # by a decoding stream); a Result's attention is read on the host
+                    # (-replace_unk, plots)
+                    attention = {
+                        name: value[col:, i, :src_length].clone()
+                        for name, value in copies.attn.items()
+                    }
+                hyp = Hypothesis(tokens, finals[i], log_probs[i], attention, (step, beam))
+                self._keep(hyps, hyp)
         self._copies.clear()
+
+    def _keep(self, hyps: list[Hypothesis], hyp: Hypothesis) -> None:
+        """Put ``hyp`` in ``hyps`` (best first) after those of equal score, which ended before it,
+        and keep ``n_best`` (a stable sort of all, cut to ``n_best``, in a step of its own)."""
+        bisect.insort_right(hyps, hyp, key=_minus_score)
+        del hyps[self.n_best :]
 
     def pop(self, example: int, n_best: int) -> list[Hypothesis]:
         """The n-best list of ``example`` (``completed``), forgotten here; ``settle`` first."""

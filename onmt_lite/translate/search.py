@@ -205,7 +205,7 @@ class Search:
             coverage,
             with_penalty=o.stepwise_penalty,
         )
-        finished = FinishedHypotheses(self.eos)
+        finished = FinishedHypotheses(self.eos, o.n_best)
         left: list[int] = []  # the examples that left at the last step
         while True:
             self._refill(state, feeder, finished)
