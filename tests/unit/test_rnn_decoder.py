@@ -222,3 +222,23 @@ def test_a_search_step_reorders_the_state_with_one_index_and_a_step_stacks_nothi
     for mine, theirs in zip(state.hidden, expected):
         assert torch.equal(mine, theirs)
     assert torch.equal(state.input_feed, expected_feed)
+
+
+def test_a_state_of_mixed_dtypes_is_reordered_and_joined_keeping_each_dtype():
+    """Under autocast a state's tensors may differ in dtype; one buffer would convert them all, so
+    such a state reorders and joins its tensors one by one."""
+    from onmt_lite.models.rnn_decoder import DecoderState
+
+    h = torch.randn(2, 3, 4)
+    c = torch.randn(2, 3, 4)
+    feed = torch.randn(3, 4, dtype=torch.bfloat16)
+    state = DecoderState((h, c), feed, torch.rand(3, 5))
+    rows = torch.tensor([1, 1, 0])
+    mapped = state.map(lambda t, dim: t.index_select(dim, rows))
+    joined = mapped.concat(state)
+    for result, expected_rows in ((mapped, rows), (joined, torch.tensor([1, 1, 0, 0, 1, 2]))):
+        assert torch.equal(result.hidden[0], h[:, expected_rows])
+        assert torch.equal(result.hidden[1], c[:, expected_rows])
+        assert result.input_feed.dtype == torch.bfloat16
+        assert torch.equal(result.input_feed, feed[expected_rows])
+        assert torch.equal(result.coverage, state.coverage[expected_rows])
