@@ -187,9 +187,10 @@ def in_autocast_dtype(x: Tensor) -> Tensor:
 
 class StackedCells(nn.Module):
     """``num_layers`` LSTM or GRU cells stepped together, dropout between layers (the masks
-    given). A loop over positions keeps each layer's state apart (``unstacked``, ``step``) and
-    stacks the last ones once (``stacked``): stacking at every position would add, per position, a
-    copy forward and a gradient of the whole stack per layer backward."""
+    given). A loop over positions keeps each layer's state apart (``step``; the input-feed
+    decoder's state gives and takes them so: ``DecoderState.layers``, ``of_layers``): stacking at
+    every position would add, per position, a copy forward and a gradient of the whole stack per
+    layer backward. ``forward`` steps once from and to stacks (``unstacked``, ``stacked``)."""
 
     def __init__(self, rnn_type, num_layers, input_size, hidden_size):
         super().__init__()
