@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn as nn
 from torch import Tensor
 
-from onmt_lite.models.rnn_decoder import DecoderState
+from onmt_lite.models.rnn_state import DecoderState
 
 
 class NMTModel(nn.Module):

@@ -227,7 +227,7 @@ def test_a_search_step_reorders_the_state_with_one_index_and_a_step_stacks_nothi
 def test_a_state_of_mixed_dtypes_is_reordered_and_joined_keeping_each_dtype():
     """Under autocast a state's tensors may differ in dtype; one buffer would convert them all, so
     such a state reorders and joins its tensors one by one."""
-    from onmt_lite.models.rnn_decoder import DecoderState
+    from onmt_lite.models.rnn_state import DecoderState
 
     h = torch.randn(2, 3, 4)
     c = torch.randn(2, 3, 4)
