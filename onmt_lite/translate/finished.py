@@ -135,7 +135,7 @@ class FinishedHypotheses:
 
     def _keep(self, hyps: list[Hypothesis], hyp: Hypothesis) -> None:
         """Put ``hyp`` in ``hyps`` (best first) after those of equal score, which ended before it,
-        and keep ``n_best`` (a stable sort of all, cut to ``n_best``, in a step of its own)."""
+        and keep the first ``n_best``: the list a stable sort of all of them would start with."""
         bisect.insort_right(hyps, hyp, key=_minus_score)
         del hyps[self.n_best :]
 
