@@ -59,13 +59,17 @@ class DecoderState:
         state._set(rows, n_kinds, input_feed, coverage)
         return state
 
+    def _like(self, rows: list[Tensor], coverage: Tensor | None, buffer=None) -> DecoderState:
+        """A state of this one's kinds and layers made of ``rows`` (the feed last, if it has one),
+        views of ``buffer`` if given."""
+        state = DecoderState.__new__(DecoderState)
+        feed = rows[-1] if self.has_feed else None
+        state._set(rows[: len(rows) - self.has_feed], self.n_kinds, feed, coverage, buffer)
+        return state
+
     def _of_buffer(self, buffer: Tensor, coverage: Tensor | None) -> DecoderState:
         """A state like this one whose rows are ``buffer``'s ``[n x B x H]``."""
-        state = DecoderState.__new__(DecoderState)
-        rows = list(buffer.unbind(0))
-        feed = rows.pop() if self.has_feed else None
-        state._set(rows, self.n_kinds, feed, coverage, buffer)
-        return state
+        return self._like(list(buffer.unbind(0)), coverage, buffer)
 
     @property
     def n_layers(self) -> int:
@@ -92,10 +96,15 @@ class DecoderState:
         L = self.n_layers
         return [tuple(self.rows[k * L + i] for k in range(self.n_kinds)) for i in range(L)]
 
+    def _one_dtype(self) -> bool:
+        """Whether the rows share a dtype; under autocast they may not, and a stack would convert
+        them: such a state keeps and moves its rows one by one."""
+        return len({row.dtype for row in self.rows}) == 1
+
     def buffer(self) -> Tensor | None:
-        """The rows as one tensor ``[n x B x H]`` (stacked once if need be); None if they differ
-        in dtype (mixed precision), which a stack would change."""
-        if self._buffer is None and len({row.dtype for row in self.rows}) == 1:
+        """The rows as one tensor ``[n x B x H]`` (stacked once if need be); None unless they
+        share a dtype (``_one_dtype``)."""
+        if self._buffer is None and self._one_dtype():
             self._buffer = torch.stack(self.rows)
         return self._buffer
 
@@ -104,10 +113,9 @@ class DecoderState:
         index_select): to the rows' one buffer, and the coverage."""
         coverage = None if self.coverage is None else fn(self.coverage, 0)
         buffer = self.buffer()
-        if buffer is not None:
-            return self._of_buffer(fn(buffer, 1), coverage)
-        hidden = tuple(fn(h, 1) for h in self.hidden)
-        return DecoderState(hidden, None if not self.has_feed else fn(self.input_feed, 0), coverage)
+        if buffer is None:
+            return self._like([fn(row, 0) for row in self.rows], coverage)
+        return self._of_buffer(fn(buffer, 1), coverage)
 
     def detach(self) -> DecoderState:
         """The same state cut from the graph (between truncated BPTT windows), in its form: a
@@ -115,11 +123,7 @@ class DecoderState:
         coverage = None if self.coverage is None else self.coverage.detach()
         if self._buffer is not None:
             return self._of_buffer(self._buffer.detach(), coverage)
-        state = DecoderState.__new__(DecoderState)
-        rows = [row.detach() for row in self.rows[: len(self.rows) - self.has_feed]]
-        feed = self.input_feed.detach() if self.has_feed else None
-        state._set(rows, self.n_kinds, feed, coverage)
-        return state
+        return self._like([row.detach() for row in self.rows], coverage)
 
     def concat(self, other: DecoderState) -> DecoderState:
         """The rows of ``self`` then those of ``other`` (coverage padded to the longer source)."""
@@ -133,11 +137,7 @@ class DecoderState:
         theirs = other.buffer()
         if mine is not None and theirs is not None and mine.dtype == theirs.dtype:
             return self._of_buffer(torch.cat([mine, theirs], 1), coverage)
-        return DecoderState(
-            tuple(torch.cat([h, g], 1) for h, g in zip(self.hidden, other.hidden)),
-            None if not self.has_feed else torch.cat([self.input_feed, other.input_feed]),
-            coverage,
-        )
+        return self._like([torch.cat(pair) for pair in zip(self.rows, other.rows)], coverage)
 
     def compact(self, unused: int) -> DecoderState:
         """The state itself: it holds nothing per past position (see
@@ -151,9 +151,7 @@ class DecoderState:
         if buffer is not None:
             parts = [(buffer, (1, None, None))]  # [n x B x H]
         else:
-            parts = [(h, (1, None, None)) for h in self.hidden]  # [layers x B x H]
-            if self.has_feed:
-                parts.append((self.input_feed, (0, None, None)))  # [B x H]
+            parts = [(row, (0, None, None)) for row in self.rows]  # [B x H] each
         if self.coverage is not None:
             parts.append((self.coverage, (0, 1, None)))  # [B x S]
         return parts
@@ -161,8 +159,6 @@ class DecoderState:
     def of_parts(self, tensors: list[Tensor]) -> DecoderState:
         """A state like this one made of ``tensors``, in ``parts``'s order."""
         coverage = tensors[-1] if self.coverage is not None else None
-        if self.buffer() is not None:
+        if self._one_dtype():
             return self._of_buffer(tensors[0], coverage)
-        rest = list(tensors[self.n_kinds :])
-        feed = rest.pop(0) if self.has_feed else None
-        return DecoderState(tensors[: self.n_kinds], feed, coverage)
+        return self._like(list(tensors[: len(self.rows)]), coverage)
