@@ -72,7 +72,6 @@ class BeamState:
         with_penalty=False,
     ):
         self.K = beam_size
-        self.bos = bos
         self.device = device
         self.with_attention = with_attention
         self.with_coverage = with_coverage
