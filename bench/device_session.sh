@@ -36,7 +36,7 @@
 #   translate  bench/gpu_translate_speed.py: the Transformer, same weights, fp32, onmt_lite   540 s
 #              with and without -cuda_graphs (trains the model once: a later call on the same warm
 #              machine decodes it again; training, conversion and the first row took 290 s on
-#              2026-11-28)
+#              2026-11-28, with the peer's vocabulary and a 2-step training since left out)
 #   profile_translate  bench/gpu_profile.py -translate on translate's model                   180 s
 #   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients, onmt_lite  300 s
 #              without and with -cuda_graphs (recorded in its first requests, kept after)

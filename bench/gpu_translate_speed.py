@@ -6,9 +6,8 @@
 The models, trained here on the device on toy-ende (vocabularies of 20,000):
 - ``transformer``: onmt_lite's small Transformer (2+2 layers of 256, 4 heads, quality.py's
   settings, -train_steps 800), converted by onmt_lite_convert into an OpenNMT-py 3.5.1
-  checkpoint of the same weights (the peer is still trained 2 steps alike, for its logs), so
-  that both toolkits decode ONE model: their sentences/s compare, and their lines should be
-  identical;
+  checkpoint of the same weights (the peer trains nothing), so that both toolkits decode ONE
+  model: their sentences/s compare, and their lines should be identical;
 - ``rnn``: the standard RNN (brnn encoder, 2+2 layers of 256, input feed), trained alike by each
   toolkit (the same settings, 600 steps): two models, outputs of other lengths, so the ratio is of
   output tokens/s.
@@ -103,8 +102,13 @@ def train_models(kind, work, opt):
     models = model_paths(work, steps, peer, same_weights)
     if opt.reuse_models and all(os.path.exists(path) for path in models.values()):
         return models
+    # the peer trains only a model of its own: with the same weights its checkpoint is onmt_lite's,
+    # converted (no vocabulary of its own, no training start-up on the device)
+    trainer_peer = None if same_weights else peer
     # the peer's default bucket_size reads the corpus 26 times before its first step
-    prepared = prepare(kind, model_args, training, work, peer, toy_ende(), peer_bucket_size=20000)
+    prepared = prepare(
+        kind, model_args, training, work, trainer_peer, toy_ende(), peer_bucket_size=20000
+    )
     train_args = {**prepared, "train_steps": steps, "save_checkpoint_steps": steps}
     device = [] if opt.dry_run else ["-gpu_ranks", 0]
     seconds = run(
@@ -123,17 +127,6 @@ def train_models(kind, work, opt):
     wall(f"onmt_lite trains {kind} ({steps} steps)", seconds)
     if peer is None:
         return models
-    peer_steps = 2 if same_weights else steps  # a template: only its options are read
-    with open(f"{work}/peer.yaml", encoding="utf-8") as f:
-        config = f.read() + f"world_size: 1\ngpu_ranks: [0]\nsave_checkpoint_steps: {peer_steps}\n"
-    with open(f"{work}/peer_gpu.yaml", "w", encoding="utf-8") as f:
-        f.write(config)
-    seconds = run(
-        [*peer_command(peer, "train"), "-config", f"{work}/peer_gpu.yaml"]
-        + ["-train_steps", peer_steps],
-        f"{work}/peer_train.log",
-    )
-    wall(f"OpenNMT-py trains {kind} ({peer_steps} steps)", seconds)
     if same_weights:
         seconds = run(
             [*lite("convert"), "-model", models["onmt_lite"]]
@@ -141,6 +134,17 @@ def train_models(kind, work, opt):
             f"{work}/peer_checkpoint.log",
         )
         wall("onmt_lite_convert to OpenNMT-py", seconds)
+    else:
+        with open(f"{work}/peer.yaml", encoding="utf-8") as f:
+            config = f.read() + f"world_size: 1\ngpu_ranks: [0]\nsave_checkpoint_steps: {steps}\n"
+        with open(f"{work}/peer_gpu.yaml", "w", encoding="utf-8") as f:
+            f.write(config)
+        seconds = run(
+            [*peer_command(peer, "train"), "-config", f"{work}/peer_gpu.yaml"]
+            + ["-train_steps", steps],
+            f"{work}/peer_train.log",
+        )
+        wall(f"OpenNMT-py trains {kind} ({steps} steps)", seconds)
     for toolkit, path in models.items():
         if not os.path.exists(path):
             raise SystemExit(f"{toolkit}'s checkpoint {path} is missing: see the logs in {work}")
