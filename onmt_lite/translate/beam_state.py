@@ -58,7 +58,9 @@ class BeamState:
         best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
             -inf: a row that ends is live, so its score is finite, or NaN).
-    Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths.
+    Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths, and idle: the examples done
+    whose rows stay in the search until examples join (``Search._leaving``); what their rows do
+    is never read.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class BeamState:
         self.cols: list[int] = []
         self.source_lengths: list[int] = []
         self.prefix_lengths: list[int] = []
+        self.idle: list[bool] = []
         self.bounds = torch.empty(0, 3, dtype=torch.long, device=device)
         # on the device once: a Python number in torch.where is a new tensor there at each call
         self.minus_infinity = torch.tensor(NEG_INF, device=device)
@@ -147,6 +150,7 @@ class BeamState:
             self.coverage = torch.cat([self.coverage, added])
         self.ids += joining.ids
         self.source_lengths += joining.src_lengths
+        self.idle += [False] * n
         self.cols += [width - 1] * n
         first = torch.full_like(max_lengths, width - 1)
         bounds = torch.stack([first, max_lengths + (width - 1), src_lengths], 1)
@@ -276,6 +280,7 @@ class BeamState:
         self.cols = [self.cols[p] for p in positions]
         self.source_lengths = [self.source_lengths[p] for p in positions]
         self.prefix_lengths = [self.prefix_lengths[p] for p in positions]
+        self.idle = [self.idle[p] for p in positions]
         unused = min(self.cols) if positions else self.seqs.size(1) - 1
         if unused:
             self.seqs = self.seqs[:, unused:]
@@ -285,6 +290,12 @@ class BeamState:
         if self.prefix is not None and not self._inside_prefix():
             self.prefix = None  # every prefix is done: no more forcing to check
         return examples, unused
+
+    def make_idle(self, positions: list[int]) -> None:
+        """The examples at ``positions`` are done (their n-best lists are out) but keep their rows
+        until they leave (``Search._leaving``): their rows go on, and what they find is not read."""
+        for b in positions:
+            self.idle[b] = True
 
     def _inside_prefix(self) -> list[int]:
         """The positions of the examples still inside their target prefix."""

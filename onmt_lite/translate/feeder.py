@@ -64,13 +64,20 @@ class RowFeeder:
         batch = next(self.batches, None)
         return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
 
+    def room_for(self, src_lengths: list[int]) -> bool:
+        """Whether ``admit``, asked with the source lengths ``src_lengths`` of the examples
+        searching, would let waiting examples in (if there are any): a beam search's batch is
+        full until ``BEAM_JOIN_FREE`` of it is free."""
+        count = len(src_lengths)
+        full = self._used(count, sum(src_lengths)) > (1 - BEAM_JOIN_FREE) * self.batch_size
+        return not (count and self.beam > 1 and full)
+
     def admit(self, src_lengths: list[int]) -> Joining | None:
         """See ``Search.stream``: let in waiting examples while there is room."""
+        if not self.room_for(src_lengths):
+            return None
         count = len(src_lengths)
         tokens = sum(src_lengths)
-        full = self._used(count, tokens) > (1 - BEAM_JOIN_FREE) * self.batch_size
-        if count and self.beam > 1 and full:
-            return None
         ids = []
         lengths = []
         while True:

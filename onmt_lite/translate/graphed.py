@@ -108,6 +108,10 @@ class GraphedStepper:
         order ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
 
+    # a step computes every row of the buffers, filler included: an example that is done keeps
+    # its rows until examples can join (``Search._leaving``), which spares copies of the buffers
+    fixed_rows = True
+
     def __init__(self, stepper, record: bool, rows: int | None = None):
         """``stepper``: the first batch's; ``rows``: the most the search holds (None: unknown)."""
         first = only_model(stepper)

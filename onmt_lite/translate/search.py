@@ -189,10 +189,13 @@ class Search:
         any; one row each) to ``feeder.stepper`` and returns their ``Joining``, or None.
         ``feeder.dropped(ids)``, after each step, names the examples (a set of ids, or None) to end
         now, unfinished (their callers gave up). They are yielded too.
+        ``feeder.room_for(src_lengths)`` says whether ``admit`` would let examples in; it is asked
+        only where ``feeder.stepper`` has ``fixed_rows`` (``_leaving``).
 
         Each step reads the device once: which rows ended and which examples are done. An example
-        that is done leaves at once and is yielded at the next step's read, when the copies of its
-        last hypotheses have reached the host (``finished.FinishedHypotheses``).
+        that is done is yielded at the next step's read, when the copies of its last hypotheses
+        have reached the host (``finished.FinishedHypotheses``). It leaves the search at once, or,
+        on a ``fixed_rows`` stepper, once examples can join (``_leaving``).
         """
         o = self.opts
         coverage = o.coverage_penalty != "none"
@@ -223,15 +226,20 @@ class Search:
             ended = state.ended(tokens, self.eos)  # finish
             final = self.penalties.final_scores(state)
             ended_log_probs = state.finish(ended, final)
-            ended_rows, done = self._read(ended, self.penalties.done(state))
+            ended_rows, done = self._read(state, ended, self.penalties.done(state))
             finished.settle()  # the last step's copies are on the host now
             for example in left:
                 yield example, finished.pop(example, o.n_best)
             if ended_rows:
                 finished.gather(state, ended_rows, final, ended_log_probs)
             dropped = feeder.dropped(state.ids) or ()
-            leaving = [b for b, example in enumerate(state.ids) if done[b] or example in dropped]
-            left = [state.ids[b] for b in leaving]
+            ending = [
+                b
+                for b, example in enumerate(state.ids)
+                if (done[b] or example in dropped) and not state.idle[b]
+            ]
+            left = [state.ids[b] for b in ending]
+            leaving = self._leaving(state, feeder, ending)
             unused = 0
             if leaving:  # reorder
                 gone = set(leaving)
@@ -243,6 +251,29 @@ class Search:
         finished.settle()
         for example in left:
             yield example, finished.pop(example, o.n_best)
+
+    def _leaving(self, state: BeamState, feeder, ending: list[int]) -> list[int]:
+        """The examples that leave after this step: those ``ending`` at it (done or dropped) and
+        the idle ones, or none.
+
+        A stepper whose step computes a fixed number of rows whatever the search holds
+        (``fixed_rows``: -cuda_graphs) pays nothing for the rows of an example that is done, and a
+        copy of every buffer for each group that leaves: there the ending examples stay, idle,
+        while no example can join (``feeder.room_for``), and leave with the next ones to end
+        once there is room, or when the search holds nothing else."""
+        if not ending:  # the room is as it was: the idle stay
+            return []
+        idle = [b for b, is_idle in enumerate(state.idle) if is_idle]
+        gone = set(ending).union(idle)
+        # (a stepper without ``fixed_rows`` computes the rows it holds; -dump_beam records each
+        # step's rows)
+        lingers = self.recorder is None and getattr(feeder.stepper, "fixed_rows", False)
+        if lingers and len(gone) < state.n_examples:
+            live = [n for b, n in enumerate(state.source_lengths) if b not in gone]
+            if not feeder.room_for(live):
+                state.make_idle(ending)
+                return []
+        return sorted(gone)
 
     def _refill(self, state: BeamState, feeder, finished: FinishedHypotheses) -> None:
         """Let in the examples that ``feeder`` admits now."""
@@ -306,12 +337,17 @@ class Search:
         select = (origin + state.first_rows().unsqueeze(1)).view(-1)
         return select, ids % width, scores
 
-    def _read(self, ended: torch.Tensor, done: torch.Tensor) -> tuple[list[int], list[bool]]:
-        """The step's one read of the device: the rows that ended (``b * K + k``) and, per
-        example, whether it is done."""
+    def _read(
+        self, state: BeamState, ended: torch.Tensor, done: torch.Tensor
+    ) -> tuple[list[int], list[bool]]:
+        """The step's one read of the device: the rows that ended (``b * K + k``; not those of
+        idle examples, whose n-best lists are out) and, per example, whether it is done."""
         flags = torch.cat([ended.view(-1), done]).tolist()
         n_rows = ended.numel()
-        return [row for row in range(n_rows) if flags[row]], flags[n_rows:]
+        rows = [row for row in range(n_rows) if flags[row]]
+        if any(state.idle):
+            rows = [row for row in rows if not state.idle[row // state.K]]
+        return rows, flags[n_rows:]
 
     def _record(self, state, select, tokens, log_probs, rows) -> None:
         """Tell the recorder the hypotheses kept at this step: tokens, parents (positions in the
@@ -335,6 +371,9 @@ class OneBatch:
         self.stepper = stepper
         self.device = device
         self.waiting = joining
+
+    def room_for(self, src_lengths: list[int]) -> bool:
+        return self.waiting is not None
 
     def admit(self, src_lengths: list[int]) -> Joining | None:
         joining = self.waiting

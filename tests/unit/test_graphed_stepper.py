@@ -13,6 +13,7 @@ import torch
 from onmt_lite.models.builder import build_model
 from onmt_lite.translate import graphed
 from onmt_lite.translate.fast_paths import cast_for_decoding
+from onmt_lite.translate.beam_state import BeamState
 from onmt_lite.translate.loading import load_models
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.translate.service import TranslationService
@@ -177,6 +178,32 @@ def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer,
     )
     translator.translate(lines(transformer["src"])[:40])
     assert sizes and set(sizes) == {30}
+
+
+def test_examples_done_keep_their_rows_until_others_can_join_and_then_leave_together(
+    transformer, monkeypatch
+):
+    """A fixed-shape step computes every row of its buffers, so an example that is done keeps its
+    rows, idle, until examples can join: the examples leave in fewer groups than without graphs
+    (each group a copy of every buffer), each once, and every line and score is the same."""
+    groups = []
+    keep = BeamState.keep
+
+    def counted_keep(self, positions):
+        groups.append(self.n_examples - len(positions))
+        return keep(self, positions)
+
+    monkeypatch.setattr(BeamState, "keep", counted_keep)
+    options = dict(beam_size=5, batch_size=32, n_best=2, max_length=40, attention=False)
+    sources = lines(transformer["src"])
+    eager = Translator.load([transformer["model"]], **options).translate(sources)
+    eager_groups = list(groups)
+    groups.clear()
+    fixed = Translator.load([transformer["model"]], cuda_graphs=True, **options).translate(sources)
+    assert sum(groups) == sum(eager_groups) == len(sources)  # each example left once
+    assert len(groups) < 0.8 * len(eager_groups), (len(groups), len(eager_groups))
+    for a, b in zip(eager, fixed):
+        assert_same_translation(a, b)
 
 
 def test_searches_that_need_what_a_graph_leaves_out_are_refused_by_name(transformer):
