@@ -180,6 +180,7 @@ def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer,
     assert sizes and set(sizes) == {30}
 
 
+@pytest.mark.kernels  # translations compared
 def test_examples_done_keep_their_rows_until_others_can_join_and_then_leave_together(
     transformer, monkeypatch
 ):
