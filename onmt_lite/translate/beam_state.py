@@ -13,7 +13,9 @@ The first-step rule: an example joins with one row in the stepper, since its K b
 until its first step, and the reorder after that step gives it its K rows. While some examples have
 joined and not yet stepped, ``stepped`` names the rows the stepper holds, and ``inputs``,
 ``of_stepped`` and ``advance`` read and write through it; nothing outside this class sees it but
-``Search._select`` (which skips the rows that are not there).
+``Search._select`` (which skips the rows that are not there). A stepper whose step costs the same
+whatever rows it holds (``fixed_rows``: -cuda_graphs) takes an example's K rows at once instead
+(``add(..., whole_beams=True)``): ``stepped`` stays None.
 """
 
 from __future__ import annotations
@@ -125,15 +127,16 @@ class BeamState:
         """The most tokens each example may produce ``[B]``."""
         return self.last_col - self.col
 
-    def add(self, joining: Joining, src_lengths, max_lengths) -> None:
+    def add(self, joining: Joining, src_lengths, max_lengths, whole_beams: bool = False) -> None:
         """Let the examples of ``joining`` join with ``<s>`` as their next input; ``src_lengths``
-        and ``max_lengths`` ``[n]``: theirs, on the device."""
+        and ``max_lengths`` ``[n]``: theirs, on the device. ``whole_beams``: the stepper took
+        each example's K rows (else its first row alone: the first-step rule)."""
         n = len(joining.ids)
         K = self.K
         total = self.seqs.size(0)
         prefixes = joining.prefixes or [[] for _ in range(n)]
         self._add_prefixes(prefixes)
-        if K > 1:  # the joining examples' first rows are the stepper's new rows
+        if K > 1 and not whole_beams:  # the stepper's new rows: each joining example's first
             held = list(range(total)) if self.stepped_rows is None else self.stepped_rows
             self.stepped_rows = held + list(range(total, total + n * K, K))
             self.stepped = from_host(self.stepped_rows, self.device)

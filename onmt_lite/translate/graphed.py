@@ -108,14 +108,18 @@ class GraphedStepper:
         order ``[R]``: the reorder the next step starts with (the identity but for one step).
     """
 
-    # a step computes every row of the buffers, filler included: an example that is done keeps
-    # its rows until examples can join (``Search._leaving``), which spares copies of the buffers
+    # a step computes every row of the buffers, filler included, so rows cost it nothing: an
+    # example joins with all its beam's rows (``extend``; not one row until its first step), and
+    # one that is done keeps its rows until examples can join (``Search._leaving``), which
+    # spares copies of the buffers
     fixed_rows = True
 
-    def __init__(self, stepper, record: bool, rows: int | None = None):
-        """``stepper``: the first batch's; ``rows``: the most the search holds (None: unknown)."""
+    def __init__(self, stepper, record: bool, rows: int | None = None, beam: int = 1):
+        """``stepper``: the first batch's; ``rows``: the most the search holds (None: unknown);
+        ``beam``: the rows an example joins with (the search's beam width)."""
         first = only_model(stepper)
         self.model = first.model
+        self.beam = beam
         self.transformer = isinstance(self.model.decoder, TransformerDecoder)
         self.record = record
         self.held: list[Tensor] = []  # tensors the graph reads that no buffer owns
@@ -287,11 +291,13 @@ class GraphedStepper:
         self.columns -= unused
 
     def extend(self, other) -> None:
-        """Append the rows of ``other`` (a single model's stepper of examples joining, their
-        decoder state the first: a Transformer's cache empty), after the rows held."""
+        """Append the rows of ``other`` (a single model's stepper of examples joining, one row
+        each, their decoder state the first: a Transformer's cache empty) after the rows held,
+        each ``beam`` times: example b's rows ``b * beam`` to ``b * beam + beam - 1``."""
         joining = only_model(other)
         n_rows = self.n_rows
-        added = joining.lengths.size(0)
+        examples = joining.lengths.size(0)
+        added = examples * self.beam
         columns = self.columns + 1 if self.transformer else 0
         self._fit(n_rows + added, joining.memory.size(1), columns)
         pairs = [
@@ -301,8 +307,14 @@ class GraphedStepper:
         for buffer, (row_dim, _, _), (part, _) in pairs:
             region = buffer.narrow(row_dim, n_rows, added)
             region.zero_()
-            region[corner(part.shape)] = part
-        self.lengths[n_rows : n_rows + added] = joining.lengths
+            # [... x examples x beam x ...]: each example's row copied to its beam's, one copy
+            beams = region.unflatten(row_dim, (examples, self.beam))
+            index = list(corner(part.shape))
+            index.insert(row_dim + 1, slice(None))  # every beam
+            beams[tuple(index)] = part.unsqueeze(row_dim + 1)
+        self.lengths[n_rows : n_rows + added].view(examples, self.beam).copy_(
+            joining.lengths.unsqueeze(1)
+        )
         if self.transformer:  # their positions start at the column written next
             self.state[-1][n_rows : n_rows + added] += self.columns
         self.n_rows += added

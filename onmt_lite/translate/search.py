@@ -285,7 +285,9 @@ class Search:
         if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
             prefix_lengths = from_host([len(p) for p in joining.prefixes], state.device)
             max_lengths = torch.maximum(max_lengths, prefix_lengths)
-        state.add(joining, src_lengths, max_lengths)
+        # (a stepper with ``fixed_rows`` takes each joining example's whole beam)
+        whole_beams = getattr(feeder.stepper, "fixed_rows", False)
+        state.add(joining, src_lengths, max_lengths, whole_beams)
         finished.open(joining.ids)
 
     def _max_lengths(self, src_lengths: torch.Tensor) -> torch.Tensor:

@@ -337,9 +337,11 @@ class Translator:
         if kept is not None:  # this thread's last search's: its buffers and recorded step
             return kept.restart(first)
         # a beam search holds at most its sentences' beams (tokens batches: no fixed count)
-        rows = self.batch_size * self.search_options.beam_width
+        beam = self.search_options.beam_width
+        rows = self.batch_size * beam
         held = rows if self.batch_type == "sents" else None
-        stepper = GraphedStepper(first, record=self.device.type == "cuda", rows=held)
+        record = self.device.type == "cuda"
+        stepper = GraphedStepper(first, record=record, rows=held, beam=beam)
         self._graphed.stepper = stepper
         return stepper
 

@@ -181,20 +181,29 @@ def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer,
 
 
 @pytest.mark.kernels  # translations compared
-def test_examples_done_keep_their_rows_until_others_can_join_and_then_leave_together(
+def test_examples_join_with_whole_beams_and_leave_together_when_others_can_join(
     transformer, monkeypatch
 ):
-    """A fixed-shape step computes every row of its buffers, so an example that is done keeps its
-    rows, idle, until examples can join: the examples leave in fewer groups than without graphs
-    (each group a copy of every buffer), each once, and every line and score is the same."""
+    """A fixed-shape step computes every row of its buffers, so rows cost it nothing: an example
+    joins with all its beam's rows (no first step on one row, then a copy of every buffer to
+    spread it), and one that is done keeps its rows, idle, until examples can join: the examples
+    leave in fewer groups than without graphs, each once, the buffers are copied across rows only
+    when a group leaves, and every line and score is the same."""
     groups = []
     keep = BeamState.keep
+    copied = []
+    reorder = graphed.GraphedStepper.reorder
 
     def counted_keep(self, positions):
         groups.append(self.n_examples - len(positions))
         return keep(self, positions)
 
+    def counted_reorder(self, rows, memory_rows=None, unused_columns=0):
+        copied.append(memory_rows is not None)
+        return reorder(self, rows, memory_rows, unused_columns)
+
     monkeypatch.setattr(BeamState, "keep", counted_keep)
+    monkeypatch.setattr(graphed.GraphedStepper, "reorder", counted_reorder)
     options = dict(beam_size=5, batch_size=32, n_best=2, max_length=40, attention=False)
     sources = lines(transformer["src"])
     eager = Translator.load([transformer["model"]], **options).translate(sources)
@@ -202,7 +211,10 @@ def test_examples_done_keep_their_rows_until_others_can_join_and_then_leave_toge
     groups.clear()
     fixed = Translator.load([transformer["model"]], cuda_graphs=True, **options).translate(sources)
     assert sum(groups) == sum(eager_groups) == len(sources)  # each example left once
-    assert len(groups) < 0.8 * len(eager_groups), (len(groups), len(eager_groups))
+    # (as many groups as without graphs if done examples left at once: 12 and 19 measured on 2
+    # threads, 15 and 21 on 1)
+    assert len(groups) < 0.85 * len(eager_groups), (len(groups), len(eager_groups))
+    assert sum(copied) == len(groups) < len(copied)  # the others: within beams, in the graph
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
 
