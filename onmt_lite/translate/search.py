@@ -141,6 +141,13 @@ def force_tokens(log_probs, model_log_probs, rows, tokens):
     return log_probs.index_copy(0, rows, only.scatter_(1, tokens, kept))
 
 
+def fixed_rows(stepper) -> bool:
+    """Whether ``stepper``'s step costs the same whatever rows it holds (``-cuda_graphs``'
+    ``GraphedStepper``): examples then join with their whole beams and, done, leave in groups. A
+    stepper without the attribute computes the rows it holds."""
+    return getattr(stepper, "fixed_rows", False)
+
+
 def sample(log_probs, topk, temperature):
     """One token per row from ``softmax(log_probs / temperature)`` restricted to the top
     ``topk``."""
@@ -265,9 +272,8 @@ class Search:
             return []
         idle = [b for b, is_idle in enumerate(state.idle) if is_idle]
         gone = set(ending).union(idle)
-        # (a stepper without ``fixed_rows`` computes the rows it holds; -dump_beam records each
-        # step's rows)
-        lingers = self.recorder is None and getattr(feeder.stepper, "fixed_rows", False)
+        # (-dump_beam records each step's rows)
+        lingers = self.recorder is None and fixed_rows(feeder.stepper)
         if lingers and len(gone) < state.n_examples:
             live = [n for b, n in enumerate(state.source_lengths) if b not in gone]
             if not feeder.room_for(live):
@@ -285,9 +291,7 @@ class Search:
         if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
             prefix_lengths = from_host([len(p) for p in joining.prefixes], state.device)
             max_lengths = torch.maximum(max_lengths, prefix_lengths)
-        # (a stepper with ``fixed_rows`` takes each joining example's whole beam)
-        whole_beams = getattr(feeder.stepper, "fixed_rows", False)
-        state.add(joining, src_lengths, max_lengths, whole_beams)
+        state.add(joining, src_lengths, max_lengths, whole_beams=fixed_rows(feeder.stepper))
         finished.open(joining.ids)
 
     def _max_lengths(self, src_lengths: torch.Tensor) -> torch.Tensor:
