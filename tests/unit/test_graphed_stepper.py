@@ -12,8 +12,8 @@ import torch
 
 from onmt_lite.models.builder import build_model
 from onmt_lite.translate import graphed
-from onmt_lite.translate.fast_paths import cast_for_decoding
 from onmt_lite.translate.beam_state import BeamState
+from onmt_lite.translate.fast_paths import cast_for_decoding
 from onmt_lite.translate.loading import load_models
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.translate.service import TranslationService

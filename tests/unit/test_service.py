@@ -150,8 +150,8 @@ def test_the_idle_action_runs_once_after_each_piece_of_work(load, monkeypatch):
 def long_search(request):
     """``(service, sentences)``: a random RNN model that writes up to 60 tokens a sentence, two
     sentences at a time, and 300 sentences: minutes of search unless something ends it. Also on
-    ``-cuda_graphs``' fixed-shape step (run without a graph off CUDA), where examples that are
-    done may stay in the search, idle, until others can join."""
+    ``-cuda_graphs``' fixed-shape step (run without a graph off CUDA), whose search joins whole
+    beams and lets done examples leave in groups (``Search._leaving``)."""
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
     search = SearchOptions(beam_size=3, max_length=60, min_length=60, attention=False)
