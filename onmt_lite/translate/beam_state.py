@@ -16,6 +16,10 @@ joined and not yet stepped, ``stepped`` names the rows the stepper holds, and ``
 ``Search._select`` (which skips the rows that are not there). A stepper whose step costs the same
 whatever rows it holds (``fixed_rows``: -cuda_graphs) takes an example's K rows at once instead
 (``add(..., whole_beams=True)``): ``stepped`` stays None.
+
+Slots (``fixed_rows`` only): an example that is done stays, idle (``make_idle``), its rows going on
+unread, until an example joining takes its place (``add(..., slots=...)``): its rows are written
+over, where any other stepper's examples leave (``keep``) and joining ones come after the rest.
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ class BeamState:
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
             -inf: a row that ends is live, so its score is finite, or NaN).
     Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths, and idle: the examples done
-    whose rows stay in the search until examples join (``Search._leaving``); what their rows do
-    is never read.
+    whose rows stay in the search until an example joining takes their place (slots); what their
+    rows do is never read, and their columns may be dropped (a negative ``cols``).
     """
 
     def __init__(
@@ -108,6 +112,19 @@ class BeamState:
         return len(self.ids)
 
     @property
+    def n_live(self) -> int:
+        """The examples searching (not idle)."""
+        return self.idle.count(False)
+
+    def idle_positions(self) -> list[int]:
+        """The positions of the idle examples, in order: the slots of examples joining."""
+        return [b for b, idle in enumerate(self.idle) if idle]
+
+    def live_source_lengths(self) -> list[int]:
+        """The source lengths of the examples searching."""
+        return [n for n, idle in zip(self.source_lengths, self.idle) if not idle]
+
+    @property
     def col(self) -> torch.Tensor:
         """Each example's ``<s>`` column ``[B]``."""
         return self.bounds[:, 0]
@@ -127,43 +144,62 @@ class BeamState:
         """The most tokens each example may produce ``[B]``."""
         return self.last_col - self.col
 
-    def add(self, joining: Joining, src_lengths, max_lengths, whole_beams: bool = False) -> None:
+    def add(
+        self,
+        joining: Joining,
+        src_lengths,
+        max_lengths,
+        whole_beams: bool = False,
+        slots: list[int] = (),
+    ) -> None:
         """Let the examples of ``joining`` join with ``<s>`` as their next input; ``src_lengths``
         and ``max_lengths`` ``[n]``: theirs, on the device. ``whole_beams``: the stepper took
-        each example's K rows (else its first row alone: the first-step rule)."""
+        each example's K rows (else its first row alone: the first-step rule). ``slots``: the
+        positions of idle examples whose places the first ``len(slots)`` joining examples take
+        (their rows written over; ``whole_beams`` only); the others come after those held."""
         n = len(joining.ids)
         K = self.K
         total = self.seqs.size(0)
+        at = from_host(list(slots), self.device) if slots else None  # [placed]
+        rows_at = at if at is None or K == 1 else self._rows_of(at)  # [placed * K]
         prefixes = joining.prefixes or [[] for _ in range(n)]
-        self._add_prefixes(prefixes)
+        self._add_prefixes(prefixes, slots, at)
         if K > 1 and not whole_beams:  # the stepper's new rows: each joining example's first
             held = list(range(total)) if self.stepped_rows is None else self.stepped_rows
             self.stepped_rows = held + list(range(total, total + n * K, K))
             self.stepped = from_host(self.stepped_rows, self.device)
         width = self.seqs.size(1)
-        self.seqs = torch.cat([self.seqs, self._bos.expand(n * K, width)])
-        self.scores = torch.cat([self.scores, self._first_scores.expand(n, K)])
+        self.seqs = placed(self.seqs, self._bos.expand(n * K, width), rows_at)
+        self.scores = placed(self.scores, self._first_scores.expand(n, K), at)
         if self.penalty is not None:
-            self.penalty = torch.cat([self.penalty, torch.zeros(n, K, device=self.device)])
+            self.penalty = placed(self.penalty, self.penalty.new_zeros(n, K), at)
         for name, value in self.attn.items():
             added = value.new_zeros(value.size(0), n * K, value.size(2))
-            self.attn[name] = torch.cat([value, added], 1)
+            self.attn[name] = placed(value, added, rows_at, 1)
         if self.coverage is not None:
             added = self.coverage.new_zeros(n * K, self.coverage.size(1))
-            self.coverage = torch.cat([self.coverage, added])
-        self.ids += joining.ids
-        self.source_lengths += joining.src_lengths
-        self.idle += [False] * n
-        self.cols += [width - 1] * n
+            self.coverage = placed(self.coverage, added, rows_at)
         first = torch.full_like(max_lengths, width - 1)
         bounds = torch.stack([first, max_lengths + (width - 1), src_lengths], 1)
-        self.bounds = torch.cat([self.bounds, bounds])
+        self.bounds = placed(self.bounds, bounds, at)
         unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
-        self.best_finished = torch.cat([self.best_finished, unfinished])
+        self.best_finished = placed(self.best_finished, unfinished, at)
+        for lists, added in (
+            (self.ids, joining.ids),
+            (self.source_lengths, joining.src_lengths),
+            (self.idle, [False] * n),
+            (self.cols, [width - 1] * n),
+        ):
+            put(lists, added, slots)
 
-    def _add_prefixes(self, prefixes: list[list[int]]) -> None:
-        """The target prefixes of examples joining (token id lists; empty: none)."""
-        self.prefix_lengths += [len(prefix) for prefix in prefixes]
+    def _rows_of(self, examples: torch.Tensor) -> torch.Tensor:
+        """The rows ``b * K + k`` of the examples at positions ``examples`` ``[n]``: ``[n * K]``."""
+        return (examples.unsqueeze(1) * self.K + torch.arange(self.K, device=self.device)).view(-1)
+
+    def _add_prefixes(self, prefixes: list[list[int]], slots, at) -> None:
+        """The target prefixes of examples joining (token id lists; empty: none), the first
+        ``len(slots)`` at the positions ``slots`` (``at`` on the device)."""
+        put(self.prefix_lengths, [len(prefix) for prefix in prefixes], slots)
         width = max(0 if self.prefix is None else self.prefix.size(1), *map(len, prefixes))
         if not width:  # no example has one: nothing to keep on the device
             return
@@ -171,7 +207,7 @@ class BeamState:
         tokens = from_host(padded, self.device).view(len(prefixes), width)
         if self.prefix is None:  # the examples before them had none
             self.prefix = tokens.new_zeros(self.n_examples, width)
-        self.prefix = torch.cat([pad_to(self.prefix, 1, width), tokens])
+        self.prefix = placed(pad_to(self.prefix, 1, width), tokens, at)
 
     def first_rows(self) -> torch.Tensor:
         """Each example's first row ``[B]`` (``b * K``); made anew only when B changes."""
@@ -264,11 +300,7 @@ class BeamState:
         their positions on the device ``[B']`` and the number of leading columns dropped (those
         before every remaining example's ``<s>``)."""
         examples = from_host(positions, self.device)
-        K = self.K
-        if K == 1:  # an example's row is the example
-            rows = examples
-        else:
-            rows = (examples.unsqueeze(1) * K + torch.arange(K, device=self.device)).view(-1)
+        rows = examples if self.K == 1 else self._rows_of(examples)  # K == 1: a row an example
         self.seqs = self.seqs[rows]
         self.scores = self.scores[examples]
         if self.penalty is not None:
@@ -284,26 +316,42 @@ class BeamState:
         self.source_lengths = [self.source_lengths[p] for p in positions]
         self.prefix_lengths = [self.prefix_lengths[p] for p in positions]
         self.idle = [self.idle[p] for p in positions]
-        unused = min(self.cols) if positions else self.seqs.size(1) - 1
+        return examples, self._drop_columns()
+
+    def make_idle(self, positions: list[int]) -> int:
+        """The examples at ``positions`` are done (their n-best lists are out) but keep their
+        rows, idle, until examples joining take their places (slots): their rows go on, and what
+        they find is not read. Returns the number of leading columns dropped (those before every
+        example still searching's ``<s>``; an idle example's may be among them)."""
+        for b in positions:
+            self.idle[b] = True
+        if not positions:  # the columns in use are as they were
+            return 0
+        return self._drop_columns()
+
+    def _drop_columns(self) -> int:
+        """Drop the leading columns that no example searching uses (before every such example's
+        ``<s>``; all but the last when none is searching) and return their number; forget the
+        prefixes once none is being forced."""
+        cols = [col for col, idle in zip(self.cols, self.idle) if not idle]
+        unused = min(cols) if cols else self.seqs.size(1) - 1
         if unused:
             self.seqs = self.seqs[:, unused:]
-            self.bounds[:, :2] -= unused  # in place: the index above made it anew
+            self.bounds[:, :2] -= unused  # in place: no one else holds it
             self.cols = [col - unused for col in self.cols]
             self.attn = {name: value[unused:] for name, value in self.attn.items()}
         if self.prefix is not None and not self._inside_prefix():
             self.prefix = None  # every prefix is done: no more forcing to check
-        return examples, unused
-
-    def make_idle(self, positions: list[int]) -> None:
-        """The examples at ``positions`` are done (their n-best lists are out) but keep their rows
-        until they leave (``Search._leaving``): their rows go on, and what they find is not read."""
-        for b in positions:
-            self.idle[b] = True
+        return unused
 
     def _inside_prefix(self) -> list[int]:
-        """The positions of the examples still inside their target prefix."""
+        """The positions of the examples searching that are still inside their target prefix."""
         lengths = self.host_lengths()
-        return [b for b, length in enumerate(lengths) if length < self.prefix_lengths[b]]
+        return [
+            b
+            for b, length in enumerate(lengths)
+            if length < self.prefix_lengths[b] and not self.idle[b]
+        ]
 
     def forced(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(rows, tokens)``: the stepper's rows still inside their example's prefix ``[F]`` and
@@ -322,3 +370,23 @@ class BeamState:
         columns = [lengths[b] for b in examples]  # the next prefix token's
         tokens = self.prefix[from_host(examples, self.device), from_host(columns, self.device)]
         return from_host(rows, self.device), tokens.unsqueeze(1)
+
+
+def placed(old: torch.Tensor, new: torch.Tensor, at: torch.Tensor | None, dim: int = 0):
+    """``old`` with the first ``len(at)`` entries of ``new`` along ``dim`` written over its entries
+    ``at`` (in place; None: none) and the others appended."""
+    if at is None:
+        return torch.cat([old, new], dim)
+    n_placed = at.numel()
+    old.index_copy_(dim, at, new.narrow(dim, 0, n_placed))
+    if n_placed == new.size(dim):
+        return old
+    return torch.cat([old, new.narrow(dim, n_placed, new.size(dim) - n_placed)], dim)
+
+
+def put(values: list, added: list, slots) -> None:
+    """The host-list side of ``placed``: ``added``'s first ``len(slots)`` items at the positions
+    ``slots`` of ``values``, the others appended."""
+    for b, value in zip(slots, added):
+        values[b] = value
+    values += added[len(slots) :]

@@ -65,15 +65,16 @@ class RowFeeder:
         return None if batch is None else [self.make_stepper(batch.to(self.device)), batch, 0]
 
     def room_for(self, src_lengths: list[int]) -> bool:
-        """Whether ``admit``, asked with the source lengths ``src_lengths`` of the examples
-        searching, would let waiting examples in (if there are any): a beam search's batch is
-        full until ``BEAM_JOIN_FREE`` of it is free."""
+        """Whether there is room for examples to join, the examples searching having the source
+        lengths ``src_lengths``: a beam search's batch is full until ``BEAM_JOIN_FREE`` of it is
+        free."""
         count = len(src_lengths)
         full = self._used(count, sum(src_lengths)) > (1 - BEAM_JOIN_FREE) * self.batch_size
         return not (count and self.beam > 1 and full)
 
-    def admit(self, src_lengths: list[int]) -> Joining | None:
-        """See ``Search.stream``: let in waiting examples while there is room."""
+    def admit(self, src_lengths: list[int], slots: list[int] = ()) -> Joining | None:
+        """See ``Search.stream``: let in waiting examples while there is room, the first
+        ``len(slots)`` into the rows of the examples at positions ``slots`` (``fixed_rows``)."""
         if not self.room_for(src_lengths):
             return None
         count = len(src_lengths)
@@ -99,7 +100,7 @@ class RowFeeder:
             if self.stepper is None:
                 self.stepper = joining if self.running is None else self.running(joining)
             else:
-                self.stepper.extend(joining)
+                self.stepper.extend(joining, slots[len(ids) : len(ids) + last - first])
             lines = batch.indices_cpu.tolist()
             for b in range(first, last):
                 ex_words = batch.src_ex_vocab[b] if batch.src_map is not None else None

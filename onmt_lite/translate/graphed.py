@@ -14,12 +14,14 @@ and runs the step in place on them:
   scalar. An RNN's state has no columns: its new state is copied into the buffers of the old.
 
 When the rows, a source or the columns outgrow their buffers, the buffers are made twice as large
-and the step is recorded again: a few recordings a run. The Translator keeps each decoding thread's
-``GraphedStepper`` from one search to the next (``restart``), so that a server, which runs a search
-for each burst of requests, records only when a burst outgrows the buffers. The search's reorder
-within examples (each
-step of a beam search) happens at the start of the next step, inside the graph; examples joining,
-leaving and the columns no row uses any more are done outside it, as often as examples come and go.
+and the step is recorded again: a few recordings a run (the columns no row uses any more are
+dropped first, once the buffers are full: until then they cost a graph nothing). The Translator
+keeps each decoding thread's ``GraphedStepper`` from one search to the next (``restart``), so that
+a server, which runs a search for each burst of requests, records only when a burst outgrows the
+buffers. The search's reorder within examples (each step of a beam search) happens at the start of
+the next step, inside the graph. Examples never leave the buffers' rows: one that is done stays,
+idle, until an example joining takes its rows (``extend``'s ``slots``), a copy of the joining rows
+outside the graph.
 
 Off CUDA the same fixed-shape step runs without a graph (what the tests check: the same lines as
 ``ModelStepper``, no read of the device and no copy from the host in a step). One model: a
@@ -37,7 +39,7 @@ from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder
 from onmt_lite.models.transformer import TransformerDecoder
 from onmt_lite.translate.stepper import EnsembleStepper, ModelStepper
 from onmt_lite.utils.cuda import graph_recording
-from onmt_lite.utils.tensors import corner
+from onmt_lite.utils.tensors import corner, from_host
 
 # the buffers' first sizes (doubled as needed, each time recorded again, which waits for the
 # device and collects Python's garbage: tens of milliseconds): rows (when the search does not say
@@ -110,8 +112,8 @@ class GraphedStepper:
 
     # a step computes every row of the buffers, filler included, so rows cost it nothing: an
     # example joins with all its beam's rows (``extend``; not one row until its first step), and
-    # one that is done keeps its rows until examples can join (``Search._leaving``), which
-    # spares copies of the buffers
+    # one that is done keeps its rows until an example joining takes them (``extend``'s
+    # ``slots``), which spares the copies of every buffer that leaving would make
     fixed_rows = True
 
     def __init__(self, stepper, record: bool, rows: int | None = None, beam: int = 1):
@@ -126,6 +128,7 @@ class GraphedStepper:
         self.like = first.state  # what the state buffers make (``of_parts``)
         self.n_rows = 0  # the rows the search holds: the first n_rows of each buffer
         self.columns = 0
+        self.unused_columns = 0  # the leading columns no row uses, dropped when the buffers fill
         device = first.lengths.device
         self.size = (
             doubled(rows or FIRST_ROWS, first.lengths.size(0)),
@@ -154,6 +157,7 @@ class GraphedStepper:
         (filler), and the recorded step kept (the buffers keep their sizes and addresses)."""
         self.n_rows = 0
         self.columns = 0
+        self.unused_columns = 0
         self.cached.zero_()
         self.order.copy_(self.identity)
         self.lengths.fill_(1)
@@ -244,10 +248,19 @@ class GraphedStepper:
         # read by the graph: kept alive when a longer source makes the table anew
         self.held = Embeddings.kept_tables(self.model)
 
+    def _columns_needed(self) -> int:
+        """The columns the next step needs, the one it writes included (an RNN: 0), after the
+        unused ones are dropped if the buffers hold no more."""
+        if not self.transformer:
+            return 0
+        if self.columns + 1 > self.size[2] and self.unused_columns:
+            self._drop_columns(self.unused_columns)
+        return self.columns + 1
+
     def step(self, tokens: Tensor) -> tuple[Tensor, dict]:
         """``tokens`` ``[n_rows]`` -> log-probabilities ``[n_rows x V]`` (a view of the graph's
         output, valid until the next step) and no attention."""
-        self._fit(self.n_rows, 0, self.columns + 1 if self.transformer else 0)
+        self._fit(self.n_rows, 0, self._columns_needed())
         self.tokens[: self.n_rows].copy_(tokens)
         if not self.record:
             log_probs = self._decode()
@@ -260,21 +273,16 @@ class GraphedStepper:
         return log_probs[: self.n_rows], {}
 
     def reorder(self, rows: Tensor, memory_rows: Tensor | None = None, unused_columns: int = 0):
-        """As ``ModelStepper.reorder``: within examples (``memory_rows`` None) at the start of the
-        next step, in the graph; else now."""
-        n_rows = rows.size(0)
-        if memory_rows is None:
-            self.order[:n_rows].copy_(rows)
-            return
-        self._fit(n_rows, 0, 0)
-        for buffer, (row_dim, _, _) in zip(self.state, self.state_dims):
-            buffer.narrow(row_dim, 0, n_rows).copy_(buffer.index_select(row_dim, rows))
-        for buffer, (row_dim, _, _) in zip(self.memory, self.memory_dims):
-            buffer.narrow(row_dim, 0, n_rows).copy_(buffer.index_select(row_dim, memory_rows))
-        self.lengths[:n_rows] = self.lengths.index_select(0, memory_rows)
-        self.n_rows = n_rows
-        if unused_columns and self.transformer:  # (an RNN's state has no columns)
-            self._drop_columns(unused_columns)
+        """As ``ModelStepper.reorder`` within examples (``rows`` ``[n_rows]``), at the start of the
+        next step, in the graph. Examples never leave (``memory_rows``): see ``extend``."""
+        if memory_rows is not None or unused_columns:
+            raise ValueError("examples do not leave a GraphedStepper's rows: others take them")
+        self.order[: rows.size(0)].copy_(rows)
+
+    def release_columns(self, unused: int) -> None:
+        """The ``unused`` columns after those released before are no row's any more: dropped when
+        the buffers are full (until then they cost the graph nothing)."""
+        self.unused_columns += unused
 
     def _drop_columns(self, unused: int) -> None:
         """Move a Transformer's columns ``unused`` to the left: the first ``unused`` are no
@@ -284,37 +292,65 @@ class GraphedStepper:
         for buffer, (_, _, column_dim) in zip(cache, self.state_dims):
             kept = buffer.narrow(column_dim, unused, width - unused).clone()
             buffer.narrow(column_dim, 0, width - unused).copy_(kept)
-        # (the live rows start at ``unused`` or later; filler rows stay at 0 or more, so that no
-        # row's position, cached - start, is past the columns)
+        # (the live rows start at ``unused`` or later; filler and idle rows stay at 0 or more, so
+        # that no row's position, cached - start, is past the columns)
         start.sub_(unused).clamp_(min=0)
         self.cached.sub_(unused)
         self.columns -= unused
+        self.unused_columns -= unused
 
-    def extend(self, other) -> None:
-        """Append the rows of ``other`` (a single model's stepper of examples joining, one row
-        each, their decoder state the first: a Transformer's cache empty) after the rows held,
-        each ``beam`` times: example b's rows ``b * beam`` to ``b * beam + beam - 1``."""
+    def extend(self, other, slots: list[int] = ()) -> None:
+        """Put the rows of ``other`` (a single model's stepper of examples joining, one row each,
+        their decoder state the first: a Transformer's cache empty) into the buffers, each
+        ``beam`` times: the first ``len(slots)`` examples into the rows of the examples at
+        positions ``slots`` (idle ones, written over), the others after the rows held. Example b's
+        rows are ``b * beam`` to ``b * beam + beam - 1``."""
         joining = only_model(other)
+        beam = self.beam
         n_rows = self.n_rows
         examples = joining.lengths.size(0)
-        added = examples * self.beam
-        columns = self.columns + 1 if self.transformer else 0
-        self._fit(n_rows + added, joining.memory.size(1), columns)
-        pairs = [
-            *zip(self.memory, self.memory_dims, memory_parts(joining)),
-            *zip(self.state, self.state_dims, joining.state.parts()),
-        ]
-        for buffer, (row_dim, _, _), (part, _) in pairs:
-            region = buffer.narrow(row_dim, n_rows, added)
-            region.zero_()
-            # [... x examples x beam x ...]: each example's row copied to its beam's, one copy
-            beams = region.unflatten(row_dim, (examples, self.beam))
-            index = list(corner(part.shape))
-            index.insert(row_dim + 1, slice(None))  # every beam
-            beams[tuple(index)] = part.unsqueeze(row_dim + 1)
-        self.lengths[n_rows : n_rows + added].view(examples, self.beam).copy_(
-            joining.lengths.unsqueeze(1)
-        )
+        appended = (examples - len(slots)) * beam
+        self._fit(n_rows + appended, joining.memory.size(1), self._columns_needed())
+        at = None  # where the joining rows go: after the rows held (None) or ``[examples * beam]``
+        if slots:
+            targets = [b * beam + k for b in slots for k in range(beam)]
+            at = from_host(targets + list(range(n_rows, n_rows + appended)), self.tokens.device)
+        state_parts = [part for part, _ in joining.state.parts()]
         if self.transformer:  # their positions start at the column written next
-            self.state[-1][n_rows : n_rows + added] += self.columns
-        self.n_rows += added
+            state_parts[-1] = state_parts[-1] + self.columns
+        pairs = [
+            *zip(self.memory, self.memory_dims, [part for part, _ in memory_parts(joining)]),
+            *zip(self.state, self.state_dims, state_parts),
+            (self.lengths, (0, None, None), joining.lengths),
+        ]
+        for buffer, (row_dim, _, _), part in pairs:
+            self._write_rows(buffer, row_dim, part, at)
+        self.n_rows += appended
+
+    def _write_rows(self, buffer: Tensor, row_dim: int, part: Tensor, at: Tensor | None) -> None:
+        """Write ``part`` (one row per joining example along ``row_dim``) into ``buffer``'s rows
+        ``at`` (None: the rows after those held), each example's row to its ``beam`` rows, zeros
+        where ``part`` is narrower than the buffer (a shorter source, a cache without columns)."""
+        count = part.size(row_dim) * self.beam
+        if part.numel() == 0:  # zeros alone
+            if at is None:
+                buffer.narrow(row_dim, self.n_rows, count).zero_()
+            else:
+                buffer.index_fill_(row_dim, at, 0)
+            return
+        shape = list(buffer.shape)
+        shape[row_dim] = count
+        covered = all(shape[d] == part.size(d) for d in range(len(shape)) if d != row_dim)
+        if at is None:
+            rows = buffer.narrow(row_dim, self.n_rows, count)
+            if not covered:
+                rows.zero_()
+        else:
+            rows = buffer.new_empty(shape) if covered else buffer.new_zeros(shape)
+        # [... x examples x beam x ...]: each example's row copied to its beam's, one copy
+        beams = rows.unflatten(row_dim, (part.size(row_dim), self.beam))
+        index = list(corner(part.shape))
+        index.insert(row_dim + 1, slice(None))  # every beam
+        beams[tuple(index)] = part.unsqueeze(row_dim + 1)
+        if at is not None:
+            buffer.index_copy_(row_dim, at, rows)

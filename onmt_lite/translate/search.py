@@ -196,13 +196,14 @@ class Search:
         any; one row each) to ``feeder.stepper`` and returns their ``Joining``, or None.
         ``feeder.dropped(ids)``, after each step, names the examples (a set of ids, or None) to end
         now, unfinished (their callers gave up). They are yielded too.
-        ``feeder.room_for(src_lengths)`` says whether ``admit`` would let examples in; it is asked
-        only where ``feeder.stepper`` has ``fixed_rows`` (``_leaving``).
+        Where ``feeder.stepper`` has ``fixed_rows``, ``admit(src_lengths, slots)`` is given the
+        positions of the idle examples, whose rows the first examples joining take (in order).
 
         Each step reads the device once: which rows ended and which examples are done. An example
         that is done is yielded at the next step's read, when the copies of its last hypotheses
         have reached the host (``finished.FinishedHypotheses``). It leaves the search at once, or,
-        on a ``fixed_rows`` stepper, once examples can join (``_leaving``).
+        on a ``fixed_rows`` stepper, stays idle until an example joining takes its place (its
+        rows' step costs nothing there, and a leaving group's copy of every buffer does).
         """
         o = self.opts
         coverage = o.coverage_penalty != "none"
@@ -216,10 +217,10 @@ class Search:
             with_penalty=o.stepwise_penalty,
         )
         finished = FinishedHypotheses(self.eos, o.n_best)
-        left: list[int] = []  # the examples that left at the last step
+        left: list[int] = []  # the examples that were done at the last step
         while True:
             self._refill(state, feeder, finished)
-            if not state.n_examples:
+            if not state.n_live:
                 break
             joined = state.stepped is not None
             log_probs, attn = feeder.stepper.step(state.inputs())  # score
@@ -246,52 +247,50 @@ class Search:
                 if (done[b] or example in dropped) and not state.idle[b]
             ]
             left = [state.ids[b] for b in ending]
-            leaving = self._leaving(state, feeder, ending)
-            unused = 0
-            if leaving:  # reorder
-                gone = set(leaving)
-                examples, unused = state.keep([b for b in range(len(done)) if b not in gone])
-                rows = examples if rows is None else rows.view(-1, state.K)[examples].view(-1)
-            # the rows of an example share its memory: rows that stay in their example can name it
-            if rows is not None:
-                feeder.stepper.reorder(rows, rows if joined or leaving else None, unused)
+            self._reorder(state, feeder.stepper, rows, ending, joined)  # reorder
         finished.settle()
         for example in left:
             yield example, finished.pop(example, o.n_best)
 
-    def _leaving(self, state: BeamState, feeder, ending: list[int]) -> list[int]:
-        """The examples that leave after this step: those ``ending`` at it (done or dropped) and
-        the idle ones, or none.
-
-        A stepper whose step computes a fixed number of rows whatever the search holds
-        (``fixed_rows``: -cuda_graphs) pays nothing for the rows of an example that is done, and a
-        copy of every buffer for each group that leaves: there the ending examples stay, idle,
-        while no example can join (``feeder.room_for``), and leave with the next ones to end
-        once there is room, or when the search holds nothing else."""
-        if not ending:  # the room is as it was: the idle stay
-            return []
-        idle = [b for b, is_idle in enumerate(state.idle) if is_idle]
-        gone = set(ending).union(idle)
-        # (-dump_beam records each step's rows)
-        lingers = self.recorder is None and fixed_rows(feeder.stepper)
-        if lingers and len(gone) < state.n_examples:
-            live = [n for b, n in enumerate(state.source_lengths) if b not in gone]
-            if not feeder.room_for(live):
-                state.make_idle(ending)
-                return []
-        return sorted(gone)
+    def _reorder(self, state: BeamState, stepper, rows, ending: list[int], joined: bool) -> None:
+        """The examples at positions ``ending`` leave (on a ``fixed_rows`` stepper: stay idle
+        until examples joining take their places), and ``stepper`` follows the rows ``rows``
+        (``advance``'s; None: each where it is). ``joined``: examples joined at this step."""
+        if fixed_rows(stepper):  # within examples, the idle ones' too; the columns no row needs
+            unused = state.make_idle(ending)
+            if unused:
+                stepper.release_columns(unused)
+            if rows is not None:
+                stepper.reorder(rows)
+            return
+        unused = 0
+        if ending:
+            gone = set(ending)
+            examples, unused = state.keep([b for b in range(state.n_examples) if b not in gone])
+            rows = examples if rows is None else rows.view(-1, state.K)[examples].view(-1)
+        # the rows of an example share its memory: rows that stay in their example can name it
+        if rows is not None:
+            stepper.reorder(rows, rows if joined or ending else None, unused)
 
     def _refill(self, state: BeamState, feeder, finished: FinishedHypotheses) -> None:
-        """Let in the examples that ``feeder`` admits now."""
-        joining = feeder.admit(state.source_lengths)
+        """Let in the examples that ``feeder`` admits now; on a ``fixed_rows`` stepper, into the
+        places of the idle examples first (the first search's stepper is made by this admit)."""
+        if fixed_rows(feeder.stepper):
+            places = state.idle_positions()
+            joining = feeder.admit(state.live_source_lengths(), places)
+        else:
+            places = []
+            joining = feeder.admit(state.source_lengths)
         if joining is None:
             return
+        places = places[: len(joining.ids)]
         src_lengths = from_host(joining.src_lengths, state.device)
         max_lengths = self._max_lengths(src_lengths)
         if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
             prefix_lengths = from_host([len(p) for p in joining.prefixes], state.device)
             max_lengths = torch.maximum(max_lengths, prefix_lengths)
-        state.add(joining, src_lengths, max_lengths, whole_beams=fixed_rows(feeder.stepper))
+        whole_beams = fixed_rows(feeder.stepper)
+        state.add(joining, src_lengths, max_lengths, whole_beams, places)
         finished.open(joining.ids)
 
     def _max_lengths(self, src_lengths: torch.Tensor) -> torch.Tensor:
@@ -361,13 +360,15 @@ class Search:
         batch, K = tokens.shape
         parents = torch.zeros_like(tokens) if select is None else select.view(batch, K) % K
         stepped = log_probs if rows is None else log_probs.index_select(0, rows)
-        self.recorder.record(
-            state.ids,
-            tokens,
-            parents,
-            state.scores,
-            stepped.gather(1, tokens.view(-1, 1)).view(batch, K),
-        )
+        token_log_probs = stepped.gather(1, tokens.view(-1, 1)).view(batch, K)
+        columns = [tokens, parents, state.scores, token_log_probs]
+        ids = state.ids
+        if state.n_live < batch:  # an idle example's rows are no longer its own
+            live = [b for b, idle in enumerate(state.idle) if not idle]
+            index = from_host(live, tokens.device)
+            columns = [column.index_select(0, index) for column in columns]
+            ids = [ids[b] for b in live]
+        self.recorder.record(ids, *columns)
 
 
 class OneBatch:
@@ -378,10 +379,7 @@ class OneBatch:
         self.device = device
         self.waiting = joining
 
-    def room_for(self, src_lengths: list[int]) -> bool:
-        return self.waiting is not None
-
-    def admit(self, src_lengths: list[int]) -> Joining | None:
+    def admit(self, src_lengths: list[int], slots: list[int] = ()) -> Joining | None:
         joining = self.waiting
         self.waiting = None
         return joining

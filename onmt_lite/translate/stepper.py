@@ -98,8 +98,11 @@ class ModelStepper:
         part.reorder(rows, rows)
         return part
 
-    def extend(self, other):
-        """Append the rows of ``other``; source positions and copy entries padded to the longer."""
+    def extend(self, other, slots: list[int] = ()):
+        """Append the rows of ``other``; source positions and copy entries padded to the longer.
+        (``slots``, the places of idle examples, are for ``fixed_rows`` steppers: none here.)"""
+        if slots:
+            raise ValueError("a ModelStepper appends rows: it has no idle examples' places")
         self.memory = _joined(self.memory, other.memory, 0, (1,))
         self.lengths = torch.cat([self.lengths, other.lengths])
         if self.keys is not None:
@@ -150,9 +153,9 @@ class EnsembleStepper:
     def part(self, rows):
         return EnsembleStepper([s.part(rows) for s in self.steppers], self.raw_probs)
 
-    def extend(self, other):
+    def extend(self, other, slots: list[int] = ()):
         for stepper, addition in zip(self.steppers, other.steppers):
-            stepper.extend(addition)
+            stepper.extend(addition, slots)
 
     def reorder(self, rows, memory_rows=None, unused_columns: int = 0):
         for stepper in self.steppers:

@@ -5,6 +5,7 @@ outgrown; no read of the device and no copy from the host inside a step
 (either would break a CUDA graph's recording); the searches it refuses. The recording itself needs
 CUDA: ``bench/gpu_check.py`` and ``bench/gpu_translate_speed.py`` run it on a device."""
 
+import collections
 import types
 
 import pytest
@@ -181,40 +182,50 @@ def test_a_beam_search_of_sentence_batches_starts_with_all_its_rows(transformer,
 
 
 @pytest.mark.kernels  # translations compared
-def test_examples_join_with_whole_beams_and_leave_together_when_others_can_join(
+def test_examples_join_with_whole_beams_into_the_rows_of_done_ones_and_never_leave(
     transformer, monkeypatch
 ):
     """A fixed-shape step computes every row of its buffers, so rows cost it nothing: an example
     joins with all its beam's rows (no first step on one row, then a copy of every buffer to
-    spread it), and one that is done keeps its rows, idle, until examples can join: the examples
-    leave in fewer groups than without graphs, each once, the buffers are copied across rows only
-    when a group leaves, and every line and score is the same."""
-    groups = []
-    keep = BeamState.keep
-    copied = []
-    reorder = graphed.GraphedStepper.reorder
+    spread it), and one that is done stays, idle, until an example joining takes its rows: no
+    example leaves (each leaving group copied every buffer), the rows held never pass the batch's,
+    the columns no row uses are dropped only when the buffers are full, and every line and score
+    is the one of the search without graphs."""
+    calls = collections.Counter()
+    steppers = []
 
-    def counted_keep(self, positions):
-        groups.append(self.n_examples - len(positions))
-        return keep(self, positions)
+    def counted(cls, name):
+        method = getattr(cls, name)
 
-    def counted_reorder(self, rows, memory_rows=None, unused_columns=0):
-        copied.append(memory_rows is not None)
-        return reorder(self, rows, memory_rows, unused_columns)
+        def run(self, *args, **kwargs):
+            if name == "extend":  # True: into idle examples' rows
+                calls[name, bool(args[1:] and args[1])] += 1
+            elif name == "_drop_columns":  # True: the buffers are full
+                calls[name, self.columns + 1 > self.size[2]] += 1
+            else:
+                calls[name, None] += 1
+            if isinstance(self, graphed.GraphedStepper) and self not in steppers:
+                steppers.append(self)
+            return method(self, *args, **kwargs)
 
-    monkeypatch.setattr(BeamState, "keep", counted_keep)
-    monkeypatch.setattr(graphed.GraphedStepper, "reorder", counted_reorder)
+        monkeypatch.setattr(cls, name, run)
+
+    counted(BeamState, "keep")
+    for name in ("extend", "release_columns", "_drop_columns"):
+        counted(graphed.GraphedStepper, name)
+    monkeypatch.setattr(graphed, "FIRST_COLUMNS", 8)  # full within a few steps
     options = dict(beam_size=5, batch_size=32, n_best=2, max_length=40, attention=False)
     sources = lines(transformer["src"])
     eager = Translator.load([transformer["model"]], **options).translate(sources)
-    eager_groups = list(groups)
-    groups.clear()
+    assert calls["keep", None] > 10  # without graphs done examples leave
+    calls.clear()
     fixed = Translator.load([transformer["model"]], cuda_graphs=True, **options).translate(sources)
-    assert sum(groups) == sum(eager_groups) == len(sources)  # each example left once
-    # (as many groups as without graphs if done examples left at once: 12 and 19 measured on 2
-    # threads, 15 and 21 on 1)
-    assert len(groups) < 0.85 * len(eager_groups), (len(groups), len(eager_groups))
-    assert sum(copied) == len(groups) < len(copied)  # the others: within beams, in the graph
+    assert steppers  # (one per decoding stream: one per thread)
+    assert calls["keep", None] == 0
+    assert calls["extend", True] > 5
+    assert all(s.size[0] == 160 and s.n_rows <= 160 for s in steppers)  # 32 examples x 5
+    assert calls["_drop_columns", True] > 0 and calls["_drop_columns", False] == 0, calls
+    assert calls["release_columns", None] > calls["_drop_columns", True]
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
 

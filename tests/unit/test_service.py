@@ -151,7 +151,7 @@ def long_search(request):
     """``(service, sentences)``: a random RNN model that writes up to 60 tokens a sentence, two
     sentences at a time, and 300 sentences: minutes of search unless something ends it. Also on
     ``-cuda_graphs``' fixed-shape step (run without a graph off CUDA), whose search joins whole
-    beams and lets done examples leave in groups (``Search._leaving``)."""
+    beams into the rows of done examples (``BeamState`` slots)."""
     torch.manual_seed(0)
     model = build_model(model_options(), VOCABS).eval()
     search = SearchOptions(beam_size=3, max_length=60, min_length=60, attention=False)
@@ -172,8 +172,8 @@ def test_a_request_given_up_leaves_the_search_and_the_model_serves_on(long_searc
     joined = []
     admit = RowFeeder.admit
 
-    def counting_admit(self, src_lengths):
-        joining = admit(self, src_lengths)
+    def counting_admit(self, src_lengths, slots=()):
+        joining = admit(self, src_lengths, slots)
         if joining is not None:
             joined.append(len(joining.ids))
         return joining
