@@ -63,7 +63,8 @@ class BeamState:
         prefix ``[B x P]`` (padded with 0), None while no example has one.
         best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
-            -inf: a row that ends is live, so its score is finite, or NaN).
+            -inf: a row that ends is live, so its score is finite, or NaN); kept for beams of
+            two rows or more (``finish``: one row has no early stop).
     Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
@@ -285,9 +286,10 @@ class BeamState:
         them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
         penalty)."""
         log_probs = self.log_probs()
-        candidates = torch.where(ended, final, self.minus_infinity)  # [B x K]
-        merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
-        self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
+        if self.K > 1:  # (with one row the early stop reads no finished score: Penalties.done)
+            candidates = torch.where(ended, final, self.minus_infinity)  # [B x K]
+            merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
+            self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
         self.scores = self.scores.masked_fill(ended, NEG_INF)
         return log_probs
 

@@ -77,6 +77,8 @@ class Penalties:
         """The examples that cannot improve ``[B]``: ``n_best`` finished hypotheses and no live row
         able to beat the n-th of them (see ``check_penalties``), or no live row at all."""
         o = self.opts
+        if state.K == 1:  # one row (greedy, sampling): done once it ended or died, nothing to bound
+            return state.scores.view(-1) == float("-inf")
         # the scores without the coverage penalty that -stepwise_penalty put in (it may shrink)
         best_alive = state.log_probs().max(1).values
         bound = best_alive
