@@ -148,16 +148,15 @@ class BeamState:
     def add(
         self,
         joining: Joining,
-        src_lengths,
-        max_lengths,
+        max_lengths: list[int],
         whole_beams: bool = False,
         slots: list[int] = (),
     ) -> None:
-        """Let the examples of ``joining`` join with ``<s>`` as their next input; ``src_lengths``
-        and ``max_lengths`` ``[n]``: theirs, on the device. ``whole_beams``: the stepper took
-        each example's K rows (else its first row alone: the first-step rule). ``slots``: the
-        positions of idle examples whose places the first ``len(slots)`` joining examples take
-        (their rows written over; ``whole_beams`` only); the others come after those held."""
+        """Let the examples of ``joining`` join with ``<s>`` as their next input; ``max_lengths``:
+        the most tokens each may produce. ``whole_beams``: the stepper took each example's K rows
+        (else its first row alone: the first-step rule). ``slots``: the positions of idle
+        examples whose places the first ``len(slots)`` joining examples take (their rows written
+        over; ``whole_beams`` only); the others come after those held."""
         n = len(joining.ids)
         K = self.K
         total = self.seqs.size(0)
@@ -180,9 +179,9 @@ class BeamState:
         if self.coverage is not None:
             added = self.coverage.new_zeros(n * K, self.coverage.size(1))
             self.coverage = placed(self.coverage, added, rows_at)
-        first = torch.full_like(max_lengths, width - 1)
-        bounds = torch.stack([first, max_lengths + (width - 1), src_lengths], 1)
-        self.bounds = placed(self.bounds, bounds, at)
+        first = width - 1  # their <s> column
+        bounds = [[first, first + m, s] for m, s in zip(max_lengths, joining.src_lengths)]
+        self.bounds = placed(self.bounds, from_host(bounds, self.device).view(n, 3), at)
         unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
         self.best_finished = placed(self.best_finished, unfinished, at)
         for lists, added in (

@@ -30,6 +30,7 @@ from onmt_lite.translate.beam_state import NEG_INF, BeamState, Joining
 from onmt_lite.translate.finished import FinishedHypotheses, Hypothesis
 from onmt_lite.translate.penalties import Penalties, check_penalties
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.host_syncs import declare_host
 from onmt_lite.utils.tensors import from_host
 from onmt_lite.utils.topk import top_k, top_k_with_offsets
 
@@ -284,23 +285,23 @@ class Search:
         if joining is None:
             return
         places = places[: len(joining.ids)]
-        src_lengths = from_host(joining.src_lengths, state.device)
-        max_lengths = self._max_lengths(src_lengths)
+        max_lengths = self._max_lengths(joining.src_lengths)
         if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
-            prefix_lengths = from_host([len(p) for p in joining.prefixes], state.device)
-            max_lengths = torch.maximum(max_lengths, prefix_lengths)
+            max_lengths = [max(m, len(p)) for m, p in zip(max_lengths, joining.prefixes)]
         whole_beams = fixed_rows(feeder.stepper)
-        state.add(joining, src_lengths, max_lengths, whole_beams, places)
+        state.add(joining, max_lengths, whole_beams, places)
         finished.open(joining.ids)
 
-    def _max_lengths(self, src_lengths: torch.Tensor) -> torch.Tensor:
-        """The most tokens each example may produce ``[n]``: -max_length, or less with -ratio."""
-        max_lengths = torch.full_like(src_lengths, self.opts.max_length)
-        if self.opts.ratio > 0:  # bounded as floats: an infinite ratio is no bound, not an overflow
-            ratio_lengths = (src_lengths.float() * self.opts.ratio).ceil()
-            ratio_lengths = ratio_lengths.clamp(1, self.opts.max_length).long()
-            max_lengths = torch.minimum(max_lengths, ratio_lengths)
-        return max_lengths
+    def _max_lengths(self, src_lengths: list[int]) -> list[int]:
+        """The most tokens each example of source lengths ``src_lengths`` may produce, worked out
+        on the host (no kernel for a device): -max_length, or less with -ratio."""
+        o = self.opts
+        if o.ratio <= 0:
+            return [o.max_length] * len(src_lengths)
+        lengths = torch.tensor(src_lengths, dtype=torch.float32)  # host data: float32 products
+        declare_host(lengths)
+        # bounded as floats: an infinite ratio is no bound, not an overflow
+        return (lengths * o.ratio).ceil().clamp(1, o.max_length).long().tolist()
 
     def _constrain(self, state: BeamState, log_probs: torch.Tensor) -> torch.Tensor:
         """The stepper's ``log_probs`` ``[stepper rows x V']`` with what the options forbid at -inf:

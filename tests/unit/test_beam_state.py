@@ -16,7 +16,7 @@ def started(examples: int) -> BeamState:
     prefixes = [[7], [], [8, 9]][:examples]
     lengths = list(range(3, 3 + examples))
     joining = Joining(list(range(examples)), lengths, prefixes)
-    state.add(joining, torch.tensor(lengths), torch.full((examples,), 6), whole_beams=True)
+    state.add(joining, [6] * examples, whole_beams=True)
     tokens = torch.arange(examples * K).view(examples, K) + 4
     state.advance(None, tokens, -tokens.float(), {})
     return state
@@ -45,7 +45,7 @@ def test_an_example_joining_an_idle_examples_place_starts_as_one_appended_would(
     new = Joining([9], [5], [[6, 6, 6]])  # a longer prefix than any held: the prefixes widen
 
     def join(state, slots):
-        state.add(new, torch.tensor([5]), torch.tensor([4]), whole_beams=True, slots=slots)
+        state.add(new, [4], whole_beams=True, slots=slots)
 
     appended = started(3)
     join(appended, ())
@@ -63,7 +63,7 @@ def test_an_example_joining_an_idle_examples_place_starts_as_one_appended_would(
 def test_the_columns_before_every_searching_examples_first_are_dropped_when_one_goes_idle():
     state = started(2)
     later = Joining([5], [4])
-    state.add(later, torch.tensor([4]), torch.tensor([6]), whole_beams=True)  # at column 1
+    state.add(later, [6], whole_beams=True)  # at column 1
     state.advance(None, torch.full((3, K), 4), torch.zeros(3, K), {})
     assert state.seqs.size(1) == 3 and state.cols == [0, 0, 1]
     assert state.make_idle([1]) == 0  # example 0 still uses them

@@ -331,7 +331,14 @@ def test_nan_scores_still_end_at_the_maximum_length(beam):
 @pytest.mark.parametrize("ratio,expected", [(float("inf"), MAX), (1.0, 2), (0.5, 1)])
 def test_ratio_bounds_the_length_and_an_infinite_one_is_no_bound(ratio, expected):
     search = Search(SearchOptions(max_length=MAX, ratio=ratio), BOS, EOS)
-    assert search._max_lengths(torch.tensor([2, 2])).tolist() == [expected, expected]
+    assert search._max_lengths([2, 2]) == [expected, expected]
+
+
+def test_the_ratio_bound_is_a_float32_product_as_on_the_device():
+    """Worked out on the host since 2026-11-29, on the device before: the same float32 product,
+    rounded up (Python's doubles would give 30 for 25 x 1.2 and 56 for 50 x 1.1)."""
+    assert Search(SearchOptions(ratio=1.2), BOS, EOS)._max_lengths([25, 45, 10]) == [31, 55, 12]
+    assert Search(SearchOptions(ratio=1.1), BOS, EOS)._max_lengths([50]) == [55]
 
 
 class CountedOutside(MarkovStepper):
