@@ -63,8 +63,9 @@ class BeamState:
         prefix ``[B x P]`` (padded with 0), None while no example has one.
         best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
-            -inf: a row that ends is live, so its score is finite, or NaN); kept for beams of
-            two rows or more (``finish``: one row has no early stop).
+            -inf: a row that ends is live, so its score is finite, or NaN); ``finish`` updates
+            it for beams of two rows or more only (one row has no early stop to bound:
+            ``Penalties.done``), so with one row it stays -inf.
     Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
@@ -188,7 +189,7 @@ class BeamState:
             (self.ids, joining.ids),
             (self.source_lengths, joining.src_lengths),
             (self.idle, [False] * n),
-            (self.cols, [width - 1] * n),
+            (self.cols, [first] * n),
         ):
             put(lists, added, slots)
 

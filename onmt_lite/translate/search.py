@@ -144,8 +144,9 @@ def force_tokens(log_probs, model_log_probs, rows, tokens):
 
 def fixed_rows(stepper) -> bool:
     """Whether ``stepper``'s step costs the same whatever rows it holds (``-cuda_graphs``'
-    ``GraphedStepper``): examples then join with their whole beams and, done, leave in groups. A
-    stepper without the attribute computes the rows it holds."""
+    ``GraphedStepper``): examples then join with their whole beams and, done, stay idle until
+    joining ones take their rows (``BeamState``'s slots). A stepper without the attribute
+    computes the rows it holds."""
     return getattr(stepper, "fixed_rows", False)
 
 
