@@ -1,8 +1,8 @@
 """The rows of a running search (``search.Search``) and every operation on them.
 
 B examples are searching, K rows each (the beam; 1 for greedy search and sampling): row
-``b * K + k`` is beam k of example b. Examples join between steps (``add``) and leave when done
-(``keep``).
+``b * K + k`` is beam k of example b. Examples join between steps (``add``) and, done, leave
+(``keep``) or stay idle until an example joining takes their place (``make_idle``: slots, below).
 
 What the search decides from lives on the device (sequences, scores, attention, the finished
 counts); what the host needs to know each step without asking the device lives on the host (the
@@ -12,8 +12,9 @@ runs a search step without waiting, but for the one read of ``Search.stream``.
 The first-step rule: an example joins with one row in the stepper, since its K beams would be alike
 until its first step, and the reorder after that step gives it its K rows. While some examples have
 joined and not yet stepped, ``stepped`` names the rows the stepper holds, and ``inputs``,
-``of_stepped`` and ``advance`` read and write through it; nothing outside this class sees it but
-``Search._select`` (which skips the rows that are not there). A stepper whose step costs the same
+``of_stepped`` and ``advance`` read and write through it; outside this class only ``Search`` sees
+it: ``_select`` skips the rows that are not there, ``_constrain`` reads through ``of_stepped``, and
+the reorder after the step spreads the first rows (``stream``). A stepper whose step costs the same
 whatever rows it holds (``fixed_rows``: -cuda_graphs) takes an example's K rows at once instead
 (``add(..., whole_beams=True)``): ``stepped`` stays None.
 
@@ -66,7 +67,7 @@ class BeamState:
             -inf: a row that ends is live, so its score is finite, or NaN); ``finish`` updates
             it for beams of two rows or more only (one row has no early stop to bound:
             ``Penalties.done``), so with one row it stays -inf.
-    Host lists (``[B]``): ids, cols, source_lengths, prefix_lengths, and idle: the examples done
+    Host lists (``[B]``): ids, cols, host_src_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
     """
@@ -87,7 +88,7 @@ class BeamState:
         self.with_coverage = with_coverage
         self.ids: list[int] = []
         self.cols: list[int] = []
-        self.source_lengths: list[int] = []
+        self.host_src_lengths: list[int] = []
         self.prefix_lengths: list[int] = []
         self.idle: list[bool] = []
         self.bounds = torch.empty(0, 3, dtype=torch.long, device=device)
@@ -97,7 +98,8 @@ class BeamState:
         self.best_finished = torch.empty(0, n_best, device=device)
         self.prefix = None
         # what a joining example's rows start from, made once: <s>, and the scores of its first
-        # step's beam (0 for the one row the stepper holds, -inf for the K - 1 alike)
+        # step's beam: 0 for the first row, -inf for the K - 1 alike (whether the stepper holds
+        # them or not), so that the first step picks its K continuations from one row
         self._bos = torch.tensor(bos, device=device)
         self._first_scores = torch.full((beam_size,), NEG_INF, device=device)
         self._first_scores[0] = 0.0
@@ -118,13 +120,13 @@ class BeamState:
         """The examples searching (not idle)."""
         return self.idle.count(False)
 
-    def idle_positions(self) -> list[int]:
+    def idle_slots(self) -> list[int]:
         """The positions of the idle examples, in order: the slots of examples joining."""
         return [b for b, idle in enumerate(self.idle) if idle]
 
-    def live_source_lengths(self) -> list[int]:
+    def live_src_lengths(self) -> list[int]:
         """The source lengths of the examples searching."""
-        return [n for n, idle in zip(self.source_lengths, self.idle) if not idle]
+        return [n for n, idle in zip(self.host_src_lengths, self.idle) if not idle]
 
     @property
     def col(self) -> torch.Tensor:
@@ -187,7 +189,7 @@ class BeamState:
         self.best_finished = placed(self.best_finished, unfinished, at)
         for lists, added in (
             (self.ids, joining.ids),
-            (self.source_lengths, joining.src_lengths),
+            (self.host_src_lengths, joining.src_lengths),
             (self.idle, [False] * n),
             (self.cols, [first] * n),
         ):
@@ -315,7 +317,7 @@ class BeamState:
             self.prefix = self.prefix[examples]
         self.ids = [self.ids[p] for p in positions]
         self.cols = [self.cols[p] for p in positions]
-        self.source_lengths = [self.source_lengths[p] for p in positions]
+        self.host_src_lengths = [self.host_src_lengths[p] for p in positions]
         self.prefix_lengths = [self.prefix_lengths[p] for p in positions]
         self.idle = [self.idle[p] for p in positions]
         return examples, self._drop_columns()

@@ -84,7 +84,7 @@ class FinishedHypotheses:
             (
                 state.ids[row // K],
                 state.cols[row // K],
-                state.source_lengths[row // K],
+                state.host_src_lengths[row // K],
                 lengths[row // K] - 1,
                 row % K,
             )

@@ -248,19 +248,19 @@ class GraphedStepper:
         # read by the graph: kept alive when a longer source makes the table anew
         self.held = Embeddings.kept_tables(self.model)
 
-    def _columns_needed(self) -> int:
-        """The columns the next step needs, the one it writes included (an RNN: 0), after the
-        unused ones are dropped if the buffers hold no more."""
+    def _make_room_for_a_column(self) -> int:
+        """Shift the unused columns out if the buffers hold no column more, and return the columns
+        the next step needs, the one it writes included (an RNN: 0): what ``_fit`` is to hold."""
         if not self.transformer:
             return 0
         if self.columns + 1 > self.size[2] and self.unused_columns:
-            self._drop_columns(self.unused_columns)
+            self._shift_columns_left(self.unused_columns)
         return self.columns + 1
 
     def step(self, tokens: Tensor) -> tuple[Tensor, dict]:
         """``tokens`` ``[n_rows]`` -> log-probabilities ``[n_rows x V]`` (a view of the graph's
         output, valid until the next step) and no attention."""
-        self._fit(self.n_rows, 0, self._columns_needed())
+        self._fit(self.n_rows, 0, self._make_room_for_a_column())
         self.tokens[: self.n_rows].copy_(tokens)
         if not self.record:
             log_probs = self._decode()
@@ -284,7 +284,7 @@ class GraphedStepper:
         the buffers are full (until then they cost the graph nothing)."""
         self.unused_columns += unused
 
-    def _drop_columns(self, unused: int) -> None:
+    def _shift_columns_left(self, unused: int) -> None:
         """Move a Transformer's columns ``unused`` to the left: the first ``unused`` are no
         row's."""
         *cache, start = self.state
@@ -310,7 +310,7 @@ class GraphedStepper:
         n_rows = self.n_rows
         examples = joining.lengths.size(0)
         appended = (examples - len(slots)) * beam
-        self._fit(n_rows + appended, joining.memory.size(1), self._columns_needed())
+        self._fit(n_rows + appended, joining.memory.size(1), self._make_room_for_a_column())
         at = None  # where the joining rows go: after the rows held (None) or ``[examples * beam]``
         if slots:
             targets = [b * beam + k for b in slots for k in range(beam)]

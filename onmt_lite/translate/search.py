@@ -6,11 +6,15 @@ best continuations per example (or samples one), and tells the stepper how to re
 hypothesis that emits ``</s>`` (or reaches the maximum length) is finished and kept; an example
 stops when it has ``n_best`` finished hypotheses and no live one can still beat the worst of them,
 so the first of an n-best list is the 1-best. Examples that stop leave the batch; with ``stream``
-(continuous batching) waiting examples take their place at once, each example counting its own
-length.
+(continuous batching) waiting examples take their place as the feeder lets them in, each example
+counting its own length.
 
-An example joins with one row in the stepper: its K beams would be alike until its first step, so
-the stepper computes that step once, and the reorder after it gives the example its K rows.
+An example joins a beam search with one row in the stepper: its K beams would be alike until its
+first step, so the stepper computes that step once, and the reorder after it gives the example its
+K rows. A stepper whose step costs the same whatever rows it holds (``fixed_rows``: -cuda_graphs)
+takes the K rows at once instead, and there an example that is done stays, idle, until one joining
+takes its rows (slots): idle rows are still scored, selected and ended at each step, and what they
+do is never read (``_read``, ``stream``).
 
 An example may join with a target prefix (``-tgt_prefix``): while it has produced fewer tokens than
 its prefix, each of its rows can only take the prefix's next token, at the model's log-probability
@@ -195,7 +199,8 @@ class Search:
 
         ``feeder.admit(src_lengths)`` is asked before each step, with the source lengths of the
         examples still searching (a host list): it appends the rows of the examples joining now (if
-        any; one row each) to ``feeder.stepper`` and returns their ``Joining``, or None.
+        any; one row each, K on a ``fixed_rows`` stepper) to ``feeder.stepper`` and returns their
+        ``Joining``, or None.
         ``feeder.dropped(ids)``, after each step, names the examples (a set of ids, or None) to end
         now, unfinished (their callers gave up). They are yielded too.
         Where ``feeder.stepper`` has ``fixed_rows``, ``admit(src_lengths, slots)`` is given the
@@ -224,7 +229,7 @@ class Search:
             self._refill(state, feeder, finished)
             if not state.n_live:
                 break
-            joined = state.stepped is not None
+            spreading = state.stepped is not None  # first rows to spread to their K beams
             log_probs, attn = feeder.stepper.step(state.inputs())  # score
             log_probs = self._constrain(state, log_probs)
             select, tokens, scores = self._select(state, log_probs)  # select
@@ -249,15 +254,16 @@ class Search:
                 if (done[b] or example in dropped) and not state.idle[b]
             ]
             left = [state.ids[b] for b in ending]
-            self._reorder(state, feeder.stepper, rows, ending, joined)  # reorder
+            self._reorder(state, feeder.stepper, rows, ending, spreading)  # reorder
         finished.settle()
         for example in left:
             yield example, finished.pop(example, o.n_best)
 
-    def _reorder(self, state: BeamState, stepper, rows, ending: list[int], joined: bool) -> None:
+    def _reorder(self, state: BeamState, stepper, rows, ending: list[int], spreading: bool) -> None:
         """The examples at positions ``ending`` leave (on a ``fixed_rows`` stepper: stay idle
         until examples joining take their places), and ``stepper`` follows the rows ``rows``
-        (``advance``'s; None: each where it is). ``joined``: examples joined at this step."""
+        (``advance``'s; None: each where it is). ``spreading``: some examples' one row (the
+        first-step rule) becomes their K rows in this reorder."""
         if fixed_rows(stepper):  # within examples, the idle ones' too; the columns no row needs
             unused = state.make_idle(ending)
             if unused:
@@ -269,28 +275,30 @@ class Search:
         if ending:
             gone = set(ending)
             examples, unused = state.keep([b for b in range(state.n_examples) if b not in gone])
+            # (rows is None only with one row an example: an example's position is its row's)
             rows = examples if rows is None else rows.view(-1, state.K)[examples].view(-1)
         # the rows of an example share its memory: rows that stay in their example can name it
         if rows is not None:
-            stepper.reorder(rows, rows if joined or ending else None, unused)
+            stepper.reorder(rows, rows if spreading or ending else None, unused)
 
     def _refill(self, state: BeamState, feeder, finished: FinishedHypotheses) -> None:
         """Let in the examples that ``feeder`` admits now; on a ``fixed_rows`` stepper, into the
         places of the idle examples first (the first search's stepper is made by this admit)."""
+        # (before the first admit there is no stepper, so no slots: none is idle yet either)
         if fixed_rows(feeder.stepper):
-            places = state.idle_positions()
-            joining = feeder.admit(state.live_source_lengths(), places)
+            slots = state.idle_slots()
+            joining = feeder.admit(state.live_src_lengths(), slots)
         else:
-            places = []
-            joining = feeder.admit(state.source_lengths)
+            slots = []
+            joining = feeder.admit(state.host_src_lengths)
         if joining is None:
             return
-        places = places[: len(joining.ids)]
+        slots = slots[: len(joining.ids)]
         max_lengths = self._max_lengths(joining.src_lengths)
         if joining.prefixes is not None:  # an example's maximum is never shorter than its prefix
             max_lengths = [max(m, len(p)) for m, p in zip(max_lengths, joining.prefixes)]
         whole_beams = fixed_rows(feeder.stepper)
-        state.add(joining, max_lengths, whole_beams, places)
+        state.add(joining, max_lengths, whole_beams, slots)
         finished.open(joining.ids)
 
     def _max_lengths(self, src_lengths: list[int]) -> list[int]:

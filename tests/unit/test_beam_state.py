@@ -34,7 +34,7 @@ def example(state: BeamState, b: int) -> dict:
         "host": [
             state.ids[b],
             state.cols[b],
-            state.source_lengths[b],
+            state.host_src_lengths[b],
             state.prefix_lengths[b],
             state.idle[b],
         ],
@@ -51,8 +51,8 @@ def test_an_example_joining_an_idle_examples_place_starts_as_one_appended_would(
     join(appended, ())
     placed = started(3)
     assert placed.make_idle([1]) == 0  # examples 0 and 2 still use every column
-    assert placed.idle_positions() == [1] and placed.n_live == 2
-    assert placed.live_source_lengths() == [3, 5]
+    assert placed.idle_slots() == [1] and placed.n_live == 2
+    assert placed.live_src_lengths() == [3, 5]
     join(placed, [1])
     assert placed.n_examples == 3 and not any(placed.idle)
     assert example(placed, 1) == example(appended, 3)

@@ -200,7 +200,7 @@ def test_examples_join_with_whole_beams_into_the_rows_of_done_ones_and_never_lea
         def run(self, *args, **kwargs):
             if name == "extend":  # True: into idle examples' rows
                 calls[name, bool(args[1:] and args[1])] += 1
-            elif name == "_drop_columns":  # True: the buffers are full
+            elif name == "_shift_columns_left":  # True: the buffers are full
                 calls[name, self.columns + 1 > self.size[2]] += 1
             else:
                 calls[name, None] += 1
@@ -211,7 +211,7 @@ def test_examples_join_with_whole_beams_into_the_rows_of_done_ones_and_never_lea
         monkeypatch.setattr(cls, name, run)
 
     counted(BeamState, "keep")
-    for name in ("extend", "release_columns", "_drop_columns"):
+    for name in ("extend", "release_columns", "_shift_columns_left"):
         counted(graphed.GraphedStepper, name)
     monkeypatch.setattr(graphed, "FIRST_COLUMNS", 8)  # full within a few steps
     options = dict(beam_size=5, batch_size=32, n_best=2, max_length=40, attention=False)
@@ -224,8 +224,10 @@ def test_examples_join_with_whole_beams_into_the_rows_of_done_ones_and_never_lea
     assert calls["keep", None] == 0
     assert calls["extend", True] > 5
     assert all(s.size[0] == 160 and s.n_rows <= 160 for s in steppers)  # 32 examples x 5
-    assert calls["_drop_columns", True] > 0 and calls["_drop_columns", False] == 0, calls
-    assert calls["release_columns", None] > calls["_drop_columns", True]
+    assert calls["_shift_columns_left", True] > 0 and calls["_shift_columns_left", False] == 0, (
+        calls
+    )
+    assert calls["release_columns", None] > calls["_shift_columns_left", True]
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
 
