@@ -32,7 +32,8 @@ bucket was recorded, which depends on the run's history (a resumed run starts wi
 nothing.
 
 Off CUDA the same padded call runs without a graph, its outputs and gradients copied into the
-buffers as a replay would leave them (what the tests check). Which models: ``graphing_problem``.
+buffers as a replay would leave them (what the tests check; they also record it and replay it by a
+CUDA graph's rules: ``tests/graph_replay.py``). Which models: ``graphing_problem``.
 """
 
 from __future__ import annotations

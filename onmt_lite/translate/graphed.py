@@ -24,9 +24,10 @@ idle, until an example joining takes its rows (``extend``'s ``slots``), a copy o
 outside the graph.
 
 Off CUDA the same fixed-shape step runs without a graph (what the tests check: the same lines as
-``ModelStepper``, no read of the device and no copy from the host in a step). One model: a
-Transformer decoder or an input-feeding RNN decoder, without copy attention, relative positions or
-kept attention (``graphing_problem``).
+``ModelStepper``, no read of the device and no copy from the host in a step; and the same lines
+with the step recorded and replayed by a CUDA graph's rules, ``tests/graph_replay.py``). One
+model: a Transformer decoder or an input-feeding RNN decoder, without copy attention, relative
+positions or kept attention (``graphing_problem``).
 """
 
 from __future__ import annotations

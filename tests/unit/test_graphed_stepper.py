@@ -1,9 +1,11 @@
 """``-cuda_graphs``'s fixed-shape search step (``translate/graphed.py``), checked on the CPU, where
 it runs without a graph: the lines and scores of the eager search (a Transformer, RNNs with and
 without precomputed keys and coverage), with examples joining and leaving and every buffer
-outgrown; no read of the device and no copy from the host inside a step
-(either would break a CUDA graph's recording); the searches it refuses. The recording itself needs
-CUDA: ``bench/gpu_check.py`` and ``bench/gpu_translate_speed.py`` run it on a device."""
+outgrown; the same with the step recorded once per buffer size and replayed by a CUDA graph's
+rules (``tests/graph_replay.EmulatedGraph``: a replay sees its recording's Python numbers and
+tensors); no read of the device and no copy from the host inside a step (either would break a
+CUDA graph's recording); the searches it refuses. A real recording needs CUDA:
+``bench/gpu_check.py`` and ``bench/gpu_translate_speed.py`` run it on a device."""
 
 import collections
 import types
@@ -28,6 +30,7 @@ from tests.helpers import (
     one_line_error,
     trained_reversal_model,
 )
+from tests.graph_replay import EmulatedGraph
 from tests.model_helpers import TRANSFORMER as RANDOM_TRANSFORMER
 from tests.model_helpers import VOCABS, model_options
 
@@ -108,6 +111,61 @@ def test_the_fixed_shape_step_writes_the_lines_and_scores_of_the_eager_search(
     assert rows > 1 and sources_held > 2  # the rows and sources outgrew their buffers
     assert columns > 2 if kind == "transformer" else columns == 0  # and the cache its columns
     assert sum(len(r.tokens[0]) for r in eager) > 3 * len(sources)  # whole outputs
+    for a, b in zip(eager, fixed):
+        assert_same_translation(a, b)
+
+
+@pytest.fixture
+def recordings(monkeypatch):
+    """``GraphedStepper``s that record (as on CUDA), each recording an ``EmulatedGraph`` (CUDA's
+    rules on the CPU: a replay sees the Python numbers and the tensors of its recording) after a
+    warm-up run undone, as the real recording makes it. ``steppers``: those made; ``sizes``: the
+    buffer sizes of each recording; ``graphs``: the recordings."""
+    made = types.SimpleNamespace(steppers=[], sizes=[], graphs=[])
+    init = graphed.GraphedStepper.__init__
+
+    def recording_init(self, *args, **kwargs):
+        kwargs["record"] = True
+        init(self, *args, **kwargs)
+        made.steppers.append(self)
+
+    def emulated_record(self):
+        saved = [b.clone() for b in (*self.state, self.order, self.cached)]
+        self._decode()  # the warm-up run, undone as the real recording undoes it
+        for buffer, before in zip((*self.state, self.order, self.cached), saved):
+            buffer.copy_(before)
+        self.graph = EmulatedGraph()
+        with self.graph.recording():
+            self.out = self._decode()
+        made.sizes.append(self.size)
+        made.graphs.append(self.graph)
+
+    monkeypatch.setattr(graphed.GraphedStepper, "__init__", recording_init)
+    monkeypatch.setattr(graphed.GraphedStepper, "_record_graph", emulated_record)
+    return made
+
+
+@pytest.mark.kernels  # scores compared to float rounding
+@pytest.mark.parametrize(
+    "kind,beam_size,batch_size",
+    [("transformer", 5, 16), ("transformer", 1, 64), ("rnn", 5, 16), ("rnn_mlp_coverage", 3, 7)],
+)
+def test_the_step_replayed_from_its_recording_writes_the_lines_and_scores_of_the_eager_search(
+    models, small_buffers, recordings, kind, beam_size, batch_size
+):
+    """What the CPU's run of the step at each call hides: a replay sees the Python numbers of its
+    recording and the tensors it read then, at their addresses. Recorded by ``EmulatedGraph``,
+    which holds a CUDA graph's rules on the CPU, every step but the recordings' is a replay, and
+    the lines and scores are still the eager search's (with the buffers outgrown: recorded anew)."""
+    path = models[kind]["model"]
+    sources = lines(models[kind]["src"])
+    options = dict(beam_size=beam_size, batch_size=batch_size, max_length=40, attention=False)
+    eager = Translator.load([path], **options).translate(sources)
+    fixed = Translator.load([path], cuda_graphs=True, **options).translate(sources)
+    replays = sum(graph.replays for graph in recordings.graphs)
+    assert len(recordings.graphs) > 2  # recorded again as the buffers grew
+    assert replays > 15 and replays > 4 * len(recordings.graphs)
+    assert all(graph.operations for graph in recordings.graphs)
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
 
@@ -277,42 +335,13 @@ def test_the_server_searches_on_the_graphed_stepper_and_answers_as_alone(small_b
             assert_same_translation(answer, alone.translate([sentence])[0])
 
 
-@pytest.fixture
-def stood_in_recordings(monkeypatch):
-    """``GraphedStepper``s that record (as on CUDA), a recording stood in for by the step run
-    into a fixed output buffer at each replay, as a graph's would be; returns the steppers made
-    and the buffer sizes of each recording."""
-    made = []
-    recordings = []
-    init = graphed.GraphedStepper.__init__
-
-    def recording_init(self, *args, **kwargs):
-        kwargs["record"] = True
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    def stood_in_record(self):
-        saved = [b.clone() for b in (*self.state, self.order, self.cached)]
-        out = self._decode()  # the warm-up run, undone as the real recording undoes it
-        for buffer, before in zip((*self.state, self.order, self.cached), saved):
-            buffer.copy_(before)
-        self.out = out
-        self.graph = types.SimpleNamespace(replay=lambda: out.copy_(self._decode()))
-        recordings.append(self.size)
-
-    monkeypatch.setattr(graphed.GraphedStepper, "__init__", recording_init)
-    monkeypatch.setattr(graphed.GraphedStepper, "_record_graph", stood_in_record)
-    return made, recordings
-
-
 @pytest.mark.parametrize("kind", ["transformer", "rnn"])
 def test_the_servers_searches_one_after_another_keep_one_stepper_and_its_recordings(
-    stood_in_recordings, kind
+    recordings, kind
 ):
     """A server runs a search for each burst of requests: the later bursts, no larger than the
     first, run on the first's stepper and record nothing, and each sentence's n-best is what the
     search without graphs gives it alone."""
-    made, recordings = stood_in_recordings
     torch.manual_seed(0)
     options = RANDOM_TRANSFORMER if kind == "transformer" else []
     model = build_model(model_options(*options), VOCABS).eval()
@@ -328,11 +357,12 @@ def test_the_servers_searches_one_after_another_keep_one_stepper_and_its_recordi
     try:
         for request in requests:  # each answered before the next comes: a search each
             results.append(service.translate(request).result(timeout=120))
-            first_recordings = first_recordings or list(recordings)
+            first_recordings = first_recordings or list(recordings.sizes)
     finally:
         service.close()
-    assert len(made) == 1  # one stepper for the three searches
-    assert first_recordings and recordings == first_recordings  # recorded in the first alone
+    assert len(recordings.steppers) == 1  # one stepper for the three searches
+    assert first_recordings and recordings.sizes == first_recordings  # in the first alone
+    assert sum(graph.replays for graph in recordings.graphs) > 30  # the later two replayed
     alone = Translator([model], VOCABS, search=search, batch_size=4)
     for request, result in zip(requests, results):
         for sentence, answer in zip(request, result):
@@ -340,13 +370,13 @@ def test_the_servers_searches_one_after_another_keep_one_stepper_and_its_recordi
 
 
 def test_a_search_after_one_that_failed_midway_starts_on_buffers_as_a_new_steppers(
-    stood_in_recordings, monkeypatch
+    recordings, monkeypatch
 ):
     """The first request's search fails when its first sentence finishes (rows, columns and a
     beam's reorder still pending); the next request's search restarts the stepper as new (no
     rows, columns or reorder of the failed one; filler rows as a new stepper's) and answers each
     sentence as the search without graphs does alone."""
-    made, _ = stood_in_recordings
+    made = recordings.steppers
     torch.manual_seed(0)
     model = build_model(model_options(*RANDOM_TRANSFORMER), VOCABS).eval()
     search = SearchOptions(beam_size=3, n_best=2, max_length=15, min_length=4, attention=False)

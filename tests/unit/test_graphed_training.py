@@ -2,7 +2,8 @@
 eager losses and weights, add their gradients without handing graph-owned memory over as
 ``.grad``, put the generator back after a recording (exact resume with dropout), and read nothing
 from the device; the models a graph cannot take are refused by name. Off CUDA the same calls run
-without graphs (what these tests check); bench/gpu_check.py has the CUDA line."""
+without graphs, and, recorded by ``tests/graph_replay.EmulatedGraph``, replay their recordings by a
+CUDA graph's rules (what these tests check); bench/gpu_check.py has the CUDA line."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from onmt_lite.train import graphed
 from onmt_lite.train.graphed import GraphedModel, bucket, graphing_problem
 from onmt_lite.train.precision import Precision
 from onmt_lite.utils.host_syncs import HostSyncCounter
+from tests.graph_replay import EmulatedGraph
 from tests.helpers import TINY_MODEL, invoke, one_line_error, preprocess_in_process
 from tests.model_helpers import TRANSFORMER, make_batch, model_options, random_pairs
 from tests.unit.test_trainer import make_trainer, params
@@ -45,12 +47,44 @@ def test_buckets_are_few_shapes_with_at_most_half_padding():
     assert all(n <= size < max(8, 1.5 * n) + 1 for n, size in zip(range(1, 1000), sizes))
 
 
+def emulate_graphs(monkeypatch) -> list:
+    """Make every ``RecordedCall`` record its passes as ``EmulatedGraph``s (CUDA's rules on the
+    CPU: a replay sees the Python numbers and tensors of its recording) after the warm-ups a
+    recording makes, and replay them; returns the graphs made."""
+    graphs = []
+
+    def emulated_record(self):
+        for _ in range(graphed.WARMUPS):
+            self._run_backward(self._run_forward(), torch.ones_like)
+        forward = EmulatedGraph()
+        backward = EmulatedGraph()
+        with forward.recording():
+            outputs = self._run_forward()
+        self.grad_output = torch.empty_like(outputs)
+        with backward.recording():
+            grads = self._run_backward(outputs, lambda _: self.grad_output)
+            n_inputs = len(self.with_grad)
+            self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
+        self.outputs = outputs.detach()
+        self.graphs = (forward, backward)
+        graphs.extend(self.graphs)
+
+    monkeypatch.setattr(graphed.RecordedCall, "_emulate_recording", emulated_record)
+    return graphs
+
+
+@pytest.mark.parametrize("recording", ["run", "emulated"])
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
+def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind, recording, monkeypatch):
+    """``recording`` "run": each call runs again (the off-CUDA path); "emulated": each replays its
+    bucket's recording by CUDA's rules (``EmulatedGraph``), so that a Python number or a tensor
+    of the recording's batch that a replay would still see shows."""
+    graphs = emulate_graphs(monkeypatch) if recording == "emulated" else []
     steps = [
         [make_batch(random_pairs(5, seed=1)), make_batch(random_pairs(3, seed=2))],
         [make_batch(random_pairs(13, seed=3, max_len=20))],
         [make_batch(random_pairs(4, seed=4))],
+        [make_batch(random_pairs(6, seed=5)), make_batch(random_pairs(2, seed=6))],
     ]
     eager, eager_model = make_trainer(*MODELS[kind], optim="adam", learning_rate=0.01)
     replayed, replayed_model = graphed_trainer(*MODELS[kind], optim="adam", learning_rate=0.01)
@@ -60,6 +94,9 @@ def test_padded_replayed_calls_give_the_eager_losses_and_weights(kind):
         assert got.loss == pytest.approx(expected.loss, rel=1e-9)
         assert (got.n_words, got.n_correct) == (expected.n_words, expected.n_correct)
     assert len(replayed.graphed.recorded) >= 2  # the 13 rows and 20 positions: another bucket
+    if recording == "emulated":  # each bucket's pair recorded once, replayed for other batches
+        assert len(graphs) == 2 * len(replayed.graphed.recorded)
+        assert sum(graph.replays for graph in graphs) > len(graphs)
     assert replayed.graphed.graphs_encoder == (kind in ("transformer", "transformer_relative"))
     before = params(make_trainer(*MODELS[kind])[1])
     after = params(replayed_model)
@@ -89,10 +126,16 @@ def test_two_replays_in_a_step_add_both_gradients(buckets):
         torch.testing.assert_close(after[name], value, rtol=1e-9, atol=1e-12, msg=name)
 
 
+@pytest.mark.parametrize("recording", ["run", "emulated"])
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
-def test_with_dropout_a_run_that_records_again_draws_what_the_uninterrupted_one_drew(kind):
+def test_with_dropout_a_run_that_records_again_draws_what_the_uninterrupted_one_drew(
+    kind, recording, monkeypatch
+):
     """A resumed run records its buckets anew, warm-up included: the generator is put back after
-    each recording, so the losses are the uninterrupted run's."""
+    each recording, so the losses are the uninterrupted run's (``recording``: as in the test
+    above)."""
+    if recording == "emulated":
+        emulate_graphs(monkeypatch)
     args = [*MODELS[kind], "-dropout", 0.3]
     steps = [[make_batch(random_pairs(6, seed=10 + i))] for i in range(4)]
     torch.manual_seed(7)
