@@ -64,9 +64,8 @@ class BeamState:
         prefix ``[B x P]`` (padded with 0), None while no example has one.
         best_finished ``[B x n_best]``: the best ``n_best`` final scores of each example's finished
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
-            -inf: a row that ends is live, so its score is finite, or NaN); ``finish`` updates
-            it for beams of two rows or more only (one row has no early stop to bound:
-            ``Penalties.done``), so with one row it stays -inf.
+            -inf: a row that ends is live, so its score is finite, or NaN). None with one row an
+            example: there is no early stop to bound (``Penalties.done``).
     Host lists (``[B]``): ids, cols, host_src_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
@@ -95,7 +94,8 @@ class BeamState:
         # on the device once: a Python number in torch.where is a new tensor there at each call
         self.minus_infinity = torch.tensor(NEG_INF, device=device)
         self._first_rows = torch.empty(0, dtype=torch.long, device=device)
-        self.best_finished = torch.empty(0, n_best, device=device)
+        one_row = beam_size == 1
+        self.best_finished = None if one_row else torch.empty(0, n_best, device=device)
         self.prefix = None
         # what a joining example's rows start from, made once: <s>, and the scores of its first
         # step's beam: 0 for the first row, -inf for the K - 1 alike (whether the stepper holds
@@ -185,8 +185,9 @@ class BeamState:
         first = width - 1  # their <s> column
         bounds = [[first, first + m, s] for m, s in zip(max_lengths, joining.src_lengths)]
         self.bounds = placed(self.bounds, from_host(bounds, self.device).view(n, 3), at)
-        unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
-        self.best_finished = placed(self.best_finished, unfinished, at)
+        if self.best_finished is not None:
+            unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
+            self.best_finished = placed(self.best_finished, unfinished, at)
         for lists, added in (
             (self.ids, joining.ids),
             (self.host_src_lengths, joining.src_lengths),
@@ -288,7 +289,7 @@ class BeamState:
         them (-inf). Returns the rows' log-probabilities ``[B x K]`` (the scores without the
         penalty)."""
         log_probs = self.log_probs()
-        if self.K > 1:  # (with one row the early stop reads no finished score: Penalties.done)
+        if self.best_finished is not None:
             candidates = torch.where(ended, final, self.minus_infinity)  # [B x K]
             merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
             self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
@@ -312,7 +313,8 @@ class BeamState:
         self.attn = {name: value[:, rows] for name, value in self.attn.items()}
         self.coverage = None if self.coverage is None else self.coverage[rows]
         self.bounds = self.bounds[examples]
-        self.best_finished = self.best_finished[examples]
+        if self.best_finished is not None:
+            self.best_finished = self.best_finished[examples]
         if self.prefix is not None:
             self.prefix = self.prefix[examples]
         self.ids = [self.ids[p] for p in positions]

@@ -1,7 +1,5 @@
 """Continuous batching for translation: examples join a running search as rows free up."""
 
-import torch
-
 from onmt_lite.translate.beam_state import Joining
 
 BEAM_JOIN_FREE = 0.25  # a beam search lets examples join once this part of the batch is free
@@ -98,8 +96,7 @@ class RowFeeder:
             if last == first:
                 break
             whole = (first, last) == (0, batch.batch_size)
-            rows = torch.arange(first, last, device=self.device)
-            joining = stepper if whole else stepper.part(rows)
+            joining = stepper if whole else stepper.part(slice(first, last))
             if self.stepper is None:
                 self.stepper = joining if self.running is None else self.running(joining)
             else:

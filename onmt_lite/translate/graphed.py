@@ -342,12 +342,16 @@ class GraphedStepper:
         shape = list(buffer.shape)
         shape[row_dim] = count
         covered = all(shape[d] == part.size(d) for d in range(len(shape)) if d != row_dim)
+        if covered and at is not None:  # (repeat_interleave: one copy; with one row, none)
+            beams = part if self.beam == 1 else part.repeat_interleave(self.beam, row_dim)
+            buffer.index_copy_(row_dim, at, beams)
+            return
         if at is None:
             rows = buffer.narrow(row_dim, self.n_rows, count)
             if not covered:
                 rows.zero_()
-        else:
-            rows = buffer.new_empty(shape) if covered else buffer.new_zeros(shape)
+        else:  # (part narrower than the buffer: zeros around it)
+            rows = buffer.new_zeros(shape)
         # [... x examples x beam x ...]: each example's row copied to its beam's, one copy
         beams = rows.unflatten(row_dim, (part.size(row_dim), self.beam))
         index = list(corner(part.shape))

@@ -6,9 +6,10 @@ until the search's reorder after an example's first step gives it a row per beam
 models, the copy scores collapsed onto words the vocabulary has) and attention ``{"std", "copy"}``
 ``[rows x S]`` (plus ``"p_copy"`` ``[rows x 1]``, the probability of copying, for copy models), or
 only what the copy needs when the search keeps no attention (``keep_attention=False``);
-``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` and ``extend(other)`` move
-rows from one stepper to another: examples encoded in one batch join a search that is already
-running (the source width S of the attention then grows to the longest; it never shrinks).
+``reorder(rows)`` follows the search's choice of rows. ``part(rows)`` (a slice: views) and
+``extend(other)`` move rows from one stepper to another: examples encoded in one batch join a
+search that is already running (the source width S of the attention then grows to the longest; it
+never shrinks).
 """
 
 import copy
@@ -92,10 +93,16 @@ class ModelStepper:
             attns["p_copy"] = torch.sigmoid(at_least_float32(gate))
         return log_probs, attns
 
-    def part(self, rows):
-        """A stepper with only the rows ``rows`` of this one (whole examples: all their rows)."""
+    def part(self, rows: slice):
+        """A stepper of the consecutive rows ``rows`` of this one (whole examples), viewing its
+        tensors: the stepper it joins copies them in (``extend``), so no copy here."""
         part = copy.copy(self)
-        part.reorder(rows, rows)
+
+        def take(tensor, dim):
+            return tensor.narrow(dim, rows.start, rows.stop - rows.start)
+
+        part.state = self.state.map(take)
+        part._take_memory(take)
         return part
 
     def extend(self, other, slots: list[int] = ()):
@@ -119,13 +126,17 @@ class ModelStepper:
         self.state = self.state.map(lambda t, dim: t.index_select(dim, rows))
         if memory_rows is not None:
             self.state = self.state.compact(unused_columns)
-            self.memory = self.memory.index_select(0, memory_rows)
-            self.lengths = self.lengths.index_select(0, memory_rows)
-            if self.keys is not None:
-                self.keys = self.keys.index_select(self.keys_batch_dim, memory_rows)
-            if self.copy:
-                self.src_map = self.src_map.index_select(1, memory_rows)
-                self.ex_ids = self.ex_ids.index_select(0, memory_rows)
+            self._take_memory(lambda t, dim: t.index_select(dim, memory_rows))
+
+    def _take_memory(self, take) -> None:
+        """Keep ``take(tensor, rows dimension)`` of each tensor of the rows' sources."""
+        self.memory = take(self.memory, 0)
+        self.lengths = take(self.lengths, 0)
+        if self.keys is not None:
+            self.keys = take(self.keys, self.keys_batch_dim)
+        if self.copy:
+            self.src_map = take(self.src_map, 1)
+            self.ex_ids = take(self.ex_ids, 0)
 
 
 class EnsembleStepper:
@@ -150,7 +161,7 @@ class EnsembleStepper:
         attns = {name: torch.stack([a[name] for _, a in outputs]).mean(0) for name in names}
         return averaged, attns
 
-    def part(self, rows):
+    def part(self, rows: slice):
         return EnsembleStepper([s.part(rows) for s in self.steppers], self.raw_probs)
 
     def extend(self, other, slots: list[int] = ()):
