@@ -95,7 +95,8 @@ class ModelStepper:
 
     def part(self, rows: slice):
         """A stepper of the consecutive rows ``rows`` of this one (whole examples), viewing its
-        tensors: the stepper it joins copies them in (``extend``), so no copy here."""
+        tensors, no copy: the stepper it joins copies them in (``extend``), and a part that starts
+        a search steps on the views (a step makes its state anew, or writes its own rows)."""
         part = copy.copy(self)
 
         def take(tensor, dim):
