@@ -87,11 +87,13 @@ class EmulatedGraph:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
-        with _Recorder(self):
-            yield
-        for storage, before in self._before.values():  # the recording launched nothing
-            storage.copy_(before)
-        self._before.clear()
+        try:
+            with _Recorder(self):
+                yield
+        finally:
+            for storage, before in self._before.values():  # the recording launched nothing
+                storage.copy_(before)
+            self._before.clear()
 
     def replay(self) -> None:
         """Run the recorded operations again, each on the recording's tensors, each result
