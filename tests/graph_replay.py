@@ -8,7 +8,8 @@ So, as on a GPU:
 - a Python number is what it was at the recording (a length read from a batch, a counter of the
   host): a replay does not see it change;
 - a tensor the recording made is the same memory at every replay, and one it read is read again
-  where it was (a tensor made anew outside the graph is not seen);
+  where it was (a tensor made anew outside the graph is not seen; one freed outside it, which a
+  GPU's replay would read as garbage, is kept alive here: that is not caught);
 - the recording itself changes nothing: what its operations wrote is put back at its end (a CUDA
   recording launches no kernel), so only the replays step;
 - the recording may not read the device (``.item()``, ``bool()``, ``nonzero``: a sync) nor copy
