@@ -197,26 +197,41 @@ class RecordedCall:
         with torch.autocast(self.device.type, enabled=False):
             return list(torch.autograd.grad(output, wanted, grad_of(output), allow_unused=True))
 
+    def _warm_up(self) -> None:
+        """``WARMUPS`` runs of both passes before a recording: lazy initialisations stay out of
+        the graphs."""
+        for _ in range(WARMUPS):
+            self._run_backward(self._run_forward(), torch.ones_like)
+
     def _record(self, pool) -> None:
         """Warm up on a side stream, then record the forward and the backward pass."""
         with graph_recording(self.device) as side:
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                for _ in range(WARMUPS):
-                    self._run_backward(self._run_forward(), torch.ones_like)
+                self._warm_up()
             torch.cuda.current_stream(self.device).wait_stream(side)
             forward = torch.cuda.CUDAGraph()
             backward = torch.cuda.CUDAGraph()
-            # thread_local: -num_workers 1's thread pins batches meanwhile
-            with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
-                outputs = self._run_forward()
-            self.grad_output = torch.empty_like(outputs)
-            with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
-                grads = self._run_backward(outputs, lambda _: self.grad_output)
-                n_inputs = len(self.with_grad)
-                self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
-        self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
+
+            def recording(graph):
+                # thread_local: -num_workers 1's thread pins batches meanwhile
+                return torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local")
+
+            self._capture(recording(forward), recording(backward))
         self.graphs = (forward, backward)
+
+    def _capture(self, forward_recording, backward_recording) -> None:
+        """Run the forward pass inside the context ``forward_recording`` and the backward pass
+        inside ``backward_recording`` (a graph's recordings), keeping the buffers they leave: the
+        output, its gradient, the gradients (the parameters' in ``param_grads``)."""
+        with forward_recording:
+            outputs = self._run_forward()
+        self.grad_output = torch.empty_like(outputs)
+        with backward_recording:
+            grads = self._run_backward(outputs, lambda _: self.grad_output)
+            n_inputs = len(self.with_grad)
+            self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
+        self.outputs = outputs.detach()  # autograd's graph of the recording goes: see the doc
 
     def _emulate_recording(self) -> None:
         """Off CUDA: a run as a recording's warm-up, and the buffers a recording leaves (the

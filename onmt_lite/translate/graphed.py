@@ -228,19 +228,24 @@ class GraphedStepper:
                 buffer.copy_(new)
         return self.model.generator(dec_out[0])
 
+    def _warm_up(self) -> None:
+        """A run of ``_decode`` outside a graph, before its recording (it makes what a first run
+        makes: cuBLAS's workspace, the position table), its step undone: the graph's first replay
+        does it from the state before it."""
+        kept = (*self.state, self.order, self.cached)
+        saved = [buffer.clone() for buffer in kept]
+        self._decode()
+        for buffer, before in zip(kept, saved):
+            buffer.copy_(before)
+
     def _record_graph(self) -> None:
-        """Record ``_decode`` as a CUDA graph, after a run outside it (which makes what a first
-        run makes: cuBLAS's workspace, the position table). That run does the step: the graph's
-        first replay does it again from the state before it, which is put back first."""
-        saved = [buffer.clone() for buffer in (*self.state, self.order, self.cached)]
+        """Record ``_decode`` as a CUDA graph, after ``_warm_up`` on a side stream."""
         device = self.tokens.device
         with graph_recording(device) as side:
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                self._decode()
+                self._warm_up()
             torch.cuda.current_stream(device).wait_stream(side)
-            for buffer, before in zip((*self.state, self.order, self.cached), saved):
-                buffer.copy_(before)
             graph = torch.cuda.CUDAGraph()
             # thread_local: the server's other models decode in their threads meanwhile
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):

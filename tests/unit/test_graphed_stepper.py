@@ -132,10 +132,7 @@ def recordings(monkeypatch):
         made.steppers.append(self)
 
     def emulated_record(self):
-        saved = [b.clone() for b in (*self.state, self.order, self.cached)]
-        self._decode()  # the warm-up run, undone as the real recording undoes it
-        for buffer, before in zip((*self.state, self.order, self.cached), saved):
-            buffer.copy_(before)
+        self._warm_up()
         self.graph = EmulatedGraph()
         with self.graph.recording():
             self.out = self._decode()

@@ -54,18 +54,10 @@ def emulate_graphs(monkeypatch) -> list:
     graphs = []
 
     def emulated_record(self):
-        for _ in range(graphed.WARMUPS):
-            self._run_backward(self._run_forward(), torch.ones_like)
+        self._warm_up()
         forward = EmulatedGraph()
         backward = EmulatedGraph()
-        with forward.recording():
-            outputs = self._run_forward()
-        self.grad_output = torch.empty_like(outputs)
-        with backward.recording():
-            grads = self._run_backward(outputs, lambda _: self.grad_output)
-            n_inputs = len(self.with_grad)
-            self.grads = grads[:n_inputs] + self._into_param_grads(grads[n_inputs:])
-        self.outputs = outputs.detach()
+        self._capture(forward.recording(), backward.recording())
         self.graphs = (forward, backward)
         graphs.extend(self.graphs)
 
