@@ -29,14 +29,16 @@ COMMAND_NAMES = (
 
 
 def _commands():
-    """``{name: main}`` of the commands (imported when first used)."""
-    from onmt_lite.bin import convert, preprocess, train, translate
+    """``{name: main}`` of the commands (imported when first used): COMMAND_NAMES', and the
+    server's, whose start-up errors run here too."""
+    from onmt_lite.bin import convert, preprocess, server, train, translate
 
     return {
         "preprocess": preprocess.main,
         "train": train.main,
         "translate": translate.main,
         "convert": convert.main,
+        "server": server.main,
     }
 
 

@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from onmt_lite.models.checkpoint import load_checkpoint
-from tests.helpers import free_port, preprocess_in_process, run_cli, shared_data, step_losses
+from tests.helpers import (
+    free_port,
+    preprocess_in_process,
+    run_cli,
+    run_in_process,
+    shared_data,
+    step_losses,
+    train_in_process,
+)
 
 MODEL = [
     "-rnn_size",
@@ -43,46 +51,72 @@ def log_lines(prefix):
         return f.read().splitlines()
 
 
-def train(data, prefix, *args, launcher=()):
+def train_command(data, prefix, *args, launcher=()):
+    """onmt_lite_train's command line (or ``launcher``'s) for MODEL, logging to PREFIX.log."""
     command = [*launcher] if launcher else [sys.executable, "-m", "onmt_lite.bin.train"]
-    result = subprocess.run(
-        [
-            *command,
-            "-data",
-            data,
-            "-save_model",
-            prefix,
-            "-log_file",
-            f"{prefix}.log",
-            *map(str, MODEL),
-            *map(str, args),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return [
+        *command,
+        "-data",
+        data,
+        "-save_model",
+        prefix,
+        "-log_file",
+        f"{prefix}.log",
+        *map(str, MODEL),
+        *map(str, args),
+    ]
+
+
+def run_train(command):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def train(data, prefix, *args, launcher=()):
+    """Train to the end; returns the lines of PREFIX.log."""
+    run_train(train_command(data, prefix, *args, launcher=launcher))
     return log_lines(prefix)
 
 
+def train_in_one_process(data, prefix, *args):
+    """``train`` in one process, this one (a new one spends seconds importing); returns the lines
+    of PREFIX.log."""
+    return train_in_process(data, prefix, *MODEL, *args)[1]
+
+
+# 6 steps in 2 processes, validating and saving every 3 steps: one run that several tests read
+TWO_PROCESSES = [
+    "-world_size",
+    2,
+    "-train_steps",
+    6,
+    "-save_checkpoint_steps",
+    3,
+    "-valid_steps",
+    3,
+]
+
+
+@pytest.fixture(scope="module")
+def two_processes(data, tmp_path_factory):
+    """The TWO_PROCESSES run: its ``command``, ``prefix``, ``lines`` (its log) and ``stderr``."""
+    prefix = str(tmp_path_factory.mktemp("two_processes") / "m")
+    command = train_command(data, prefix, *TWO_PROCESSES, "-master_port", free_port())
+    result = run_train(command)
+    return {
+        "command": command,
+        "prefix": prefix,
+        "lines": log_lines(prefix),
+        "stderr": result.stderr,
+    }
+
+
 def test_world_size_2_logs_validates_and_saves_once_and_its_checkpoints_resume_in_one_process(
-    data, tmp_path
+    data, tmp_path, two_processes
 ):
-    prefix = str(tmp_path / "m")
-    lines = train(
-        data,
-        prefix,
-        "-world_size",
-        2,
-        "-master_port",
-        free_port(),
-        "-train_steps",
-        6,
-        "-save_checkpoint_steps",
-        3,
-        "-valid_steps",
-        3,
-    )
+    prefix = two_processes["prefix"]
+    lines = two_processes["lines"]
     assert any("2 processes (gloo)" in line for line in lines)
     assert [
         int(line.split("] Step ")[1].split("/")[0]) for line in lines if "] Step " in line
@@ -91,7 +125,7 @@ def test_world_size_2_logs_validates_and_saves_once_and_its_checkpoints_resume_i
     saved = load_checkpoint(f"{prefix}_step_3.pt")
     # both processes' batches consumed
     assert saved["step"] == 3 and saved["data"]["batch"] == 3 * 2
-    resumed = train(
+    resumed = train_in_one_process(
         data, str(tmp_path / "single"), "-train_from", f"{prefix}_step_3.pt", "-train_steps", 5
     )
     assert any("resuming from" in line and "at step 3" in line for line in resumed)
@@ -124,7 +158,7 @@ def test_world_size_2_saves_the_moving_average_of_the_weights_every_process_trai
         raw = saved[step]["raw_weights"]["model"]
         average = {k: (1 - w) * average[k] + w * raw[k] for k in average}
         assert all(torch.equal(saved[step]["model"][k], average[k]) for k in average)
-    resumed = train(
+    resumed = train_in_one_process(
         data,
         str(tmp_path / "single"),
         "-train_from",
@@ -149,7 +183,7 @@ def test_world_size_2_saves_the_moving_average_of_the_weights_every_process_trai
 
 def test_a_single_process_checkpoint_resumes_with_two_processes(data, tmp_path):
     single = str(tmp_path / "single")
-    train(data, single, "-train_steps", 2)
+    train_in_one_process(data, single, "-train_steps", 2)
     lines = train(
         data,
         str(tmp_path / "two"),
@@ -166,17 +200,7 @@ def test_a_single_process_checkpoint_resumes_with_two_processes(data, tmp_path):
     assert load_checkpoint(str(tmp_path / "two_step_4.pt"))["step"] == 4
 
 
-def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path):
-    spawned = train(
-        data,
-        str(tmp_path / "spawned"),
-        "-world_size",
-        2,
-        "-master_port",
-        free_port(),
-        "-train_steps",
-        4,
-    )
+def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path, two_processes):
     torchrun = [
         sys.executable,
         "-m",
@@ -192,10 +216,11 @@ def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path):
         "-m",
         "onmt_lite.bin.train",
     ]
-    launched = train(data, str(tmp_path / "torchrun"), "-train_steps", 4, launcher=torchrun)
+    launched = train(data, str(tmp_path / "torchrun"), *TWO_PROCESSES[2:], launcher=torchrun)
     assert any("2 processes (gloo)" in line for line in launched)
     # one code path (both 1 thread a process here)
-    assert step_losses(launched) == step_losses(spawned)
+    spawned = step_losses(two_processes["lines"])
+    assert sorted(spawned) == list(range(1, 7)) and step_losses(launched) == spawned
 
 
 def child_pids(pid):
@@ -270,7 +295,7 @@ def test_killing_one_rank_stops_the_others_instead_of_hanging(data, tmp_path):
 
 
 def test_world_size_that_disagrees_with_gpu_ranks_is_refused(data, tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", data, "-save_model", tmp_path / "m", "-world_size", 2, "-gpu_ranks", 0
     )
     assert result.returncode == 2
@@ -308,7 +333,7 @@ def test_the_faqs_four_gpu_line_without_those_gpus_is_one_error_before_any_start
         2,
         3,
     ]
-    result = run_cli(
+    result = run_in_process(
         "train", "-data", data, "-save_model", tmp_path / "m", *faq, "-log_file", tmp_path / "m.log"
     )
     assert result.returncode == 2
@@ -321,7 +346,7 @@ def test_the_faqs_four_gpu_line_without_those_gpus_is_one_error_before_any_start
 def test_two_processes_on_g2p_follow_the_loss_curve_of_one_process_with_twice_the_batch(tmp_path):
     corpus = shared_data("g2p-sr")
     prefix = str(tmp_path / "g2p")
-    result = run_cli(
+    result = run_in_process(
         "preprocess",
         "-train_src",
         f"{corpus}/src.train",
@@ -352,11 +377,11 @@ def test_two_processes_on_g2p_follow_the_loss_curve_of_one_process_with_twice_th
         0,
     ]
     curves = {}
-    for name, extra in (
-        ("one", ["-batch_size", 64]),
-        ("two", ["-batch_size", 32, "-world_size", 2, "-master_port", free_port()]),
+    for name, run, extra in (
+        ("one", run_in_process, ["-batch_size", 64]),
+        ("two", run_cli, ["-batch_size", 32, "-world_size", 2, "-master_port", free_port()]),
     ):
-        result = run_cli(
+        result = run(
             "train",
             "-data",
             prefix,
@@ -383,35 +408,27 @@ def test_two_processes_on_g2p_follow_the_loss_curve_of_one_process_with_twice_th
     assert abs(late["two"] - late["one"]) < 0.06 * late["one"], curves
 
 
-def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "onmt_lite.bin.train",
-        "-data",
-        data,
-        "-save_model",
-        str(tmp_path / "m"),
-        *map(str, MODEL),
-        "-world_size",
-        "2",
-        "-master_port",
-        str(free_port()),
-        "-train_steps",
-        "2",
-    ]
-    quiet = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    verbose = subprocess.run(
-        [*command, "-gpu_verbose_level", "1", "-overwrite"],
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path, two_processes):
+    quiet = two_processes["stderr"]
+    verbose = run_train(
+        train_command(
+            data,
+            str(tmp_path / "m"),
+            "-world_size",
+            2,
+            "-master_port",
+            free_port(),
+            "-train_steps",
+            2,
+            "-gpu_verbose_level",
+            1,
+        )
     )
-    assert quiet.returncode == 0 and verbose.returncode == 0, verbose.stderr
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)  # no -overwrite
+    # the run's checkpoints are there: no -overwrite, no start
+    again = subprocess.run(two_processes["command"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert "an earlier run's checkpoints are there" in again.stderr  # before any process started
-    assert "rank 1: " not in quiet.stderr
+    assert "rank 1: " not in quiet
     assert any(
         "rank 1: model: " in line and "parameters" in line for line in verbose.stderr.splitlines()
     )

@@ -73,10 +73,9 @@ def start_train(data, prefix, *args):
 
 
 def train(data, prefix, *args):
-    """Run onmt_lite_train to the end; returns {step: losses} from its log."""
-    proc = start_train(data, prefix, *args)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr
+    """Run onmt_lite_train to the end, in this process (no signal is sent to it); returns
+    {step: losses} from its log, PREFIX.log, which it appends to."""
+    train_in_process(data, prefix, *MODEL, *args)
     return read_losses(prefix)
 
 
@@ -182,7 +181,7 @@ def test_sigkill_during_a_checkpoint_write_leaves_no_partial_checkpoint(data, tm
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(
-    data, tmp_path, signum
+    data, tmp_path, reference, signum
 ):
     prefix = str(tmp_path / "m")
     proc = start_train(data, prefix, "-train_steps", 10**6, "-save_checkpoint_steps", 10**6)
@@ -202,17 +201,22 @@ def test_sigint_and_sigterm_save_a_checkpoint_at_the_current_step_and_say_where(
     assert path == f"{prefix}_step_{step}.pt" and load_checkpoint(path)["step"] == step
     assert "Traceback" not in stderr
     resumed = train(data, prefix, "-train_steps", step + 2, "-train_from", path)
-    full = train(data, str(tmp_path / "full"), "-train_steps", step + 2)
-    assert (resumed[step + 1], resumed[step + 2]) == (full[step + 1], full[step + 2])
+    # the uninterrupted run's losses do not depend on how often it saved
+    assert step + 2 <= STEPS
+    assert (resumed[step + 1], resumed[step + 2]) == (reference[step + 1], reference[step + 2])
 
 
 def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_checkpoints(
     data, tmp_path
 ):
     prefix = str(tmp_path / "m")
-    proc = start_train(
+    result = run_in_process(
+        "train",
+        "-data",
         data,
+        "-save_model",
         prefix,
+        *MODEL,
         "-train_steps",
         50,
         "-save_checkpoint_steps",
@@ -222,9 +226,8 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_and_keeps_good_check
         "-learning_rate",
         1e37,
     )
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 2, stderr
-    last = stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
     match = re.fullmatch(
         r"onmt_lite_train: error: step (\d+): the (loss|gradient norm) is (nan|inf); training "
         r"stopped without applying this step \(last good checkpoint: (.+)\)",
@@ -449,7 +452,7 @@ def test_output_dash_and_dev_stdout_write_the_translations_to_standard_output(da
         "-min_length",
         2,
     ]
-    to_file = run_cli("translate", *args, "-output", tmp_path / "out.txt")
+    to_file = run_in_process("translate", *args, "-output", tmp_path / "out.txt")
     assert to_file.returncode == 0, to_file.stderr
     expected = (tmp_path / "out.txt").read_text(encoding="utf-8")
     assert len(expected.split()) >= 80 and expected.count("\n") == 40 and to_file.stdout == ""

@@ -19,7 +19,14 @@ from onmt_lite.serve.config import model_spec
 from onmt_lite.serve.models import ServedModel
 from onmt_lite.translate.search import Search
 from onmt_lite.translate.service import TranslationService
-from tests.helpers import REPO, assert_same_translation, lines, scores_agree, trained_reversal_model
+from tests.helpers import (
+    REPO,
+    assert_same_translation,
+    lines,
+    run_in_process,
+    scores_agree,
+    trained_reversal_model,
+)
 from tests.server_helpers import Server
 
 SMALL = [
@@ -424,13 +431,7 @@ def test_a_bad_configuration_stops_the_start_with_one_line_and_status_2(
     config = str(tmp_path / "conf.json")
     with open(config, "w", encoding="utf-8") as f:
         json.dump({"models_root": os.path.dirname(models["plain"]["model"]), **change}, f)
-    result = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_in_process("server", "--config", config, "--port", 0)
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"onmt_lite_server: error: {config}: ") and message in last, last
@@ -455,32 +456,15 @@ def test_a_taken_port_a_missing_configuration_and_an_unknown_option_are_one_line
     assert taken.returncode == 2 and f"--port {server.port}: cannot listen there" in taken.stderr, (
         taken.stderr
     )
-    missing = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--config", "no-such-conf.json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    # the rest fail before any model loads: in this process
+    missing = run_in_process("server", "--config", "no-such-conf.json")
     assert (
         missing.returncode == 2
         and "no-such-conf.json: cannot read the configuration" in missing.stderr
     )
-    unknown = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--threads", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    unknown = run_in_process("server", "--threads", 2)
     assert unknown.returncode == 2 and "unrecognized arguments: --threads" in unknown.stderr
-    usage = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "-h"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    usage = run_in_process("server", "-h")
     assert usage.returncode == 0 and all(
         f"--{name}" in usage.stdout
         for name in (

@@ -8,7 +8,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -17,7 +16,7 @@ import pytest
 import torch
 
 from onmt_lite import Translator
-from tests.helpers import REPO, lines, trained_reversal_model
+from tests.helpers import lines, run_in_process, trained_reversal_model
 from tests.server_helpers import Server
 
 SMALL = [
@@ -157,13 +156,7 @@ def test_a_config_with_a_non_finite_or_huge_timeout_stops_the_start(
     models, tmp_path, timeout, message
 ):
     config = write_config(tmp_path, models, timeout=timeout)
-    result = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_in_process("server", "--config", config, "--port", "0")
     last = result.stderr.strip().splitlines()[-1]
     assert (
         result.returncode == 2
@@ -175,13 +168,7 @@ def test_a_config_with_a_non_finite_or_huge_timeout_stops_the_start(
 def test_a_config_nested_100000_deep_is_one_line(tmp_path):
     config = tmp_path / "conf.json"
     config.write_text('{"models": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--config", str(config), "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_in_process("server", "--config", str(config), "--port", "0")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"onmt_lite_server: error: {config}: not valid JSON (nested too deeply)"
     ], result.stderr
@@ -189,13 +176,7 @@ def test_a_config_nested_100000_deep_is_one_line(tmp_path):
 
 def test_a_port_out_of_range_is_refused_before_any_model_loads(models, tmp_path):
     config = write_config(tmp_path, models)
-    result = subprocess.run(
-        [sys.executable, "-m", "onmt_lite.bin.server", "--config", config, "--port", "70000"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_in_process("server", "--config", config, "--port", "70000")
     assert result.returncode == 2 and "70000 is above the maximum 65535" in result.stderr
     assert '"loaded"' not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
