@@ -393,11 +393,12 @@ def test_bf16_training_and_translation_run(models, tmp_path):
         "bf16",
         *NOAM,
         "-train_steps",
-        100,
+        20,
         "-report_every",
-        50,
+        10,
     )
-    xent = [float(step_losses(log)[s].split("xent:")[1]) for s in (50, 100)]
+    # measured: 3.56 then 2.86 (a bf16 step takes some 200 ms on a CPU without bf16 arithmetic)
+    xent = [float(step_losses(log)[s].split("xent:")[1]) for s in (10, 20)]
     assert xent[1] < xent[0]
-    out = translate(str(tmp_path / "bf16_step_100.pt"), m["src"], tmp_path / "out.txt")
+    out = translate(str(tmp_path / "bf16_step_20.pt"), m["src"], tmp_path / "out.txt")
     assert len(out) == len(lines(m["src"]))

@@ -97,30 +97,6 @@ def one_step(settings, dist=None):
     return {n: p.detach().clone() for n, p in model.named_parameters()}, (stats.loss, stats.n_words)
 
 
-def _worker(rank, store, settings, path):
-    # a file store: a free port picked beforehand can be taken by another connection before rank 0
-    # binds it
-    torch.distributed.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=rank, world_size=2
-    )
-    torch.set_num_threads(1)
-    distributed = Distributed(rank, 2, torch.device("cpu"))
-    result = one_step(settings, distributed)
-    if rank == 0:
-        torch.save(result, path)
-    distributed.close()
-    exit_process(0)
-
-
-def two_process_step(settings, tmp_path):
-    """Rank 0's parameters and statistics after one step of 2 gloo processes on this machine."""
-    path = str(tmp_path / "rank0.pt")
-    mp.start_processes(
-        _worker, args=(str(tmp_path / "store"), settings, path), nprocs=2, start_method="spawn"
-    )
-    return torch.load(path, weights_only=True)
-
-
 SETTINGS = {
     "sentences": {"norm": "sents", "accum": 1, "shard": 0},
     "tokens": {"norm": "tokens", "accum": 1, "shard": 0},
@@ -136,13 +112,43 @@ SETTINGS = {
 }
 
 
+def _worker(rank, store, path):
+    # a file store: a free port picked beforehand can be taken by another connection before rank 0
+    # binds it
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=2
+    )
+    torch.set_num_threads(1)
+    distributed = Distributed(rank, 2, torch.device("cpu"))
+    # every setting in these two processes: starting two costs seconds of imports
+    results = {name: one_step(settings, distributed) for name, settings in SETTINGS.items()}
+    if rank == 0:
+        torch.save(results, path)
+    distributed.close()
+    exit_process(0)
+
+
+@pytest.fixture(scope="module")
+def two_process_steps(tmp_path_factory):
+    """``{setting: rank 0's parameters and statistics}`` after one step of 2 gloo processes on this
+    machine for each of SETTINGS."""
+    directory = tmp_path_factory.mktemp("two_processes")
+    path = str(directory / "rank0.pt")
+    mp.start_processes(
+        _worker, args=(str(directory / "store"), path), nprocs=2, start_method="spawn"
+    )
+    return torch.load(path, weights_only=True)
+
+
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_two_processes_take_the_step_of_one_process_on_the_concatenated_batch(name, tmp_path):
+def test_two_processes_take_the_step_of_one_process_on_the_concatenated_batch(
+    name, two_process_steps
+):
     settings = SETTINGS[name]
     torch.set_num_threads(1)
     single, single_stats = one_step(settings)
     before = setup(settings)[1]  # the initial weights (seeded)
-    distributed, dist_stats = two_process_step(settings, tmp_path)
+    distributed, dist_stats = two_process_steps[name]
     moved = max(float((single[n] - p.detach()).abs().max()) for n, p in before.named_parameters())
     assert moved > 1e-2  # the step changed the weights (lr 1): a wrong normaliser would show
     for name_, value in single.items():
