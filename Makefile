@@ -26,7 +26,7 @@ $(VENV)/.demo: $(VENV)/.installed
 test: $(VENV)/.demo
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
-# The unit contract alone, under a minute on 2 cores: the tests not marked slow (tests/conftest.py).
+# The unit contract alone, 1.5 minutes on 2 cores: the tests not marked slow (tests/conftest.py).
 test-fast: $(VENV)/.demo
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 

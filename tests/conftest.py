@@ -15,10 +15,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-# make test-fast (pytest -m "not slow"): the unit contract in under a minute on 2 cores. Slow: every
+# make test-fast (pytest -m "not slow"): the unit contract in 1.5 minutes on 2 cores. Slow: every
 # end-to-end test (tests/integration: real commands, trained models) and the unit modules that train
-# models or start processes; make test and CI run everything.
-SLOW_UNIT_MODULES = {"test_distributed.py", "test_gpu_decoding.py", "test_memory.py"}
+# models for many steps, compile, or start several processes; make test and CI run everything.
+SLOW_UNIT_MODULES = {
+    "test_compiled.py",
+    "test_distributed.py",
+    "test_gpu_decoding.py",
+    "test_graphed_stepper.py",
+    "test_memory.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):
