@@ -252,24 +252,9 @@ def running(pid):
 def test_killing_one_rank_stops_the_others_instead_of_hanging(data, tmp_path):
     prefix = str(tmp_path / "m")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "onmt_lite.bin.train",
-            "-data",
-            data,
-            "-save_model",
-            prefix,
-            "-log_file",
-            f"{prefix}.log",
-            *map(str, MODEL),
-            "-train_steps",
-            "100000",
-            "-world_size",
-            "2",
-            "-master_port",
-            str(free_port()),
-        ],
+        train_command(
+            data, prefix, "-train_steps", 100000, "-world_size", 2, "-master_port", free_port()
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
