@@ -17,7 +17,6 @@ from tests.helpers import (
     exact_match,
     invoke_captured,
     lines,
-    run_in_process,
     scores_agree,
     trained_reversal_model,
     translate_in_process,
@@ -285,7 +284,11 @@ def temporaries(directory, name):
     return sorted(p for p in names if p.startswith(f".{name}.") and p.endswith(".tmp"))
 
 
-def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept(model, tmp_path):
+def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept(
+    model, tmp_path, capsys
+):
+    # the translations that find the temporaries run in this process: a lock is held by an open
+    # file, not by a process
     src = write_lines(tmp_path / "src.txt", lines(model["src"]) * 100)
     out = tmp_path / "out.txt"
     stale = tmp_path / ".out.txt.k1ll3d00.tmp"  # as a killed run leaves it
@@ -294,16 +297,12 @@ def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept
     live.write_text("half")
     with open(live, "rb") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-        result = run_in_process(
-            "translate", "-model", model["model"], "-src", model["src"], "-output", out
-        )
+        result = run_translate(capsys, model, "-src", model["src"], "-output", out)
         assert result.returncode == 0, result.stderr
         assert f"removed {stale}, left by an interrupted translation" in result.stderr
         assert temporaries(tmp_path, "out.txt") == [live.name]
     assert len(lines(out)) == len(lines(model["src"]))
     live.unlink()
-    # (the translations that find the temporaries run in this process: a lock is held by an open
-    # file, not by a process)
     # a real one: stopped while it writes (alive, its temporary kept), then killed (removed)
     command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
     proc = subprocess.Popen([*command, "-src", src, "-output", out], stderr=subprocess.DEVNULL)
@@ -314,17 +313,13 @@ def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept
     try:
         written = temporaries(tmp_path, "out.txt")
         assert proc.poll() is None and len(written) == 1, "it ended before it was caught"
-        result = run_in_process(
-            "translate", "-model", model["model"], "-src", model["src"], "-output", out
-        )
+        result = run_translate(capsys, model, "-src", model["src"], "-output", out)
         assert result.returncode == 0 and "removed" not in result.stderr, result.stderr
         assert written[0] in temporaries(tmp_path, "out.txt")
     finally:
         proc.kill()
         proc.wait()
-    result = run_in_process(
-        "translate", "-model", model["model"], "-src", model["src"], "-output", out
-    )
+    result = run_translate(capsys, model, "-src", model["src"], "-output", out)
     assert result.returncode == 0, result.stderr
     assert f"removed {tmp_path / written[0]}, left by an interrupted translation" in result.stderr
     assert temporaries(tmp_path, "out.txt") == [] and len(lines(out)) == len(lines(model["src"]))
