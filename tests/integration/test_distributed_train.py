@@ -68,6 +68,7 @@ def train_command(data, prefix, *args, launcher=()):
 
 
 def run_train(command):
+    """Run the training ``command`` to the end, successfully; returns the CompletedProcess."""
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result
@@ -85,24 +86,16 @@ def train_in_one_process(data, prefix, *args):
     return train_in_process(data, prefix, *MODEL, *args)[1]
 
 
-# 6 steps in 2 processes, validating and saving every 3 steps: one run that several tests read
-TWO_PROCESSES = [
-    "-world_size",
-    2,
-    "-train_steps",
-    6,
-    "-save_checkpoint_steps",
-    3,
-    "-valid_steps",
-    3,
-]
+# 6 steps, validating and saving every 3: the steps of the two-process run that several tests read
+SIX_STEPS = ["-train_steps", 6, "-save_checkpoint_steps", 3, "-valid_steps", 3]
 
 
 @pytest.fixture(scope="module")
 def two_processes(data, tmp_path_factory):
-    """The TWO_PROCESSES run: its ``command``, ``prefix``, ``lines`` (its log) and ``stderr``."""
+    """SIX_STEPS with -world_size 2: the run's ``command``, ``prefix``, ``lines`` (its log) and
+    ``stderr``."""
     prefix = str(tmp_path_factory.mktemp("two_processes") / "m")
-    command = train_command(data, prefix, *TWO_PROCESSES, "-master_port", free_port())
+    command = train_command(data, prefix, *SIX_STEPS, "-world_size", 2, "-master_port", free_port())
     result = run_train(command)
     return {
         "command": command,
@@ -216,7 +209,7 @@ def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path, two_proce
         "-m",
         "onmt_lite.bin.train",
     ]
-    launched = train(data, str(tmp_path / "torchrun"), *TWO_PROCESSES[2:], launcher=torchrun)
+    launched = train(data, str(tmp_path / "torchrun"), *SIX_STEPS, launcher=torchrun)
     assert any("2 processes (gloo)" in line for line in launched)
     # one code path (both 1 thread a process here)
     spawned = step_losses(two_processes["lines"])
