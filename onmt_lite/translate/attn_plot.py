@@ -129,18 +129,25 @@ def plot_attention(result, path, copy_attention=None, p_copy=None):
     save_png(figure, path)
 
 
-def prepare_directory(directory):
-    """Check that matplotlib is there and that ``directory`` exists (created if missing) and is
-    writable, before any translating; a UserError otherwise."""
+def check_directory(directory):
+    """Check that matplotlib is there and that ``directory`` is a writable directory or can be made
+    (its nearest existing parent a writable directory), before any translating; a UserError
+    otherwise. The translation's staged outputs make it (and remove it if the run fails)."""
     require_matplotlib("-attn_plot")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as err:
+    target = os.path.realpath(directory)
+    existing = target
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
         raise UserError(
-            f"-attn_plot {directory}: cannot create the directory ({err.strerror})"
-        ) from None
-    if not os.access(directory, os.W_OK):
-        raise UserError(f"-attn_plot {directory}: the directory is not writable")
+            f"-attn_plot {directory}: cannot create the directory ({existing} is not a directory)"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == target:
+            raise UserError(f"-attn_plot {directory}: the directory is not writable")
+        raise UserError(
+            f"-attn_plot {directory}: cannot create the directory ({existing} is not writable)"
+        )
 
 
 def plot_path(directory, line):

@@ -26,7 +26,7 @@ import torch
 
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.translate.alignment import pharaoh
-from onmt_lite.translate.attn_plot import prepare_directory, write_attention_plots
+from onmt_lite.translate.attn_plot import check_directory, write_attention_plots
 from onmt_lite.translate.beam_dump import dump_text
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
@@ -82,7 +82,7 @@ PLOT_NAME = re.compile(r"\d{5,}\.png")  # attn_plot.plot_path's names: DIR/00001
 def check_outputs(opt, output: str) -> list[tuple[str, str]]:
     """The ``(option, path)`` of each file the run writes, checked before any work: each path can
     be written, no two (nor the log file) are one file, none is -attn_plot's directory or one of
-    its plots; then -attn_plot's directory is made. A UserError otherwise."""
+    its plots, and -attn_plot's directory can be made. A UserError otherwise."""
     if opt.tgt_prefix and not opt.tgt:
         raise UserError("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
     outputs = [("-output", output)] + ([("-dump_beam", opt.dump_beam)] if opt.dump_beam else [])
@@ -100,7 +100,7 @@ def check_outputs(opt, output: str) -> list[tuple[str, str]]:
                     f"{option} {path}: -attn_plot {opt.attn_plot} writes there; give "
                     f"each output a file of its own"
                 )
-        prepare_directory(opt.attn_plot)  # last: it makes the directory
+        check_directory(opt.attn_plot)
     return outputs
 
 

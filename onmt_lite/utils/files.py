@@ -281,6 +281,15 @@ def _flush_to_disk(f, final):
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
 
+def _missing_directories(path: str) -> list[str]:
+    """The directories that ``os.makedirs(path)`` would make, the outermost first."""
+    missing = []
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing[::-1]
+
+
 class StagedOutputs:
     """Files written under temporary names and renamed together by ``commit()``.
 
@@ -301,6 +310,7 @@ class StagedOutputs:
         self._streamed = []  # (kind, where, data, final)
         self._open = []  # (file, final, staged): written piece by piece, open until commit()
         self._directories = []  # (tmp, target, descriptor holding its lock)
+        self._made = []  # the directories stage_directory made, the outermost first
 
     def path_for(self, final):
         """A temporary path to write ``final``'s content into (for a regular file or a new path)."""
@@ -328,9 +338,15 @@ class StagedOutputs:
         return _text_writer(f, final)
 
     def stage_directory(self, final: str) -> str:
-        """A new, locked directory inside the existing directory ``final`` to write files into;
-        ``commit()`` moves them into ``final`` (replacing files of the same names)."""
+        """A new, locked directory inside the directory ``final`` to write files into; ``commit()``
+        moves them into ``final`` (replacing files of the same names). ``final`` and its missing
+        parents are made now: ``commit()`` keeps them, ``discard()`` removes them."""
         target = os.path.realpath(final)
+        self._made += _missing_directories(target)
+        try:
+            os.makedirs(target, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"{final}: cannot create the directory ({err.strerror})") from None
         tmp, fd = locked_temporary(os.path.join(target, self.STAGING), final, directory=True)
         self._directories.append((tmp, target, fd))
         return tmp
@@ -374,6 +390,7 @@ class StagedOutputs:
         self._close()
         self._staged = []
         self._streamed = []
+        self._made = []
 
     def discard(self):
         for tmp, _, _ in self._staged:
@@ -382,8 +399,12 @@ class StagedOutputs:
         for tmp, _, _ in self._directories:
             shutil.rmtree(tmp, ignore_errors=True)
         self._close()  # after the removals: the locks kept other processes off them meanwhile
+        for directory in reversed(self._made):  # the innermost first; one written into stays
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
         self._staged = []
         self._streamed = []
+        self._made = []
 
     def _close(self):
         """Close the files written piece by piece and release the locks of the temporaries."""

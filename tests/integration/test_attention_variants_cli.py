@@ -3,6 +3,7 @@ onmt_lite_translate decodes it (greedy and beam n-best); the translation options
 are refused for a model without it; an ensemble may mix it with others."""
 
 import math
+import os
 import re
 
 import pytest
@@ -119,13 +120,15 @@ def test_each_variant_learns_the_task_and_decodes_greedy_and_n_best(models, tmp_
     [
         ["-replace_unk"],
         ["-attn_debug"],
-        ["-attn_plot", "plots"],
+        ["-attn_plot", "new/plots"],  # under tmp_path (below)
         ["-coverage_penalty", "wu", "-beta", 0.2],
     ],
 )
 def test_options_that_read_attention_are_refused_for_a_model_without_it(models, tmp_path, option):
     m = models["none_gate_source"]
     other = models["sparsemax_generator_gate_both_std"]["model"]
+    if option[0] == "-attn_plot":
+        option = [option[0], tmp_path / option[1]]
     result = run_in_process(
         "translate",
         "-model",
@@ -140,6 +143,7 @@ def test_options_that_read_attention_are_refused_for_a_model_without_it(models, 
     assert result.returncode == 2
     assert option[0] in result.stderr and "-global_attention none" in result.stderr
     assert m["model"] in result.stderr
+    assert os.listdir(tmp_path) == []  # nothing written, no directory made
 
 
 def test_an_ensemble_with_a_model_without_attention_decodes(models, tmp_path):

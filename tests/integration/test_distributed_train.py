@@ -206,6 +206,9 @@ def test_torchrun_runs_the_same_training_as_world_size(data, tmp_path, two_proce
         "127.0.0.1",
         "--master_port",
         str(free_port()),
+        # its agent's logs: else a torchelastic_* directory in the system's temporary one, kept
+        "--log-dir",
+        str(tmp_path / "torchrun_logs"),
         "-m",
         "onmt_lite.bin.train",
     ]

@@ -260,6 +260,33 @@ def test_staged_text_written_piece_by_piece_and_a_directory_appear_together_or_n
     assert os.listdir(plots) == ["00001.png"]
 
 
+def test_a_staged_directory_is_made_with_its_parents_and_removed_again_if_discarded(tmp_path):
+    plots = tmp_path / "runs" / "one" / "plots"
+    with pytest.raises(UserError):
+        with StagedOutputs() as staged:
+            write_text(os.path.join(staged.stage_directory(str(plots)), "00001.png"), "new")
+            assert plots.is_dir()
+            raise UserError("a later output failed")
+    assert os.listdir(tmp_path) == []  # every directory it made, none that was there
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(UserError):
+        with StagedOutputs() as staged:
+            staged.stage_directory(str(plots))
+            (plots.parent / "theirs.txt").write_text("another writer's")
+            raise UserError("a later output failed")
+    # a made directory that another writer wrote into stays, with what it wrote
+    assert os.listdir(tmp_path) == ["runs"] and os.listdir(tmp_path / "runs") == ["one"]
+    assert os.listdir(plots.parent) == ["theirs.txt"]
+    with StagedOutputs() as staged:
+        write_text(os.path.join(staged.stage_directory(str(plots)), "00001.png"), "new")
+        staged.commit()
+    assert os.listdir(plots) == ["00001.png"]  # committed: kept
+    blocked = tmp_path / "runs" / "one" / "theirs.txt" / "plots"
+    with pytest.raises(UserError, match=f"^{blocked}: cannot create the directory"):
+        with StagedOutputs() as staged:
+            staged.stage_directory(str(blocked))
+
+
 def test_a_temporary_locked_by_a_live_writer_is_kept_and_an_unlocked_one_removed(tmp_path):
     with StagedOutputs() as staged:  # a live writer's: a file and a directory, each locked
         staged.open_text(str(tmp_path / "out.txt"))("half")

@@ -269,7 +269,7 @@ def test_every_plotting_entry_point_names_the_missing_package(
     with pytest.raises(UserError, match=r"^-attn_plot needs matplotlib \(pip install"):
         attn_plot.plot_attention(result, tmp_path / "a.png")
     with pytest.raises(UserError, match="-attn_plot needs matplotlib"):
-        attn_plot.prepare_directory(str(tmp_path / "plots"))
+        attn_plot.check_directory(str(tmp_path / "plots"))
     assert (
         fails(
             capsys,
