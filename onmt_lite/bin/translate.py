@@ -2,7 +2,7 @@
 onmt_lite.translate.run)."""
 
 from onmt_lite.opts import build_parser, config_opts, parse, translate_opts
-from onmt_lite.translate.run import translate
+from onmt_lite.translate.run import check_outputs, translate
 from onmt_lite.utils.errors import run_command
 from onmt_lite.utils.logging import init_logger
 from onmt_lite.utils.memory import reuse_freed_memory
@@ -13,6 +13,7 @@ PROG = "onmt_lite_translate"
 @run_command(PROG)
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, translate_opts], __doc__), args)
+    check_outputs(opt)  # before the log opens: it may be refused as one of them (translate checks)
     init_logger(opt.log_file, file_level=opt.log_file_level)
     reuse_freed_memory("cpu" if opt.gpu < 0 else "cuda")
     translate(opt)

@@ -79,10 +79,12 @@ def output_lines(result, report_align=False):
 PLOT_NAME = re.compile(r"\d{5,}\.png")  # attn_plot.plot_path's names: DIR/00001.png for line 1
 
 
-def check_outputs(opt, output: str) -> list[tuple[str, str]]:
-    """The ``(option, path)`` of each file the run writes, checked before any work: each path can
-    be written, no two (nor the log file) are one file, none is -attn_plot's directory or one of
-    its plots, and -attn_plot's directory can be made. A UserError otherwise."""
+def check_outputs(opt) -> list[tuple[str, str]]:
+    """The ``(option, path)`` of each file the run writes, -output's first (``-``: /dev/stdout),
+    checked before any work: each path can be written, no two (nor the log file) are one file, none
+    is -attn_plot's directory or one of its plots, and -attn_plot's directory can be made. A
+    UserError otherwise. Nothing is made or opened: the command checks before it opens its log."""
+    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to descriptor 1
     if opt.tgt_prefix and not opt.tgt:
         raise UserError("-tgt_prefix needs -tgt: the file of target prefixes, one a line")
     outputs = [("-output", output)] + ([("-dump_beam", opt.dump_beam)] if opt.dump_beam else [])
@@ -122,8 +124,8 @@ def remove_stale_outputs(outputs: list[tuple[str, str]], plots: str) -> None:
 
 def translate(opt):
     """Translate ``opt.src`` into ``opt.output``; returns a Summary of the run."""
-    output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to descriptor 1
-    outputs = check_outputs(opt, output)
+    outputs = check_outputs(opt)
+    output = outputs[0][1]
     remove_stale_outputs(outputs, opt.attn_plot)
     torch.manual_seed(opt.seed)
     if opt.threads:

@@ -4,9 +4,11 @@
 file that cannot be written) prints ``NAME: error: MESSAGE`` and exits 2; a signal that stopped
 training cleanly (``Stopped``) exits 128 + the signal number; any other exception is an internal
 error: one line and exit 1. ``-debug`` (or ``set_debug(True)``) shows the Python traceback instead.
+The line also goes to the -log_file once the command has opened one (a stop: a WARNING record).
 """
 
 import functools
+import logging
 import sys
 import traceback
 
@@ -52,6 +54,16 @@ def _report(err):
     return 1, f"internal error: {type(err).__name__}: {_one_line(err)}{hint}"
 
 
+def _to_log_files(line: str, level: int) -> None:
+    """``line`` as a record of ``level`` in the -log_file, if the command opened one: a run in the
+    background is read there (the console has the line already)."""
+    logger = logging.getLogger("onmt_lite")  # utils.logging's, which imports this module
+    record = logger.makeRecord(logger.name, level, __file__, 0, line, None, None)
+    for handler in logger.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 def run_command(name):
     """Decorate a command's ``main`` so that every error is one line on stderr and an exit
     status."""
@@ -66,7 +78,10 @@ def run_command(name):
                 if _DEBUG:
                     traceback.print_exception(err)
                 if message:  # a Stopped without a message: the reason was reported already
-                    print(f"{name}: {message}", file=sys.stderr)
+                    line = f"{name}: {message}"
+                    print(line, file=sys.stderr)
+                    # a stop on a signal (128 + its number) or Ctrl-C is no error
+                    _to_log_files(line, logging.ERROR if code < 128 else logging.WARNING)
                 sys.exit(code)
 
         return wrapped

@@ -232,6 +232,9 @@ def test_bad_inputs_are_refused_before_training(data, tmp_path, capsys):
         return one_line_error(invoke("train", args, capsys))
 
     assert "no training shards" in error("-data", tmp_path / "none", *base)
+    log = tmp_path / "refused.log"  # a run in the background is read in its log: the line is there
+    refused = error("-data", tmp_path / "none", *base, "-log_file", log)
+    assert log.read_text(encoding="utf-8").rstrip("\n").endswith(f" ERROR] {refused}")
     assert "preprocessed with -dynamic_dict" in error("-data", data["plain"], *base, "-copy_attn")
     os.makedirs(tmp_path / "small")
     different = preprocess_in_process(str(tmp_path / "small"), "-tgt_vocab_size", 5)

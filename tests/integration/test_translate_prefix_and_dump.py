@@ -207,6 +207,10 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path
             ["-output", same, "-log_file", same],
             f"-log_file {same}: the same file as -output {same}",
         ),
+        (  # refused before the log opens: no file made
+            ["-output", tmp_path / "new.txt", "-log_file", tmp_path / "new.txt"],
+            f"-log_file {tmp_path / 'new.txt'}: the same file as -output {tmp_path / 'new.txt'}",
+        ),
         (
             ["-output", plots / "00001.png", "-attn_plot", plots],
             f"-output {plots / '00001.png'}: -attn_plot {plots} writes there",

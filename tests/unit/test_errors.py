@@ -48,3 +48,36 @@ def test_debug_adds_the_traceback(capsys):
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):") and "raise exc" in err
     assert err.strip().splitlines()[-1].startswith("prog: internal error: ValueError: boom")
+
+
+@pytest.mark.parametrize(
+    "exc,record",
+    [
+        (UserError("bad.txt:3: not valid UTF-8"), "ERROR] prog: error: bad.txt:3: not valid UTF-8"),
+        (
+            Stopped("stopped by SIGTERM at step 7", 143),
+            "WARNING] prog: stopped by SIGTERM at step 7",
+        ),
+    ],
+)
+def test_the_line_goes_to_the_log_file_too_once_one_is_open(capsys, tmp_path, exc, record):
+    from onmt_lite.utils.logging import init_logger, logger
+
+    log = tmp_path / "run.log"
+    handlers = list(logger.handlers)
+    try:
+        init_logger(str(log))
+        logger.info("started")
+        with pytest.raises(SystemExit):
+            failing(exc)()
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
+        for handler in handlers:
+            logger.addHandler(handler)
+    written = log.read_text(encoding="utf-8").splitlines()
+    assert len(written) == 2 and written[0].endswith(" INFO] started")
+    assert written[1].endswith(f" {record}")
+    err = capsys.readouterr().err.splitlines()  # the console: the log's line, then the error once
+    assert len(err) == 2 and err[-1] == record.split("] ", 1)[1]
