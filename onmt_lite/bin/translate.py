@@ -13,7 +13,8 @@ PROG = "onmt_lite_translate"
 @run_command(PROG)
 def main(args=None):
     opt = parse(build_parser(PROG, [config_opts, translate_opts], __doc__), args)
-    check_outputs(opt)  # before the log opens: it may be refused as one of them (translate checks)
+    # before the log file opens, since it may be refused as an output (translate checks again)
+    check_outputs(opt)
     init_logger(opt.log_file, file_level=opt.log_file_level)
     reuse_freed_memory("cpu" if opt.gpu < 0 else "cuda")
     translate(opt)
