@@ -288,6 +288,17 @@ def temporaries(directory, name):
     return sorted(p for p in names if p.startswith(f".{name}.") and p.endswith(".tmp"))
 
 
+def flocked(path) -> bool:
+    """Whether a process holds a ``flock`` on ``path`` (tried without waiting, released at once)."""
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return False
+
+
 def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept(
     model, tmp_path, capsys
 ):
@@ -311,9 +322,14 @@ def test_a_killed_runs_temporary_is_removed_by_the_next_run_and_a_live_ones_kept
     command = [sys.executable, "-m", "onmt_lite.bin.translate", "-model", model["model"]]
     proc = subprocess.Popen([*command, "-src", src, "-output", out], stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while proc.poll() is None and time.time() < deadline and not temporaries(tmp_path, "out.txt"):
+    while proc.poll() is None and time.time() < deadline:
+        made = temporaries(tmp_path, "out.txt")
+        if made:
+            proc.send_signal(signal.SIGSTOP)
+            if flocked(tmp_path / made[0]):
+                break
+            proc.send_signal(signal.SIGCONT)  # stopped between making its temporary and locking it
         time.sleep(0.01)
-    proc.send_signal(signal.SIGSTOP)
     try:
         written = temporaries(tmp_path, "out.txt")
         assert proc.poll() is None and len(written) == 1, "it ended before it was caught"
