@@ -14,6 +14,7 @@ import math
 import os
 
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.files import missing_directories
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 from onmt_lite.utils.progress import Progress
 
@@ -135,9 +136,8 @@ def check_directory(directory):
     otherwise. The translation's staged outputs make it (and remove it if the run fails)."""
     require_matplotlib("-attn_plot")
     target = os.path.realpath(directory)
-    existing = target
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
+    missing = missing_directories(target)
+    existing = os.path.dirname(missing[0]) if missing else target
     if not os.path.isdir(existing):
         raise UserError(
             f"-attn_plot {directory}: cannot create the directory ({existing} is not a directory)"

@@ -281,7 +281,7 @@ def _flush_to_disk(f, final):
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
 
-def _missing_directories(path: str) -> list[str]:
+def missing_directories(path: str) -> list[str]:
     """The directories that ``os.makedirs(path)`` would make, the outermost first."""
     missing = []
     while not os.path.lexists(path) and os.path.dirname(path) != path:
@@ -342,7 +342,7 @@ class StagedOutputs:
         moves them into ``final`` (replacing files of the same names). ``final`` and its missing
         parents are made now: ``commit()`` keeps them, ``discard()`` removes them."""
         target = os.path.realpath(final)
-        self._made += _missing_directories(target)
+        self._made += missing_directories(target)
         try:
             os.makedirs(target, exist_ok=True)
         except OSError as err:
