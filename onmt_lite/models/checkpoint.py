@@ -26,7 +26,7 @@ from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import require_directory, save_tensors
+from onmt_lite.utils.files import make_directories, remove_directories, save_tensors
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
 from onmt_lite.utils.logging import logger
 
@@ -36,6 +36,12 @@ GENERATOR_PREFIX = "generator."
 
 def checkpoint_path(prefix, step):
     return f"{prefix}_step_{step}.pt"
+
+
+def checkpoint_directory(prefix):
+    """The directory the checkpoints of ``prefix`` go into (``runs/`` for ``runs/m`` and for
+    ``runs/``), as an absolute path."""
+    return os.path.dirname(os.path.abspath(checkpoint_path(prefix, 0)))
 
 
 def best_path(prefix):
@@ -136,15 +142,33 @@ class CheckpointWriter:
     the process, so that a second run on the same prefix is refused instead of overwriting this
     one's checkpoints and removing its temporaries. A run started after another one ended is refused
     too while that run's checkpoints are there (``PREFIX_step_N.pt``, ``PREFIX_best.pt``), unless it
-    resumes one of them (``train_from``) or ``overwrite`` lets it write over them. Usable as a
-    context manager (``close()`` at the end).
+    resumes one of them (``train_from``) or ``overwrite`` lets it write over them. A missing
+    directory of the checkpoints is made, with its parents, and removed at ``close()`` if nothing
+    was written in it. Usable as a context manager (``close()`` at the end).
     """
 
     def __init__(self, prefix: str, keep: int = -1, overwrite: bool = False, train_from: str = ""):
         self.prefix = prefix
         self.keep = keep
         self.written = []
-        require_directory(prefix, "-save_model")
+        self._lock = None
+        # as OpenNMT-py does: -save_model runs/m makes runs/
+        self._made = make_directories(checkpoint_directory(prefix), f"-save_model {prefix}")
+        try:
+            self._lock_prefix(overwrite, train_from)
+        except UserError:
+            self.close()  # a refused run leaves neither a lock file nor a directory behind
+            raise
+        # only now, under the lock: a temporary here is not another live run's
+        for stale in remove_stale_temporaries(
+            checkpoint_path(prefix, "*")
+        ) + remove_stale_temporaries(best_path(prefix)):
+            logger.info(f"removed {stale}, left by an interrupted checkpoint write")
+
+    def _lock_prefix(self, overwrite: bool, train_from: str) -> None:
+        """Take ``PREFIX.lock``; a UserError if another run holds it, or if an earlier run's
+        checkpoints are there without ``overwrite`` (see ``refuse_an_earlier_run``)."""
+        prefix = self.prefix
         self._lock = try_lock(lock_path(prefix))
         if self._lock is None:
             holder = lock_holder(lock_path(prefix))
@@ -154,22 +178,16 @@ class CheckpointWriter:
                 "another -save_model"
             )
         if not overwrite:
-            try:
-                refuse_an_earlier_run(prefix, train_from)
-            except UserError:
-                self.close()  # no lock file left behind by a refused run
-                raise
-        # only now, under the lock: a temporary here is not another live run's
-        for stale in remove_stale_temporaries(
-            checkpoint_path(prefix, "*")
-        ) + remove_stale_temporaries(best_path(prefix)):
-            logger.info(f"removed {stale}, left by an interrupted checkpoint write")
+            refuse_an_earlier_run(prefix, train_from)
 
     def close(self):
-        """Remove and release ``PREFIX.lock``."""
+        """Remove and release ``PREFIX.lock``, and remove the directories made for ``prefix`` if
+        nothing was written there (a refused or failed run leaves none behind)."""
         if self._lock is not None:
             release_lock(self._lock)
             self._lock = None
+        remove_directories(self._made)
+        self._made = []
 
     def __enter__(self):
         return self

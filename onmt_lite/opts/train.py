@@ -48,7 +48,11 @@ def _general_opts(parser):
         f"epoch on its own (at most {MAX_SIZE})",
     )
     add(
-        group, "save_model", default="model", help="Checkpoints are written to SAVE_MODEL_step_N.pt"
+        group,
+        "save_model",
+        default="model",
+        help="Checkpoints are written to SAVE_MODEL_step_N.pt; a missing directory is made, as "
+        "OpenNMT-py does (and removed if the run ends without a checkpoint)",
     )
     add(
         group,

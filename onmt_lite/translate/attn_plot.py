@@ -13,8 +13,7 @@ and an optional p_copy strip::
 import math
 import os
 
-from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import missing_directories
+from onmt_lite.utils.files import require_makeable_directory
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 from onmt_lite.utils.progress import Progress
 
@@ -135,19 +134,7 @@ def check_directory(directory):
     (its nearest existing parent a writable directory), before any translating; a UserError
     otherwise. The translation's staged outputs make it (and remove it if the run fails)."""
     require_matplotlib("-attn_plot")
-    target = os.path.realpath(directory)
-    missing = missing_directories(target)
-    existing = os.path.dirname(missing[0]) if missing else target
-    if not os.path.isdir(existing):
-        raise UserError(
-            f"-attn_plot {directory}: cannot create the directory ({existing} is not a directory)"
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        if existing == target:
-            raise UserError(f"-attn_plot {directory}: the directory is not writable")
-        raise UserError(
-            f"-attn_plot {directory}: cannot create the directory ({existing} is not writable)"
-        )
+    require_makeable_directory(directory, f"-attn_plot {directory}")
 
 
 def plot_path(directory, line):

@@ -290,6 +290,48 @@ def missing_directories(path: str) -> list[str]:
     return missing[::-1]
 
 
+def require_makeable_directory(directory: str, name: str) -> str:
+    """``directory`` with symbolic links resolved, once checked to be a writable directory or one
+    that can be made (its nearest existing parent a writable directory); a UserError starting with
+    ``name`` (an option and its value) otherwise. Makes nothing."""
+    target = os.path.realpath(directory)
+    missing = missing_directories(target)
+    existing = os.path.dirname(missing[0]) if missing else target
+    if not os.path.isdir(existing):
+        raise UserError(
+            f"{name}: cannot create the directory {target} ({existing} is not a directory)"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == target:
+            raise UserError(f"{name}: directory {target} is not writable")
+        raise UserError(
+            f"{name}: cannot create the directory {target} ({existing} is not writable)"
+        )
+    return target
+
+
+def make_directories(directory: str, name: str) -> list[str]:
+    """Make ``directory`` and its missing parents, after ``require_makeable_directory``'s checks
+    (a UserError starting with ``name``); returns those made, the outermost first, for
+    ``remove_directories``."""
+    target = require_makeable_directory(directory, name)
+    made = missing_directories(target)
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as err:
+        remove_directories(made)
+        raise UserError(f"{name}: cannot create the directory {target} ({err.strerror})") from None
+    return made
+
+
+def remove_directories(made: list[str]) -> None:
+    """Remove the directories ``make_directories`` made, the innermost first, while they are
+    empty: one that another writer put a file into stays, and so do those above it."""
+    for directory in reversed(made):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 class StagedOutputs:
     """Files written under temporary names and renamed together by ``commit()``.
 
@@ -342,11 +384,7 @@ class StagedOutputs:
         moves them into ``final`` (replacing files of the same names). ``final`` and its missing
         parents are made now: ``commit()`` keeps them, ``discard()`` removes them."""
         target = os.path.realpath(final)
-        self._made += missing_directories(target)
-        try:
-            os.makedirs(target, exist_ok=True)
-        except OSError as err:
-            raise UserError(f"{final}: cannot create the directory ({err.strerror})") from None
+        self._made += make_directories(target, final)
         tmp, fd = locked_temporary(os.path.join(target, self.STAGING), final, directory=True)
         self._directories.append((tmp, target, fd))
         return tmp
@@ -399,9 +437,7 @@ class StagedOutputs:
         for tmp, _, _ in self._directories:
             shutil.rmtree(tmp, ignore_errors=True)
         self._close()  # after the removals: the locks kept other processes off them meanwhile
-        for directory in reversed(self._made):  # the innermost first; one written into stays
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)
+        remove_directories(self._made)
         self._staged = []
         self._streamed = []
         self._made = []

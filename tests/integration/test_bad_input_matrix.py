@@ -209,10 +209,10 @@ CASES = [
         r"-coverage_attn is for RNN decoders",
     ),
     (
-        "missing output directory",
+        "output directory through a file",
         "train",
-        lambda f: ["-data", f["data"], "-save_model", f["nodir"]],
-        r"does not exist",
+        lambda f: ["-data", f["data"], "-save_model", f"{f['src']}/m"],
+        r"src-train\.txt/m: cannot create the directory .*src-train\.txt is not a directory\)",
     ),
     (
         "missing file",
@@ -534,18 +534,33 @@ def unprivileged():
     return None
 
 
+def train_into(path):
+    """The arguments of a one-step training whose -save_model is ``path`` in the directory."""
+    return lambda f, d: [
+        "-data",
+        f["data"],
+        "-save_model",
+        f"{d}/{path}",
+        *TINY_MODEL,
+        "-train_steps",
+        1,
+    ]
+
+
 READ_ONLY = [
-    ("preprocess", lambda f, d: PREPROCESS(f, f["src"], f["tgt"])[:-1] + [f"{d}/p"]),
+    ("preprocess", "preprocess", lambda f, d: PREPROCESS(f, f["src"], f["tgt"])[:-1] + [f"{d}/p"]),
+    ("train", "train", train_into("t")),
+    ("train: a new directory in it", "train", train_into("new/t")),
     (
-        "train",
-        lambda f, d: ["-data", f["data"], "-save_model", f"{d}/t", *TINY_MODEL, "-train_steps", 1],
+        "translate",
+        "translate",
+        lambda f, d: ["-model", f["model"], "-src", f["src"], "-output", f"{d}/o.txt"],
     ),
-    ("translate", lambda f, d: ["-model", f["model"], "-src", f["src"], "-output", f"{d}/o.txt"]),
 ]
 
 
-@pytest.mark.parametrize("command,make_args", READ_ONLY, ids=[c[0] for c in READ_ONLY])
-def test_a_read_only_output_directory_is_refused_before_any_work(files, command, make_args):
+@pytest.mark.parametrize("case,command,make_args", READ_ONLY, ids=[c[0] for c in READ_ONLY])
+def test_a_read_only_output_directory_is_refused_before_any_work(files, case, command, make_args):
     prefix = unprivileged()
     if prefix is None:
         pytest.skip("running as root without setpriv: a read-only directory cannot be simulated")

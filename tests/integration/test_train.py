@@ -61,6 +61,41 @@ def test_the_opennmt_py_1x_command_line_runs_unchanged(data, tmp_path, kind, ext
     assert checkpoint["model"]["encoder.rnn.weight_hh_l0"].shape == (40, 10)
 
 
+def test_save_model_in_a_missing_directory_makes_it_as_1x_does_and_a_refused_run_removes_it(
+    data, tmp_path
+):
+    """OpenNMT-py 1.x makes -save_model's directory with its parents (its examples write
+    ``-save_model models/cnndm``); a run refused after that leaves no directory behind."""
+    result = run_in_process(
+        "train", "-data", data["plain"], "-save_model", "runs/a/m", *TINY_MODEL,
+        "-train_steps", 2, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert os.listdir(tmp_path / "runs" / "a") == ["m_step_2.pt"]
+    # "runs/": the prefix is the directory itself, as in 1.x (runs/_step_N.pt)
+    result = run_in_process(
+        "train", "-data", data["plain"], "-save_model", "other/", *TINY_MODEL,
+        "-train_steps", 1, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert os.listdir(tmp_path / "other") == ["_step_1.pt"]
+    # refused after the checkpoints' writer made the directories (the optimizer's check)
+    result = run_in_process(
+        "train", "-data", data["plain"], "-save_model", "new/deep/m", *TINY_MODEL,
+        "-learning_rate", 1e10, "-lr_mult", "*=1e38", cwd=tmp_path,
+    )  # fmt: skip
+    assert "beyond float32's range" in error_of(result)
+    assert sorted(os.listdir(tmp_path)) == ["other", "runs"]
+    (tmp_path / "file").write_text("")
+    result = run_in_process(
+        "train", "-data", data["plain"], "-save_model", "file/m", *TINY_MODEL, cwd=tmp_path
+    )
+    assert error_of(result) == (
+        f"onmt_lite_train: error: -save_model file/m: cannot create the directory "
+        f"{tmp_path / 'file'} ({tmp_path / 'file'} is not a directory)"
+    )
+
+
 def test_a_resumed_run_gives_the_same_losses_as_an_uninterrupted_one(data, tmp_path):
     args = [
         *TINY_MODEL,

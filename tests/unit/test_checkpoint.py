@@ -146,6 +146,24 @@ def test_a_writer_over_an_earlier_runs_checkpoints_is_refused_unless_resumed_or_
     CheckpointWriter(str(tmp_path / "n")).close()  # nothing there: nothing to refuse
 
 
+def test_a_writer_makes_the_missing_directories_and_removes_them_if_nothing_was_written(
+    tmp_path,
+):
+    prefix = str(tmp_path / "a" / "b" / "m")
+    CheckpointWriter(prefix).close()  # refused or failed before a checkpoint
+    assert os.listdir(tmp_path) == []
+    with CheckpointWriter(prefix) as writer:
+        assert os.listdir(tmp_path / "a" / "b") == ["m.lock"]
+        (tmp_path / "a" / "notes.txt").write_text("another writer's")
+    assert os.listdir(tmp_path / "a") == ["notes.txt"]  # b removed, a kept for the other file
+    with CheckpointWriter(str(tmp_path / "c" / "m")) as writer:
+        writer.save({"step": 1})
+    assert os.listdir(tmp_path / "c") == ["m_step_1.pt"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match=r"file/m: cannot create the directory .*is not a direct"):
+        CheckpointWriter(str(tmp_path / "file" / "m"))
+
+
 class FakeCuda:
     """torch.cuda's random-state calls on a machine with ``count`` GPUs, the current one
     ``current``."""
