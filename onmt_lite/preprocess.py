@@ -17,15 +17,23 @@ from onmt_lite.data.features import FEAT_SEP, FeatureReader, corpus_feature_coun
 from onmt_lite.data.parallel import corpus_pairs
 from onmt_lite.data.vocab import Vocab, count_words
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, require_directory
+from onmt_lite.utils.files import StagedOutputs
 from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.output_paths import require_makeable_directory
 from onmt_lite.utils.progress import Progress, count_lines
 
 
+def output_directory(save_data):
+    """The directory the outputs of ``save_data`` go into (``data/`` for ``data/ende`` and for
+    ``data/``), as an absolute path."""
+    return os.path.dirname(os.path.abspath(shards.vocab_path(save_data)))
+
+
 def check_outputs(save_data, overwrite):
-    """Refuse a missing output directory, or existing outputs without ``overwrite``."""
-    require_directory(save_data, "-save_data")
+    """Refuse an output directory that cannot be written or made, or existing outputs without
+    ``overwrite``."""
+    require_makeable_directory(output_directory(save_data), f"-save_data {save_data}")
     existing = (
         [shards.vocab_path(save_data)] if os.path.exists(shards.vocab_path(save_data)) else []
     )
@@ -315,6 +323,8 @@ def preprocess(opt):
     )
     counts = {}
     with StagedOutputs() as staged:
+        # made now, after the vocabularies: a refused or failed run leaves no directory behind
+        staged.make_directory(output_directory(opt.save_data), f"-save_data {opt.save_data}")
         corpora = [
             (shards.train_kind(corpus_id), src_path, tgt_path, train_limits, opt.train_align)
             for corpus_id, src_path, tgt_path in train_corpora

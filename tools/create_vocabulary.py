@@ -23,7 +23,8 @@ from onmt_lite.data.corpus import read_lines
 from onmt_lite.data.vocab import SPECIALS
 from onmt_lite.opts import OptionParser, add, choice, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_file_path, write_text
+from onmt_lite.utils.files import write_text
+from onmt_lite.utils.output_paths import require_file_path
 
 PROG = "create_vocabulary.py"
 FILE_TYPES = ("text", "field")

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command, where
-from onmt_lite.utils.files import StagedOutputs, require_file_path
+from onmt_lite.utils.files import StagedOutputs
+from onmt_lite.utils.output_paths import require_file_path
 
 if TYPE_CHECKING:  # torch is imported where needed, so that -h and bad options do not load it
     import torch

@@ -43,7 +43,8 @@ from onmt_lite.opts import (
 from onmt_lite.opts import build_parser as build_command_parser
 from onmt_lite.opts.opennmt_py_1x import REFERENCE, read_reference
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_file_path, write_text
+from onmt_lite.utils.files import write_text
+from onmt_lite.utils.output_paths import require_file_path
 
 PROG = "options_table.py"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -25,7 +25,7 @@ import re
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_file_path
+from onmt_lite.utils.output_paths import require_file_path
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 
 PROG = "plot_training.py"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from onmt_lite.opts import OptionParser, add, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_file_path, save_tensors
+from onmt_lite.utils.files import save_tensors
+from onmt_lite.utils.output_paths import require_file_path
 
 PROG = "release_model.py"
 TRAINING_STATE = ("optim", "rng", "data", "trainer", "raw_weights")

@@ -15,7 +15,7 @@ import os
 from onmt_lite.data.corpus import read_lines
 from onmt_lite.opts import OptionParser, add, choice, float_in, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
-from onmt_lite.utils.files import require_directory
+from onmt_lite.utils.output_paths import require_directory
 
 PROG = "spm_train.py"
 MODEL_TYPES = ("unigram", "bpe", "char", "word")

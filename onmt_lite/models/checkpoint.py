@@ -26,9 +26,10 @@ from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import make_directories, remove_directories, save_tensors
+from onmt_lite.utils.files import save_tensors
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.output_paths import make_directories, remove_directories
 
 CHECKPOINT_FORMAT = "onmt_lite.checkpoint.v1"
 GENERATOR_PREFIX = "generator."

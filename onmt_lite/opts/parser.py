@@ -11,8 +11,9 @@ import yaml
 
 from onmt_lite.opts.opennmt_py_1x import OPENNMT_PY_1X_OPTIONS
 from onmt_lite.utils.errors import UserError, set_debug
-from onmt_lite.utils.files import require_file_path, write_text
+from onmt_lite.utils.files import write_text
 from onmt_lite.utils.logging import log_when_ready
+from onmt_lite.utils.output_paths import require_file_path
 
 # OpenNMT-py 1.x options that onmt_lite does not implement, with the reason given to the user. Each
 # reason says what the option is for in 1.x and that onmt_lite lacks that (tests/unit/test_opts.py

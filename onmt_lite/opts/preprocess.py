@@ -83,7 +83,8 @@ def _data_opts(parser):
         "save_data",
         required=True,
         help="Output prefix: writes PREFIX.vocab.pt, PREFIX.train.N.pt (PREFIX.train_ID.N.pt with "
-        "-train_ids), PREFIX.valid.N.pt",
+        "-train_ids), PREFIX.valid.N.pt; a missing directory is made (and removed if the run "
+        "fails)",
     )
     add(
         group,

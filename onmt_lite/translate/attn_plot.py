@@ -13,7 +13,7 @@ and an optional p_copy strip::
 import math
 import os
 
-from onmt_lite.utils.files import require_makeable_directory
+from onmt_lite.utils.output_paths import require_makeable_directory
 from onmt_lite.utils.plotting import new_figure, require_matplotlib, save_png
 from onmt_lite.utils.progress import Progress
 

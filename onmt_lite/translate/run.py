@@ -30,10 +30,11 @@ from onmt_lite.translate.attn_plot import check_directory, write_attention_plots
 from onmt_lite.translate.beam_dump import dump_text
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import StagedOutputs, require_distinct_outputs, require_file_path
+from onmt_lite.utils.files import StagedOutputs
 from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.metrics import corpus_scores
+from onmt_lite.utils.output_paths import require_distinct_outputs, require_file_path
 from onmt_lite.utils.progress import Progress
 
 

@@ -10,11 +10,11 @@ A killed writer leaves its ``.NAME.XXXX.tmp`` behind; ``locks.remove_stale_tempo
 them at the next run. Where runs on the same names may overlap (translation), the writer holds a
 ``flock`` on each temporary while it lives, and the cleaner removes only temporaries it can lock.
 
-What a path points at decides how it is written (``_destination``): a symbolic link is followed, and
-the temporary is made beside its final target (the link stays a link); an existing file that is not
-a regular file (a character device such as /dev/null, a FIFO, a socket) and a name of an open file
-descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written straight into, with
-no temporary and no rename, as a shell's ``>`` would.
+What a path points at decides how it is written (``output_paths.destination``): a symbolic link
+is followed, and the temporary is made beside its final target (the link stays a link); an existing
+file that is not a regular file (a character device such as /dev/null, a FIFO, a socket) and a
+name of an open file descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written
+straight into, with no temporary and no rename, as a shell's ``>`` would.
 """
 
 import contextlib
@@ -22,44 +22,13 @@ import io
 import os
 import re
 import shutil
-import stat
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.locks import _UMASK, TEMP_SUFFIX, locked_temporary
-
-
-_DESCRIPTOR_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
-_DESCRIPTOR_PATH = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
-
-
-def _descriptor(path):
-    """The file descriptor that ``path`` names (/dev/stdout, /dev/fd/N, /proc/self/fd/N), or
-    None."""
-    name = os.path.normpath(os.path.abspath(path))
-    if name in _DESCRIPTOR_NAMES:
-        return _DESCRIPTOR_NAMES[name]
-    match = _DESCRIPTOR_PATH.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-def _destination(path):
-    """How to write ``path``: ``("descriptor", fd)`` for a name of an open file descriptor,
-    ``("stream", path)`` for an existing file that is not a regular file (device, FIFO, socket), or
-    ``("atomic", target)`` with symbolic links resolved, for a regular file or a new path."""
-    fd = _descriptor(path)
-    if fd is not None:
-        return "descriptor", fd
-    target = os.path.realpath(path)
-    try:
-        mode = os.stat(target).st_mode
-    except OSError:
-        return "atomic", target  # a new file (or a dangling link: its target is created)
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a directory: the rename reports it
-        return "atomic", target
-    return "stream", target
+from onmt_lite.utils.output_paths import destination, make_directories, remove_directories
 
 
 def _open_stream(destination, where, buffering=-1):
@@ -93,64 +62,6 @@ def _temp_name(path):
     return tmp
 
 
-def _identities(kind: str, where) -> set:
-    """What names the file of a destination (``_destination``): its real path, and its device and
-    inode where it exists (an open descriptor: the file open there)."""
-    names = set() if kind == "descriptor" else {where}
-    try:
-        found = os.fstat(where) if kind == "descriptor" else os.stat(where)
-    except OSError:
-        return names
-    return names | {(found.st_dev, found.st_ino)}
-
-
-def require_distinct_outputs(
-    outputs: Sequence[tuple[str, str]], appended: Sequence[tuple[str, str]] = ()
-) -> None:
-    """A UserError naming both options when two of ``outputs`` (``(option, path)`` pairs, the files
-    one command writes) are one file (links followed) and one of them is replaced by a rename (a
-    regular file or a new path): the content written first would be lost. Two names of one device,
-    FIFO or open descriptor (``-output -`` and ``/dev/stdout``) are allowed: both are written into,
-    in turn. ``appended`` (the command's log file) must not be replaced by any of ``outputs``."""
-    seen = []
-    for option, path, appends in [(*o, False) for o in outputs] + [(*a, True) for a in appended]:
-        kind, where = _destination(path)
-        replaced = kind == "atomic" and not appends
-        names = _identities(kind, where)
-        for other_option, other_path, other_replaced, other_names in seen:
-            if (replaced or other_replaced) and names & other_names:
-                raise UserError(
-                    f"{option} {path}: the same file as {other_option} {other_path}; "
-                    f"give each output a file of its own"
-                )
-        seen.append((option, path, replaced, names))
-
-
-def require_directory(path, option):
-    """The directory that ``path`` will be written in (that of a symbolic link's target); a
-    UserError naming ``option`` if it is missing or not writable. A path that is written straight
-    into (a device, a FIFO, /dev/stdout) needs no writable directory: its own directory is returned
-    unchecked."""
-    kind, target = _destination(path)
-    if kind != "atomic":
-        return os.path.dirname(os.path.abspath(path))
-    directory = os.path.dirname(target)
-    if not os.path.isdir(directory):
-        raise UserError(f"{option} {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise UserError(f"{option} {path}: directory {directory} is not writable")
-    return directory
-
-
-def require_file_path(path, option):
-    """``require_directory`` for the path of one file to write: also a UserError naming ``option``
-    if ``path`` is a directory or ends with a path separator (so that a command refuses it before
-    any work, rather than failing at the final rename)."""
-    if str(path).endswith(("/", os.sep)) or os.path.isdir(path):
-        raise UserError(f"{option} {path}: is a directory; give the path of a file")
-    return require_directory(path, option)
-
-
 def _write_file(tmp, write, final):
     """Open ``tmp``, call ``write(file)`` and flush the file to disk; a UserError naming ``final``
     on failure."""
@@ -182,7 +93,7 @@ def _torch_save(obj, f):
 
 def _serialize(obj):
     """``torch.save`` into memory, for a destination written straight into (see
-    ``_destination``)."""
+    ``destination``)."""
     buffer = io.BytesIO()
     _torch_save(obj, buffer)
     return buffer.getbuffer()
@@ -205,7 +116,7 @@ def atomic_path(path):
 def write_bytes(data, path):
     """Write ``data`` (bytes) to ``path``: atomically for a regular file or a new path (through a
     symbolic link to its target), straight into a device, a FIFO or an open file descriptor."""
-    kind, where = _destination(path)
+    kind, where = destination(path)
     if kind != "atomic":
         _write_stream(kind, where, data, path)
         return
@@ -216,7 +127,7 @@ def write_bytes(data, path):
 def save_tensors(obj, path):
     """``torch.save`` plain data and tensors to ``path`` atomically: straight into a temporary file,
     so that a checkpoint is not held in memory a second time as bytes."""
-    kind, where = _destination(path)
+    kind, where = destination(path)
     if kind != "atomic":
         write_bytes(_serialize(obj), path)
         return
@@ -281,63 +192,12 @@ def _flush_to_disk(f, final):
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
 
 
-def missing_directories(path: str) -> list[str]:
-    """The directories that ``os.makedirs(path)`` would make, the outermost first."""
-    missing = []
-    while not os.path.lexists(path) and os.path.dirname(path) != path:
-        missing.append(path)
-        path = os.path.dirname(path)
-    return missing[::-1]
-
-
-def require_makeable_directory(directory: str, name: str) -> str:
-    """``directory`` with symbolic links resolved, once checked to be a writable directory or one
-    that can be made (its nearest existing parent a writable directory); a UserError starting with
-    ``name`` (an option and its value) otherwise. Makes nothing."""
-    target = os.path.realpath(directory)
-    missing = missing_directories(target)
-    existing = os.path.dirname(missing[0]) if missing else target
-    if not os.path.isdir(existing):
-        raise UserError(
-            f"{name}: cannot create the directory {target} ({existing} is not a directory)"
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        if existing == target:
-            raise UserError(f"{name}: directory {target} is not writable")
-        raise UserError(
-            f"{name}: cannot create the directory {target} ({existing} is not writable)"
-        )
-    return target
-
-
-def make_directories(directory: str, name: str) -> list[str]:
-    """Make ``directory`` and its missing parents, after ``require_makeable_directory``'s checks
-    (a UserError starting with ``name``); returns those made, the outermost first, for
-    ``remove_directories``."""
-    target = require_makeable_directory(directory, name)
-    made = missing_directories(target)
-    try:
-        os.makedirs(target, exist_ok=True)
-    except OSError as err:
-        remove_directories(made)
-        raise UserError(f"{name}: cannot create the directory {target} ({err.strerror})") from None
-    return made
-
-
-def remove_directories(made: list[str]) -> None:
-    """Remove the directories ``make_directories`` made, the innermost first, while they are
-    empty: one that another writer put a file into stays, and so do those above it."""
-    for directory in reversed(made):
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
-
-
 class StagedOutputs:
     """Files written under temporary names and renamed together by ``commit()``.
 
     Used as a context manager: leaving the block with an exception removes every staged file. A
     symbolic link's target is replaced (the link stays); a file that is written straight into (a
-    device, a FIFO: see ``_destination``) is held in memory and written by ``commit()``, or, opened
+    device, a FIFO: see ``destination``) is held in memory and written by ``commit()``, or, opened
     with ``open_text``, written into as the text comes (nothing there can be taken back).
 
     The temporaries of ``open_text`` and ``stage_directory`` are held with a ``flock`` until
@@ -352,7 +212,7 @@ class StagedOutputs:
         self._streamed = []  # (kind, where, data, final)
         self._open = []  # (file, final, staged): written piece by piece, open until commit()
         self._directories = []  # (tmp, target, descriptor holding its lock)
-        self._made = []  # the directories stage_directory made, the outermost first
+        self._made = []  # the directories made for the outputs, the outermost first
 
     def path_for(self, final):
         """A temporary path to write ``final``'s content into (for a regular file or a new path)."""
@@ -365,7 +225,7 @@ class StagedOutputs:
         """``write(text)``, which appends UTF-8 text to ``final`` piece by piece: into a locked
         temporary that ``commit()`` renames, or straight into a device, a FIFO or an open file
         descriptor (opened now, as a shell's ``>`` would)."""
-        kind, where = _destination(final)
+        kind, where = destination(final)
         if kind != "atomic":
             try:
                 f = _open_stream(kind, where, buffering=0)
@@ -379,12 +239,17 @@ class StagedOutputs:
         self._open.append((f, final, True))
         return _text_writer(f, final)
 
+    def make_directory(self, directory: str, name: str) -> None:
+        """Make ``directory`` and its missing parents now (a UserError starting with ``name`` if
+        that cannot be done): ``commit()`` keeps them, ``discard()`` removes them if left empty."""
+        self._made += make_directories(directory, name)
+
     def stage_directory(self, final: str) -> str:
         """A new, locked directory inside the directory ``final`` to write files into; ``commit()``
         moves them into ``final`` (replacing files of the same names). ``final`` and its missing
         parents are made now: ``commit()`` keeps them, ``discard()`` removes them."""
         target = os.path.realpath(final)
-        self._made += make_directories(target, final)
+        self.make_directory(target, final)
         tmp, fd = locked_temporary(os.path.join(target, self.STAGING), final, directory=True)
         self._directories.append((tmp, target, fd))
         return tmp
@@ -392,7 +257,7 @@ class StagedOutputs:
     def _stage(self, data, final):
         """Stage the bytes ``data`` as ``final`` (held in memory when ``final`` is written straight
         into)."""
-        kind, where = _destination(final)
+        kind, where = destination(final)
         if kind != "atomic":
             self._streamed.append((kind, where, data, final))
             return
@@ -401,7 +266,7 @@ class StagedOutputs:
     def save(self, obj, final):
         """Stage plain data and tensors as ``final`` (``torch.save``, into the temporary file
         itself)."""
-        if _destination(final)[0] != "atomic":
+        if destination(final)[0] != "atomic":
             self._stage(_serialize(obj), final)
             return
         _write_file(self.path_for(final), lambda f: _torch_save(obj, f), final)

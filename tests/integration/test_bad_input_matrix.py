@@ -161,10 +161,10 @@ CASES = [
         r"-src_seq_length.*0 is below the minimum 1",
     ),
     (
-        "missing output directory",
+        "output directory through a file",
         "preprocess",
-        lambda f: ["-train_src", f["src"], "-train_tgt", f["tgt"], "-save_data", f["nodir"]],
-        r"does not exist",
+        lambda f: ["-train_src", f["src"], "-train_tgt", f["tgt"], "-save_data", f"{f['src']}/d"],
+        r"src-train\.txt/d: cannot create the directory .*src-train\.txt is not a directory\)",
     ),
     (
         "missing -data",
@@ -549,6 +549,11 @@ def train_into(path):
 
 READ_ONLY = [
     ("preprocess", "preprocess", lambda f, d: PREPROCESS(f, f["src"], f["tgt"])[:-1] + [f"{d}/p"]),
+    (
+        "preprocess: a new directory in it",
+        "preprocess",
+        lambda f, d: PREPROCESS(f, f["src"], f["tgt"])[:-1] + [f"{d}/new/p"],
+    ),
     ("train", "train", train_into("t")),
     ("train: a new directory in it", "train", train_into("new/t")),
     (

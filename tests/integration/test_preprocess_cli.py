@@ -95,7 +95,7 @@ def bad_utf8(tmp_path):
         ("line_counts", "src.txt has 4 lines, {tmp}/short.txt has 2"),
         ("utf8_train", "bad.txt:2: not valid UTF-8 (byte 0xe9 at column 5)"),
         ("utf8_valid", "bad.txt:2: not valid UTF-8"),
-        ("no_directory", "does not exist"),
+        ("directory_through_a_file", "src.txt/d: cannot create the directory"),
         ("unknown_option", "unrecognized arguments: -frobnicate 3"),
         ("unsupported_option", "option -src_dir is not supported"),
         ("unsupported_value", "does not support -data_type img"),
@@ -117,8 +117,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
         args["-train_src"] = bad_utf8(tmp_path)
     elif case == "utf8_valid":
         extra = ["-valid_src", bad_utf8(tmp_path), "-valid_tgt", tgt]
-    elif case == "no_directory":
-        args["-save_data"] = tmp_path / "nowhere" / "d"
+    elif case == "directory_through_a_file":
+        args["-save_data"] = f"{src}/d"
     elif case == "unknown_option":
         extra = ["-frobnicate", "3"]
     elif case == "unsupported_option":
@@ -134,6 +134,28 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     result = subprocess.CompletedProcess(command, code, out_text, err)
     assert expected.format(tmp=tmp_path) in error_of(result)
     assert os.listdir(out) == []
+
+
+def test_a_missing_save_data_directory_is_made_and_a_failed_run_removes_it(
+    corpus, tmp_path, capsys
+):
+    src, tgt, out = corpus
+    base = ["-train_src", src, "-train_tgt", tgt]
+    code, _, err = invoke_captured(
+        "preprocess", [*base, "-save_data", out / "a" / "b" / "d"], capsys
+    )
+    assert code == 0, err
+    assert sorted(os.listdir(out / "a" / "b")) == ["d.train.0.pt", "d.vocab.pt"]
+    # "c/": the prefix is the directory itself (c/.vocab.pt)
+    code, _, err = invoke_captured("preprocess", [*base, "-save_data", f"{out}/c/"], capsys)
+    assert code == 0, err
+    assert sorted(os.listdir(out / "c")) == [".train.0.pt", ".vocab.pt"]
+    # the validation text is read once the outputs are being written: their directory is made
+    bad_valid = ["-valid_src", bad_utf8(tmp_path), "-valid_tgt", tgt]
+    command = [*base, *bad_valid, "-save_data", out / "new" / "deep" / "d"]
+    code, _, err = invoke_captured("preprocess", command, capsys)
+    assert code == 2 and "bad.txt:2: not valid UTF-8" in err
+    assert sorted(os.listdir(out)) == ["a", "c"]
 
 
 def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(corpus):

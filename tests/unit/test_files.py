@@ -10,15 +10,9 @@ import pytest
 import torch
 
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.files import (
-    StagedOutputs,
-    atomic_path,
-    load_tensors,
-    require_directory,
-    save_tensors,
-    write_text,
-)
+from onmt_lite.utils.files import StagedOutputs, atomic_path, load_tensors, save_tensors, write_text
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
+from onmt_lite.utils.output_paths import require_directory
 from tests.helpers import PickledCall
 
 
@@ -120,7 +114,7 @@ def test_staged_text_files_appear_together(tmp_path):
 
 
 def test_require_file_path_refuses_a_directory(tmp_path):
-    from onmt_lite.utils.files import require_file_path
+    from onmt_lite.utils.output_paths import require_file_path
 
     assert require_file_path(str(tmp_path / "out.pt"), "-output") == str(tmp_path)
     for path in (str(tmp_path), str(tmp_path / "new") + os.sep):
@@ -305,7 +299,7 @@ def test_a_temporary_locked_by_a_live_writer_is_kept_and_an_unlocked_one_removed
 
 
 def test_two_outputs_naming_one_file_are_refused_unless_both_are_written_into(tmp_path):
-    from onmt_lite.utils.files import require_distinct_outputs
+    from onmt_lite.utils.output_paths import require_distinct_outputs
 
     (tmp_path / "a.txt").write_text("a")
     os.symlink(tmp_path / "a.txt", tmp_path / "link.txt")
