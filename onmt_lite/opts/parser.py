@@ -425,6 +425,17 @@ def config_dict(parser, opt):
     return values
 
 
+def _savable(parser, dest, value):
+    """Whether -save_config writes ``value`` of the option ``dest``: not what a -config file
+    cannot give back, which is only ever a default: None, 1.x's [None] (-train_ids, -data_ids: no
+    names; YAML would give back "None"), and an empty list of an option taking one value or more
+    (a config's empty list is the option with no value, refused)."""
+    if value is None or value == [None]:
+        return False
+    takes_values = [a.nargs for a in parser._actions if a.dest == dest]
+    return not (value == [] and "+" in takes_values)
+
+
 def parse(parser, args=None):
     """Parse ``args`` (default ``sys.argv[1:]``); handle ``-save_config``; refuse unknown
     options."""
@@ -434,11 +445,7 @@ def parse(parser, args=None):
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
-        # 1.x's [None] (-train_ids, -data_ids: no names) is left out: a YAML file would give it back
-        # as "None"
-        values = {
-            k: v for k, v in config_dict(parser, opt).items() if v is not None and v != [None]
-        }
+        values = {k: v for k, v in config_dict(parser, opt).items() if _savable(parser, k, v)}
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")
         sys.exit(0)

@@ -1,7 +1,15 @@
 import pytest
 import yaml
 
-from onmt_lite.opts import build_parser, config_opts, parse, preprocess_opts
+from onmt_lite.opts import (
+    build_parser,
+    config_opts,
+    model_opts,
+    parse,
+    preprocess_opts,
+    train_opts,
+    translate_opts,
+)
 
 REQUIRED = ["-train_src", "a", "-train_tgt", "b", "-save_data", "out"]
 
@@ -214,6 +222,38 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
         k: v for k, v in vars(original).items() if k != "config"
     }
+
+
+COMMAND_LINES = {
+    "preprocess": ([config_opts, preprocess_opts], REQUIRED),
+    "train": ([config_opts, model_opts, train_opts], ["-data", "d"]),
+    "translate": ([config_opts, translate_opts], ["-model", "m.pt", "-src", "s.txt"]),
+}
+
+
+@pytest.mark.parametrize(
+    "command,extra",
+    [
+        ("preprocess", []),
+        ("train", []),  # empty lists of options taking one value or more: -data_to_noise ...
+        ("train", ["-dropout", "0.3", "0.1", "-dropout_steps", "0", "100", "-lr_mult", "*=2"]),
+        ("train", ["-src_noise", "infilling", "-src_noise_prob", "0.1", "-data_to_noise", "a"]),
+        ("translate", []),  # -ignore_when_blocking's empty list
+        ("translate", ["-ignore_when_blocking", ".", ",", "-beta", "-1"]),
+    ],
+)
+def test_every_commands_saved_config_reloads_as_the_same_options(tmp_path, command, extra):
+    """What -save_config writes, -config reads back: the same options, for each command (the
+    train and translate configs were refused: "-data_to_noise: expected at least one argument")."""
+    groups, required = COMMAND_LINES[command]
+    saved = tmp_path / "saved.yaml"
+    with pytest.raises(SystemExit) as exc:
+        parse(build_parser("prog", groups), required + extra + ["-save_config", str(saved)])
+    assert exc.value.code == 0
+    reloaded = vars(parse(build_parser("prog", groups), ["-config", str(saved)]))
+    original = vars(parse(build_parser("prog", groups), required + extra))
+    assert reloaded.pop("config") == str(saved)
+    assert reloaded == {k: v for k, v in original.items() if k != "config"}
 
 
 @pytest.mark.parametrize(
