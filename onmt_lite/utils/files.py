@@ -31,21 +31,21 @@ from onmt_lite.utils.locks import _UMASK, TEMP_SUFFIX, locked_temporary
 from onmt_lite.utils.output_paths import destination, make_directories, remove_directories
 
 
-def _open_stream(destination, where, buffering=-1):
-    """A binary file object writing straight into a file descriptor (``destination`` "descriptor",
+def _open_stream(kind, where, buffering=-1):
+    """A binary file object writing straight into a file descriptor (``kind`` "descriptor",
     after Python's own standard streams are flushed) or a non-regular file."""
-    if destination == "descriptor":
+    if kind == "descriptor":
         if where in (1, 2):
             getattr(sys, "stdout" if where == 1 else "stderr").flush()
         return os.fdopen(os.dup(where), "wb", buffering=buffering)
     return open(where, "wb", buffering=buffering)  # a FIFO: waits for a reader, as a shell's > does
 
 
-def _write_stream(destination, where, data, final):
+def _write_stream(kind, where, data, final):
     """Write ``data`` straight into a file descriptor or a non-regular file; a UserError naming
     ``final`` on failure."""
     try:
-        with _open_stream(destination, where) as f:
+        with _open_stream(kind, where) as f:
             f.write(data)
     except OSError as err:
         raise UserError(f"{final}: cannot write ({err.strerror})") from None
