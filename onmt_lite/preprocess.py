@@ -11,7 +11,7 @@ import os
 import random
 
 from onmt_lite.data import shards
-from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer
+from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, require_rereadable
 from onmt_lite.data.example import make_aligned_example, make_example
 from onmt_lite.data.features import FEAT_SEP, FeatureReader, corpus_feature_count
 from onmt_lite.data.parallel import corpus_pairs
@@ -28,6 +28,18 @@ def output_directory(save_data):
     """The directory the outputs of ``save_data`` go into (``data/`` for ``data/ende`` and for
     ``data/``), as an absolute path."""
     return os.path.dirname(os.path.abspath(shards.vocab_path(save_data)))
+
+
+def check_corpora_rereadable(opt):
+    """Refuse a corpus that can be read only once (a pipe, standard input): each is read twice,
+    the training files for the vocabulary and then for the shards, the validation files to count
+    their lines and then for the shards."""
+    corpora = [("-train_src", path) for path in opt.train_src]
+    corpora += [("-train_tgt", path) for path in opt.train_tgt]
+    corpora += [("-valid_src", opt.valid_src), ("-valid_tgt", opt.valid_tgt)]
+    for option, path in corpora:
+        if path:
+            require_rereadable(path, option, "preprocess reads it twice")
 
 
 def check_outputs(save_data, overwrite):
@@ -306,6 +318,7 @@ def preprocess(opt):
         raise UserError("-valid_src and -valid_tgt go together: give both or neither")
     check_alignment_options(opt)
     train_corpora = training_corpora(opt)
+    check_corpora_rereadable(opt)
     existing = check_outputs(opt.save_data, opt.overwrite)
     remove_stale_outputs(opt.save_data)
     n_feats = source_feature_count(opt)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from onmt_lite.data.corpus import read_lines
+from onmt_lite.data.corpus import read_lines, require_rereadable
 from onmt_lite.opts import OptionParser, add, choice, float_in, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
 from onmt_lite.utils.output_paths import require_directory
@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(
                 f"-model_prefix {opt.model_prefix}: {opt.model_prefix + suffix} is a directory"
             )
+    for path in opt.input:
+        require_rereadable(path, "-input", "it is read twice (checked here, then trained on)")
     for path in opt.input:  # sentencepiece's own errors name neither the file nor the line
         n_text_lines = sum(bool(text.strip()) for _, text in read_lines(path))  # checks every line
         if not n_text_lines:

@@ -7,6 +7,8 @@ there is never an empty token.
 import dataclasses
 import itertools
 import os
+import stat
+from collections.abc import Callable, Iterator
 
 from onmt_lite.utils.errors import UserError, where
 
@@ -14,11 +16,53 @@ from onmt_lite.utils.errors import UserError, where
 BOM = "\ufeff"  # a byte order mark some editors put at the start of a UTF-8 file
 
 
-def read_lines(path):
-    """Yield ``(line_number, text)`` for each line of a UTF-8 file (line numbers from 1); a byte
-    order mark at the start of the file is not part of the first line's text."""
+STDIN = "-"  # a path that names standard input
+
+
+def read_once(path: str) -> bool:
+    """Whether ``path`` can be read only once: standard input (``-``), or a file that is not a
+    regular file (a pipe, a FIFO, a terminal, ``/dev/stdin``; links followed). A missing file is
+    not: opening it reports the error."""
+    if path == STDIN:
+        return True
     try:
-        f = open(path, "rb")
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def require_rereadable(path: str, option: str, why: str) -> None:
+    """A UserError naming ``option`` if ``path`` can be read only once (``read_once``): a command
+    that reads it twice (``why``) would see nothing the second time."""
+    if read_once(path):
+        raise UserError(
+            f"{option} {path}: can be read only once (not a regular file), and {why}; give a "
+            "regular file"
+        )
+
+
+def line_passes(path: str) -> Callable[[], Iterator[tuple[int, str]]]:
+    """A function that makes a new pass over ``read_lines(path)`` at each call: the file read
+    again, or, where it can be read only once (``read_once``), its lines read at the first call
+    and kept in memory."""
+    if not read_once(path):
+        return lambda: read_lines(path)
+    kept = []
+
+    def passes():
+        if not kept:
+            kept.append(list(read_lines(path)))
+        return iter(kept[0])
+
+    return passes
+
+
+def read_lines(path):
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file, or of standard input for
+    ``-`` (line numbers from 1); a byte order mark at the start of the file is not part of the first
+    line's text."""
+    try:
+        f = os.fdopen(os.dup(0), "rb") if path == STDIN else open(path, "rb")
     except OSError as err:
         raise UserError(f"{path}: cannot open ({err.strerror})") from None
     with f:

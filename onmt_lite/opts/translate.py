@@ -21,7 +21,12 @@ from onmt_lite.opts.parser import (
 def _model_and_data_opts(parser):
     group = parser.add_argument_group("Model and data")
     add(group, "model", nargs="+", required=True, help="Checkpoint(s); several make an ensemble")
-    add(group, "src", required=True, help="Source text to translate, one sentence a line")
+    add(
+        group,
+        "src",
+        required=True,
+        help="Source text to translate, one sentence a line (- for standard input)",
+    )
     add(group, "tgt", default="", help="Reference translations: gold scores, BLEU and chrF")
     add(
         group,

@@ -20,11 +20,11 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
-from onmt_lite.data.corpus import read_lines
+from onmt_lite.data.corpus import STDIN, line_passes, read_lines
 from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import check_directory, write_attention_plots
 from onmt_lite.translate.beam_dump import dump_text
@@ -43,10 +43,11 @@ def log_scores(name, total, words):
     logger.info(f"{name} AVG SCORE: {average:.4f}, {name} PPL: {math.exp(min(-average, 100)):.4f}")
 
 
-def pieces(src, tgt, size):
+def pieces(src_lines, tgt, size):
     """Yield ``(first line index, sources, targets or None)`` of ``size`` lines at a time (0: all at
-    once); a UserError when -src and -tgt have different line counts."""
-    sources = (text for _, text in read_lines(src))
+    once), the sources from a pass of ``src_lines`` (``line_passes``); a UserError when -src and
+    -tgt have different line counts."""
+    sources = (text for _, text in src_lines())
     targets = (text for _, text in read_lines(tgt)) if tgt else None
     first = 0
     while True:
@@ -131,13 +132,17 @@ def translate(opt):
     torch.manual_seed(opt.seed)
     if opt.threads:
         torch.set_num_threads(opt.threads)
-    total = sum(1 for _ in read_lines(opt.src))
+    if opt.src == STDIN and opt.tgt == STDIN:
+        raise UserError("-src - and -tgt -: only one of them can read standard input")
+    # a first pass checks and counts the lines before the model loads; the second translates them
+    src_lines = line_passes(opt.src)
+    total = sum(1 for _ in src_lines())
     translator = Translator.from_opt(opt)
     summary = Summary(opt)
     with StagedOutputs() as staged:  # every output appears at the end, or none does
         write = staged.open_text(output)
         plots = staged.stage_directory(opt.attn_plot) if opt.attn_plot else None
-        beams = translate_pieces(opt, translator, summary, write, plots, total)
+        beams = translate_pieces(opt, src_lines, translator, summary, write, plots, total)
         if opt.dump_beam:
             staged.open_text(opt.dump_beam)(dump_text(beams))
         staged.commit()
@@ -147,21 +152,23 @@ def translate(opt):
 
 def translate_pieces(
     opt,
+    src_lines: Callable[[], Iterator[tuple[int, str]]],
     translator: Translator,
     summary: "Summary",
     write: Callable[[str], None],
     plots: str | None,
     total: int,
 ) -> list:
-    """Translate -src piece by piece (-shard_size), writing the output lines with ``write`` and the
-    attention plots into ``plots``; returns the beam dumps of all lines (with -dump_beam)."""
+    """Translate -src (a pass of ``src_lines``) piece by piece (-shard_size), writing the output
+    lines with ``write`` and the attention plots into ``plots``; returns the beam dumps of all lines
+    (with -dump_beam)."""
     beams = []
     # what is alive now (models, vocabularies, the interpreter's own objects) outlives the decoding:
     # frozen, Python's cycle collector does not walk it again and again meanwhile
     gc.freeze()
     try:
         with Progress(total, "lines", "translate") as progress:
-            for first, sources, targets in pieces(opt.src, opt.tgt, opt.shard_size):
+            for first, sources, targets in pieces(src_lines, opt.tgt, opt.shard_size):
                 start = time.time()
                 results = translator.translate(
                     sources, targets, progress.update, where=(opt.src, first + 1)

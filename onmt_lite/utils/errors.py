@@ -34,8 +34,10 @@ def set_debug(debug):
 
 
 def where(path, line=None):
-    """Format a location for an error message: ``path`` or ``path:line``."""
-    return f"{path}:{line}" if line is not None else str(path)
+    """Format a location for an error message: ``path`` or ``path:line`` (``-``: standard
+    input)."""
+    name = "standard input" if str(path) == "-" else str(path)
+    return f"{name}:{line}" if line is not None else name
 
 
 def _one_line(text):

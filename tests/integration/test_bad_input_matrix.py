@@ -66,6 +66,8 @@ def files(tmp_path_factory):
     torch.save({"model": PickledCall(os.mkdir, str(d / "ran"))}, f["crafted"])
     os.makedirs(d / "readonly")
     os.chmod(d / "readonly", 0o555)
+    os.mkfifo(d / "fifo")  # a pipe: read once (no writer: a command that opens it would wait)
+    f["fifo"] = str(d / "fifo")
     return f
 
 
@@ -159,6 +161,13 @@ CASES = [
         "preprocess",
         lambda f: PREPROCESS(f, f["src"], f["tgt"], "-src_seq_length", 0),
         r"-src_seq_length.*0 is below the minimum 1",
+    ),
+    (
+        "a pipe",
+        "preprocess",
+        lambda f: PREPROCESS(f, f["src"], f["fifo"]),
+        r"-train_tgt .*fifo: can be read only once \(not a regular file\), and preprocess reads "
+        r"it twice; give a regular file",
     ),
     (
         "output directory through a file",
@@ -388,6 +397,12 @@ CASES = [
         "create_vocabulary",
         lambda f: ["-file", f["src"], "-out_file", f["nodir"]],
         r"does not exist",
+    ),
+    (
+        "a pipe",
+        "spm_train",
+        lambda f: ["-input", f["fifo"], "-model_prefix", out(f, "spm"), "-vocab_size", 8],
+        r"-input .*fifo: can be read only once \(not a regular file\), and it is read twice",
     ),
     (
         "empty file",

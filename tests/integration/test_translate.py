@@ -1,5 +1,6 @@
 """onmt_lite_translate end to end on models trained here on the reversal task."""
 
+import contextlib
 import math
 import os
 import pathlib
@@ -560,6 +561,72 @@ def test_shard_size_translates_in_pieces_with_the_same_output_and_scores(
     )
     run.translate(opt)
     assert seen == [7, 7, 7, 7, 7, 5]
+
+
+@contextlib.contextmanager
+def standard_input(data: bytes):
+    """File descriptor 0 reading ``data`` from a pipe (as in ``cat FILE | onmt_lite_translate``),
+    then put back."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)  # the tests' few lines fit in the pipe's buffer
+    os.close(write_end)
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    os.close(read_end)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+def fifo_written(path, data: bytes) -> threading.Thread:
+    """A FIFO at ``path`` and a thread that writes ``data`` into it once a reader opens it."""
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "wb") as f:
+            f.write(data)
+
+    thread = threading.Thread(target=write, daemon=True)  # daemon: no reader, no hang at exit
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("source", ["-", "/dev/stdin", "fifo"])
+def test_a_source_read_only_once_translates_as_its_file_does(models, tmp_path, source):
+    """-src from standard input (``-``, /dev/stdin) or a FIFO: the lines are counted and checked
+    before the model loads, then translated (the second pass found nothing: no line translated and
+    exit status 0)."""
+    m = models["plain"]
+    args = ["-model", m["model"], "-shard_size", 7]
+    reference = run_in_process("translate", *args, "-src", m["src"], "-output", tmp_path / "r.txt")
+    assert reference.returncode == 0, reference.stderr
+    data = pathlib.Path(m["src"]).read_bytes()
+    out = tmp_path / "o.txt"
+    if source == "fifo":
+        writer = fifo_written(tmp_path / "fifo", data)
+        result = run_in_process("translate", *args, "-src", tmp_path / "fifo", "-output", out)
+        writer.join(timeout=60)
+    else:
+        with standard_input(data):
+            result = run_in_process("translate", *args, "-src", source, "-output", out)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text(encoding="utf-8") == (tmp_path / "r.txt").read_text(encoding="utf-8")
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(data.splitlines()) == 40
+
+
+def test_standard_input_is_named_in_errors_and_read_by_one_option_only(models):
+    m = models["plain"]
+    with standard_input(b"a b\n\xe9 c\n"):
+        result = run_in_process("translate", "-model", m["model"], "-src", "-", "-output", "-")
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "onmt_lite_translate: error: standard input:2: not valid UTF-8 (byte 0xe9 at column 1)"
+    )
+    result = run_in_process("translate", "-model", m["model"], "-src", "-", "-tgt", "-")
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "onmt_lite_translate: error: -src - and -tgt -: only one of them can read standard input"
+    )
 
 
 @pytest.mark.parametrize("shard_size", [0, 7])
