@@ -20,15 +20,19 @@ STDIN = "-"  # a path that names standard input
 
 
 def read_once(path: str) -> bool:
-    """Whether ``path`` can be read only once: standard input (``-``), or a file that is not a
-    regular file (a pipe, a FIFO, a terminal, ``/dev/stdin``; links followed). A missing file is
-    not: opening it reports the error."""
+    """Whether ``path`` can be read only once: standard input (``-``), a pipe, a FIFO, a terminal,
+    a socket (links followed: ``/dev/stdin`` is what standard input is). A regular file and
+    /dev/null can be read again; a missing file or a directory is not read at all: opening it
+    reports the error."""
     if path == STDIN:
         return True
     try:
-        return not stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
         return False
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    return not os.path.samefile(path, os.devnull)
 
 
 def require_rereadable(path: str, option: str, why: str) -> None:

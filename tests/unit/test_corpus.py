@@ -1,11 +1,16 @@
+import os
+
 import pytest
 
 from onmt_lite.data.corpus import (
     CorpusStats,
     LengthLimits,
     Tokenizer,
+    line_passes,
     read_lines,
+    read_once,
     read_parallel,
+    require_rereadable,
     tokenized_pairs,
 )
 from onmt_lite.utils.errors import UserError
@@ -97,3 +102,23 @@ def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
     lines = [text for _, text in read_lines(path)]
     assert lines == ["h e l l o\n", "w o r l d\n", "\ufeffx\n"]  # only the file's start is a BOM
     assert Tokenizer()(lines[0])[0] == "h"
+
+
+def test_pipes_and_standard_input_are_read_once_and_their_lines_kept_for_a_second_pass(tmp_path):
+    path = write_lines(tmp_path / "a.txt", ["x y", "z"])
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "fifo", tmp_path / "link")
+    once = ["-", str(tmp_path / "fifo"), str(tmp_path / "link")]
+    again = [path, os.devnull, str(tmp_path), str(tmp_path / "missing")]
+    assert [read_once(p) for p in once + again] == [True] * 3 + [False] * 4
+    with pytest.raises(UserError, match=r"^-x .*fifo: can be read only once .*, and why; give"):
+        require_rereadable(str(tmp_path / "fifo"), "-x", "why")
+    require_rereadable(path, "-x", "why")  # a regular file: no error
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"x y\nz\n")
+    os.close(write_end)
+    passes = line_passes(f"/dev/fd/{read_end}")  # a pipe: read at the first pass, then kept
+    assert list(passes()) == list(passes()) == [(1, "x y\n"), (2, "z\n")]
+    os.close(read_end)
+    file_passes = line_passes(path)
+    assert list(file_passes()) == list(file_passes()) == [(1, "x y\n"), (2, "z\n")]
