@@ -416,24 +416,30 @@ def _refuse_unknown(parser, unknown):
 
 
 def config_dict(parser, opt):
-    """The options of ``opt`` as a plain dict keyed by option name, without the config options."""
+    """The options of ``opt`` that a -config file can give back, as a plain dict keyed by option
+    name (a -config file's keys), without the config options. An option's key is its dest where an
+    option of that name exists (``-brnn`` sets ``-encoder_type``'s), else its own name (``-from``,
+    whose dest is ``from_format``)."""
+    names = {string.lstrip("-") for action in parser._actions for string in action.option_strings}
     values = {}
     for action in parser._actions:
         if action.dest in ("help", "config", "save_config", "debug") or not action.option_strings:
             continue
-        values[action.dest] = getattr(opt, action.dest)
+        value = getattr(opt, action.dest)
+        if _savable(action, value):
+            key = action.dest if action.dest in names else action.option_strings[0].lstrip("-")
+            values[key] = value
     return values
 
 
-def _savable(parser, dest, value):
-    """Whether -save_config writes ``value`` of the option ``dest``: not what a -config file
-    cannot give back, which is only ever a default: None, 1.x's [None] (-train_ids, -data_ids: no
-    names; YAML would give back "None"), and an empty list of an option taking one value or more
-    (a config's empty list is the option with no value, refused)."""
+def _savable(action, value):
+    """Whether a -config file gives ``value`` back to ``action``: not None, 1.x's [None]
+    (-train_ids, -data_ids: no names; YAML would give back "None"), nor an empty list of an option
+    taking one value or more (a config's empty list is the option with no value, refused); each is
+    only ever a default, which leaving the key out gives back."""
     if value is None or value == [None]:
         return False
-    takes_values = [a.nargs for a in parser._actions if a.dest == dest]
-    return not (value == [] and "+" in takes_values)
+    return not (value == [] and action.nargs == "+")
 
 
 def parse(parser, args=None):
@@ -445,7 +451,7 @@ def parse(parser, args=None):
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")
-        values = {k: v for k, v in config_dict(parser, opt).items() if _savable(parser, k, v)}
+        values = config_dict(parser, opt)
         write_text(opt.save_config, yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
         print(f"Wrote config file to {opt.save_config}")
         sys.exit(0)

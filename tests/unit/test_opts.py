@@ -10,6 +10,7 @@ from onmt_lite.opts import (
     train_opts,
     translate_opts,
 )
+from onmt_lite.opts.convert import convert_opts
 
 REQUIRED = ["-train_src", "a", "-train_tgt", "b", "-save_data", "out"]
 
@@ -228,6 +229,7 @@ COMMAND_LINES = {
     "preprocess": ([config_opts, preprocess_opts], REQUIRED),
     "train": ([config_opts, model_opts, train_opts], ["-data", "d"]),
     "translate": ([config_opts, translate_opts], ["-model", "m.pt", "-src", "s.txt"]),
+    "convert": ([config_opts, convert_opts], ["-model", "m.pt", "-output", "o.pt"]),
 }
 
 
@@ -240,11 +242,14 @@ COMMAND_LINES = {
         ("train", ["-src_noise", "infilling", "-src_noise_prob", "0.1", "-data_to_noise", "a"]),
         ("translate", []),  # -ignore_when_blocking's empty list
         ("translate", ["-ignore_when_blocking", ".", ",", "-beta", "-1"]),
+        ("train", ["-brnn"]),  # a switch setting another option (-encoder_type brnn)
+        ("convert", ["-from", "opennmt-py", "-to", "ctranslate2"]),  # dests from_format, to_format
     ],
 )
 def test_every_commands_saved_config_reloads_as_the_same_options(tmp_path, command, extra):
     """What -save_config writes, -config reads back: the same options, for each command (the
-    train and translate configs were refused: "-data_to_noise: expected at least one argument")."""
+    train and translate configs were refused: "-data_to_noise: expected at least one argument";
+    convert's: "unrecognized arguments: --from_format=onmt_lite")."""
     groups, required = COMMAND_LINES[command]
     saved = tmp_path / "saved.yaml"
     with pytest.raises(SystemExit) as exc:
