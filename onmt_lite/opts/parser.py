@@ -256,6 +256,13 @@ class OptionParser(configargparse.ArgumentParser):
         # expand_abbreviations before argparse sees the arguments, against 1.x's names only.
         return []
 
+    def convert_item_to_command_line_arg(self, action, key, value):
+        # a -config file's empty list for an option of one value or more (configargparse's
+        # -save_config, OpenNMT-py 1.x's, writes a default [] so): the default, not a refusal
+        if action is not None and action.nargs == "+" and value == []:
+            return []
+        return super().convert_item_to_command_line_arg(action, key, value)
+
     def parse_known_args(self, args=None, namespace=None, **kwargs):
         args = sys.argv[1:] if args is None else [args] if isinstance(args, str) else list(args)
         return super().parse_known_args(self.expand_abbreviations(args), namespace, **kwargs)

@@ -261,6 +261,17 @@ def test_every_commands_saved_config_reloads_as_the_same_options(tmp_path, comma
     assert reloaded == {k: v for k, v in original.items() if k != "config"}
 
 
+def test_an_empty_list_in_a_config_file_is_the_options_default(tmp_path):
+    """A config written by OpenNMT-py 1.x's -save_config holds ``ignore_when_blocking: []``: an
+    option of one value or more left at its default, read as that default (it was refused:
+    "expected at least one argument")."""
+    groups, required = COMMAND_LINES["translate"]
+    config = tmp_path / "1x.yaml"
+    config.write_text("model: m.pt\nsrc: s.txt\nignore_when_blocking: []\nbeam_size: 3\n")
+    opt = parse(build_parser("prog", groups), ["-config", str(config)])
+    assert (opt.ignore_when_blocking, opt.beam_size) == ([], 3)
+
+
 @pytest.mark.parametrize(
     "corpora", [[], ["-train_src", "a", "c", "-train_tgt", "b", "d", "-train_ids", "x", "y"]]
 )
