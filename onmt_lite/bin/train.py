@@ -20,7 +20,7 @@ from onmt_lite.train.distributed import (
     spawn,
 )
 from onmt_lite.train.main import train
-from onmt_lite.utils.errors import Stopped, UserError, run_command
+from onmt_lite.utils.errors import Stopped, UserError, report, run_command
 from onmt_lite.utils.logging import init_logger
 from onmt_lite.utils.memory import reuse_freed_memory
 
@@ -59,13 +59,24 @@ def train_process(opt):
     reuse_freed_memory(training_device_type(opt, dist))
     try:
         train(opt, dist)
-    except (UserError, Stopped) as err:
-        if main_rank:
+    except (KeyboardInterrupt, Exception) as err:
+        if dist is None:
             raise
-        raise Stopped("", getattr(err, "exit_code", 2)) from None
-    if dist is not None:  # not after an error: the other processes may be gone or mid-collective
+        # one of several: no close after an error (the others may be gone or mid-collective),
+        # and no interpreter finalization, which can abort the process (exit_process)
+        exit_process(end_of_rank(err, main_rank))
+    if dist is not None:
         dist.close()
         exit_process(0)
+
+
+def end_of_rank(err, main_rank: bool) -> int:
+    """The exit status of a training process of several that ``err`` ended, reported as the
+    command reports it by rank 0; the others report only what is theirs alone (an internal
+    error), not the bad input or the signal that every rank meets."""
+    if not main_rank and isinstance(err, (UserError, Stopped)):
+        return getattr(err, "exit_code", 2)
+    return report(PROG, err)
 
 
 def training_device_type(opt, dist):

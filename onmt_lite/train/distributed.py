@@ -223,10 +223,14 @@ def from_environment(opt):
     return Distributed(rank, world_size, device)
 
 
+STOP_GRACE_S = 5  # seconds: see spawn
+
+
 def spawn(opt, worker):
     """Run ``worker(opt)`` in ``opt.world_size`` new processes (``-world_size`` without torchrun),
     meeting at ``-master_ip:-master_port``; returns when all have ended. A process that fails or is
-    killed stops the others, and the command exits with its status. SIGTERM is passed on to the
+    killed stops the others (those still running ``STOP_GRACE_S`` later), and the command exits
+    with its status. SIGTERM is passed on to the
     processes (they save a checkpoint and stop); SIGINT from a terminal reaches them directly."""
     import torch.multiprocessing as mp
 
@@ -252,7 +256,10 @@ def spawn(opt, worker):
         signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
     }
     try:
-        while not context.join():
+        # a rank that ends with an error gives the others STOP_GRACE_S to end on their own before
+        # they are stopped: bad input is met by every rank, which then exits with rank 0's line
+        # last (a rank stopped meanwhile made PyTorch log "Terminating process ..." after it)
+        while not context.join(grace_period=STOP_GRACE_S):
             pass
     except mp.ProcessExitedException as err:
         if not err.signal_name and (err.exit_code == 2 or err.exit_code >= 128):

@@ -66,6 +66,20 @@ def _to_log_files(line: str, level: int) -> None:
             handler.handle(record)
 
 
+def report(name: str, err: BaseException) -> int:
+    """Report ``err``, which ended the command ``name``, as ``run_command`` does (one line on
+    stderr and in the -log_file; the traceback with -debug); returns the exit status."""
+    code, message = _report(err)
+    if _DEBUG:
+        traceback.print_exception(err)
+    if message:  # a Stopped without a message: the reason was reported already
+        line = f"{name}: {message}"
+        print(line, file=sys.stderr)
+        # a stop on a signal (128 + its number) or Ctrl-C is no error
+        _to_log_files(line, logging.ERROR if code < 128 else logging.WARNING)
+    return code
+
+
 def run_command(name):
     """Decorate a command's ``main`` so that every error is one line on stderr and an exit
     status."""
@@ -76,15 +90,7 @@ def run_command(name):
             try:
                 return main(*args, **kwargs)
             except (KeyboardInterrupt, Exception) as err:  # every failure is reported
-                code, message = _report(err)
-                if _DEBUG:
-                    traceback.print_exception(err)
-                if message:  # a Stopped without a message: the reason was reported already
-                    line = f"{name}: {message}"
-                    print(line, file=sys.stderr)
-                    # a stop on a signal (128 + its number) or Ctrl-C is no error
-                    _to_log_files(line, logging.ERROR if code < 128 else logging.WARNING)
-                sys.exit(code)
+                sys.exit(report(name, err))
 
         return wrapped
 

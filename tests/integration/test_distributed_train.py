@@ -275,6 +275,25 @@ def test_killing_one_rank_stops_the_others_instead_of_hanging(data, tmp_path):
     assert not [pid for pid in workers if running(pid)]
 
 
+def test_bad_input_that_every_rank_meets_is_one_error_line_and_exit_2(data, tmp_path):
+    """A refusal once the processes have met (the learning rate's check, on every rank): rank 0's
+    one line last, exit 2, and no directory left for -save_model. The ranks ended through the
+    interpreter's finalization, where a gloo thread could abort one (a run in three here: "rank 1
+    ended (killed by SIGABRT)" last, exit 1); they now end by exit_process."""
+    bad = ["-learning_rate", 1e10, "-lr_mult", "*=1e38"]
+    for _ in range(3):
+        result = run_cli(
+            "train", "-data", data, "-save_model", tmp_path / "new" / "m", *MODEL, *bad,
+            "-world_size", 2, "-master_port", free_port(),
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            "onmt_lite_train: error: -learning_rate 1e+10 times -lr_mult 1e+38 "
+            "(encoder.embeddings.lut.weight, ...) is beyond float32's range"
+        ), result.stderr
+        assert os.listdir(tmp_path) == []
+
+
 def test_world_size_that_disagrees_with_gpu_ranks_is_refused(data, tmp_path):
     result = run_in_process(
         "train", "-data", data, "-save_model", tmp_path / "m", "-world_size", 2, "-gpu_ranks", 0
