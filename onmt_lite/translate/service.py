@@ -117,6 +117,7 @@ class TranslationService:
         self.max_tokens = max_tokens
         self.idle_timeout = idle_timeout
         self.on_timeout = on_timeout
+        self.name = name
         self.translator = None
         self._idled = False
         self._inbox = queue.Queue()  # jobs and controls, in arrival order
@@ -189,14 +190,14 @@ class TranslationService:
                 except queue.Empty:
                     self._idled = True
                     # errors: logged
-                    self._settle(concurrent.futures.Future(), self._do, self.on_timeout)
+                    self._settle(concurrent.futures.Future(), self.on_timeout)
                     continue
             self._idled = False
             if item is _STOP:
                 self._stop()
                 return
             if isinstance(item, _Control):
-                self._settle(item.future, self._do, item.action)
+                self._settle(item.future, item.action)
                 continue
             try:
                 self._do("load")
@@ -241,15 +242,15 @@ class TranslationService:
             logger.info(f"{len(dropped)} sentence(s) of a request given up left the search")
         return dropped
 
-    @staticmethod
-    def _settle(future, function, *args):
-        """``future``'s result is ``function(*args)``, or its error (logged, too)."""
+    def _settle(self, future, action):
+        """``future``'s result is ``self._do(action)``, or its error (logged, too, with the
+        service's name: ``model 100: load failed: ...``)."""
         if not future.set_running_or_notify_cancel():
             return
         try:
-            future.set_result(function(*args))
+            future.set_result(self._do(action))
         except Exception as err:
-            logger.warning(f"{function.__name__}{args}: {err}")
+            logger.warning(f"{self.name}: {action} failed: {err}")
             future.set_exception(err)
 
     def _do(self, action):

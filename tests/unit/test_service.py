@@ -122,6 +122,33 @@ def test_a_stopped_service_refuses_what_comes_after(load):
         service.control("load")
 
 
+def test_a_failed_control_is_logged_with_the_models_name_and_the_action():
+    """The server's log names the model and what failed (it said ``_do('load',): ...``)."""
+    import logging
+
+    def load(device):
+        raise UserError("-gpu 0: this machine has no CUDA device")
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("onmt_lite")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        service = TranslationService(load, name="model 7")
+        with pytest.raises(UserError, match="no CUDA device"):
+            service.control("load").result(timeout=60)
+        service.close()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [r.getMessage() for r in records if r.levelno == logging.WARNING] == [
+        "model 7: load failed: -gpu 0: this machine has no CUDA device"
+    ]
+
+
 def test_the_options_are_checked():
     with pytest.raises(UserError, match="on_timeout must be to_cpu or unload"):
         TranslationService(lambda device: None, on_timeout="delete")
