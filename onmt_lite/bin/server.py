@@ -13,7 +13,8 @@ import argparse
 import signal
 import socket
 
-from onmt_lite.opts.parser import MAX_PORT, OptionParser, add, float_in, int_in
+from onmt_lite.opts.parser import OptionParser, add
+from onmt_lite.opts.values import MAX_PORT, float_in, int_in
 from onmt_lite.serve.config import MAX_TIMEOUT, read_config
 from onmt_lite.serve.models import ModelRegistry
 from onmt_lite.utils.errors import UserError, run_command, set_debug

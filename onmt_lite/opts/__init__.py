@@ -27,18 +27,16 @@ from onmt_lite.opts.parser import (
     add,
     build_parser,
     check_values,
-    choice,
     compatibility_group,
     config_dict,
     config_opts,
-    float_in,
-    int_at_least,
     option_defaults,
     parse,
 )
 from onmt_lite.opts.preprocess import preprocess_opts
 from onmt_lite.opts.train import train_opts
 from onmt_lite.opts.translate import translate_opts
+from onmt_lite.opts.values import choice, float_in, int_at_least
 
 __all__ = [
     "COMPATIBILITY_GROUP",

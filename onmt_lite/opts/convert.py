@@ -1,6 +1,7 @@
 """Options of onmt_lite_convert (no 1.x counterpart; -quantization as CTranslate2 names it)."""
 
-from onmt_lite.opts.parser import add, choice
+from onmt_lite.opts.parser import add
+from onmt_lite.opts.values import choice
 
 FORMATS = ("onmt_lite", "opennmt-py", "ctranslate2")
 QUANTIZATIONS = ("none", "int8", "int8_float32", "float16", "bfloat16")

@@ -1,16 +1,14 @@
 """Options of the model (onmt_lite_train; a checkpoint carries them)."""
 
-from onmt_lite.opts.parser import (
+from onmt_lite.opts.parser import add, compatibility_group, opennmt_py_1x_command
+from onmt_lite.opts.values import (
     FLOAT32_MAX,
     MAX_LAYERS,
     MAX_LENGTH,
     MAX_SIZE,
-    add,
     choice,
-    compatibility_group,
     float_in,
     int_in,
-    opennmt_py_1x_command,
 )
 
 

@@ -1,19 +1,16 @@
 """Options of onmt_lite_preprocess."""
 
-from onmt_lite.opts.parser import (
+from onmt_lite.opts.parser import add, compatibility_group, log_file_opts, opennmt_py_1x_command
+from onmt_lite.opts.values import (
     MAX_LENGTH,
     MAX_PROCESSES,
     MAX_SIZE,
     MAX_STEPS,
     MAX_VOCAB_MULTIPLE,
     SEED,
-    add,
     choice,
-    compatibility_group,
     int_in,
-    log_file_opts,
     only_value,
-    opennmt_py_1x_command,
 )
 
 

@@ -1,6 +1,7 @@
 """Options of onmt_lite_train (besides the model options)."""
 
-from onmt_lite.opts.parser import (
+from onmt_lite.opts.parser import add, compatibility_group, log_file_opts, opennmt_py_1x_command
+from onmt_lite.opts.values import (
     FLOAT32_MAX,
     MAX_CUDA_DEVICE,
     MAX_LENGTH,
@@ -9,14 +10,10 @@ from onmt_lite.opts.parser import (
     MAX_SIZE,
     MAX_STEPS,
     SEED,
-    add,
     choice,
-    compatibility_group,
     float_in,
     int_in,
-    log_file_opts,
     only_value,
-    opennmt_py_1x_command,
 )
 
 

@@ -1,6 +1,7 @@
 """Options of onmt_lite_translate."""
 
-from onmt_lite.opts.parser import (
+from onmt_lite.opts.parser import add, compatibility_group, log_file_opts, opennmt_py_1x_command
+from onmt_lite.opts.values import (
     FLOAT32_MAX,
     MAX_BEAM,
     MAX_CUDA_DEVICE,
@@ -8,13 +9,9 @@ from onmt_lite.opts.parser import (
     MAX_PROCESSES,
     MAX_SIZE,
     SEED,
-    add,
     choice,
-    compatibility_group,
     float_in,
     int_in,
-    log_file_opts,
-    opennmt_py_1x_command,
 )
 
 

@@ -16,7 +16,7 @@ from onmt_lite.opts import (
     train_opts,
     translate_opts,
 )
-from onmt_lite.opts.parser import MAX_BEAM, MAX_LENGTH, MAX_SIZE
+from onmt_lite.opts.values import MAX_BEAM, MAX_LENGTH, MAX_SIZE
 
 # as onmt_lite/bin/*.py build them, with the options each command requires
 COMMANDS = {
