@@ -296,29 +296,20 @@ def _refuse_unknown(parser, unknown):
 
 def config_dict(parser, opt):
     """The options of ``opt`` that a -config file can give back, as a plain dict keyed by option
-    name (a -config file's keys), without the config options. An option's key is its dest where an
-    option of that name exists (``-brnn`` sets ``-encoder_type``'s), else its own name (``-from``,
-    whose dest is ``from_format``)."""
+    name (a -config file's keys), without the config options and without None and 1.x's [None]
+    (-train_ids, -data_ids: no names; YAML would give back "None"), defaults that leaving the key
+    out gives back. An option's key is its dest where an option of that name exists (``-brnn`` sets
+    ``-encoder_type``'s), else its own name (``-from``, whose dest is ``from_format``)."""
     names = {string.lstrip("-") for action in parser._actions for string in action.option_strings}
     values = {}
     for action in parser._actions:
         if action.dest in ("help", "config", "save_config", "debug") or not action.option_strings:
             continue
         value = getattr(opt, action.dest)
-        if _savable(action, value):
+        if value is not None and value != [None]:
             key = action.dest if action.dest in names else action.option_strings[0].lstrip("-")
             values[key] = value
     return values
-
-
-def _savable(action, value):
-    """Whether a -config file gives ``value`` back to ``action``: not None, 1.x's [None]
-    (-train_ids, -data_ids: no names; YAML would give back "None"), nor an empty list of an option
-    taking one value or more (a config's empty list is the option with no value, refused); each is
-    only ever a default, which leaving the key out gives back."""
-    if value is None or value == [None]:
-        return False
-    return not (value == [] and action.nargs == "+")
 
 
 def parse(parser, args=None):

@@ -230,8 +230,8 @@ def spawn(opt, worker):
     """Run ``worker(opt)`` in ``opt.world_size`` new processes (``-world_size`` without torchrun),
     meeting at ``-master_ip:-master_port``; returns when all have ended. A process that fails or is
     killed stops the others (those still running ``STOP_GRACE_S`` later), and the command exits
-    with its status. SIGTERM is passed on to the
-    processes (they save a checkpoint and stop); SIGINT from a terminal reaches them directly."""
+    with its status. SIGTERM is passed on to the processes (they save a checkpoint and stop);
+    SIGINT from a terminal reaches them directly."""
     import torch.multiprocessing as mp
 
     os.environ.update(
