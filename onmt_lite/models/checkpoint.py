@@ -24,7 +24,7 @@ import torch
 from onmt_lite.data.shards import load_plain
 from onmt_lite.data.vocab import vocabs_to_plain
 from onmt_lite.models.builder import build_model
-from onmt_lite.opts import check_values, model_opts, option_defaults, train_opts
+from onmt_lite.opts import check_values, model_opts, option_defaults, option_values, train_opts
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import save_tensors
 from onmt_lite.utils.locks import lock_holder, release_lock, remove_stale_temporaries, try_lock
@@ -113,16 +113,17 @@ def build_checkpoint(
     preprocess=None,
     averaged=None,
 ):
-    """The checkpoint of ``model`` with the training state given. With ``averaged`` (a state dict
-    like ``model.state_dict()``, a moving average's weights), those are its weights and ``model``'s
-    own are kept beside them as ``raw_weights``."""
+    """The checkpoint of ``model`` with the training state given; ``opt_dict`` holds the run's
+    options (``vars`` of its parsed namespace: what ``parse`` records beside them is left out). With
+    ``averaged`` (a state dict like ``model.state_dict()``, a moving average's weights), those are
+    its weights and ``model``'s own are kept beside them as ``raw_weights``."""
     model_state, generator_state = split_state(model, averaged)
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
         "model": model_state,
         "generator": generator_state,
         "vocab": vocabs_to_plain(vocabs),
-        "opt": dict(opt_dict),
+        "opt": option_values(opt_dict),
         "optim": optim_state,
         "step": step,
         "rng": rng_state(),

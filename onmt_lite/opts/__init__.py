@@ -31,6 +31,7 @@ from onmt_lite.opts.parser import (
     config_dict,
     config_opts,
     option_defaults,
+    option_values,
     parse,
 )
 from onmt_lite.opts.preprocess import preprocess_opts
@@ -52,6 +53,7 @@ __all__ = [
     "float_in",
     "int_at_least",
     "option_defaults",
+    "option_values",
     "parse",
     "preprocess_opts",
     "model_opts",

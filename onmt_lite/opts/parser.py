@@ -115,6 +115,7 @@ class OptionParser(configargparse.ArgumentParser):
             allow_abbrev=False,
         )
         self.opennmt_py_1x_command = opennmt_py_1x_command
+        self.given_options = set()  # the dests the last parse was given (see _get_values)
         self.add_argument(
             "-debug",
             "--debug",
@@ -137,7 +138,15 @@ class OptionParser(configargparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None, **kwargs):
         args = sys.argv[1:] if args is None else [args] if isinstance(args, str) else list(args)
+        self.given_options = set()
         return super().parse_known_args(self.expand_abbreviations(args), namespace, **kwargs)
+
+    def _get_values(self, action, arg_strings):
+        # argparse reads a value this way only for an option given (on the command line or, as
+        # configargparse passes it, in a -config file), never for a default: the record of what
+        # the user asked for, against which a default or a checkpoint's value can be told apart
+        self.given_options.add(action.dest)
+        return super()._get_values(action, arg_strings)
 
     def abbreviated_name(self, token):
         """The 1.x option name that ``token`` (``-name``, ``--name`` or ``--name=value``)
@@ -312,12 +321,20 @@ def config_dict(parser, opt):
     return values
 
 
+def option_values(values: dict) -> dict:
+    """``values`` (``vars`` of a parsed namespace) without what ``parse`` records beside the
+    options (``given_options``): what a checkpoint keeps."""
+    return {name: value for name, value in values.items() if name != "given_options"}
+
+
 def parse(parser, args=None):
     """Parse ``args`` (default ``sys.argv[1:]``); handle ``-save_config``; refuse unknown
-    options."""
+    options. ``opt.given_options`` holds the dests of the options given, on the command line or in
+    a -config file (the others hold their defaults)."""
     opt, unknown = parser.parse_known_args(args)
     if unknown:
         _refuse_unknown(parser, unknown)
+    opt.given_options = frozenset(parser.given_options)
     set_debug(opt.debug)
     if getattr(opt, "save_config", None):
         require_file_path(opt.save_config, "-save_config")

@@ -6,7 +6,6 @@ whether the optimizer settings, moments and schedule position come from it too. 
 keeps raw weights beside its averaged ones (``-average_decay``) trains on from the raw weights.
 """
 
-import argparse
 import contextlib
 import os
 import random
@@ -16,7 +15,6 @@ import torch
 from onmt_lite.data.iterator import BatchIterator
 from onmt_lite.data.prefetch import prefetched
 from onmt_lite.data.vocab import vocabs_to_plain
-from onmt_lite.loss.options import fill_loss_options
 from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
 from onmt_lite.models.compiled import compile_layers
@@ -24,7 +22,6 @@ from onmt_lite.models.checkpoint import (
     CheckpointWriter,
     load_checkpoint,
     model_from_checkpoint,
-    model_options,
     restore_model,
     set_rng_state,
 )
@@ -34,6 +31,7 @@ from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.graphed import graphing_problem
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
+from onmt_lite.train.resumed_options import resolve_options
 from onmt_lite.train.saver import CheckpointSaver
 from onmt_lite.train.trainer import Trainer, check_schedule
 from onmt_lite.train.training_run import TrainingRun
@@ -41,24 +39,6 @@ from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
 from onmt_lite.utils.cuda import configure_cuda
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
-
-OPTIM_OPTIONS = (
-    "optim",
-    "learning_rate",
-    "adam_beta1",
-    "adam_beta2",
-    "adagrad_accumulator_init",
-    "weight_decay",
-    "max_grad_norm",
-    "decay_method",
-    "warmup_steps",
-    "learning_rate_decay",
-    "start_decay_steps",
-    "decay_steps",
-)
-
-# model options that a run resumed with -train_from takes from its command line, not the checkpoint
-RESUME_FROM_COMMAND_LINE = ("lambda_align", "attention_dropout")
 
 
 def tensorboard_dir(opt):
@@ -91,33 +71,6 @@ def choose_device(opt, dist=None):
             "kernels); on the CPU use -model_dtype bf16"
         )
     return device
-
-
-def resolve_options(opt, checkpoint, record):
-    """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint,
-    but ``RESUME_FROM_COMMAND_LINE`` from the command line (as 1.x: guided alignment can start at
-    -train_from, and the attention dropout schedule goes with -dropout's)."""
-    opt = argparse.Namespace(**vars(opt))
-    if checkpoint is not None:
-        optim_options = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
-        given = {name: getattr(opt, name) for name in RESUME_FROM_COMMAND_LINE}
-        opt = model_options(checkpoint["opt"], opt.train_from, onto=opt, also=optim_options)
-        opt.seed = checkpoint["opt"]["seed"]
-        vars(opt).update(given)
-    elif opt.seed <= 0:
-        opt.seed = random.SystemRandom().randint(1, 2**31 - 1)
-    # -loss_class's options not given now: the checkpoint's, else the class's defaults
-    fill_loss_options(opt, checkpoint["opt"] if checkpoint is not None else None)
-    if opt.copy_attn and not record.get("dynamic_dict"):
-        raise UserError(
-            f"-copy_attn needs data preprocessed with -dynamic_dict ({opt.data} was not)"
-        )
-    if opt.lambda_align > 0 and not record.get("train_align"):
-        raise UserError(
-            f"-lambda_align needs data preprocessed with -train_align alignments ({opt.data} has "
-            "none)"
-        )
-    return opt
 
 
 def check_resume(checkpoint, vocabs, path):

@@ -219,41 +219,14 @@ def test_a_checkpoint_of_one_dropout_number_gives_dropout_schedules():
     assert (resumed.dropout, resumed.attention_dropout) == ([0.25], [0.15])
 
 
-def test_a_resumed_run_takes_both_dropout_schedules_and_lambda_align_from_its_command_line():
-    from onmt_lite.train.main import resolve_options
+def test_a_checkpoint_keeps_the_options_not_which_of_them_were_given(tmp_path):
+    """``vars`` of a parsed namespace holds ``given_options`` (a frozenset, which
+    ``weights_only`` loading refuses): a checkpoint leaves it out and opens."""
+    from onmt_lite.models.checkpoint import load_checkpoint
 
-    saved = saved_options(
-        "-encoder_type",
-        "transformer",
-        "-decoder_type",
-        "transformer",
-        "-heads",
-        2,
-        "-attention_dropout",
-        "0.1",
-        "-seed",
-        "5",
-    )
-    command = argparse.Namespace(
-        **{
-            **saved_options(
-                "-attention_dropout",
-                "0.3",
-                "0.0",
-                "-dropout",
-                "0.3",
-                "0.1",
-                "-dropout_steps",
-                "0",
-                "10",
-                "-lambda_align",
-                "0.05",
-            ),
-            "train_from": "ckpt.pt",
-            "reset_optim": "none",
-            "data": "d",
-        }
-    )
-    opt = resolve_options(command, {"opt": saved}, {"train_align": True})
-    assert (opt.attention_dropout, opt.dropout, opt.lambda_align) == ([0.3, 0.0], [0.3, 0.1], 0.05)
-    assert (opt.encoder_type, opt.heads, opt.seed) == ("transformer", 2, 5)  # the model's, as saved
+    model, opt = make_model()
+    assert "rnn_size" in opt.given_options
+    checkpoint = build_checkpoint(model, VOCABS, vars(opt), 7, None, None, None)
+    save_tensors(checkpoint, str(tmp_path / "c.pt"))
+    saved = load_checkpoint(str(tmp_path / "c.pt"))["opt"]
+    assert saved == {k: v for k, v in vars(opt).items() if k != "given_options"}

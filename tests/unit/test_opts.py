@@ -19,6 +19,11 @@ def parser():
     return build_parser("prog", [config_opts, preprocess_opts])
 
 
+def option_values(opt):
+    """The options of parsed ``opt``: not -config, nor the record of which options were given."""
+    return {k: v for k, v in vars(opt).items() if k not in ("config", "given_options")}
+
+
 def test_single_and_double_dash_spellings_are_the_same_option():
     one = parse(parser(), REQUIRED + ["-src_vocab_size", "7", "-lower"])
     two = parse(
@@ -194,9 +199,7 @@ def test_yaml_config_equals_command_line(tmp_path):
     )
     from_file = parse(parser(), ["-config", str(config)])
     from_line = parse(parser(), REQUIRED + ["-src_vocab_size", "9", "-lower"])
-    assert {k: v for k, v in vars(from_file).items() if k != "config"} == {
-        k: v for k, v in vars(from_line).items() if k != "config"
-    }
+    assert option_values(from_file) == option_values(from_line)
 
 
 def test_command_line_overrides_config(tmp_path):
@@ -220,9 +223,7 @@ def test_save_config_writes_a_config_that_reproduces_the_options(tmp_path, capsy
     assert yaml.safe_load(saved.read_text())["src_vocab_size"] == 11
     reloaded = parse(parser(), ["-config", str(saved)])
     original = parse(parser(), args)
-    assert {k: v for k, v in vars(reloaded).items() if k != "config"} == {
-        k: v for k, v in vars(original).items() if k != "config"
-    }
+    assert option_values(reloaded) == option_values(original)
 
 
 COMMAND_LINES = {
@@ -255,10 +256,10 @@ def test_every_commands_saved_config_reloads_as_the_same_options(tmp_path, comma
     with pytest.raises(SystemExit) as exc:
         parse(build_parser("prog", groups), required + extra + ["-save_config", str(saved)])
     assert exc.value.code == 0
-    reloaded = vars(parse(build_parser("prog", groups), ["-config", str(saved)]))
-    original = vars(parse(build_parser("prog", groups), required + extra))
-    assert reloaded.pop("config") == str(saved)
-    assert reloaded == {k: v for k, v in original.items() if k != "config"}
+    reloaded = parse(build_parser("prog", groups), ["-config", str(saved)])
+    original = parse(build_parser("prog", groups), required + extra)
+    assert reloaded.config == str(saved)
+    assert option_values(reloaded) == option_values(original)
 
 
 def test_an_empty_list_in_a_config_file_is_the_options_default(tmp_path):
@@ -530,3 +531,17 @@ def test_max_sent_length_is_max_length():
         and max_length("-max_length", "9") == 9
         and max_length() == 100
     )
+
+
+def test_parse_records_the_options_given_on_the_command_line_or_in_a_config(tmp_path):
+    """``given_options``: what a resumed run tells apart from its defaults (a switch under the
+    option it sets, a 1.x abbreviation under the full name), and no option left at its default."""
+    config = tmp_path / "c.yaml"
+    config.write_text("rnn_size: 32\nshare_embeddings: true\n")
+    groups = [config_opts, model_opts, train_opts]
+    args = ["-data", "d", "-brnn", "-train_st", "9", "-rnn_type", "LSTM", "-config", str(config)]
+    opt = parse(build_parser("prog", groups), args)
+    expected = {"data", "encoder_type", "train_steps", "rnn_type", "rnn_size", "share_embeddings"}
+    assert opt.given_options == expected | {"config"}
+    assert opt.rnn_type == build_parser("prog", groups).get_default("rnn_type")  # at its default
+    assert parse(build_parser("prog", groups), ["-data", "d"]).given_options == {"data"}
