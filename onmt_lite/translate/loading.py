@@ -10,6 +10,7 @@ from onmt_lite.translate.fast_paths import prepare_model
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.logging import logger
 
 
 def load_models(
@@ -72,12 +73,14 @@ def attention_options(opt):
 
 def search_options(opt, tgt_vocab):
     """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a
-    UserError."""
+    UserError, and options that cannot change the search are logged (``options_without_effect``)."""
     sampling = opt.random_sampling_topk != 1
     if opt.n_best > opt.beam_size:
         raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
     if sampling and opt.beam_size > 1:
         raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
+    for note in options_without_effect(opt):
+        logger.warning(note)
     return SearchOptions(
         beam_size=opt.beam_size,
         n_best=opt.n_best,
@@ -97,6 +100,38 @@ def search_options(opt, tgt_vocab):
         # only these read it: else not kept
         attention=bool(opt.replace_unk or opt.attn_debug or opt.attn_plot),
     )
+
+
+def options_without_effect(opt) -> list[str]:
+    """A line for each search option in ``opt`` whose value another option's makes idle: a
+    penalty's weight without the penalty or the penalty with a weight of 0 (1.x warned of those
+    four), a coverage penalty at each step without one, n-grams ignored without blocking, a
+    temperature without sampling, a minimum length above the maximum."""
+    coverage = "-coverage_penalty wu or summary"
+    notes = []
+    if opt.alpha != 0 and opt.length_penalty != "wu":
+        notes.append(f"-alpha {opt.alpha} has no effect: only -length_penalty wu reads it")
+    if opt.alpha == 0 and opt.length_penalty == "wu":
+        notes.append("-length_penalty wu has no effect with -alpha 0 (its penalty is 1)")
+    if opt.beta != 0 and opt.coverage_penalty == "none":
+        notes.append(f"-beta {opt.beta} has no effect without {coverage}")
+    if opt.beta == 0 and opt.coverage_penalty != "none":
+        notes.append(f"-coverage_penalty {opt.coverage_penalty} has no effect with -beta 0")
+    if opt.stepwise_penalty and opt.coverage_penalty == "none":
+        notes.append(f"-stepwise_penalty has no effect without {coverage}")
+    if opt.ignore_when_blocking and opt.block_ngram_repeat == 0:
+        notes.append("-ignore_when_blocking has no effect without -block_ngram_repeat")
+    if opt.random_sampling_temp != 1 and opt.random_sampling_topk == 1:
+        notes.append(
+            f"-random_sampling_temp {opt.random_sampling_temp} has no effect: "
+            "-random_sampling_topk 1 is greedy search, not sampling"
+        )
+    if opt.min_length > opt.max_length:
+        notes.append(
+            f"-min_length {opt.min_length} is above -max_length {opt.max_length}: every output "
+            "stops at -max_length, without </s>"
+        )
+    return notes
 
 
 def read_phrase_table(path):

@@ -1,0 +1,121 @@
+"""translate/loading.py: a search option that another option makes idle is translated as asked,
+with a warning naming it (1.x warned of the penalties' four cases); the warning tells the truth:
+the search gives what it gives without the idle option."""
+
+import pytest
+import torch
+
+from onmt_lite.models.builder import build_model
+from onmt_lite.opts import build_parser, parse, translate_opts
+from onmt_lite.translate.loading import search_options
+from onmt_lite.translate.search import SearchOptions
+from onmt_lite.translate.translator import Translator
+from tests.model_helpers import VOCABS, model_options
+
+# (the options around it, the idle option, the warning)
+IDLE = [
+    ([], ["-alpha", "0.6"], "-alpha 0.6 has no effect: only -length_penalty wu reads it"),
+    (
+        ["-length_penalty", "avg"],
+        ["-alpha", "0.6"],
+        "-alpha 0.6 has no effect: only -length_penalty wu reads it",
+    ),
+    (
+        [],
+        ["-length_penalty", "wu"],
+        "-length_penalty wu has no effect with -alpha 0 (its penalty is 1)",
+    ),
+    ([], ["-beta", "0.3"], "-beta 0.3 has no effect without -coverage_penalty wu or summary"),
+    (
+        [],
+        ["-coverage_penalty", "summary"],
+        "-coverage_penalty summary has no effect with -beta 0",
+    ),
+    (
+        [],
+        ["-stepwise_penalty"],
+        "-stepwise_penalty has no effect without -coverage_penalty wu or summary",
+    ),
+    (
+        [],
+        ["-ignore_when_blocking", "t3"],
+        "-ignore_when_blocking has no effect without -block_ngram_repeat",
+    ),
+    (
+        [],
+        ["-random_sampling_temp", "0.5"],
+        "-random_sampling_temp 0.5 has no effect: -random_sampling_topk 1 is greedy search, not "
+        "sampling",
+    ),
+    (
+        ["-max_length", "4"],
+        ["-min_length", "9"],
+        "-min_length 9 is above -max_length 4: every output stops at -max_length, without </s>",
+    ),
+]
+
+
+def command(*args):
+    return parse(build_parser("test", [translate_opts]), ["-model", "m.pt", "-src", "s.txt", *args])
+
+
+@pytest.mark.parametrize("around,idle,warning", IDLE)
+def test_an_idle_search_option_is_named_in_a_warning(logged, around, idle, warning):
+    search_options(command(*around, *idle), VOCABS["tgt"])
+    assert [message for message in logged if "has no effect" in message or "above" in message] == [
+        warning
+    ]
+
+
+def test_options_that_act_give_no_warning(logged):
+    acting = [
+        "-length_penalty",
+        "wu",
+        "-alpha",
+        "0.6",
+        "-coverage_penalty",
+        "wu",
+        "-beta",
+        "0.2",
+        "-stepwise_penalty",
+        "-block_ngram_repeat",
+        "2",
+        "-ignore_when_blocking",
+        "t3",
+        "-min_length",
+        "3",
+    ]
+    search_options(command(*acting), VOCABS["tgt"])
+    search_options(
+        command("-beam_size", "1", "-random_sampling_topk", "5", "-random_sampling_temp", "0.5"),
+        VOCABS["tgt"],
+    )
+    assert logged == []
+
+
+@pytest.fixture(scope="module")
+def translator_of():
+    torch.manual_seed(1)  # outputs of several words, repeated ones among them (t3)
+    model = build_model(model_options("-global_attention", "mlp", "-param_init", "1"), VOCABS)
+    model.eval()
+
+    def translator(args):
+        return Translator([model], VOCABS, search=search_options(command(*args), VOCABS["tgt"]))
+
+    return translator
+
+
+@pytest.mark.parametrize("around,idle,warning", IDLE[:-1])
+def test_the_search_is_the_same_without_the_idle_option(translator_of, around, idle, warning):
+    lines = ["s1 s2 s3", "s3 s1", "s2 s2 s4 s1", "s4"]
+    baseline = translator_of(["-beam_size", "3", "-max_length", "8", *around])
+    with_idle = translator_of(["-beam_size", "3", "-max_length", "8", *around, *idle])
+    for alone, idled in zip(baseline.translate(lines), with_idle.translate(lines)):
+        assert idled.hypotheses == alone.hypotheses
+        assert idled.scores == pytest.approx(alone.scores, abs=1e-6)
+
+
+def test_a_minimum_above_the_maximum_ends_every_output_at_the_maximum(translator_of):
+    results = translator_of(["-min_length", "9", "-max_length", "4"]).translate(["s1 s2", "s3"])
+    assert [len(result.tokens[0]) for result in results] == [4, 4]
+    assert SearchOptions(min_length=9, max_length=4).max_length == 4
