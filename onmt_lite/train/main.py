@@ -29,6 +29,7 @@ from onmt_lite.train.averaging import MovingAverage
 from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping
 from onmt_lite.train.graphed import graphing_problem
+from onmt_lite.train.idle_options import idle_options
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.resumed_options import resolve_options
@@ -43,10 +44,6 @@ from onmt_lite.utils.logging import logger
 
 def tensorboard_dir(opt):
     """-tensorboard_log_dir, or its run EXP with -exp."""
-    if opt.exp and not opt.tensorboard:
-        logger.warning(
-            f"-exp {opt.exp} names a TensorBoard run: without -tensorboard nothing is written"
-        )
     return os.path.join(opt.tensorboard_log_dir, opt.exp) if opt.exp else opt.tensorboard_log_dir
 
 
@@ -96,16 +93,16 @@ def restore_optimizer(optim, checkpoint, reset_optim):
     )
 
 
-def check_options(opt):
-    """Errors for options that contradict each other (and a warning for one without effect)."""
+def check_options(opt, warn: bool = True):
+    """Errors for options that contradict each other, and with ``warn`` a warning for each that
+    the others make idle (``idle_options``; the model's only on a new model: a resumed one is the
+    checkpoint's)."""
     check_criteria(opt)
     check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
-    if opt.average_every != 1 and opt.average_decay == 0:
-        logger.warning(
-            f"-average_every {opt.average_every} has no effect without -average_decay above 0"
-        )
+    for note in idle_options(opt, model_given=not opt.train_from) if warn else []:
+        logger.warning(note)
 
 
 def prepare_model(opt, vocabs, checkpoint, device, is_main):
@@ -231,12 +228,13 @@ def _train(opt, dist, held):
         check_resume(checkpoint, vocabs, opt.train_from)
     # asked for reproducible results: before a seed is drawn
     seeded = opt.seed > 0 or checkpoint is not None
-    opt = resolve_options(opt, checkpoint, record)
-    check_options(opt)
+    is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
+    # the options' warnings: every process would give the same
+    opt = resolve_options(opt, checkpoint, record, warn=is_main)
+    check_options(opt, warn=is_main)
     device = choose_device(opt, dist)
     if device.type == "cuda":
         logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")
-    is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
     writer = None
     if is_main:  # before any training: a refused -save_model costs no step
         writer = CheckpointWriter(

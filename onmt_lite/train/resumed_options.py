@@ -39,12 +39,12 @@ RESUME_FROM_COMMAND_LINE = ("lambda_align", "attention_dropout")
 
 
 def resolve_options(
-    opt: argparse.Namespace, checkpoint: dict | None, record: dict
+    opt: argparse.Namespace, checkpoint: dict | None, record: dict, warn: bool = True
 ) -> argparse.Namespace:
     """Options for this run: model (and, per -reset_optim, optimizer) options from the checkpoint,
     but ``RESUME_FROM_COMMAND_LINE`` from the command line (as 1.x: guided alignment can start at
-    -train_from, and the attention dropout schedule goes with -dropout's); a warning names each
-    option given (``opt.given_options``) that the checkpoint's value replaces."""
+    -train_from, and the attention dropout schedule goes with -dropout's); with ``warn``, a warning
+    names each option given (``opt.given_options``) that the checkpoint's value replaces."""
     command = opt
     opt = argparse.Namespace(**vars(opt))
     if checkpoint is not None:
@@ -53,7 +53,8 @@ def resolve_options(
         opt = model_options(checkpoint["opt"], opt.train_from, onto=opt, also=optim_options)
         opt.seed = checkpoint["opt"]["seed"]
         vars(opt).update(given)
-        warn_unused_options(command, opt, optim_options)
+        if warn:
+            warn_unused_options(command, opt, optim_options)
     elif opt.seed <= 0:
         opt.seed = random.SystemRandom().randint(1, 2**31 - 1)
     # -loss_class's options not given now: the checkpoint's, else the class's defaults

@@ -73,13 +73,13 @@ def attention_options(opt):
 
 def search_options(opt, tgt_vocab):
     """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a
-    UserError, and options that cannot change the search are logged (``options_without_effect``)."""
+    UserError, and options that cannot change the search are logged (``idle_search_options``)."""
     sampling = opt.random_sampling_topk != 1
     if opt.n_best > opt.beam_size:
         raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
     if sampling and opt.beam_size > 1:
         raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
-    for note in options_without_effect(opt):
+    for note in idle_search_options(opt):
         logger.warning(note)
     return SearchOptions(
         beam_size=opt.beam_size,
@@ -102,7 +102,7 @@ def search_options(opt, tgt_vocab):
     )
 
 
-def options_without_effect(opt) -> list[str]:
+def idle_search_options(opt) -> list[str]:
     """A line for each search option in ``opt`` whose value another option's makes idle: a
     penalty's weight without the penalty or the penalty with a weight of 0 (1.x warned of those
     four), a coverage penalty at each step without one, n-grams ignored without blocking, a

@@ -95,7 +95,10 @@ def two_processes(data, tmp_path_factory):
     """SIX_STEPS with -world_size 2: the run's ``command``, ``prefix``, ``lines`` (its log) and
     ``stderr``."""
     prefix = str(tmp_path_factory.mktemp("two_processes") / "m")
-    command = train_command(data, prefix, *SIX_STEPS, "-world_size", 2, "-master_port", free_port())
+    idle = ["-adagrad_accumulator_init", 0.1]  # with -optim adam: every process would warn
+    command = train_command(
+        data, prefix, *SIX_STEPS, *idle, "-world_size", 2, "-master_port", free_port()
+    )
     result = run_train(command)
     return {
         "command": command,
@@ -429,6 +432,7 @@ def test_gpu_verbose_level_lets_every_process_log_with_its_rank(data, tmp_path, 
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert "an earlier run's checkpoints are there" in again.stderr  # before any process started
     assert "rank 1: " not in quiet
+    assert quiet.count("-adagrad_accumulator_init 0.1 has no effect") == 1  # rank 0's warning
     assert any(
         "rank 1: model: " in line and "parameters" in line for line in verbose.stderr.splitlines()
     )

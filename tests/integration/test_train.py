@@ -338,8 +338,7 @@ def test_exp_names_the_tensorboard_run_and_is_reported_without_tensorboard(
     _, lines = train_in_process(data["plain"], str(tmp_path / "n"), *base)
     assert opened == [os.path.join(str(tmp_path / "b"), "run7")]
     assert any(
-        "-exp run7 names a TensorBoard run: without -tensorboard nothing is written" in line
-        for line in lines
+        "-exp run7 has no effect: without -tensorboard nothing is written" in line for line in lines
     )
 
 

@@ -1,0 +1,94 @@
+"""Training options that other options make idle: given a value other than their default, they
+change nothing in the run (an Adam beta with -optim sgd, -heads for a model without Transformer
+layers, -warmup_steps without a schedule that warms up). The run goes on as asked and says so, one
+warning line each, as a user of OpenNMT-py 1.x (which took them in silence) would want to know.
+
+Options that contradict each other, or that no model could build, are refused elsewhere
+(``models.builder.check_options``, ``train.main.check_options``).
+"""
+
+import argparse
+
+from onmt_lite.opts import model_opts, option_defaults, train_opts
+
+
+def _model_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool, str]]:
+    """``(names, idle, why)`` of the options that describe the model's layers."""
+    recurrent = opt.encoder_type in ("rnn", "brnn") or opt.decoder_type == "rnn"
+    transformer = "transformer" in (opt.encoder_type, opt.decoder_type)
+    return [
+        (("rnn_type",), not recurrent, "the model has no recurrent layers"),
+        (
+            ("input_feed", "global_attention"),
+            opt.decoder_type == "transformer",
+            "it is an RNN decoder's, and a Transformer decoder has its own multi-head attention",
+        ),
+        (
+            ("heads", "transformer_ff", "max_relative_positions", "self_attn_type"),
+            not transformer,
+            "the model has no Transformer layers",
+        ),
+        (("attention_dropout",), not transformer, "the model has no Transformer layers"),
+    ]
+
+
+def _training_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool, str]]:
+    """``(names, idle, why)`` of the optimizer's, the schedules' and the logs' options."""
+    return [
+        (
+            ("adam_beta1", "adam_beta2"),
+            opt.optim not in ("adam", "adamw"),
+            f"-optim {opt.optim} has no betas (adam and adamw have)",
+        ),
+        (
+            ("adagrad_accumulator_init",),
+            opt.optim != "adagrad",
+            f"it is -optim adagrad's, not {opt.optim}'s",
+        ),
+        (
+            ("warmup_steps",),
+            opt.decay_method not in ("noam", "rsqrt"),
+            f"-decay_method {opt.decay_method} does not warm up (noam and rsqrt do)",
+        ),
+        (
+            ("learning_rate_decay",),
+            opt.decay_method not in ("none", "plateau"),
+            f"-decay_method {opt.decay_method} has no decay factor",
+        ),
+        (
+            ("start_decay_steps", "decay_steps"),
+            opt.decay_method != "none",
+            f"it times the step decay of -decay_method none, not {opt.decay_method}'s",
+        ),
+        (
+            ("dropout_steps",),
+            len(opt.dropout) == 1 and len(opt.attention_dropout) == 1,
+            "-dropout and -attention_dropout have one value each, no schedule",
+        ),
+        (
+            ("tensorboard_log_dir", "exp"),
+            not opt.tensorboard,
+            "without -tensorboard nothing is written",
+        ),
+        (
+            ("average_every",),
+            opt.average_decay == 0,
+            "there is no average without -average_decay above 0",
+        ),
+    ]
+
+
+def idle_options(opt: argparse.Namespace, model_given: bool = True) -> list[str]:
+    """A line for each option of ``opt`` that is not at its default and that the others make
+    idle; the options of the model's layers only with ``model_given`` (a run resumed with
+    -train_from takes them from the checkpoint, which named them when it was trained)."""
+    defaults = option_defaults([model_opts, train_opts])
+    rules = (_model_rules(opt) if model_given else []) + _training_rules(opt)
+    notes = []
+    for names, idle, why in rules:
+        for name in names:
+            value = getattr(opt, name)
+            if idle and value != defaults[name]:
+                shown = " ".join(map(str, value)) if isinstance(value, list) else value
+                notes.append(f"-{name} {shown} has no effect: {why}")
+    return notes

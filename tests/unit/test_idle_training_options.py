@@ -1,0 +1,178 @@
+"""train/idle_options.py: an option that the others make idle (given a value other than its
+default) is named in a warning, and the warning tells the truth: the model, or the optimizer's
+steps, are those of the run without it."""
+
+import pytest
+import torch
+
+from onmt_lite.train.idle_options import idle_options
+from onmt_lite.train.optim import Optimizer
+from tests.model_helpers import TRANSFORMER, make_batch, make_model, model_options, random_pairs
+
+RNN = ["-encoder_type", "brnn"]
+BOTH_TRANSFORMER = [str(a) for a in TRANSFORMER]
+
+# (the options around it, the idle options, the warnings)
+IDLE_IN_THE_MODEL = [
+    (
+        BOTH_TRANSFORMER,
+        ["-rnn_type", "GRU"],
+        ["-rnn_type GRU has no effect: the model has no recurrent layers"],
+    ),
+    (
+        BOTH_TRANSFORMER,
+        ["-input_feed", "0", "-global_attention", "mlp"],
+        [
+            f"-{name} has no effect: it is an RNN decoder's, and a Transformer decoder has its "
+            "own multi-head attention"
+            for name in ("input_feed 0", "global_attention mlp")
+        ],
+    ),
+    (
+        RNN,
+        ["-heads", "4", "-transformer_ff", "64", "-max_relative_positions", "4"],
+        [
+            f"-{name} has no effect: the model has no Transformer layers"
+            for name in ("heads 4", "transformer_ff 64", "max_relative_positions 4")
+        ],
+    ),
+    (
+        RNN,
+        ["-self_attn_type", "scaled-dot-flash", "-attention_dropout", "0.3"],
+        [
+            f"-{name} has no effect: the model has no Transformer layers"
+            for name in ("self_attn_type scaled-dot-flash", "attention_dropout 0.3")
+        ],
+    ),
+]
+
+# each with a learning rate that moves over the steps the test takes
+STEP_DECAY = ["-start_decay_steps", "1", "-decay_steps", "1"]
+IDLE_IN_THE_OPTIMIZER = [
+    (
+        ["-optim", "sgd", *STEP_DECAY],
+        ["-adam_beta1", "0.8", "-adam_beta2", "0.98"],
+        [
+            f"-{name} has no effect: -optim sgd has no betas (adam and adamw have)"
+            for name in ("adam_beta1 0.8", "adam_beta2 0.98")
+        ],
+    ),
+    (
+        ["-optim", "adam", *STEP_DECAY],
+        ["-adagrad_accumulator_init", "0.1"],
+        ["-adagrad_accumulator_init 0.1 has no effect: it is -optim adagrad's, not adam's"],
+    ),
+    (
+        ["-decay_method", "none", *STEP_DECAY],
+        ["-warmup_steps", "2"],
+        ["-warmup_steps 2 has no effect: -decay_method none does not warm up (noam and rsqrt do)"],
+    ),
+    (
+        ["-optim", "adam", "-decay_method", "noam", "-warmup_steps", "2"],
+        ["-learning_rate_decay", "0.3", "-start_decay_steps", "1", "-decay_steps", "2"],
+        [
+            "-learning_rate_decay 0.3 has no effect: -decay_method noam has no decay factor",
+            "-start_decay_steps 1 has no effect: it times the step decay of -decay_method none, "
+            "not noam's",
+            "-decay_steps 2 has no effect: it times the step decay of -decay_method none, not "
+            "noam's",
+        ],
+    ),
+]
+
+IDLE_ELSEWHERE = [
+    (
+        ["-dropout", "0.1"],
+        ["-dropout_steps", "5"],
+        [
+            "-dropout_steps 5 has no effect: -dropout and -attention_dropout have one value each, "
+            "no schedule"
+        ],
+    ),
+    (
+        [],
+        ["-tensorboard_log_dir", "boards", "-exp", "run7"],
+        [
+            f"-{name} has no effect: without -tensorboard nothing is written"
+            for name in ("tensorboard_log_dir boards", "exp run7")
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "around,idle,warnings", IDLE_IN_THE_MODEL + IDLE_IN_THE_OPTIMIZER + IDLE_ELSEWHERE
+)
+def test_an_idle_option_is_named_and_the_options_around_it_are_not(around, idle, warnings):
+    assert idle_options(model_options(*around)) == []
+    assert idle_options(model_options(*around, *idle)) == warnings
+
+
+def test_the_model_of_a_resumed_run_is_the_checkpoints_and_goes_unnamed():
+    """-train_from: the model options are the checkpoint's (its run named them): only the
+    training's are checked."""
+    opt = model_options(*RNN, "-heads", "4", "-tensorboard_log_dir", "boards")
+    assert idle_options(opt, model_given=False) == [
+        "-tensorboard_log_dir boards has no effect: without -tensorboard nothing is written"
+    ]
+
+
+def test_opennmt_py_1x_transformer_recipe_names_nothing():
+    recipe = [
+        *BOTH_TRANSFORMER,
+        "-position_encoding",
+        "-optim",
+        "adam",
+        "-adam_beta2",
+        "0.998",
+        "-decay_method",
+        "noam",
+        "-warmup_steps",
+        "8000",
+        "-learning_rate",
+        "2",
+        "-max_grad_norm",
+        "0",
+        "-param_init",
+        "0",
+        "-param_init_glorot",
+        "-label_smoothing",
+        "0.1",
+    ]
+    assert idle_options(model_options(*recipe)) == []
+
+
+@pytest.mark.parametrize("around,idle,warnings", IDLE_IN_THE_MODEL)
+def test_the_model_is_the_same_without_the_idle_option(around, idle, warnings):
+    batch = make_batch(random_pairs(3, seed=4))
+    outputs = []
+    for args in (around, around + idle):
+        model, _ = make_model(*args, "-dropout", "0.3", seed=7)
+        torch.manual_seed(11)  # the same dropout masks, in training mode
+        dec_out, _ = model.train()(batch.src, batch.tgt, batch.src_lengths)
+        outputs.append((model.state_dict(), dec_out))
+    (state, dec_out), (idle_state, idle_dec_out) = outputs
+    assert state.keys() == idle_state.keys()
+    for name in state:
+        torch.testing.assert_close(idle_state[name], state[name], rtol=0, atol=0, msg=name)
+    torch.testing.assert_close(idle_dec_out, dec_out, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("around,idle,warnings", IDLE_IN_THE_OPTIMIZER)
+def test_the_optimizers_steps_are_the_same_without_the_idle_option(around, idle, warnings):
+    weights = []
+    for args in (around, around + idle):
+        model, opt = make_model(*args, seed=3)
+        optim = Optimizer(model, opt, 8)
+        rates = []
+        for step in range(4):
+            torch.manual_seed(step)
+            for parameter in model.parameters():
+                parameter.grad = torch.randn_like(parameter)
+            rates.append(optim.learning_rate())
+            optim.step()
+        weights.append((rates, [p.detach().clone() for p in model.parameters()]))
+    (rates, params), (idle_rates, idle_params) = weights
+    assert idle_rates == rates and len(set(rates)) > 1  # a schedule that moves, unchanged
+    for param, idle_param in zip(params, idle_params):
+        torch.testing.assert_close(idle_param, param, rtol=0, atol=0)
