@@ -10,12 +10,12 @@ import functools
 import os
 import random
 
-from onmt_lite.data import shards
+from onmt_lite.data import shards, vocab_building
 from onmt_lite.data.corpus import CorpusStats, LengthLimits, Tokenizer, require_rereadable
 from onmt_lite.data.example import make_aligned_example, make_example
 from onmt_lite.data.features import FEAT_SEP, FeatureReader, corpus_feature_count
 from onmt_lite.data.parallel import corpus_pairs
-from onmt_lite.data.vocab import Vocab, count_words
+from onmt_lite.data.vocab import count_words
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs
 from onmt_lite.utils.locks import remove_stale_temporaries
@@ -140,68 +140,14 @@ def count_training_words(corpora, tokenizers, limits, num_threads, n_feats):
 
 
 def build_vocabs(opt, tokenizers, limits, n_feats=0):
-    """The source and target Vocab, and one Vocab per source word feature: words from
-    -src_vocab/-tgt_vocab files, else from the training data (all the corpora of
-    ``training_corpora(opt)`` counted together); feature i (from 1) from the file
-    PREFIX.source_feature_i.dict of -features_vocabs_prefix (as -src_vocab), else from the training
-    data with the source's -src_vocab_size and -src_words_min_frequency (as 1.x).
-
-    With -share_vocab both are one Vocab: the given files' words, else the most frequent words of
-    both sides together (at most -src_vocab_size). Each is padded to a multiple of
-    -vocab_size_multiple.
-    """
+    """The source, target and source word features' vocabularies (``data.vocab_building``), the
+    training data (all the corpora of ``training_corpora(opt)``) counted once if one needs it."""
     counts = functools.cache(
         lambda: count_training_words(
             training_corpora(opt), tokenizers, limits, opt.num_threads, n_feats
         )
     )
-    src, tgt = _vocabs(opt, counts)
-    feats = _feature_vocabs(opt, counts, n_feats)
-    padded = [vocab.padded_to_multiple(opt.vocab_size_multiple) for vocab in [src, tgt] + feats]
-    return padded[0], padded[0] if tgt is src else padded[1], padded[2:]
-
-
-def feature_vocab_paths(prefix, n_feats):
-    """The files -features_vocabs_prefix names: PREFIX.source_feature_1.dict .. _N.dict (Lua
-    OpenNMT's names)."""
-    return [f"{prefix}.source_feature_{i}.dict" for i in range(1, n_feats + 1)]
-
-
-def _feature_vocabs(opt, counts, n_feats):
-    if opt.features_vocabs_prefix:
-        if not n_feats:
-            raise UserError(
-                f"-features_vocabs_prefix {opt.features_vocabs_prefix}: {opt.train_src[0]} has no "
-                f"source word features (word\uffe8feat tokens)"
-            )
-        return [
-            Vocab.from_file(path, opt.src_vocab_size)
-            for path in feature_vocab_paths(opt.features_vocabs_prefix, n_feats)
-        ]
-    return [
-        Vocab.from_counter(counter, opt.src_vocab_size, opt.src_words_min_frequency)
-        for counter in (counts()[2] if n_feats else ())
-    ]
-
-
-def _vocabs(opt, counts):
-    src_file = Vocab.from_file(opt.src_vocab, opt.src_vocab_size) if opt.src_vocab else None
-    tgt_file = Vocab.from_file(opt.tgt_vocab, opt.tgt_vocab_size) if opt.tgt_vocab else None
-    if opt.share_vocab and (src_file is not None or tgt_file is not None):
-        shared = Vocab([w for v in (src_file, tgt_file) if v is not None for w in v.itos[4:]])
-        return shared, shared
-    if src_file is not None and tgt_file is not None:
-        return src_file, tgt_file
-    src_counter, tgt_counter, _ = counts()
-    if opt.share_vocab:
-        min_frequency = max(opt.src_words_min_frequency, opt.tgt_words_min_frequency)
-        shared = Vocab.from_counter(src_counter + tgt_counter, opt.src_vocab_size, min_frequency)
-        return shared, shared
-    if src_file is None:
-        src_file = Vocab.from_counter(src_counter, opt.src_vocab_size, opt.src_words_min_frequency)
-    if tgt_file is None:
-        tgt_file = Vocab.from_counter(tgt_counter, opt.tgt_vocab_size, opt.tgt_words_min_frequency)
-    return src_file, tgt_file
+    return vocab_building.build_vocabs(opt, counts, n_feats)
 
 
 def write_corpus(
