@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from onmt_lite.data.vocab import vocabs_from_plain
 from onmt_lite.models.checkpoint import load_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.opts import option_defaults, translate_opts
 from onmt_lite.translate.fast_paths import prepare_model
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.search import SearchOptions
@@ -73,13 +74,13 @@ def attention_options(opt):
 
 def search_options(opt, tgt_vocab):
     """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a
-    UserError, and options that cannot change the search are logged (``idle_search_options``)."""
+    UserError, and options that change nothing are logged (``idle_translation_options``)."""
     sampling = opt.random_sampling_topk != 1
     if opt.n_best > opt.beam_size:
         raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
     if sampling and opt.beam_size > 1:
         raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
-    for note in idle_search_options(opt):
+    for note in idle_translation_options(opt):
         logger.warning(note)
     return SearchOptions(
         beam_size=opt.beam_size,
@@ -102,11 +103,12 @@ def search_options(opt, tgt_vocab):
     )
 
 
-def idle_search_options(opt) -> list[str]:
-    """A line for each search option in ``opt`` whose value another option's makes idle: a
+def idle_translation_options(opt) -> list[str]:
+    """A line for each translation option in ``opt`` whose value another option's makes idle: a
     penalty's weight without the penalty or the penalty with a weight of 0 (1.x warned of those
     four), a coverage penalty at each step without one, n-grams ignored without blocking, a
-    temperature without sampling, a minimum length above the maximum."""
+    temperature or a seed without sampling, a phrase table without -replace_unk, an ensemble's
+    averaging with one model, a minimum length above the maximum."""
     coverage = "-coverage_penalty wu or summary"
     notes = []
     if opt.alpha != 0 and opt.length_penalty != "wu":
@@ -125,6 +127,15 @@ def idle_search_options(opt) -> list[str]:
         notes.append(
             f"-random_sampling_temp {opt.random_sampling_temp} has no effect: "
             "-random_sampling_topk 1 is greedy search, not sampling"
+        )
+    if opt.phrase_table and not opt.replace_unk:
+        notes.append(f"-phrase_table {opt.phrase_table} has no effect: only -replace_unk reads it")
+    if opt.avg_raw_probs and len(opt.model) == 1:
+        notes.append("-avg_raw_probs has no effect: -model gives one model, not an ensemble")
+    if opt.seed != option_defaults([translate_opts])["seed"] and opt.random_sampling_topk == 1:
+        notes.append(
+            f"-seed {opt.seed} has no effect: only random sampling (-random_sampling_topk other "
+            "than 1) draws"
         )
     if opt.min_length > opt.max_length:
         notes.append(

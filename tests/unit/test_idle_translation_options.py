@@ -1,6 +1,6 @@
-"""translate/loading.py: a search option that another option makes idle is translated as asked,
-with a warning naming it (1.x warned of the penalties' four cases); the warning tells the truth:
-the search gives what it gives without the idle option."""
+"""translate/loading.py: a translation option that another option makes idle is translated as
+asked, with a warning naming it (1.x warned of the penalties' four cases); the warning tells the
+truth: the search gives what it gives without the idle option."""
 
 import pytest
 import torch
@@ -55,20 +55,47 @@ IDLE = [
 ]
 
 
-def command(*args):
-    return parse(build_parser("test", [translate_opts]), ["-model", "m.pt", "-src", "s.txt", *args])
+# options idle outside the search: its options are the same with or without them
+IDLE_OUTSIDE_THE_SEARCH = [
+    (
+        [],
+        ["-phrase_table", "table.txt"],
+        "-phrase_table table.txt has no effect: only -replace_unk reads it",
+    ),
+    (
+        [],
+        ["-avg_raw_probs"],
+        "-avg_raw_probs has no effect: -model gives one model, not an ensemble",
+    ),
+    (
+        [],
+        ["-seed", "7"],
+        "-seed 7 has no effect: only random sampling (-random_sampling_topk other than 1) draws",
+    ),
+]
 
 
-@pytest.mark.parametrize("around,idle,warning", IDLE)
-def test_an_idle_search_option_is_named_in_a_warning(logged, around, idle, warning):
+def command(*args, models=("m.pt",)):
+    required = ["-model", *models, "-src", "s.txt"]
+    return parse(build_parser("test", [translate_opts]), [*required, *args])
+
+
+@pytest.mark.parametrize("around,idle,warning", IDLE + IDLE_OUTSIDE_THE_SEARCH)
+def test_an_idle_option_is_named_in_a_warning(logged, around, idle, warning):
     search_options(command(*around, *idle), VOCABS["tgt"])
     assert [message for message in logged if "has no effect" in message or "above" in message] == [
         warning
     ]
 
 
+SAMPLING = ["-beam_size", "1", "-random_sampling_topk", "5", "-random_sampling_temp", "0.5"]
+
+
 def test_options_that_act_give_no_warning(logged):
     acting = [
+        "-replace_unk",
+        "-phrase_table",
+        "table.txt",
         "-length_penalty",
         "wu",
         "-alpha",
@@ -87,7 +114,7 @@ def test_options_that_act_give_no_warning(logged):
     ]
     search_options(command(*acting), VOCABS["tgt"])
     search_options(
-        command("-beam_size", "1", "-random_sampling_topk", "5", "-random_sampling_temp", "0.5"),
+        command(*SAMPLING, "-seed", "7"),
         VOCABS["tgt"],
     )
     assert logged == []
@@ -119,3 +146,15 @@ def test_a_minimum_above_the_maximum_ends_every_output_at_the_maximum(translator
     results = translator_of(["-min_length", "9", "-max_length", "4"]).translate(["s1 s2", "s3"])
     assert [len(result.tokens[0]) for result in results] == [4, 4]
     assert SearchOptions(min_length=9, max_length=4).max_length == 4
+
+
+def test_an_ensembles_averaging_is_idle_with_one_model(translator_of, logged):
+    search_options(command("-avg_raw_probs", models=("a.pt", "b.pt")), VOCABS["tgt"])
+    assert logged == []
+    translator = translator_of(["-beam_size", "3", "-max_length", "8"])
+    lines = ["s1 s2 s3", "s3 s1", "s2 s2 s4 s1"]
+    log_probs = translator.translate(lines)
+    translator.avg_raw_probs = True
+    for averaged, alone in zip(translator.translate(lines), log_probs):
+        assert averaged.hypotheses == alone.hypotheses
+        assert averaged.scores == pytest.approx(alone.scores, abs=1e-5)
