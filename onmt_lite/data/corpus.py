@@ -35,6 +35,19 @@ def read_once(path: str) -> bool:
     return not os.path.samefile(path, os.devnull)
 
 
+def same_stream(path: str, other: str) -> bool:
+    """Whether ``path`` and ``other`` name one stream that can be read only once (``-`` and
+    ``/dev/stdin``, a FIFO named twice): what one of them reads, the other never sees."""
+    if not (read_once(path) and read_once(other)):
+        return False
+    try:
+        first = os.fstat(0) if path == STDIN else os.stat(path)
+        second = os.fstat(0) if other == STDIN else os.stat(other)
+    except OSError:
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
 def require_rereadable(path: str, option: str, why: str) -> None:
     """A UserError naming ``option`` if ``path`` can be read only once (``read_once``): a command
     that reads it twice (``why``) would see nothing the second time."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from onmt_lite.data.corpus import STDIN, line_passes, read_lines
+from onmt_lite.data.corpus import STDIN, line_passes, read_lines, same_stream
 from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import check_directory, write_attention_plots
 from onmt_lite.translate.beam_dump import dump_text
@@ -132,8 +132,9 @@ def translate(opt):
     torch.manual_seed(opt.seed)
     if opt.threads:
         torch.set_num_threads(opt.threads)
-    if opt.src == STDIN and opt.tgt == STDIN:
-        raise UserError("-src - and -tgt -: only one of them can read standard input")
+    if opt.tgt and same_stream(opt.src, opt.tgt):
+        stream = "standard input" if same_stream(opt.src, STDIN) else "the stream both name"
+        raise UserError(f"-src {opt.src} and -tgt {opt.tgt}: only one of them can read {stream}")
     # a first pass checks and counts the lines before the model loads; the second translates them
     src_lines = line_passes(opt.src)
     total = sum(1 for _ in src_lines())

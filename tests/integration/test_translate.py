@@ -616,16 +616,55 @@ def test_a_source_read_only_once_translates_as_its_file_does(models, tmp_path, s
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(data.splitlines()) == 40
 
 
-def test_standard_input_is_named_in_errors_and_read_by_one_option_only(models):
+def test_standard_input_is_named_in_errors_and_read_by_one_option_only(models, tmp_path):
     m = models["plain"]
     with standard_input(b"a b\n\xe9 c\n"):
         result = run_in_process("translate", "-model", m["model"], "-src", "-", "-output", "-")
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         "onmt_lite_translate: error: standard input:2: not valid UTF-8 (byte 0xe9 at column 1)"
     )
-    result = run_in_process("translate", "-model", m["model"], "-src", "-", "-tgt", "-")
+    # /dev/stdin is standard input too (it was read by one, and the other found 0 lines)
+    for src, tgt in (("-", "-"), ("/dev/stdin", "-"), ("-", "/dev/stdin")):
+        with standard_input(b"a b\n"):
+            args = ["-src", src, "-tgt", tgt, "-output", tmp_path / "o.txt"]
+            result = run_in_process("translate", "-model", m["model"], *args)
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+            f"onmt_lite_translate: error: -src {src} and -tgt {tgt}: only one of them can read "
+            "standard input"
+        )
+
+
+@contextlib.contextmanager
+def fifo_ending_each_read(path):
+    """A FIFO at ``path`` whose every reader soon reads its end (a writer opens it and closes at
+    once): a command that opened it fails instead of waiting for ever."""
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def end_reads():
+        while not done.wait(0.1):
+            try:  # fails (ENXIO) while no reader waits
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=end_reads, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_fifo_named_by_src_and_tgt_is_refused_unopened(models, tmp_path):
+    fifo = tmp_path / "fifo"
+    with fifo_ending_each_read(fifo):
+        args = ["-src", fifo, "-tgt", fifo, "-output", tmp_path / "o.txt"]
+        result = run_in_process("translate", "-model", models["plain"]["model"], *args)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
-        "onmt_lite_translate: error: -src - and -tgt -: only one of them can read standard input"
+        f"onmt_lite_translate: error: -src {fifo} and -tgt {fifo}: only one of them can read the "
+        "stream both name"
     )
 
 
