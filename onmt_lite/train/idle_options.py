@@ -78,12 +78,33 @@ def _training_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool
     ]
 
 
-def idle_options(opt: argparse.Namespace, model_given: bool = True) -> list[str]:
+def _validation_rules(opt: argparse.Namespace, validation: bool):
+    """``(names, idle, why)`` of the options of validation, idle without validation data."""
+    return [
+        (
+            (
+                "valid_steps",
+                "valid_batch_size",
+                "valid_metrics",
+                "early_stopping",
+                "early_stopping_criteria",
+            ),
+            not validation,
+            f"{opt.data} has no validation data (preprocess with -valid_src and -valid_tgt)",
+        )
+    ]
+
+
+def idle_options(
+    opt: argparse.Namespace, model_given: bool = True, validation: bool = True
+) -> list[str]:
     """A line for each option of ``opt`` that is not at its default and that the others make
     idle; the options of the model's layers only with ``model_given`` (a run resumed with
-    -train_from takes them from the checkpoint, which named them when it was trained)."""
+    -train_from takes them from the checkpoint, which named them when it was trained), and those
+    of validation as idle without ``validation`` data."""
     defaults = option_defaults([model_opts, train_opts])
     rules = (_model_rules(opt) if model_given else []) + _training_rules(opt)
+    rules += _validation_rules(opt, validation)
     notes = []
     for names, idle, why in rules:
         for name in names:

@@ -176,3 +176,30 @@ def test_the_optimizers_steps_are_the_same_without_the_idle_option(around, idle,
     assert idle_rates == rates and len(set(rates)) > 1  # a schedule that moves, unchanged
     for param, idle_param in zip(params, idle_params):
         torch.testing.assert_close(idle_param, param, rtol=0, atol=0)
+
+
+def test_the_options_of_validation_are_idle_without_validation_data():
+    opt = model_options(
+        "-data",
+        "runs/d",
+        "-valid_steps",
+        "100",
+        "-valid_metrics",
+        "BLEU",
+        "-early_stopping",
+        "2",
+        "-early_stopping_criteria",
+        "BLEU",
+    )
+    assert idle_options(opt, validation=True) == []
+    why = "runs/d has no validation data (preprocess with -valid_src and -valid_tgt)"
+    assert idle_options(opt, validation=False) == [
+        f"-{name} has no effect: {why}"
+        for name in (
+            "valid_steps 100",
+            "valid_metrics BLEU",
+            "early_stopping 2",
+            "early_stopping_criteria BLEU",
+        )
+    ]
+    assert idle_options(model_options(), validation=False) == []  # defaults: nothing named
