@@ -9,7 +9,7 @@ import logging
 import torch
 
 from onmt_lite.loss.options import add_loss_class_options
-from onmt_lite.models.checkpoint import refuse_an_earlier_run
+from onmt_lite.models.checkpoint_files import refuse_an_earlier_run
 from onmt_lite.opts import build_parser, config_opts, model_opts, parse, train_opts
 from onmt_lite.train.distributed import (
     check_options,

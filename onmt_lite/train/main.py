@@ -19,12 +19,12 @@ from onmt_lite.models.builder import build_model, model_dims
 from onmt_lite.models.checkpointing import use_checkpointing
 from onmt_lite.models.compiled import compile_layers
 from onmt_lite.models.checkpoint import (
-    CheckpointWriter,
     load_checkpoint,
     model_from_checkpoint,
     restore_model,
     set_rng_state,
 )
+from onmt_lite.models.checkpoint_files import CheckpointWriter
 from onmt_lite.train.averaging import MovingAverage
 from onmt_lite.train.corpora import describe_corpora, load_data, restore_position, training_batches
 from onmt_lite.train.early_stopping import EarlyStopping

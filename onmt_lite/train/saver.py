@@ -12,7 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from onmt_lite.models.checkpoint import CheckpointWriter, build_checkpoint
+from onmt_lite.models.checkpoint import build_checkpoint
+from onmt_lite.models.checkpoint_files import CheckpointWriter
 from onmt_lite.utils.logging import logger
 
 

@@ -7,13 +7,11 @@ import os
 import pytest
 import torch
 
-from onmt_lite.models.checkpoint import (
+from onmt_lite.models.checkpoint import build_checkpoint, model_from_checkpoint, model_options
+from onmt_lite.models.checkpoint_files import (
     CheckpointWriter,
     best_path,
-    build_checkpoint,
     checkpoint_path,
-    model_from_checkpoint,
-    model_options,
     saved_checkpoints,
 )
 from onmt_lite.opts import model_opts, option_defaults

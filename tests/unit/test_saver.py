@@ -3,11 +3,11 @@ the newest ``-keep_checkpoint`` step checkpoints and writes ``PREFIX_best.pt`` o
 
 import torch
 
-from onmt_lite.models.checkpoint import (
+from onmt_lite.models.checkpoint import load_checkpoint
+from onmt_lite.models.checkpoint_files import (
     CheckpointWriter,
     best_path,
     checkpoint_path,
-    load_checkpoint,
     saved_checkpoints,
 )
 from onmt_lite.train.averaging import MovingAverage
