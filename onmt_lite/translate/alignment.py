@@ -30,7 +30,10 @@ def check_alignment_models(models, option="-report_align"):
             len(decoder.layers), decoder.layers[0].context_attn.heads
         )
         if problem:
-            raise UserError(f"{option}: the model's {problem}")
+            raise UserError(
+                f"{option}: the model's {problem}; the head is the model's: train one with "
+                "-alignment_layer and -alignment_heads that its decoder has"
+            )
 
 
 def decoder_inputs(hypotheses, vocab_size):

@@ -202,7 +202,8 @@ def test_the_alignment_options_are_in_the_checkpoint_and_old_ones_load_with_1x_d
     with pytest.raises(
         UserError,
         match="-report_align: the model's -alignment_layer -3 is not a layer of the "
-        "1-layer decoder",
+        r"1-layer decoder \(from -1 to 0\); the head is the model's: train one with "
+        "-alignment_layer and -alignment_heads that its decoder has",
     ):
         Translator.load(old, report_align=True)
 
