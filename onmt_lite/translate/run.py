@@ -34,7 +34,11 @@ from onmt_lite.utils.files import StagedOutputs
 from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
 from onmt_lite.utils.metrics import corpus_scores
-from onmt_lite.utils.output_paths import require_distinct_outputs, require_file_path
+from onmt_lite.utils.output_paths import (
+    require_distinct_outputs,
+    require_file_path,
+    require_outputs_not_inputs,
+)
 from onmt_lite.utils.progress import Progress
 
 
@@ -84,7 +88,8 @@ PLOT_NAME = re.compile(r"\d{5,}\.png")  # attn_plot.plot_path's names: DIR/00001
 def check_outputs(opt) -> list[tuple[str, str]]:
     """The ``(option, path)`` of each file the run writes, -output's first (``-``: /dev/stdout),
     checked before any work: each path can be written, no two (nor the log file) are one file, none
-    is -attn_plot's directory or one of its plots, and -attn_plot's directory can be made. A
+    (nor the log) is an input (-src, -tgt, -model, -phrase_table), none is -attn_plot's directory
+    or one of its plots, and -attn_plot's directory can be made. A
     UserError otherwise. Nothing is made or opened: the command checks before it opens its log."""
     output = "/dev/stdout" if opt.output == "-" else opt.output  # either writes to descriptor 1
     if opt.tgt_prefix and not opt.tgt:
@@ -92,7 +97,11 @@ def check_outputs(opt) -> list[tuple[str, str]]:
     outputs = [("-output", output)] + ([("-dump_beam", opt.dump_beam)] if opt.dump_beam else [])
     for option, path in outputs:
         require_file_path(path, option)  # not a directory, in one that exists and is writable
-    require_distinct_outputs(outputs, [("-log_file", opt.log_file)] if opt.log_file else [])
+    log = [("-log_file", opt.log_file)] if opt.log_file else []
+    require_distinct_outputs(outputs, log)
+    inputs = [("-src", opt.src), ("-tgt", opt.tgt), ("-phrase_table", opt.phrase_table)]
+    inputs += [("-model", path) for path in opt.model]
+    require_outputs_not_inputs(outputs + log, [(o, p) for o, p in inputs if p and p != STDIN])
     if opt.attn_plot:
         plots = os.path.realpath(opt.attn_plot)
         for option, path in outputs:

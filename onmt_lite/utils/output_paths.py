@@ -80,6 +80,28 @@ def require_distinct_outputs(
         seen.append((option, path, replaced, names))
 
 
+def require_outputs_not_inputs(
+    outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str, str]]
+) -> None:
+    """A UserError naming both options when one of ``outputs`` (``(option, path)`` pairs) is a
+    regular file among ``inputs``, which the command reads: writing it would lose the input (a
+    translation's -output over its -src). Inputs that do not exist are left to their reader."""
+    read = {}
+    for option, path in inputs:
+        with contextlib.suppress(OSError):
+            found = os.stat(path)
+            if stat.S_ISREG(found.st_mode):
+                read.setdefault((found.st_dev, found.st_ino), (option, path))
+    for option, path in outputs:
+        kind, where = destination(path)
+        for identity in _identities(kind, where) & read.keys():
+            input_option, input_path = read[identity]
+            raise UserError(
+                f"{option} {path}: the same file as {input_option} {input_path}, which this "
+                "command reads; give the output a file of its own"
+            )
+
+
 def require_directory(path, option):
     """The directory that ``path`` will be written in (that of a symbolic link's target); a
     UserError naming ``option`` if it is missing or not writable. A path that is written straight

@@ -4,6 +4,7 @@ reversal task."""
 import fcntl
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -233,6 +234,43 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(model, tmp_path
     printed = result.stdout.splitlines()
     assert len(printed) == len(lines(model["src"])) + 1  # the translations, then the dump's line
     assert len(json.loads(printed[-1])) == len(lines(model["src"]))
+
+
+def test_an_output_over_one_of_the_inputs_is_refused_before_any_work(model, tmp_path, capsys):
+    """-output over -src replaced the source by its translation (the run read it, then renamed its
+    output over it); the log appended to it would have been read as more lines."""
+    source = tmp_path / "src.txt"
+    source.write_bytes(pathlib.Path(model["src"]).read_bytes())
+    target = tmp_path / "tgt.txt"
+    target.write_bytes(pathlib.Path(model["tgt"]).read_bytes())
+    table = tmp_path / "table.txt"
+    table.write_text("a|||b\n")
+    (tmp_path / "link.txt").symlink_to(source)
+    checkpoint = model["model"]
+    files = {path: path.read_bytes() for path in (source, target, table)}
+    before = os.stat(checkpoint).st_mtime_ns
+    reading = ["-src", source, "-tgt", target, "-replace_unk", "-phrase_table", table]
+    out = tmp_path / "o.txt"
+    cases = [
+        (["-output", source], f"-output {source}: the same file as -src {source}"),
+        (
+            ["-output", tmp_path / "link.txt"],
+            f"-output {tmp_path / 'link.txt'}: the same file as -src",
+        ),
+        (["-output", out, "-dump_beam", target], f"-dump_beam {target}: the same file as -tgt"),
+        (["-output", out, "-log_file", source], f"-log_file {source}: the same file as -src"),
+        (["-output", table], f"-output {table}: the same file as -phrase_table {table}"),
+        (["-output", checkpoint], f"-output {checkpoint}: the same file as -model {checkpoint}"),
+    ]
+    for args, message in cases:
+        result = run_translate(capsys, model, *reading, *args)
+        assert result.returncode == 2, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"onmt_lite_translate: error: {message}"), last
+        assert last.endswith("which this command reads; give the output a file of its own")
+        assert all(path.read_bytes() == data for path, data in files.items())
+        assert os.stat(checkpoint).st_mtime_ns == before
+        assert not out.exists()
 
 
 def test_a_refused_dump_beam_leaves_no_output_nor_temporary(model, tmp_path, capsys):
