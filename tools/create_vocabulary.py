@@ -24,7 +24,7 @@ from onmt_lite.data.vocab import SPECIALS
 from onmt_lite.opts import OptionParser, add, choice, int_at_least, parse
 from onmt_lite.utils.errors import UserError, run_command
 from onmt_lite.utils.files import write_text
-from onmt_lite.utils.output_paths import require_file_path
+from onmt_lite.utils.output_paths import require_file_path, require_outputs_not_inputs
 
 PROG = "create_vocabulary.py"
 FILE_TYPES = ("text", "field")
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run create_vocabulary.py with ``argv`` (default: the command line)."""
     opt = parse(build_parser(), argv)
     require_file_path(opt.out_file, "-out_file")
+    read = [("-file", path) for path in opt.file]
+    require_outputs_not_inputs([("-out_file", opt.out_file)], read)  # a corpus is never replaced
     if opt.file_type == "field":
         words = field_words(opt)
         if not words:

@@ -577,6 +577,18 @@ def test_create_vocabulary_refuses_bad_input(tmp_path, capsys):
     )
 
 
+def test_create_vocabulary_never_writes_over_a_file_it_counts(tmp_path, capsys):
+    corpus = write_lines(tmp_path / "a.txt", ["b a c"])
+    other = write_lines(tmp_path / "b.txt", ["c"])
+    err = fails(capsys, "create_vocabulary", "-file", other, corpus, "-out_file", corpus)
+    assert err.strip() == (
+        f"create_vocabulary.py: error: -out_file {corpus}: the same file as -file {corpus}, which "
+        "this command reads; give the output a file of its own"
+    )
+    with open(corpus, encoding="utf-8") as f:
+        assert f.read() == "b a c\n"  # it was replaced by the vocabulary
+
+
 def test_create_vocabulary_from_a_preprocessed_vocab_field(trained, tmp_path, capsys):
     prefix, _ = trained
     saved = torch.load(f"{prefix}.vocab.pt", weights_only=True)
