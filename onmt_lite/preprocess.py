@@ -20,7 +20,7 @@ from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs
 from onmt_lite.utils.locks import remove_stale_temporaries
 from onmt_lite.utils.logging import logger
-from onmt_lite.utils.output_paths import require_makeable_directory
+from onmt_lite.utils.output_paths import require_makeable_directory, require_outputs_not_inputs
 from onmt_lite.utils.progress import Progress, count_lines
 
 
@@ -30,16 +30,33 @@ def output_directory(save_data):
     return os.path.dirname(os.path.abspath(shards.vocab_path(save_data)))
 
 
+def corpora_options(opt) -> list[tuple[str, str]]:
+    """``(option, path)`` of each text file preprocessing reads (its corpora, the vocabulary and
+    alignment files)."""
+    corpora = [("-train_src", path) for path in opt.train_src]
+    corpora += [("-train_tgt", path) for path in opt.train_tgt]
+    corpora += [("-valid_src", opt.valid_src), ("-valid_tgt", opt.valid_tgt)]
+    return [(option, path) for option, path in corpora if path]
+
+
 def check_corpora_rereadable(opt):
     """Refuse a corpus that can be read only once (a pipe, standard input): each is read twice,
     the training files for the vocabulary and then for the shards, the validation files to count
     their lines and then for the shards."""
-    corpora = [("-train_src", path) for path in opt.train_src]
-    corpora += [("-train_tgt", path) for path in opt.train_tgt]
-    corpora += [("-valid_src", opt.valid_src), ("-valid_tgt", opt.valid_tgt)]
-    for option, path in corpora:
-        if path:
-            require_rereadable(path, option, "preprocess reads it twice")
+    for option, path in corpora_options(opt):
+        require_rereadable(path, option, "preprocess reads it twice")
+
+
+def check_log_file(opt):
+    """Refuse a -log_file that is a file preprocessing reads: the log would be read as text. Checked
+    before the log opens."""
+    if opt.log_file:
+        read = corpora_options(opt) + [
+            (f"-{name}", getattr(opt, name))
+            for name in ("src_vocab", "tgt_vocab", "train_align", "valid_align")
+            if getattr(opt, name)
+        ]
+        require_outputs_not_inputs([("-log_file", opt.log_file)], read)
 
 
 def check_outputs(save_data, overwrite):

@@ -158,6 +158,22 @@ def test_a_missing_save_data_directory_is_made_and_a_failed_run_removes_it(
     assert sorted(os.listdir(out)) == ["a", "c"]
 
 
+def test_a_log_file_that_is_one_of_the_corpora_is_refused_before_it_opens(corpus, capsys):
+    """The log was appended to the corpus, whose second reading (the shards) saw other lines."""
+    src, tgt, out = corpus
+    with open(src, encoding="utf-8") as f:
+        text = f.read()
+    args = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d", "-log_file", src]
+    code, _, err = invoke_captured("preprocess", args, capsys)
+    assert code == 2 and err.strip() == (
+        f"onmt_lite_preprocess: error: -log_file {src}: the same file as -train_src {src}, which "
+        "this command reads; give the output a file of its own"
+    )
+    with open(src, encoding="utf-8") as f:
+        assert f.read() == text
+    assert os.listdir(out) == []
+
+
 def test_existing_outputs_are_refused_without_overwrite_and_replaced_with_it(corpus):
     src, tgt, out = corpus
     base = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"]
