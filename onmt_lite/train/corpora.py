@@ -28,26 +28,7 @@ def load_data(opt):
         vocab_path(opt.data), VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)"
     )
     vocabs = vocabs_from_plain(record)
-    _warn_of_feature_options_without_features(opt, record)
     return record, vocabs, chosen_corpora(opt, record), shard_paths(opt.data, "valid")
-
-
-def _warn_of_feature_options_without_features(opt, record):
-    """1.x ignored the -feat_* options without word features: so do we, but not silently."""
-    given = [
-        f"-{name} {getattr(opt, name)}"
-        for name, default in (
-            ("feat_merge", "concat"),
-            ("feat_vec_size", -1),
-            ("feat_vec_exponent", 0.7),
-        )
-        if getattr(opt, name) != default
-    ]
-    if given and not record.get("src_feats"):
-        logger.warning(
-            f"{' '.join(given)}: -data {opt.data} has no source word features (word\uffe8feat "
-            f"tokens), so the option(s) do nothing"
-        )
 
 
 def _holding(ids):

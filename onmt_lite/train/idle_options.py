@@ -12,11 +12,19 @@ import argparse
 from onmt_lite.opts import model_opts, option_defaults, train_opts
 
 
-def _model_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool, str]]:
-    """``(names, idle, why)`` of the options that describe the model's layers."""
+def _model_rules(
+    opt: argparse.Namespace, features: bool
+) -> list[tuple[tuple[str, ...], bool, str]]:
+    """``(names, idle, why)`` of the options that describe the model's layers (and, without source
+    word ``features`` in the data, their embeddings)."""
     recurrent = opt.encoder_type in ("rnn", "brnn") or opt.decoder_type == "rnn"
     transformer = "transformer" in (opt.encoder_type, opt.decoder_type)
     return [
+        (
+            ("feat_merge", "feat_vec_size", "feat_vec_exponent"),
+            not features,
+            f"{opt.data} has no source word features (word\uffe8feat tokens)",
+        ),
         (("rnn_type",), not recurrent, "the model has no recurrent layers"),
         (
             ("input_feed", "global_attention"),
@@ -96,14 +104,17 @@ def _validation_rules(opt: argparse.Namespace, validation: bool):
 
 
 def idle_options(
-    opt: argparse.Namespace, model_given: bool = True, validation: bool = True
+    opt: argparse.Namespace,
+    model_given: bool = True,
+    validation: bool = True,
+    features: bool = True,
 ) -> list[str]:
     """A line for each option of ``opt`` that is not at its default and that the others make
-    idle; the options of the model's layers only with ``model_given`` (a run resumed with
-    -train_from takes them from the checkpoint, which named them when it was trained), and those
-    of validation as idle without ``validation`` data."""
+    idle; the model's only with ``model_given`` (a run resumed with -train_from takes them from
+    the checkpoint, which named them when it was trained); those of validation as idle without
+    ``validation`` data, and those of word features without ``features`` in the data."""
     defaults = option_defaults([model_opts, train_opts])
-    rules = (_model_rules(opt) if model_given else []) + _training_rules(opt)
+    rules = (_model_rules(opt, features) if model_given else []) + _training_rules(opt)
     rules += _validation_rules(opt, validation)
     notes = []
     for names, idle, why in rules:

@@ -93,15 +93,15 @@ def restore_optimizer(optim, checkpoint, reset_optim):
     )
 
 
-def check_options(opt, warn: bool = True, validation: bool = True):
+def check_options(opt, warn: bool = True, validation: bool = True, features: bool = True):
     """Errors for options that contradict each other, and with ``warn`` a warning for each that
-    the others (or no ``validation`` data) make idle (``idle_options``; the model's only on a new
-    model: a resumed one is the checkpoint's)."""
+    the others (or data without ``validation`` or source word ``features``) make idle
+    (``idle_options``; the model's only on a new model: a resumed one is the checkpoint's)."""
     check_criteria(opt)
     check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
-    idle = idle_options(opt, model_given=not opt.train_from, validation=validation)
+    idle = idle_options(opt, not opt.train_from, validation, features)
     for note in idle if warn else []:
         logger.warning(note)
 
@@ -232,7 +232,8 @@ def _train(opt, dist, held):
     is_main = dist is None or dist.is_main  # logs, validates and writes checkpoints
     # the options' warnings: every process would give the same
     opt = resolve_options(opt, checkpoint, record, warn=is_main)
-    check_options(opt, warn=is_main, validation=bool(valid_paths))
+    features = bool(record.get("src_feats"))
+    check_options(opt, warn=is_main, validation=bool(valid_paths), features=features)
     device = choose_device(opt, dist)
     if device.type == "cuda":
         logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")

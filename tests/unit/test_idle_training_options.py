@@ -203,3 +203,12 @@ def test_the_options_of_validation_are_idle_without_validation_data():
         )
     ]
     assert idle_options(model_options(), validation=False) == []  # defaults: nothing named
+
+
+def test_the_options_of_word_features_are_idle_without_features_in_the_data():
+    opt = model_options("-data", "runs/d", "-feat_merge", "sum", "-feat_vec_exponent", "0.5")
+    assert idle_options(opt, features=True) == []
+    assert idle_options(opt, features=False) == [
+        f"-{name} has no effect: runs/d has no source word features (word\uffe8feat tokens)"
+        for name in ("feat_merge sum", "feat_vec_exponent 0.5")
+    ]
