@@ -8,9 +8,11 @@ import time
 import torch
 
 from onmt_lite.serve.config import PATH_OPTIONS, ModelSpec, seconds, translation_options
+from onmt_lite.translate.loading import idle_translation_options
 from onmt_lite.translate.service import TranslationService
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.logging import logger
 
 
 class UnknownModel(UserError):
@@ -22,6 +24,8 @@ class ServedModel:
 
     def __init__(self, spec: ModelSpec, max_tokens: int):
         self.spec = spec
+        for note in idle_translation_options(spec.opt):  # once: the model may load many times
+            logger.warning(note, extra={"fields": {"model_id": spec.model_id}})
         self.load_time = None
         self.service = TranslationService(
             self._load,

@@ -11,7 +11,6 @@ from onmt_lite.translate.fast_paths import prepare_model
 from onmt_lite.translate.inputs import read_file_lines
 from onmt_lite.translate.search import SearchOptions
 from onmt_lite.utils.errors import UserError
-from onmt_lite.utils.logging import logger
 
 
 def load_models(
@@ -74,14 +73,12 @@ def attention_options(opt):
 
 def search_options(opt, tgt_vocab):
     """The ``SearchOptions`` of ``onmt_lite_translate``'s options; contradictions are a
-    UserError, and options that change nothing are logged (``idle_translation_options``)."""
+    UserError."""
     sampling = opt.random_sampling_topk != 1
     if opt.n_best > opt.beam_size:
         raise UserError(f"-n_best {opt.n_best} is larger than -beam_size {opt.beam_size}")
     if sampling and opt.beam_size > 1:
         raise UserError("random sampling (-random_sampling_topk other than 1) needs -beam_size 1")
-    for note in idle_translation_options(opt):
-        logger.warning(note)
     return SearchOptions(
         beam_size=opt.beam_size,
         n_best=opt.n_best,
@@ -104,7 +101,8 @@ def search_options(opt, tgt_vocab):
 
 
 def idle_translation_options(opt) -> list[str]:
-    """A line for each translation option in ``opt`` whose value another option's makes idle: a
+    """A line for each translation option in ``opt`` whose value another option's makes idle (the
+    command and the server log them, once, before any model loads): a
     penalty's weight without the penalty or the penalty with a weight of 0 (1.x warned of those
     four), a coverage penalty at each step without one, n-grams ignored without blocking, a
     temperature or a seed without sampling, a phrase table without -replace_unk, an ensemble's

@@ -28,6 +28,7 @@ from onmt_lite.data.corpus import STDIN, line_passes, read_lines, same_stream
 from onmt_lite.translate.alignment import pharaoh
 from onmt_lite.translate.attn_plot import check_directory, write_attention_plots
 from onmt_lite.translate.beam_dump import dump_text
+from onmt_lite.translate.loading import idle_translation_options
 from onmt_lite.translate.translator import Translator
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import StagedOutputs
@@ -147,6 +148,8 @@ def translate(opt):
     # a first pass checks and counts the lines before the model loads; the second translates them
     src_lines = line_passes(opt.src)
     total = sum(1 for _ in src_lines())
+    for note in idle_translation_options(opt):
+        logger.warning(note)
     translator = Translator.from_opt(opt)
     summary = Summary(opt)
     with StagedOutputs() as staged:  # every output appears at the end, or none does

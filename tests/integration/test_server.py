@@ -277,8 +277,9 @@ def test_models_health_and_the_model_endpoints(server, models, alone):
     assert server.call("GET", f"/to_cpu/{PLAIN}") == (200, {"status": "ok", "model_id": PLAIN})
     status, answer = server.call("GET", f"/to_gpu/{PLAIN}")
     assert status == 400 and "configured for the CPU" in answer["error"]
+    # -alpha without a length penalty is idle: said once, for the clone, however often it loads
     status, answer = server.call(
-        "POST", f"/clone_model/{PLAIN}", {"opt": {"beam_size": 1}, "timeout": 5}
+        "POST", f"/clone_model/{PLAIN}", {"opt": {"beam_size": 1, "alpha": 0.6}, "timeout": 5}
     )
     assert status == 200 and answer["status"] == "ok" and answer["load_time"] >= 0
     clone = answer["model_id"]
@@ -286,6 +287,12 @@ def test_models_health_and_the_model_endpoints(server, models, alone):
     status, answer = server.call("POST", "/translate", [{"src": source, "id": clone}])
     greedy = Translator.load(models["plain"]["model"], beam_size=1).translate([source])[0]
     assert status == 200 and answer[0][0]["tgt"] == greedy.hypotheses[0]
+    assert server.call("GET", f"/unload_model/{clone}")[0] == 200
+    assert server.call("POST", "/translate", [{"src": source, "id": clone}])[0] == 200
+    idle = [json.loads(line) for line in server.log if "has no effect" in line]
+    assert [(line["level"], line["model_id"], line["message"]) for line in idle] == [
+        ("WARNING", clone, "-alpha 0.6 has no effect: only -length_penalty wu reads it")
+    ]
 
 
 @pytest.mark.parametrize(

@@ -325,6 +325,21 @@ def test_the_opennmt_py_1x_command_lines(models, tmp_path):
     assert single.returncode == 0 and lines(tmp_path / "ens") == lines(tmp_path / "single")
 
 
+def test_an_idle_option_is_warned_of_once_and_translates_as_without_it(models, tmp_path):
+    m = models["plain"]
+    args = ["-model", m["model"], "-src", m["src"], "-shard_size", 7]
+    plain = run_in_process("translate", *args, "-output", tmp_path / "plain")
+    idle = run_in_process("translate", *args, "-alpha", 0.6, "-output", tmp_path / "idle")
+    assert plain.returncode == idle.returncode == 0, idle.stderr
+    warning = "WARNING] -alpha 0.6 has no effect: only -length_penalty wu reads it"
+    assert [line for line in idle.stderr.splitlines() if "WARNING]" in line] == [
+        line for line in idle.stderr.splitlines() if line.endswith(warning)
+    ]
+    assert sum(line.endswith(warning) for line in idle.stderr.splitlines()) == 1
+    assert "WARNING]" not in plain.stderr
+    assert lines(tmp_path / "idle") == lines(tmp_path / "plain")
+
+
 def test_empty_and_very_long_lines(models, tmp_path):
     source = write_lines(tmp_path / "src.txt", ["w1 w2", "", "w3 " * 3000, "   ", "w4"])
     result = run_in_process(
