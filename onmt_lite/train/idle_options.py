@@ -32,11 +32,16 @@ def _model_rules(
             "it is an RNN decoder's, and a Transformer decoder has its own multi-head attention",
         ),
         (
-            ("heads", "transformer_ff", "max_relative_positions", "self_attn_type"),
+            (
+                "heads",
+                "transformer_ff",
+                "max_relative_positions",
+                "self_attn_type",
+                "attention_dropout",
+            ),
             not transformer,
             "the model has no Transformer layers",
         ),
-        (("attention_dropout",), not transformer, "the model has no Transformer layers"),
     ]
 
 
