@@ -35,7 +35,8 @@ def main(args=None):
     check_options(opt)
     if opt.world_size > 1 and not launched_by_torchrun():
         check_spawn_devices(opt, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-        if not opt.overwrite:  # one line before any process starts (each rank's would be many)
+        # one line before any process starts (each rank's would be many)
+        if not opt.overwrite and opt.keep_checkpoint != 0:
             refuse_an_earlier_run(opt.save_model, opt.train_from)
         init_logger()
         spawn(opt, spawned_process)

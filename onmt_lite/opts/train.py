@@ -63,7 +63,7 @@ def _general_opts(parser):
         "keep_checkpoint",
         type=int_in(-1, MAX_STEPS),
         default=-1,
-        help="Keep only the last N checkpoints (-1: all)",
+        help="Keep only the last N checkpoints (-1: all; 0: write none, as OpenNMT-py 1.x)",
     )
     add(group, "train_from", default="", help="Continue training from this checkpoint")
     add(

@@ -238,11 +238,14 @@ def _train(opt, dist, held):
     if device.type == "cuda":
         logger.info(f"CUDA settings: {configure_cuda(seeded, tf32=opt.model_dtype == 'bf16')}")
     writer = None
-    if is_main:  # before any training: a refused -save_model costs no step
+    # before any training: a refused -save_model costs no step; -keep_checkpoint 0 writes none
+    if is_main and opt.keep_checkpoint != 0:
         writer = CheckpointWriter(
             opt.save_model, opt.keep_checkpoint, opt.overwrite, opt.train_from
         )
         held.enter_context(writer)
+    elif is_main:
+        logger.info("-keep_checkpoint 0: this run writes no checkpoint (as OpenNMT-py 1.x)")
     torch.manual_seed(opt.seed)
     random.seed(opt.seed)
     processes = f"; {dist.world_size} processes ({torch.distributed.get_backend()})" if dist else ""

@@ -25,8 +25,8 @@ from onmt_lite.utils.logging import logger
 class TrainingRun:
     """The loop around a Trainer: steps, reports, validation, early stopping, checkpoints; with
     ``average`` (a MovingAverage), its update after each step and validation with its weights.
-    ``saver`` (a ``CheckpointSaver``; None in the processes that write none) is told the step to
-    save at; what it writes is its own business."""
+    ``saver`` (a ``CheckpointSaver``; None in the processes that write none, and with
+    -keep_checkpoint 0) is told the step to save at; what it writes is its own business."""
 
     def __init__(
         self,
@@ -99,16 +99,18 @@ class TrainingRun:
                 self._check_steps(step)
             if save and not validating:
                 self._check_weights(step)
-            if save and self.is_main:
+            if save and self.saver is not None:
                 self.saver.save(step)
             saved = step if save else saved
             if received:
                 name = signal.Signals(received).name
-                raise Stopped(
-                    f"stopped by {name} at step {step}; resume with -train_from "
-                    f"{self._last_checkpoint()}",
-                    128 + received,
+                last = self._last_checkpoint()
+                resume = (
+                    f"resume with -train_from {last}"
+                    if last
+                    else "no checkpoint is written (-keep_checkpoint 0)"
                 )
+                raise Stopped(f"stopped by {name} at step {step}; {resume}", 128 + received)
             if stop:
                 logger.info(
                     f"early stopping at step {step}: no improvement in {opt.early_stopping} "
@@ -165,7 +167,8 @@ class TrainingRun:
             if saved != step:
                 self._check_steps(step)
                 self._check_weights(step)
-                self.saver.save(step)
+                if self.saver is not None:
+                    self.saver.save(step)
 
     def _check_weights(self, step):
         """A UserError if a weight is NaN or infinite (a learning rate or an update out of float
@@ -200,7 +203,7 @@ class TrainingRun:
                     scores.update(metric_scores)
             improved = self.early_stopping.update(scores)
             self.reporter.validation(step, stats, extra)
-            if improved:
+            if improved and self.saver is not None:
                 self.saver.save_best(step)
             stop = self.early_stopping.should_stop()
         if self.dist is not None:

@@ -490,6 +490,23 @@ def test_keep_checkpoint_counts_the_checkpoints_of_earlier_runs_after_a_resume(d
     ]
 
 
+def test_keep_checkpoint_0_writes_no_checkpoint_as_1x(data, tmp_path):
+    """1.x's ModelSaver saved nothing with -keep_checkpoint 0 (onmt_lite kept every checkpoint):
+    no step checkpoint, no best one, and an earlier run's are neither refused nor touched."""
+    prefix = str(tmp_path / "m")
+    earlier = tmp_path / "m_step_1.pt"
+    earlier.write_bytes(b"an earlier run's")
+    args = [*TINY_MODEL, "-save_checkpoint_steps", 1, "-valid_steps", 1, "-keep_checkpoint", 0]
+    _, lines = train_in_process(data["plain"], prefix, *args, "-train_steps", 3)
+    assert sorted(os.listdir(tmp_path)) == ["m.log", "m_step_1.pt"]
+    assert earlier.read_bytes() == b"an earlier run's"
+    assert any(
+        line.endswith("-keep_checkpoint 0: this run writes no checkpoint (as OpenNMT-py 1.x)")
+        for line in lines
+    )
+    assert sum("Validation at step" in line for line in lines) == 3
+
+
 @pytest.mark.parametrize("accum", [1, 3])
 def test_single_pass_stops_after_one_pass_over_the_training_data(data, tmp_path, accum):
     """As many steps as the batches of one epoch (counted by a BatchIterator that does not repeat),
