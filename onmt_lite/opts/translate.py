@@ -12,6 +12,7 @@ from onmt_lite.opts.values import (
     choice,
     float_in,
     int_in,
+    only_number,
 )
 
 
@@ -70,6 +71,18 @@ def _model_and_data_opts(parser):
         help="Decode in float32 (the default; 1.x turned an fp16 model back to float32): the same "
         "as -precision fp32",
     )
+    add(
+        compatibility,
+        "ratio",
+        type=only_number(
+            "ratio",
+            0.0,
+            "1.x's stop of a beam by the ratio of its best score to the source length is not "
+            "implemented; -max_length_ratio R ends each hypothesis at R times its source's length",
+        ),
+        default=0.0,
+        help="1.x's ratio-based stop of a beam search: accepted at its default, 0 (off), only",
+    )
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(
             compatibility,
@@ -122,10 +135,11 @@ def _search_opts(parser):
     # infinity has a meaning: no cut before -max_length (any ratio beyond float32's is the same)
     add(
         group,
-        "ratio",
+        "max_length_ratio",
         type=float_in(0, float("inf"), infinite=True),
         default=0.0,
-        help="Also end hypotheses at RATIO times the source length (0: off)",
+        help="Also end each hypothesis at R times its source's length, rounded up (0: off; "
+        "OpenNMT-py 3.x's name: its bound is the batch's longest source's, plus 5)",
     )
     add(
         group,

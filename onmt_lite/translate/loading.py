@@ -84,7 +84,7 @@ def search_options(opt, tgt_vocab):
         n_best=opt.n_best,
         min_length=opt.min_length,
         max_length=opt.max_length,
-        ratio=opt.ratio,
+        max_length_ratio=opt.max_length_ratio,
         length_penalty=opt.length_penalty,
         alpha=opt.alpha,
         coverage_penalty=opt.coverage_penalty,

@@ -20,8 +20,8 @@ An example may join with a target prefix (``-tgt_prefix``): while it has produce
 its prefix, each of its rows can only take the prefix's next token, at the model's log-probability
 (every other token is -inf, end-of-sentence too), so its beam holds one live hypothesis until the
 prefix ends; the search then goes on freely. The prefix counts in the output, its score and its
-length (-min_length, -max_length, -ratio), but an example's maximum is never shorter than its
-prefix. A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses
+length (-min_length, -max_length, -max_length_ratio), but an example's maximum is never shorter
+than its prefix. A ``recorder`` (``beam_dump.BeamRecorder``) is told each step's kept hypotheses
 (``-dump_beam``).
 """
 
@@ -52,7 +52,7 @@ class SearchOptions:
     n_best: int = 1
     min_length: int = 0
     max_length: int = 100
-    ratio: float = 0.0
+    max_length_ratio: float = 0.0
     length_penalty: str = "none"
     alpha: float = 0.0
     coverage_penalty: str = "none"
@@ -77,14 +77,14 @@ class SearchOptions:
         }
         for name, least in whole.items():
             require_whole(name, getattr(self, name), least)
-        for name in ("ratio", "alpha", "beta", "sampling_temp"):
+        for name in ("max_length_ratio", "alpha", "beta", "sampling_temp"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or math.isnan(value):
                 raise UserError(f"{name} must be a number (got {value!r})")
-        if self.ratio < 0 or self.sampling_temp <= 0:
+        if self.max_length_ratio < 0 or self.sampling_temp <= 0:
             raise UserError(
-                f"ratio must be at least 0 and sampling_temp above 0 (got {self.ratio}, "
-                f"{self.sampling_temp})"
+                "max_length_ratio must be at least 0 and sampling_temp above 0 (got "
+                f"{self.max_length_ratio}, {self.sampling_temp})"
             )
         if not all(math.isfinite(getattr(self, name)) for name in ("alpha", "beta")):
             raise UserError(f"alpha and beta must be finite (got {self.alpha}, {self.beta})")
@@ -303,14 +303,14 @@ class Search:
 
     def _max_lengths(self, src_lengths: list[int]) -> list[int]:
         """The most tokens each example of source lengths ``src_lengths`` may produce, worked out
-        on the host (no kernel for a device): -max_length, or less with -ratio."""
+        on the host (no kernel for a device): -max_length, or less with -max_length_ratio."""
         o = self.opts
-        if o.ratio <= 0:
+        if o.max_length_ratio <= 0:
             return [o.max_length] * len(src_lengths)
         lengths = torch.tensor(src_lengths, dtype=torch.float32)  # host data: float32 products
         declare_host(lengths)
         # bounded as floats: an infinite ratio is no bound, not an overflow
-        return (lengths * o.ratio).ceil().clamp(1, o.max_length).long().tolist()
+        return (lengths * o.max_length_ratio).ceil().clamp(1, o.max_length).long().tolist()
 
     def _constrain(self, state: BeamState, log_probs: torch.Tensor) -> torch.Tensor:
         """The stepper's ``log_probs`` ``[stepper rows x V']`` with what the options forbid at -inf:

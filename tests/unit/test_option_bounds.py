@@ -32,7 +32,7 @@ COMMANDS = {
         ["-model", "m.pt", "-src", "s"],
     ),
 }
-INFINITY_HAS_A_MEANING = {"ratio"}  # -ratio inf: no cut before -max_length
+INFINITY_HAS_A_MEANING = {"max_length_ratio"}  # -max_length_ratio inf: only -max_length cuts
 
 
 def command_parser(command: str):
@@ -99,7 +99,7 @@ def test_the_walk_finds_the_numeric_options_of_every_command():
         "-max_length",
         "-max_sent_length",
         "-alpha",
-        "-ratio",
+        "-max_length_ratio",
         "-random_sampling_topk",
         "-gpu",
     } <= names["translate"]

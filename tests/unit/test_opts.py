@@ -292,7 +292,7 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
     [
         ("preprocess", {"data_type", "max_shard_size"}),
         ("train", {"model_type", "queue_size", "gpuid"}),
-        ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"}),
+        ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32", "ratio"}),
     ],
 )
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
@@ -416,7 +416,8 @@ def test_translation_takes_an_infinite_ratio_but_no_infinite_penalty_weight(caps
     from onmt_lite.opts import translate_opts
 
     command = build_parser("prog", [config_opts, translate_opts])
-    assert parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "inf"]).ratio == float("inf")
+    args = ["-model", "m.pt", "-src", "s", "-max_length_ratio", "inf"]
+    assert parse(command, args).max_length_ratio == float("inf")
     for option in ("-alpha", "-beta"):
         with pytest.raises(SystemExit):
             parse(command, ["-model", "m.pt", "-src", "s", option, "inf"])
@@ -545,3 +546,21 @@ def test_parse_records_the_options_given_on_the_command_line_or_in_a_config(tmp_
     assert opt.given_options == expected | {"config"}
     assert opt.rnn_type == build_parser("prog", groups).get_default("rnn_type")  # at its default
     assert parse(build_parser("prog", groups), ["-data", "d"]).given_options == {"data"}
+
+
+def test_1x_ratio_is_accepted_at_its_default_only_and_refused_with_the_reason(capsys):
+    """1.x's -ratio stops a beam by a score heuristic; onmt_lite's -ratio was a length bound under
+    its name (a 1.x command line got other outputs, silently). That bound is -max_length_ratio."""
+    from onmt_lite.opts import translate_opts
+
+    command = build_parser("prog", [config_opts, translate_opts])
+    for value in ("0", "-0.0", "0.0"):
+        assert parse(command, ["-model", "m.pt", "-src", "s", "-ratio", value]).ratio == 0.0
+    with pytest.raises(SystemExit) as exc:
+        parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "1.5"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip() == (
+        "prog: error: argument -ratio/--ratio: '1.5' is refused: 1.x's stop of a beam by the "
+        "ratio of its best score to the source length is not implemented; -max_length_ratio R "
+        "ends each hypothesis at R times its source's length"
+    )

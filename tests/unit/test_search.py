@@ -91,7 +91,12 @@ def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_exam
 ):
     table = markov_table(6)
     opts = SearchOptions(
-        beam_size=V**MAX, n_best=4, max_length=MAX, ratio=1.0, length_penalty=penalty, alpha=alpha
+        beam_size=V**MAX,
+        n_best=4,
+        max_length=MAX,
+        max_length_ratio=1.0,
+        length_penalty=penalty,
+        alpha=alpha,
     )
     # at most 2 and 3 tokens
     nbest = Search(opts, BOS, EOS).run(MarkovStepper(table, 2), 2, torch.tensor([2, 3]))
@@ -130,8 +135,8 @@ class SearchToTheEnd(Search):
 )
 def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(penalty, alpha, ratio):
     """The early stop bounds what a live beam can still score with its example's maximum length
-    (-ratio) and the length penalty at either end of the lengths left: the results are those of a
-    search that runs every beam to its end."""
+    (-max_length_ratio) and the length penalty at either end of the lengths left: the results are
+    those of a search that runs every beam to its end."""
     steps = 10
     stopped_early = 0
     for seed in range(30):
@@ -141,7 +146,7 @@ def test_an_example_stops_early_only_when_no_live_beam_can_change_its_n_best(pen
                 beam_size=beam_size,
                 n_best=n_best,
                 max_length=steps,
-                ratio=ratio,
+                max_length_ratio=ratio,
                 length_penalty=penalty,
                 alpha=alpha,
             )
@@ -218,7 +223,7 @@ def test_min_and_max_length_and_ratio_are_respected():
             t for _, t in brute_force(table, example, min_length=2)[:3]
         ]
         assert all(len(h.tokens) >= 2 for h in hyps)
-    short = Search(SearchOptions(beam_size=3, max_length=MAX, ratio=0.5), BOS, EOS).run(
+    short = Search(SearchOptions(beam_size=3, max_length=MAX, max_length_ratio=0.5), BOS, EOS).run(
         MarkovStepper(table, 2), 2, torch.tensor([2, 4])
     )
     assert all(len(h.tokens) <= 1 for h in short[0]) and all(len(h.tokens) <= 2 for h in short[1])
@@ -330,15 +335,16 @@ def test_nan_scores_still_end_at_the_maximum_length(beam):
 
 @pytest.mark.parametrize("ratio,expected", [(float("inf"), MAX), (1.0, 2), (0.5, 1)])
 def test_ratio_bounds_the_length_and_an_infinite_one_is_no_bound(ratio, expected):
-    search = Search(SearchOptions(max_length=MAX, ratio=ratio), BOS, EOS)
+    search = Search(SearchOptions(max_length=MAX, max_length_ratio=ratio), BOS, EOS)
     assert search._max_lengths([2, 2]) == [expected, expected]
 
 
 def test_the_ratio_bound_is_a_float32_product_as_on_the_device():
     """Worked out on the host since 2026-11-29, on the device before: the same float32 product,
     rounded up (Python's doubles would give 30 for 25 x 1.2 and 56 for 50 x 1.1)."""
-    assert Search(SearchOptions(ratio=1.2), BOS, EOS)._max_lengths([25, 45, 10]) == [31, 55, 12]
-    assert Search(SearchOptions(ratio=1.1), BOS, EOS)._max_lengths([50]) == [55]
+    search = Search(SearchOptions(max_length_ratio=1.2), BOS, EOS)
+    assert search._max_lengths([25, 45, 10]) == [31, 55, 12]
+    assert Search(SearchOptions(max_length_ratio=1.1), BOS, EOS)._max_lengths([50]) == [55]
 
 
 class CountedOutside(MarkovStepper):
