@@ -110,22 +110,21 @@ def _validation_rules(opt: argparse.Namespace, validation: bool):
 
 def idle_options(
     opt: argparse.Namespace,
-    model_given: bool = True,
+    from_checkpoint: frozenset[str] = frozenset(),
     validation: bool = True,
     features: bool = True,
 ) -> list[str]:
     """A line for each option of ``opt`` that is not at its default and that the others make
-    idle; the model's only with ``model_given`` (a run resumed with -train_from takes them from
-    the checkpoint, which named them when it was trained); those of validation as idle without
-    ``validation`` data, and those of word features without ``features`` in the data."""
+    idle, but those named in ``from_checkpoint`` (a run resumed with -train_from takes them from
+    the checkpoint, whose run named them); those of validation as idle without ``validation``
+    data, and those of word features without ``features`` in the data."""
     defaults = option_defaults([model_opts, train_opts])
-    rules = (_model_rules(opt, features) if model_given else []) + _training_rules(opt)
-    rules += _validation_rules(opt, validation)
+    rules = _model_rules(opt, features) + _training_rules(opt) + _validation_rules(opt, validation)
     notes = []
     for names, idle, why in rules:
         for name in names:
             value = getattr(opt, name)
-            if idle and value != defaults[name]:
+            if idle and value != defaults[name] and name not in from_checkpoint:
                 shown = " ".join(map(str, value)) if isinstance(value, list) else value
                 notes.append(f"-{name} {shown} has no effect: {why}")
     return notes

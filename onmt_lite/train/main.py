@@ -32,7 +32,7 @@ from onmt_lite.train.graphed import graphing_problem
 from onmt_lite.train.idle_options import idle_options
 from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
-from onmt_lite.train.resumed_options import resolve_options
+from onmt_lite.train.resumed_options import checkpoint_options, resolve_options
 from onmt_lite.train.saver import CheckpointSaver
 from onmt_lite.train.trainer import Trainer, check_schedule
 from onmt_lite.train.training_run import TrainingRun
@@ -96,12 +96,12 @@ def restore_optimizer(optim, checkpoint, reset_optim):
 def check_options(opt, warn: bool = True, validation: bool = True, features: bool = True):
     """Errors for options that contradict each other, and with ``warn`` a warning for each that
     the others (or data without ``validation`` or source word ``features``) make idle
-    (``idle_options``; the model's only on a new model: a resumed one is the checkpoint's)."""
+    (``idle_options``; not those a resumed run takes from its checkpoint, whose run named them)."""
     check_criteria(opt)
     check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
-    idle = idle_options(opt, not opt.train_from, validation, features)
+    idle = idle_options(opt, checkpoint_options(opt), validation, features)
     for note in idle if warn else []:
         logger.warning(note)
 

@@ -71,13 +71,26 @@ def resolve_options(
     return opt
 
 
+def checkpoint_options(opt: argparse.Namespace) -> frozenset[str]:
+    """The options of ``opt`` (a run's, resolved) whose values its checkpoint gave: none without
+    -train_from; the model's and, with -reset_optim none or states, the optimizer's."""
+    if not opt.train_from:
+        return frozenset()
+    optim = OPTIM_OPTIONS if opt.reset_optim in ("none", "states") else ()
+    return frozenset(_model_names() | set(optim) | {"seed"})
+
+
+def _model_names() -> set[str]:
+    """The model options a resumed run takes from its checkpoint."""
+    return set(option_defaults([model_opts])) - set(RESUME_FROM_COMMAND_LINE) - {"debug"}
+
+
 def warn_unused_options(
     command: argparse.Namespace, resumed: argparse.Namespace, optim_options: tuple[str, ...]
 ) -> None:
     """Warn of each option ``command`` was given whose value ``resumed`` (the run resumed from
     ``command.train_from``) replaced with the checkpoint's."""
-    model_names = set(option_defaults([model_opts])) - set(RESUME_FROM_COMMAND_LINE) - {"debug"}
-    model = replaced_options(command, resumed, sorted(model_names))
+    model = replaced_options(command, resumed, sorted(_model_names()))
     if model:
         logger.warning(
             f"-train_from {command.train_from}: the model is the checkpoint's; not used: {model}"

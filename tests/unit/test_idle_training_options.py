@@ -7,6 +7,7 @@ import torch
 
 from onmt_lite.train.idle_options import idle_options
 from onmt_lite.train.optim import Optimizer
+from onmt_lite.train.resumed_options import checkpoint_options
 from tests.model_helpers import TRANSFORMER, make_batch, make_model, model_options, random_pairs
 
 RNN = ["-encoder_type", "brnn"]
@@ -108,12 +109,27 @@ def test_an_idle_option_is_named_and_the_options_around_it_are_not(around, idle,
     assert idle_options(model_options(*around, *idle)) == warnings
 
 
-def test_the_model_of_a_resumed_run_is_the_checkpoints_and_goes_unnamed():
-    """-train_from: the model options are the checkpoint's (its run named them): only the
-    training's are checked."""
-    opt = model_options(*RNN, "-heads", "4", "-tensorboard_log_dir", "boards")
-    assert idle_options(opt, model_given=False) == [
-        "-tensorboard_log_dir boards has no effect: without -tensorboard nothing is written"
+@pytest.mark.parametrize("reset_optim,named", [("none", []), ("keep_states", ["adam_beta2 0.98"])])
+def test_what_a_resumed_run_takes_from_its_checkpoint_goes_unnamed(reset_optim, named):
+    """-train_from: the model options (and with -reset_optim none or states the optimizer's) are
+    the checkpoint's, which its run named: only this command line's are."""
+    opt = model_options(
+        *RNN,
+        "-heads",
+        "4",
+        "-adam_beta2",
+        "0.98",
+        "-tensorboard_log_dir",
+        "boards",
+        "-train_from",
+        "c.pt",
+        "-reset_optim",
+        reset_optim,
+    )
+    betas = "has no effect: -optim sgd has no betas (adam and adamw have)"
+    assert idle_options(opt, checkpoint_options(opt)) == [
+        *(f"-{name} {betas}" for name in named),
+        "-tensorboard_log_dir boards has no effect: without -tensorboard nothing is written",
     ]
 
 
