@@ -143,6 +143,8 @@ def load_tensors(path, what):
 
     import torch
 
+    if os.path.isdir(path):
+        raise UserError(f"{path}: a directory, not a {what}")
     if not os.path.isfile(path):
         raise UserError(f"{path}: {what} not found")
     try:

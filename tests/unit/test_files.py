@@ -93,6 +93,9 @@ def test_truncated_and_missing_files_are_named(tmp_path):
         load_tensors(path, "checkpoint")
     with pytest.raises(UserError, match=r"nothing\.pt: checkpoint not found"):
         load_tensors(str(tmp_path / "nothing.pt"), "checkpoint")
+    (tmp_path / "runs").mkdir()  # -model runs: it was "checkpoint not found", though it is there
+    with pytest.raises(UserError, match=r"runs: a directory, not a checkpoint$"):
+        load_tensors(str(tmp_path / "runs"), "checkpoint")
 
 
 def test_stale_temporaries_of_a_killed_writer_are_removed_and_nothing_else(tmp_path):
