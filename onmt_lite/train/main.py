@@ -101,9 +101,9 @@ def check_options(opt, warn: bool = True, validation: bool = True, features: boo
     check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")
-    idle = idle_options(opt, checkpoint_options(opt), validation, features)
-    for note in idle if warn else []:
-        logger.warning(note)
+    if warn:
+        for note in idle_options(opt, checkpoint_options(opt), validation, features):
+            logger.warning(note)
 
 
 def prepare_model(opt, vocabs, checkpoint, device, is_main):
