@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.files import load_tensors
+from onmt_lite.utils.logging import logger
 
 
 def sinusoids(positions, dim):
@@ -164,16 +165,24 @@ class Embeddings(nn.Module):
         ]
 
     def load_pretrained(self, path):
-        """Copy a ``[vocab x d]`` tensor file (d <= dim) into the first d columns of the table."""
+        """Copy a ``[vocab x d]`` tensor file into the first d columns of the table; of wider
+        vectors, the first ``word_vec_size`` columns (as OpenNMT-py 1.x), with a warning."""
         vectors = load_tensors(path, "pretrained embeddings file")
         if not torch.is_tensor(vectors) or vectors.dim() != 2:
             raise UserError(f"{path}: pretrained embeddings must be a [vocab x dim] tensor")
         rows, cols = vectors.shape
-        if rows != self.lut.num_embeddings or cols > self.word_vec_size:
+        if rows != self.lut.num_embeddings:
             raise UserError(
                 f"{path}: pretrained embeddings are {rows} x {cols}; the model needs "
-                f"{self.lut.num_embeddings} rows and at most {self.word_vec_size} columns"
+                f"{self.lut.num_embeddings} rows"
             )
+        if cols > self.word_vec_size:
+            logger.warning(
+                f"{path}: pretrained embeddings of {cols} dimensions, the first "
+                f"{self.word_vec_size} kept (the word vector size)"
+            )
+            vectors = vectors[:, : self.word_vec_size]
+            cols = self.word_vec_size
         with torch.no_grad():
             self.lut.weight[:, :cols] = vectors.to(self.lut.weight.dtype)
 

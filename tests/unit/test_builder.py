@@ -347,11 +347,19 @@ def test_pretrained_vectors_with_the_wrong_row_count_are_refused(tmp_path):
         build(model_options("-pre_word_vecs_enc", path))
 
 
-def test_pretrained_vectors_wider_than_the_embedding_are_refused(tmp_path):
+def test_of_pretrained_vectors_wider_than_the_embedding_the_first_columns_are_kept(
+    tmp_path, logged
+):
+    """As OpenNMT-py 1.x (a 1.x command line with 100-dimensional GloVe vectors and
+    -word_vec_size 6 was refused here), with a warning."""
     path = tmp_path / "vectors.pt"
-    torch.save(torch.zeros(len(TGT_VOCAB), 7), path)
-    with pytest.raises(UserError, match="at most 6 columns"):
-        build(model_options("-pre_word_vecs_dec", path))
+    vectors = torch.randn(len(TGT_VOCAB), 7)
+    torch.save(vectors, path)
+    model = build(model_options("-pre_word_vecs_dec", path))
+    assert torch.equal(model.decoder.embeddings.weight.detach(), vectors[:, :6])
+    assert logged == [
+        f"{path}: pretrained embeddings of 7 dimensions, the first 6 kept (the word vector size)"
+    ]
 
 
 @pytest.mark.parametrize("side", ["enc", "dec"])
