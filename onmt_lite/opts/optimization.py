@@ -1,0 +1,198 @@
+"""Options of onmt_lite_train's optimization: the optimizer and its settings, the learning-rate
+schedule, gradient clipping, per-parameter learning rates and freezing (part of ``train_opts``)."""
+
+from onmt_lite.opts.parser import add
+from onmt_lite.opts.values import (
+    FLOAT32_MAX,
+    MAX_STEPS,
+    choice,
+    float_in,
+    int_in,
+)
+
+
+def optimization_opts(parser):
+    """The optimizer, its learning-rate schedule, clipping, per-layer rates and freezing."""
+    group = parser.add_argument_group("Optimization")
+    add(
+        group,
+        "optim",
+        default="sgd",
+        type=choice(
+            "optim",
+            ["sgd", "adagrad", "adadelta", "adam", "adamw"],
+            {
+                "sparseadam": "sparse embedding updates are not supported",
+                "adafactor": "Adafactor is not implemented",
+                "fusedadam": "apex's fused Adam is not supported",
+            },
+        ),
+        help="Optimizer",
+    )
+    add(
+        group,
+        "learning_rate",
+        type=float_in(0, FLOAT32_MAX),
+        default=1.0,
+        help="Base learning rate",
+    )
+    add(group, "adam_beta1", type=float_in(0, 1), default=0.9, help="Adam beta1")
+    add(group, "adam_beta2", type=float_in(0, 1), default=0.999, help="Adam beta2")
+    add(
+        group,
+        "adagrad_accumulator_init",
+        type=float_in(0, FLOAT32_MAX),
+        default=0.0,
+        help="Initial Adagrad accumulator value",
+    )
+    add(
+        group,
+        "weight_decay",
+        type=float_in(0, FLOAT32_MAX),
+        default=0.0,
+        help="Weight decay (L2; decoupled for adamw)",
+    )
+    add(
+        group,
+        "max_grad_norm",
+        type=float_in(0, FLOAT32_MAX),
+        default=5.0,
+        help="Clip the gradient norm to this (0: no clipping)",
+    )
+    add(
+        group,
+        "decay_method",
+        default="none",
+        type=choice(
+            "decay_method",
+            ["none", "noam", "rsqrt", "plateau"],
+            {"noamwd": "noam with a step decay is not implemented; use noam"},
+        ),
+        help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no "
+        "improvement)",
+    )
+    add(
+        group,
+        "warmup_steps",
+        type=int_in(0, MAX_STEPS),
+        default=4000,
+        help="Warm-up steps for noam and rsqrt",
+    )
+    add(
+        group,
+        "learning_rate_decay",
+        type=float_in(0, 1),
+        default=0.5,
+        help="Decay factor of the step decay and of plateau",
+    )
+    add(
+        group,
+        "start_decay_steps",
+        type=int_in(0, MAX_STEPS),
+        default=50000,
+        help="Step decay: start at this step",
+    )
+    add(
+        group,
+        "decay_steps",
+        type=int_in(1, MAX_STEPS),
+        default=10000,
+        help="Step decay: decay every N steps",
+    )
+    add(
+        group,
+        "lr_mult",
+        nargs="*",
+        default=[],
+        help="PATTERN=FACTOR ...: scale the learning rate of parameters whose names match the glob",
+    )
+    add(
+        group,
+        "freeze",
+        nargs="*",
+        default=[],
+        help="PATTERN ...: do not update parameters whose names match",
+    )
+    add(
+        group,
+        "dropout",
+        type=float_in(0, 1),
+        nargs="+",
+        default=[0.3],
+        help="Dropout probability; several values: a schedule, with -dropout_steps",
+    )
+    add(
+        group,
+        "dropout_steps",
+        type=int_in(0, MAX_STEPS),
+        nargs="+",
+        default=[0],
+        help="The steps after which each -dropout (and -attention_dropout) value applies",
+    )
+    add(
+        group,
+        "model_dtype",
+        default="fp32",
+        type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
+        help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; "
+        "fp16 with dynamic loss scaling)",
+    )
+    add(
+        group,
+        "use_ckpting",
+        nargs="*",
+        default=[],
+        type=choice("use_ckpting", ["ffn", "mha"], {"lora": "it has no LoRA layers"}),
+        help="Activation checkpointing (OpenNMT-py 3.x's option): recompute these parts of the "
+        "Transformer layers in the backward pass instead of keeping their activations: ffn "
+        "(feed-forward blocks), mha (self- and context attention); the same gradients for "
+        "less memory",
+    )
+    add(
+        group,
+        "torch_compile",
+        action="store_true",
+        help="Train the Transformer layers through torch.compile (fused kernels, for GPUs; the "
+        "first steps compile them, tens of seconds); its dropout masks are not those of a run "
+        "without it",
+    )
+    add(
+        group,
+        "cuda_graphs",
+        action="store_true",
+        help="Replay the decoder's (and a Transformer encoder's) forward and backward passes as "
+        "recorded CUDA graphs, one pair per bucket of batch shapes (batches padded up to them): "
+        "fewer launches from the host, which sets the pace of a small model's steps on a GPU. "
+        "Needs a GPU; a Transformer or input-feeding RNN decoder without copy attention, "
+        "coverage, -lambda_align, -truncated_decoder, -use_ckpting or -torch_compile; its "
+        "dropout masks are not those of a run without it",
+    )
+    add(
+        group,
+        "loss_class",
+        default="",
+        help="Train and validate with this LossComputeBase subclass: MODULE:CLASS or FILE.py:CLASS "
+        "(see docs/research.md)",
+    )
+    add(
+        group,
+        "label_smoothing",
+        type=float_in(0, 1),
+        default=0.0,
+        help="Label smoothing: this much probability mass spread over the vocabulary",
+    )
+    add(
+        group,
+        "average_decay",
+        type=float_in(0, 1),
+        default=0.0,
+        help="Keep an exponential moving average of the weights, mixing them in with the weight "
+        "max(DECAY, 1 - (step + 1) / (step + 10)); validation and checkpoints use it (0: off)",
+    )
+    add(
+        group,
+        "average_every",
+        type=int_in(1, MAX_STEPS),
+        default=1,
+        help="Update the moving average after steps 1, 1 + N, 1 + 2N, ... (with -average_decay)",
+    )
