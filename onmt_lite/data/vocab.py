@@ -38,6 +38,13 @@ class Vocab:
             self.itos[len(SPECIALS) :] + [f"averyunlikelytoken{i}" for i in range(missing)]
         )
 
+    def truncated(self, max_size):
+        """This vocabulary with its first ``max_size`` words only (0: all); itself when it has no
+        more."""
+        if not max_size or len(self.itos) - len(SPECIALS) <= max_size:
+            return self
+        return Vocab(self.itos[len(SPECIALS) : len(SPECIALS) + max_size])
+
     @classmethod
     def from_counter(cls, counter, max_size, min_frequency=0):
         """The ``max_size`` most frequent words seen at least ``min_frequency`` times.
@@ -52,7 +59,7 @@ class Vocab:
     @classmethod
     def from_file(cls, path, max_size):
         """Read one word a line (anything after the first whitespace, such as a count, is
-        ignored)."""
+        ignored); the first ``max_size`` distinct words (0: all)."""
         words = []
         try:
             with open(path, "rb") as f:
@@ -67,10 +74,10 @@ class Vocab:
                         words.append(fields[0])
         except OSError as err:
             raise UserError(f"{path}: cannot read vocabulary file ({err.strerror})") from None
-        vocab = cls(words[:max_size] if max_size else words)
+        vocab = cls(words)
         if len(vocab) == len(SPECIALS):
             raise UserError(f"{path}: the vocabulary file has no words")
-        return vocab
+        return vocab.truncated(max_size)
 
     def __len__(self):
         return len(self.itos)

@@ -68,14 +68,14 @@ def vocab_from_file(path: str, max_size: int, option: str) -> Vocab:
     """The Vocab of the file ``path``'s words, the first ``max_size`` (0: all) of them; a warning
     names a file cut to that size (``option``, such as ``-src_vocab_size``)."""
     vocab = Vocab.from_file(path, 0)
-    words = len(vocab) - len(SPECIALS)
-    if max_size and words > max_size:
+    kept = vocab.truncated(max_size)
+    if kept is not vocab:
+        words = len(vocab) - len(SPECIALS)
         logger.warning(
             f"{path}: {words} words, the first {max_size} kept ({option} {max_size}; "
             f"{option} 0 keeps them all)"
         )
-        vocab = Vocab(vocab.itos[len(SPECIALS) : len(SPECIALS) + max_size])
-    return vocab
+    return kept
 
 
 def feature_vocab_paths(prefix: str, n_feats: int) -> list[str]:

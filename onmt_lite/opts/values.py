@@ -40,6 +40,13 @@ def only_value(option, allowed, reason):
     return parse
 
 
+def shown(value) -> str:
+    """An option's value as a command line writes it (a list's items separated by spaces)."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(item) for item in value)
+    return str(value)
+
+
 def only_number(option, allowed, reason):
     """A ``type=`` that accepts the number ``allowed`` however it is written (``0``, ``-0.0``) and
     refuses any other with ``reason`` (a 1.x option whose feature onmt_lite lacks: its default,

@@ -10,6 +10,7 @@ Options that contradict each other, or that no model could build, are refused el
 import argparse
 
 from onmt_lite.opts import model_opts, option_defaults, train_opts
+from onmt_lite.opts.values import shown
 
 
 def _model_rules(
@@ -125,6 +126,5 @@ def idle_options(
         for name in names:
             value = getattr(opt, name)
             if idle and value != defaults[name] and name not in from_checkpoint:
-                shown = " ".join(map(str, value)) if isinstance(value, list) else value
-                notes.append(f"-{name} {shown} has no effect: {why}")
+                notes.append(f"-{name} {shown(value)} has no effect: {why}")
     return notes

@@ -16,6 +16,7 @@ from onmt_lite.loss.options import fill_loss_options
 from onmt_lite.models.checkpoint import model_options
 from onmt_lite.opts import model_opts
 from onmt_lite.opts.parser import option_defaults
+from onmt_lite.opts.values import shown
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
 
@@ -119,13 +120,6 @@ def replaced_options(
     for name in names:
         value = getattr(command, name)
         saved = getattr(resumed, name)
-        if name in given and _shown(value) != _shown(saved):
-            replaced.append(f"-{name} {_shown(value)} (the checkpoint's: {_shown(saved)})")
+        if name in given and shown(value) != shown(saved):
+            replaced.append(f"-{name} {shown(value)} (the checkpoint's: {shown(saved)})")
     return ", ".join(replaced)
-
-
-def _shown(value) -> str:
-    """An option's value as a command line writes it (a list's items separated by spaces)."""
-    if isinstance(value, (list, tuple)):
-        return " ".join(str(item) for item in value)
-    return str(value)

@@ -38,6 +38,14 @@ def test_from_file_takes_first_field_and_caps_size(tmp_path):
     assert Vocab.from_file(path, 2).itos[4:] == ["the", "house"]
 
 
+def test_from_file_caps_distinct_words_not_lines(tmp_path):
+    path = write_lines(tmp_path / "v.txt", ["a 3", "a 1", "b", "c"])  # a word twice
+    assert Vocab.from_file(path, 2).itos[4:] == ["a", "b"]  # it gave ["a"], the first two lines
+    vocab = Vocab.from_file(path, 0)
+    assert vocab.truncated(0) is vocab and vocab.truncated(3) is vocab
+    assert vocab.truncated(1).itos[4:] == ["a"]
+
+
 def test_from_file_reports_bad_utf8_with_line(tmp_path):
     path = tmp_path / "v.txt"
     path.write_bytes(b"ok\n\xff\xfe\n")
