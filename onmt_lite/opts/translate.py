@@ -12,7 +12,6 @@ from onmt_lite.opts.values import (
     choice,
     float_in,
     int_in,
-    only_number,
 )
 
 
@@ -71,18 +70,6 @@ def _model_and_data_opts(parser):
         help="Decode in float32 (the default; 1.x turned an fp16 model back to float32): the same "
         "as -precision fp32",
     )
-    add(
-        compatibility,
-        "ratio",
-        type=only_number(
-            "ratio",
-            0.0,
-            "1.x's stop of a beam by the ratio of its best score to the source length is not "
-            "implemented; -max_length_ratio R ends each hypothesis at R times its source's length",
-        ),
-        default=0.0,
-        help="1.x's ratio-based stop of a beam search: accepted at its default, 0 (off), only",
-    )
     for name in ("dynamic_dict", "share_vocab"):  # 1.x needed them to translate with copy models
         add(
             compatibility,
@@ -140,6 +127,16 @@ def _search_opts(parser):
         default=0.0,
         help="Also end each hypothesis at R times its source's length, rounded up (0: off; "
         "OpenNMT-py 3.x's name: its bound is the batch's longest source's, plus 5)",
+    )
+    add(
+        group,
+        "ratio",
+        type=float_in(0, FLOAT32_MAX),
+        default=0.0,
+        help="1.x's early stop of a beam search (0: off): an example stops once it has -n_best "
+        "finished hypotheses and its best candidate's score over R times its source's length is "
+        "at most the best finished hypothesis's score per token (counted as 1.x: tokens + 2). A "
+        "heuristic: a longer hypothesis might have won. Not -max_length_ratio",
     )
     add(
         group,

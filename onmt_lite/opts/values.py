@@ -47,24 +47,6 @@ def shown(value) -> str:
     return str(value)
 
 
-def only_number(option, allowed, reason):
-    """A ``type=`` that accepts the number ``allowed`` however it is written (``0``, ``-0.0``) and
-    refuses any other with ``reason`` (a 1.x option whose feature onmt_lite lacks: its default,
-    which leaves the feature off, still parses)."""
-
-    def parse(value):
-        try:
-            number = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-        if number == allowed:
-            return number
-        raise argparse.ArgumentTypeError(f"{value!r} is refused: {reason}")
-
-    parse.__name__ = option
-    return parse
-
-
 def int_at_least(minimum):
     def parse(value):
         try:

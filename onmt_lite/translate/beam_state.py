@@ -66,6 +66,9 @@ class BeamState:
             hypotheses, -inf while fewer, for the early stop (a finished hypothesis never scores
             -inf: a row that ends is live, so its score is finite, or NaN). None with one row an
             example: there is no early stop to bound (``Penalties.done``).
+        best_average ``[B]``: the best final score per token of each example's finished
+            hypotheses, counting 1.x's way (tokens + 2: ``<s>``, ``</s>`` and one more), -inf while
+            none, for -ratio's stop (``Penalties.done``); None without (``with_average``).
     Host lists (``[B]``): ids, cols, host_src_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
@@ -80,6 +83,7 @@ class BeamState:
         with_attention=True,
         with_coverage=True,
         with_penalty=False,
+        with_average=False,
     ):
         self.K = beam_size
         self.device = device
@@ -96,6 +100,7 @@ class BeamState:
         self._first_rows = torch.empty(0, dtype=torch.long, device=device)
         one_row = beam_size == 1
         self.best_finished = None if one_row else torch.empty(0, n_best, device=device)
+        self.best_average = torch.empty(0, device=device) if with_average else None
         self.prefix = None
         # what a joining example's rows start from, made once: <s>, and the scores of its first
         # step's beam: 0 for the first row, -inf for the K - 1 alike (whether the stepper holds
@@ -188,6 +193,8 @@ class BeamState:
         if self.best_finished is not None:
             unfinished = self.minus_infinity.expand(n, self.best_finished.size(1))
             self.best_finished = placed(self.best_finished, unfinished, at)
+        if self.best_average is not None:
+            self.best_average = placed(self.best_average, self.minus_infinity.expand(n), at)
         for lists, added in (
             (self.ids, joining.ids),
             (self.host_src_lengths, joining.src_lengths),
@@ -293,6 +300,11 @@ class BeamState:
             candidates = torch.where(ended, final, self.minus_infinity)  # [B x K]
             merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
             self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
+        if self.best_average is not None:
+            # 1.x divides by its sequence's length + 1, which holds <s>: the tokens + 2
+            per_token = final / (self.lengths() + 2).unsqueeze(1)  # [B x K]
+            averages = torch.where(ended, per_token, self.minus_infinity).amax(1)  # [B]
+            self.best_average = torch.maximum(self.best_average.to(final.dtype), averages)
         self.scores = self.scores.masked_fill(ended, NEG_INF)
         return log_probs
 
@@ -315,6 +327,8 @@ class BeamState:
         self.bounds = self.bounds[examples]
         if self.best_finished is not None:
             self.best_finished = self.best_finished[examples]
+        if self.best_average is not None:
+            self.best_average = self.best_average[examples]
         if self.prefix is not None:
             self.prefix = self.prefix[examples]
         self.ids = [self.ids[p] for p in positions]

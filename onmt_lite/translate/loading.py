@@ -85,6 +85,7 @@ def search_options(opt, tgt_vocab):
         min_length=opt.min_length,
         max_length=opt.max_length,
         max_length_ratio=opt.max_length_ratio,
+        ratio=opt.ratio,
         length_penalty=opt.length_penalty,
         alpha=opt.alpha,
         coverage_penalty=opt.coverage_penalty,
@@ -106,7 +107,7 @@ def idle_translation_options(opt) -> list[str]:
     penalty's weight without the penalty or the penalty with a weight of 0 (1.x warned of those
     four), a coverage penalty at each step without one, n-grams ignored without blocking, a
     temperature or a seed without sampling, a phrase table without -replace_unk, an ensemble's
-    averaging with one model, a minimum length above the maximum."""
+    averaging with one model, -ratio without a beam, a minimum length above the maximum."""
     coverage = "-coverage_penalty wu or summary"
     notes = []
     if opt.alpha != 0 and opt.length_penalty != "wu":
@@ -134,6 +135,11 @@ def idle_translation_options(opt) -> list[str]:
         notes.append(
             f"-seed {opt.seed} has no effect: only random sampling (-random_sampling_topk other "
             "than 1) draws"
+        )
+    if opt.ratio > 0 and opt.beam_size == 1:
+        notes.append(
+            f"-ratio {opt.ratio} has no effect with -beam_size 1: it stops a beam search "
+            "(greedy search and sampling stop at </s>)"
         )
     if opt.min_length > opt.max_length:
         notes.append(

@@ -53,6 +53,7 @@ class SearchOptions:
     min_length: int = 0
     max_length: int = 100
     max_length_ratio: float = 0.0
+    ratio: float = 0.0  # 1.x's early stop of a beam by a score heuristic (``Penalties.done``)
     length_penalty: str = "none"
     alpha: float = 0.0
     coverage_penalty: str = "none"
@@ -77,15 +78,15 @@ class SearchOptions:
         }
         for name, least in whole.items():
             require_whole(name, getattr(self, name), least)
-        for name in ("max_length_ratio", "alpha", "beta", "sampling_temp"):
+        for name in ("max_length_ratio", "ratio", "alpha", "beta", "sampling_temp"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or math.isnan(value):
                 raise UserError(f"{name} must be a number (got {value!r})")
-        if self.max_length_ratio < 0 or self.sampling_temp <= 0:
-            raise UserError(
-                "max_length_ratio must be at least 0 and sampling_temp above 0 (got "
-                f"{self.max_length_ratio}, {self.sampling_temp})"
-            )
+        for name in ("max_length_ratio", "ratio"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be at least 0 (got {getattr(self, name)})")
+        if self.sampling_temp <= 0:
+            raise UserError(f"sampling_temp must be above 0 (got {self.sampling_temp})")
         if not all(math.isfinite(getattr(self, name)) for name in ("alpha", "beta")):
             raise UserError(f"alpha and beta must be finite (got {self.alpha}, {self.beta})")
         for name, allowed in (
@@ -222,6 +223,7 @@ class Search:
             o.attention,
             coverage,
             with_penalty=o.stepwise_penalty,
+            with_average=o.ratio > 0 and o.beam_width > 1,
         )
         finished = FinishedHypotheses(self.eos, o.n_best)
         left: list[int] = []  # the examples that were done at the last step
@@ -241,7 +243,7 @@ class Search:
             ended = state.ended(tokens, self.eos)  # finish
             final = self.penalties.final_scores(state)
             ended_log_probs = state.finish(ended, final)
-            ended_rows, done = self._read(state, ended, self.penalties.done(state))
+            ended_rows, done = self._read(state, ended, self.penalties.done(state, final))
             finished.settle()  # the last step's copies are on the host now
             for example in left:
                 yield example, finished.pop(example, o.n_best)

@@ -212,17 +212,18 @@ def test_int8_output_does_not_depend_on_the_streams_timing(models, two_threads):
 
 
 @pytest.mark.parametrize(
-    "kind,batch_type,batch_size,beam",
+    "kind,batch_type,batch_size,beam,ratio",
     [
-        ("plain", "sents", 4, 1),
-        ("copy", "sents", 3, 1),
-        ("plain", "tokens", 12, 1),
-        ("copy", "sents", 3, 3),
+        ("plain", "sents", 4, 1, 0.0),
+        ("copy", "sents", 3, 1, 0.0),
+        ("plain", "tokens", 12, 1, 0.0),
+        ("copy", "sents", 3, 3, 0.0),
+        ("copy", "sents", 3, 3, 0.8),  # -ratio: each example's own length and source
     ],
 )
 @pytest.mark.kernels
 def test_examples_joining_a_running_search_translate_as_on_their_own(
-    models, kind, batch_type, batch_size, beam, monkeypatch, one_stream
+    models, kind, batch_type, batch_size, beam, ratio, monkeypatch, one_stream
 ):
     """Continuous batching (greedy search): rows of finished examples are refilled with waiting
     ones; every line's n-best list, scores and attention are those of translating the line alone. A
@@ -230,7 +231,12 @@ def test_examples_joining_a_running_search_translate_as_on_their_own(
     the step counts below are those of one search."""
     sources = lines(models[kind]["src"])[:40]
     options = dict(beam_size=beam, n_best=min(beam, 2), block_ngram_repeat=2, min_length=1)
+    options.update(ratio=ratio)
     alone = Translator.load([models[kind]["model"]], batch_size=1, **options).translate(sources)
+    if ratio:  # the rule acts here: some n-best lists are not those of the search without it
+        options_without = {**options, "ratio": 0.0}
+        exact = Translator.load([models[kind]["model"]], batch_size=1, **options_without)
+        assert any(a.hypotheses != b.hypotheses for a, b in zip(alone, exact.translate(sources)))
     translator = Translator.load(
         [models[kind]["model"]], batch_size=batch_size, batch_type=batch_type, **options
     )

@@ -48,6 +48,12 @@ IDLE = [
         "sampling",
     ),
     (
+        ["-beam_size", "1"],
+        ["-ratio", "0.5"],
+        "-ratio 0.5 has no effect with -beam_size 1: it stops a beam search (greedy search and "
+        "sampling stop at </s>)",
+    ),
+    (
         ["-max_length", "4"],
         ["-min_length", "9"],
         "-min_length 9 is above -max_length 4: every output stops at -max_length, without </s>",
@@ -108,6 +114,8 @@ def test_options_that_act_are_not_named():
         "t3",
         "-min_length",
         "3",
+        "-ratio",
+        "0.5",
     ]
     assert idle_translation_options(command(*acting)) == []
     assert idle_translation_options(command(*SAMPLING, "-seed", "7")) == []

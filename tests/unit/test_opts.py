@@ -292,7 +292,7 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
     [
         ("preprocess", {"data_type", "max_shard_size"}),
         ("train", {"model_type", "queue_size", "gpuid"}),
-        ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32", "ratio"}),
+        ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"}),
     ],
 )
 def test_options_kept_for_1x_command_lines_have_their_own_help_group(groups, expected):
@@ -548,19 +548,23 @@ def test_parse_records_the_options_given_on_the_command_line_or_in_a_config(tmp_
     assert parse(build_parser("prog", groups), ["-data", "d"]).given_options == {"data"}
 
 
-def test_1x_ratio_is_accepted_at_its_default_only_and_refused_with_the_reason(capsys):
-    """1.x's -ratio stops a beam by a score heuristic; onmt_lite's -ratio was a length bound under
-    its name (a 1.x command line got other outputs, silently). That bound is -max_length_ratio."""
+def test_1x_ratio_is_1x_early_stop_and_refused_below_0(capsys):
+    """1.x's -ratio stops a beam by a score heuristic (``Penalties.ratio_stop``); onmt_lite's -ratio
+    was a length bound under its name until 2026-11-29 (a 1.x command line got other outputs,
+    silently), which is now -max_length_ratio: the two are apart in the search's options."""
     from onmt_lite.opts import translate_opts
+    from onmt_lite.translate.loading import search_options
+    from onmt_lite.data.vocab import Vocab
 
     command = build_parser("prog", [config_opts, translate_opts])
-    for value in ("0", "-0.0", "0.0"):
-        assert parse(command, ["-model", "m.pt", "-src", "s", "-ratio", value]).ratio == 0.0
+    opt = parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "1.5"])
+    assert (opt.ratio, opt.max_length_ratio) == (1.5, 0.0)
+    searched = search_options(opt, Vocab(["a"]))
+    assert (searched.ratio, searched.max_length_ratio) == (1.5, 0.0)
+    assert parse(command, ["-model", "m.pt", "-src", "s"]).ratio == 0.0  # off, as in 1.x
     with pytest.raises(SystemExit) as exc:
-        parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "1.5"])
+        parse(command, ["-model", "m.pt", "-src", "s", "-ratio", "-1"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.strip() == (
-        "prog: error: argument -ratio/--ratio: '1.5' is refused: 1.x's stop of a beam by the "
-        "ratio of its best score to the source length is not implemented; -max_length_ratio R "
-        "ends each hypothesis at R times its source's length"
+    assert exc.value.code == 2 and err.strip().startswith(
+        "prog: error: argument -ratio/--ratio: -1.0 is outside [0, "
     )

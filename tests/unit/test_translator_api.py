@@ -36,9 +36,11 @@ def test_an_empty_line_gives_n_best_empty_outputs_so_groups_stay_aligned(model, 
         ({"max_length": 0}, "max_length must be"),
         ({"max_length_ratio": -1.0}, "max_length_ratio must be at least 0"),
         ({"max_length_ratio": float("nan")}, "max_length_ratio must be a number"),
+        ({"ratio": -0.5}, "ratio must be at least 0"),
+        ({"ratio": float("nan")}, "ratio must be a number"),
         ({"beta": float("inf")}, "alpha and beta must be finite"),
         ({"length_penalty": "bogus"}, "length_penalty must be one of none, wu, avg"),
-        ({"sampling_temp": 0.0}, "sampling_temp above 0"),
+        ({"sampling_temp": 0.0}, "sampling_temp must be above 0"),
         ({"beam_size": 2.5}, "beam_size must be a whole number"),
         # the early stop bounds a live beam's final score by its log-probability: no penalty raises
         # it
