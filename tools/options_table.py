@@ -163,9 +163,9 @@ CHANGED = {
     "machines: torchrun)",
     "world_size": "also on CPUs (gloo processes, no -gpu_ranks); under torchrun, torchrun's count",
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
-    "optim": "adds `adamw`; `sparseadam`, `adafactor` and `fusedadam` are refused",
-    "decay_method": "adds `plateau` (decay when validation stops improving); `noamwd` is refused "
-    "(use `noam`)",
+    "optim": "adds `adamw`; `fusedadam` (apex's in 1.x) is Adam with apex's epsilon, 1e-8, "
+    "on every device; `sparseadam` and `adafactor` are refused",
+    "decay_method": "adds `plateau` (decay when validation stops improving)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion "
     "also picks SAVE_MODEL_best.pt",
     "model_dtype": "adds `bf16` (mixed precision that runs on CPUs); `fp16` needs a CUDA device "

@@ -20,14 +20,14 @@ def optimization_opts(parser):
         default="sgd",
         type=choice(
             "optim",
-            ["sgd", "adagrad", "adadelta", "adam", "adamw"],
+            ["sgd", "adagrad", "adadelta", "adam", "adamw", "fusedadam"],
             {
                 "sparseadam": "sparse embedding updates are not supported",
                 "adafactor": "Adafactor is not implemented",
-                "fusedadam": "apex's fused Adam is not supported",
             },
         ),
-        help="Optimizer",
+        help="Optimizer (adam's epsilon is 1e-9, 1.x's; fusedadam is Adam with 1e-8, as 1.x's "
+        "apex FusedAdam: every Adam here runs fused)",
     )
     add(
         group,
@@ -65,39 +65,38 @@ def optimization_opts(parser):
         default="none",
         type=choice(
             "decay_method",
-            ["none", "noam", "rsqrt", "plateau"],
-            {"noamwd": "noam with a step decay is not implemented; use noam"},
+            ["none", "noam", "noamwd", "rsqrt", "plateau"],
         ),
-        help="Learning rate schedule: none (step decay below), noam, rsqrt, plateau (decay on no "
-        "improvement)",
+        help="Learning rate schedule: none (step decay below), noam, noamwd (noam times the step "
+        "decay), rsqrt, plateau (decay on no improvement)",
     )
     add(
         group,
         "warmup_steps",
         type=int_in(0, MAX_STEPS),
         default=4000,
-        help="Warm-up steps for noam and rsqrt",
+        help="Warm-up steps for noam, noamwd and rsqrt",
     )
     add(
         group,
         "learning_rate_decay",
         type=float_in(0, 1),
         default=0.5,
-        help="Decay factor of the step decay and of plateau",
+        help="Decay factor of the step decay (none, noamwd) and of plateau",
     )
     add(
         group,
         "start_decay_steps",
         type=int_in(0, MAX_STEPS),
         default=50000,
-        help="Step decay: start at this step",
+        help="Step decay (none, noamwd): start at this step",
     )
     add(
         group,
         "decay_steps",
         type=int_in(1, MAX_STEPS),
         default=10000,
-        help="Step decay: decay every N steps",
+        help="Step decay (none, noamwd): decay every N steps",
     )
     add(
         group,

@@ -51,8 +51,8 @@ def _training_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool
     return [
         (
             ("adam_beta1", "adam_beta2"),
-            opt.optim not in ("adam", "adamw"),
-            f"-optim {opt.optim} has no betas (adam and adamw have)",
+            opt.optim not in ("adam", "adamw", "fusedadam"),
+            f"-optim {opt.optim} has no betas (adam, adamw and fusedadam have)",
         ),
         (
             ("adagrad_accumulator_init",),
@@ -61,18 +61,18 @@ def _training_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool
         ),
         (
             ("warmup_steps",),
-            opt.decay_method not in ("noam", "rsqrt"),
-            f"-decay_method {opt.decay_method} does not warm up (noam and rsqrt do)",
+            opt.decay_method not in ("noam", "noamwd", "rsqrt"),
+            f"-decay_method {opt.decay_method} does not warm up (noam, noamwd and rsqrt do)",
         ),
         (
             ("learning_rate_decay",),
-            opt.decay_method not in ("none", "plateau"),
+            opt.decay_method not in ("none", "noamwd", "plateau"),
             f"-decay_method {opt.decay_method} has no decay factor",
         ),
         (
             ("start_decay_steps", "decay_steps"),
-            opt.decay_method != "none",
-            f"it times the step decay of -decay_method none, not {opt.decay_method}'s",
+            opt.decay_method not in ("none", "noamwd"),
+            f"it times the step decay of -decay_method none and noamwd, not {opt.decay_method}'s",
         ),
         (
             ("dropout_steps",),

@@ -75,8 +75,9 @@ class Schedule:
 
     ``none``: 1.x step decay, ``decay ** ((step - start_decay_steps) // decay_steps + 1)`` from
     ``start_decay_steps`` on; ``noam``: ``model_size^-0.5 * min(step^-0.5, step * warmup^-1.5)``;
-    ``rsqrt``: ``1 / sqrt(max(step, warmup))``; ``plateau``: multiplied by ``decay`` after every
-    validation that did not improve.
+    ``noamwd``: noam times the step decay (1.x's, for huge batches); ``rsqrt``:
+    ``1 / sqrt(max(step, warmup))``; ``plateau``: multiplied by ``decay`` after every validation
+    that did not improve.
     """
 
     def __init__(self, method, decay, start_decay_steps, decay_steps, warmup_steps, model_size):
@@ -89,12 +90,17 @@ class Schedule:
         self.plateau_scale = 1.0
 
     def __call__(self, step):
-        if self.method == "noam":
-            return self.model_size**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
+        if self.method in ("noam", "noamwd"):
+            noam = self.model_size**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
+            return noam * self.step_decay(step) if self.method == "noamwd" else noam
         if self.method == "rsqrt":
             return 1.0 / math.sqrt(max(step, self.warmup))
         if self.method == "plateau":
             return self.plateau_scale
+        return self.step_decay(step)
+
+    def step_decay(self, step):
+        """``decay`` once at ``start_decay_steps`` and again every ``decay_steps`` after."""
         return self.decay ** (max(step - self.start + self.every, 0) // self.every)
 
     def validated(self, improved):
@@ -113,9 +119,10 @@ def make_torch_optimizer(name, param_groups, lr, opt):
     if name == "adadelta":
         return torch.optim.Adadelta(param_groups, lr=lr, **kwargs)
     # fused: one kernel, CPU or GPU
-    optimizer_class = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    optimizer_class = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    eps = 1e-8 if name == "fusedadam" else 1e-9  # 1.x's: apex's FusedAdam kept its default
     return optimizer_class(
-        param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=1e-9, fused=True, **kwargs
+        param_groups, lr=lr, betas=(opt.adam_beta1, opt.adam_beta2), eps=eps, fused=True, **kwargs
     )
 
 

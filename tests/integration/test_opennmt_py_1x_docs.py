@@ -293,6 +293,55 @@ def test_averaging_and_schedules(tmp_path):
     assert any(not (raw[k] == v).all() for k, v in checkpoint["model"].items())
 
 
+def test_apex_fusedadam_and_the_noamwd_schedule(tmp_path):
+    """1.x's -optim fusedadam (apex's FusedAdam, with fp16 on a GPU in 1.x; Adam here) and
+    -decay_method noamwd (noam times the step decay): each step's logged learning rate is 1.x's
+    formula's."""
+    data = small_toy_ende(tmp_path)
+    result = run_in_process(
+        "train",
+        "-data",
+        data,
+        "-save_model",
+        tmp_path / "m",
+        *SMALL_RNN,
+        "-optim",
+        "fusedadam",
+        "-adam_beta2",
+        0.998,
+        "-decay_method",
+        "noamwd",
+        "-warmup_steps",
+        4,
+        "-learning_rate",
+        2,
+        "-learning_rate_decay",
+        0.5,
+        "-start_decay_steps",
+        6,
+        "-decay_steps",
+        2,
+        "-train_steps",
+        9,
+        "-report_every",
+        1,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "WARNING" not in result.stderr  # every option given acts
+    logged = {
+        int(line.split("] Step ")[1].split("/")[0]): float(line.split("lr: ")[1].split(";")[0])
+        for line in result.stderr.splitlines()
+        if "] Step " in line
+    }
+    halvings = [0, 0, 0, 0, 0, 1, 1, 2, 2]  # steps 1 to 9: at step 6, then every 2 steps
+    expected = {
+        step: 2 * 16**-0.5 * min(step**-0.5, step * 4**-1.5) * 0.5**times
+        for step, times in zip(range(1, 10), halvings)
+    }
+    assert logged.keys() == expected.keys()
+    assert all(abs(logged[s] - expected[s]) <= 1e-4 * expected[s] for s in expected), logged
+
+
 def test_translation_options(tmp_path):
     data = small_toy_ende(tmp_path)
     result = run_in_process(

@@ -54,7 +54,7 @@ IDLE_IN_THE_OPTIMIZER = [
         ["-optim", "sgd", *STEP_DECAY],
         ["-adam_beta1", "0.8", "-adam_beta2", "0.98"],
         [
-            f"-{name} has no effect: -optim sgd has no betas (adam and adamw have)"
+            f"-{name} has no effect: -optim sgd has no betas (adam, adamw and fusedadam have)"
             for name in ("adam_beta1 0.8", "adam_beta2 0.98")
         ],
     ),
@@ -66,18 +66,27 @@ IDLE_IN_THE_OPTIMIZER = [
     (
         ["-decay_method", "none", *STEP_DECAY],
         ["-warmup_steps", "2"],
-        ["-warmup_steps 2 has no effect: -decay_method none does not warm up (noam and rsqrt do)"],
+        [
+            "-warmup_steps 2 has no effect: -decay_method none does not warm up (noam, noamwd "
+            "and rsqrt do)"
+        ],
     ),
     (
         ["-optim", "adam", "-decay_method", "noam", "-warmup_steps", "2"],
         ["-learning_rate_decay", "0.3", "-start_decay_steps", "1", "-decay_steps", "2"],
         [
             "-learning_rate_decay 0.3 has no effect: -decay_method noam has no decay factor",
-            "-start_decay_steps 1 has no effect: it times the step decay of -decay_method none, "
-            "not noam's",
-            "-decay_steps 2 has no effect: it times the step decay of -decay_method none, not "
-            "noam's",
+            "-start_decay_steps 1 has no effect: it times the step decay of -decay_method none "
+            "and noamwd, not noam's",
+            "-decay_steps 2 has no effect: it times the step decay of -decay_method none and "
+            "noamwd, not noam's",
         ],
+    ),
+    (  # 1.x's noamwd reads the warm-up and the step decay; fusedadam the betas
+        ["-optim", "fusedadam", "-adam_beta2", "0.98", "-decay_method", "noamwd"]
+        + ["-warmup_steps", "2", "-learning_rate_decay", "0.3", *STEP_DECAY],
+        ["-adagrad_accumulator_init", "0.1"],
+        ["-adagrad_accumulator_init 0.1 has no effect: it is -optim adagrad's, not fusedadam's"],
     ),
 ]
 
@@ -126,7 +135,7 @@ def test_what_a_resumed_run_takes_from_its_checkpoint_goes_unnamed(reset_optim, 
         "-reset_optim",
         reset_optim,
     )
-    betas = "has no effect: -optim sgd has no betas (adam and adamw have)"
+    betas = "has no effect: -optim sgd has no betas (adam, adamw and fusedadam have)"
     assert idle_options(opt, checkpoint_options(opt)) == [
         *(f"-{name} {betas}" for name in named),
         "-tensorboard_log_dir boards has no effect: without -tensorboard nothing is written",

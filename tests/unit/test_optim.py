@@ -25,6 +25,42 @@ def test_noam_and_rsqrt_by_hand():
     assert (rsqrt(1), rsqrt(16)) == (0.5, 0.25)
 
 
+def test_noamwd_is_noam_times_the_step_decay_as_in_1x():
+    """1.x's noamwd: noam's factor times decay ** (max(step - start + every, 0) // every)."""
+    noamwd = Schedule(
+        "noamwd", 0.5, start_decay_steps=5, decay_steps=3, warmup_steps=2, model_size=4
+    )
+    halvings = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]  # steps 1 to 10: at step 5, then every 3 steps
+    for step, times in zip(range(1, 11), halvings):
+        noam = 4**-0.5 * min(step**-0.5, step * 2**-1.5)
+        assert noamwd(step) == pytest.approx(noam * 0.5**times)
+
+
+def test_fusedadam_steps_as_adam_with_the_epsilon_of_1x_apex_fusedadam():
+    """1.x's -optim fusedadam was apex's FusedAdam: Adam with its default epsilon, 1e-8 (1.x's adam:
+    1e-9). Three steps equal those of torch's unfused Adam with those settings."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    reference_model = torch.nn.Linear(3, 2)
+    reference_model.load_state_dict(model.state_dict())
+    options = optim_options(optim="fusedadam", learning_rate=0.01, adam_beta2=0.98)
+    optim = Optimizer(model, options, 8)
+    reference = torch.optim.Adam(
+        reference_model.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-8, foreach=False
+    )
+    assert type(optim.optimizer) is torch.optim.Adam and optim.optimizer.defaults["eps"] == 1e-8
+    inputs = torch.randn(4, 3)
+    for _ in range(3):
+        for m, o in ((model, optim), (reference_model, reference)):
+            m.zero_grad()
+            (m(inputs) ** 2).sum().backward()
+            o.step()
+    for a, b in zip(model.parameters(), reference_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    adam = Optimizer(torch.nn.Linear(3, 2), optim_options(optim="adam"), 8)
+    assert adam.optimizer.defaults["eps"] == 1e-9
+
+
 def test_plateau_decays_after_each_validation_without_improvement():
     schedule = Schedule("plateau", 0.3, 0, 1, 0, 1)
     schedule.validated(True)
