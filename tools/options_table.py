@@ -125,8 +125,9 @@ CHANGED = {
     "`transformer` (an RNN decoder starts from the mean of its output); `cnn` and "
     "`ggnn` are refused",
     "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
-    "self_attn_type": "`scaled-dot` or OpenNMT-py 3.x's `scaled-dot-flash` (attention dropout "
-    "on the fused kernel on a GPU); `average` is refused",
+    "self_attn_type": "adds OpenNMT-py 3.x's `scaled-dot-flash` (attention dropout on the fused "
+    "kernel on a GPU); `average`, a Transformer decoder's, as in 1.x (onmt_lite_convert refuses "
+    "such a model)",
     "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's "
     "get none (1.x added them in training but gave every translation step "
     "position 0)",

@@ -51,6 +51,10 @@ def check_convertible(opt: Any, vocab: dict, path: str) -> None:
         )
     if opt.copy_attn:
         raise UserError(f"{path}: -copy_attn: CTranslate2's Transformer has no copy attention")
+    if opt.self_attn_type == "average":
+        raise UserError(
+            f"{path}: -self_attn_type average: CTranslate2's Transformer has no average attention"
+        )
     if opt.generator_function != "softmax":
         raise UserError(
             f"{path}: -generator_function {opt.generator_function}: CTranslate2's Transformer "

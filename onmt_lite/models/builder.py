@@ -18,6 +18,7 @@ from onmt_lite.models.rnn_encoder import RNNEncoder
 from onmt_lite.models.dropout import Dropout
 from onmt_lite.models.alignment_head import AlignmentHead
 from onmt_lite.models.multihead import MultiHeadAttention
+from onmt_lite.models.average_attention import AverageSelfAttention
 from onmt_lite.models.transformer import TransformerDecoder, TransformerEncoder
 from onmt_lite.utils.errors import UserError
 
@@ -282,6 +283,8 @@ def build_decoder(opt, dims, embeddings):
             opt.max_relative_positions,
             copy_attn=opt.copy_attn,
             alignment=alignment_head(opt),
+            average=opt.self_attn_type == "average",
+            average_ffn=opt.aan_useffn,
         )
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
     return decoder_class(
@@ -365,3 +368,6 @@ def set_dropout(model, p, attention_p):
             module.dropout = p  # between the layers
         elif isinstance(module, MultiHeadAttention):
             module.dropout_p = attention_p
+    for module in model.modules():  # after the loop above, which set its dropout to p
+        if isinstance(module, AverageSelfAttention) and module.feed_forward is not None:
+            module.feed_forward.dropout.p = attention_p  # 1.x's: the attention dropout

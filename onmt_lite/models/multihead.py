@@ -222,6 +222,15 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = MultiHeadAttention(dim, heads, dropout, max_relative_positions)
 
+    @property
+    def heads(self) -> int:
+        """The heads of the cache's layout (``[2 x B x h x C x d]``)."""
+        return self.attention.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.attention.head_dim
+
     def forward(
         self, x: Tensor, mask: Tensor, cache: tuple[Tensor, int | Tensor, bool] | None = None
     ):

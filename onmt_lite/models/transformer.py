@@ -21,6 +21,7 @@ from torch import Tensor
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
+from onmt_lite.models.average_attention import AverageSelfAttention
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
 from onmt_lite.models.multihead import (
@@ -125,12 +126,28 @@ class TransformerEncoder(nn.Module):
 
 class TransformerDecoderLayer(nn.Module):
     """Masked self-attention, attention over the memory bank, feed-forward; each pre-normed and
-    added back."""
+    added back. ``average``: the average attention network's gated average in self-attention's
+    place (``AverageSelfAttention``), fed forward first with ``average_ffn`` (1.x's dropout there:
+    the attention dropout)."""
 
-    def __init__(self, dim, heads, ff_size, dropout, attention_dropout, max_relative_positions=0):
+    def __init__(
+        self,
+        dim,
+        heads,
+        ff_size,
+        dropout,
+        attention_dropout,
+        max_relative_positions=0,
+        average=False,
+        average_ffn=False,
+    ):
         super().__init__()
         self.self_attn_norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.self_attn = SelfAttention(dim, heads, attention_dropout, max_relative_positions)
+        if average:
+            ffn = FeedForward(dim, dim, attention_dropout) if average_ffn else None
+            self.self_attn = AverageSelfAttention(dim, ffn)
+        else:
+            self.self_attn = SelfAttention(dim, heads, attention_dropout, max_relative_positions)
         self.context_norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.context_query = nn.Linear(dim, dim)
         self.context_attn = MultiHeadAttention(dim, heads, attention_dropout)
@@ -169,6 +186,8 @@ class TransformerDecoder(nn.Module):
         embeddings: an ``Embeddings`` module of size ``dim``.
         copy_attn: return ``attns["copy"]``.
         alignment: the ``AlignmentHead`` that gives ``attns["align"]``.
+        average, average_ffn: the average attention network (``TransformerDecoderLayer``); its
+            layers have no relative positions.
     """
 
     attentional = True  # it always attends to the source (see RNNDecoderBase.attentional)
@@ -185,14 +204,25 @@ class TransformerDecoder(nn.Module):
         max_relative_positions=0,
         copy_attn=False,
         alignment=DEFAULT_ALIGNMENT,
+        average=False,
+        average_ffn=False,
     ):
         super().__init__()
         self.embeddings = embeddings
         self.copy_attn = copy_attn
         self.alignment = alignment
+        self.average = average
+        self.max_relative_positions = 0 if average else max_relative_positions
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(
-                dim, heads, ff_size, dropout, attention_dropout, max_relative_positions
+                dim,
+                heads,
+                ff_size,
+                dropout,
+                attention_dropout,
+                self.max_relative_positions,
+                average,
+                average_ffn,
             )
             for _ in range(num_layers)
         )
@@ -208,7 +238,7 @@ class TransformerDecoder(nn.Module):
         """An empty cache for each row of ``memory_bank`` ``[S x B x H]`` (the encoder's final state
         is not used)."""
         batch = memory_bank.size(1)
-        layer = self.layers[0].self_attn.attention
+        layer = self.layers[0].self_attn
         empty = memory_bank.new_zeros(2 * len(self.layers), batch, layer.heads, 0, layer.head_dim)
         return TransformerState(
             empty, torch.zeros(batch, dtype=torch.long, device=memory_bank.device)
@@ -258,6 +288,8 @@ class TransformerDecoder(nn.Module):
             state, length, lengths, keys.size(3), x.dtype, need_alignment
         )
         align_layer = self._alignment_layer() if need_alignment else None
+        # 1.x's average never read the full-context mask: its full-context pass is the plain one
+        full_context = self.alignment.full_context and not self.average
         # views of each layer's keys and values: unbind's backward is one stack, not a gradient
         # of the whole of ``keys`` for each of them and their sum
         layer_keys = keys.unbind(0)
@@ -267,14 +299,14 @@ class TransformerDecoder(nn.Module):
             layer_cache = (state.layer(i), cached, in_place)
             layer_in = x
             top = i == len(self.layers) - 1
-            aligning = i == align_layer and not self.alignment.full_context
+            aligning = i == align_layer and not full_context
             context = (layer_keys[2 * i], layer_keys[2 * i + 1], memory_mask)
             x, keys_values, weights = layer(
                 x, self_mask, layer_cache, *context, need_weights=(need_weights and top) or aligning
             )
             if i == align_layer:
                 align_weights = weights
-                if self.alignment.full_context:  # the layer again, its self-attention seeing all
+                if full_context:  # the layer again, its self-attention seeing all
                     full = additive_mask(self._full_context_mask(tgt, started, cached), x.dtype)
                     _, _, align_weights = layer(
                         layer_in, full, layer_cache, *context, need_weights=True

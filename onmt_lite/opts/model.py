@@ -236,13 +236,21 @@ def _model_transformer_opts(parser):
         default="scaled-dot",
         type=choice(
             "self_attn_type",
-            ["scaled-dot", "scaled-dot-flash"],
-            {"average": "the average attention network (Zhang et al. 2018) is not implemented"},
+            ["scaled-dot", "scaled-dot-flash", "average"],
         ),
         help="Scaled dot-product attention, on PyTorch's fused kernel wherever it computes what "
         "the written-out form does; scaled-dot-flash (OpenNMT-py 3.x's name): on a GPU also "
         "with attention dropout, the kernel drawing its own masks (the same distribution, other "
-        "random numbers). Both decode alike",
+        "random numbers). Both decode alike. average: a Transformer decoder's layers average "
+        "their inputs so far instead, gated (the average attention network, Zhang et al. 2018; "
+        "the encoder's self-attention stays scaled-dot)",
+    )
+    add(
+        group,
+        "aan_useffn",
+        action="store_true",
+        help="-self_attn_type average: feed the average forward (a feed-forward block of "
+        "-rnn_size, with the attention dropout) before the gate",
     )
     add(
         group,

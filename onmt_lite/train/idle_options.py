@@ -20,6 +20,13 @@ def _model_rules(
     word ``features`` in the data, their embeddings)."""
     recurrent = opt.encoder_type in ("rnn", "brnn") or opt.decoder_type == "rnn"
     transformer = "transformer" in (opt.encoder_type, opt.decoder_type)
+    average = opt.self_attn_type == "average"
+    averaging_decoder = average and opt.decoder_type == "transformer"
+    no_transformer = "the model has no Transformer layers"
+    # the layers that have scaled dot-product self-attention, where relative positions go
+    scaled_dot = opt.encoder_type == "transformer" or (
+        opt.decoder_type == "transformer" and not average
+    )
     return [
         (
             ("feat_merge", "feat_vec_size", "feat_vec_exponent"),
@@ -32,17 +39,28 @@ def _model_rules(
             opt.decoder_type == "transformer",
             "it is an RNN decoder's, and a Transformer decoder has its own multi-head attention",
         ),
+        (("heads", "transformer_ff"), not transformer, no_transformer),
         (
-            (
-                "heads",
-                "transformer_ff",
-                "max_relative_positions",
-                "self_attn_type",
-                "attention_dropout",
-            ),
-            not transformer,
-            "the model has no Transformer layers",
+            ("max_relative_positions",),
+            not scaled_dot,
+            "no layer has scaled dot-product self-attention (-self_attn_type average has no "
+            "positions)"
+            if transformer
+            else no_transformer,
         ),
+        (
+            ("self_attn_type",),
+            not averaging_decoder if average else not transformer,
+            "it is a Transformer decoder's (a Transformer encoder's self-attention is scaled-dot)"
+            if average
+            else no_transformer,
+        ),
+        (
+            ("aan_useffn",),
+            not averaging_decoder,
+            "it is -self_attn_type average's, in a Transformer decoder",
+        ),
+        (("attention_dropout",), not transformer, no_transformer),
     ]
 
 
@@ -126,5 +144,6 @@ def idle_options(
         for name in names:
             value = getattr(opt, name)
             if idle and value != defaults[name] and name not in from_checkpoint:
-                notes.append(f"-{name} {shown(value)} has no effect: {why}")
+                given = f"-{name}" if value is True else f"-{name} {shown(value)}"  # a switch
+                notes.append(f"{given} has no effect: {why}")
     return notes

@@ -64,7 +64,7 @@ def graphing_problem(models: list, keep_attention: bool) -> str | None:
     if decoder.copy_attn:
         return "copy attention"
     if isinstance(decoder, TransformerDecoder):
-        if decoder.layers[0].self_attn.attention.relative is not None:
+        if decoder.max_relative_positions:
             return "relative positions (-max_relative_positions)"
     if keep_attention:
         return (

@@ -364,6 +364,33 @@ def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one
     assert len(set(full_losses.values())) == 8
 
 
+def test_the_average_attention_network_resumes_exactly_and_translates_whatever_the_batch(
+    models, tmp_path
+):
+    """1.x's -self_attn_type average -aan_useffn end to end: a resumed run gives the uninterrupted
+    run's losses (dropout in the average's feed-forward block too), every line translates alike at
+    any batch size (rows joining a running search), and the converters refuse it by name."""
+    m = models["plain"]
+    args = [*SMALL_WITH_DROPOUT, "-self_attn_type", "average", "-aan_useffn"]
+    _, full = train_in_process(m["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
+    _, first = train_in_process(m["data"], str(tmp_path / "part"), *args, "-train_steps", 4)
+    resume = ["-train_steps", 8, "-train_from", tmp_path / "part_step_4.pt"]
+    _, second = train_in_process(m["data"], str(tmp_path / "part"), *args, *resume)
+    full_losses = step_losses(full)
+    assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
+    assert {**step_losses(first), **step_losses(second)} == full_losses
+    model = str(tmp_path / "full_step_8.pt")
+    search = ["-beam_size", 3, "-n_best", 2, "-max_length", 12]
+    one = translate(model, m["src"], tmp_path / "b1.txt", *search, "-batch_size", 1)
+    seven = translate(model, m["src"], tmp_path / "b7.txt", *search, "-batch_size", 7)
+    assert one == seven and len(one) == 2 * len(lines(m["src"]))
+    for target in ("opennmt-py", "ctranslate2"):
+        out = tmp_path / f"to_{target}"
+        result = run_in_process("convert", "-model", model, "-to", target, "-output", out)
+        assert result.returncode == 2 and "average" in result.stderr.splitlines()[-1]
+        assert not out.exists()
+
+
 def test_use_ckpting_trains_with_the_losses_of_a_run_without_it(models, tmp_path):
     """Activation checkpointing recomputes with the same dropout masks: the same logged losses."""
     m = models["plain"]

@@ -49,6 +49,8 @@ RNN = [
 ]
 KINDS = {
     "transformer": TRANSFORMER,
+    # the average attention network: its cache holds the layers' inputs
+    "transformer_average": [*TRANSFORMER, "-self_attn_type", "average", "-aan_useffn"],
     "rnn": [*RNN, "-global_attention", "general"],
     # precomputed keys and a coverage state
     "rnn_mlp_coverage": [*RNN, "-global_attention", "mlp", "-coverage_attn"],
@@ -95,6 +97,7 @@ SEARCHES = [(5, 16, 2), (1, 64, 1), (3, 7, 3), (5, 200, 1)]  # beam, batch, n-be
 @pytest.mark.parametrize(
     "kind,beam_size,batch_size,n_best",
     [("transformer", *search) for search in SEARCHES]
+    + [("transformer_average", *SEARCHES[0])]
     + [(kind, *search) for kind in ("rnn", "rnn_mlp_coverage") for search in SEARCHES[1:3]],
 )
 def test_the_fixed_shape_step_writes_the_lines_and_scores_of_the_eager_search(
@@ -111,7 +114,8 @@ def test_the_fixed_shape_step_writes_the_lines_and_scores_of_the_eager_search(
     assert stepper.record is False  # the CPU: the step runs as the graph would record it
     rows, sources_held, columns = stepper.size
     assert rows > 1 and sources_held > 2  # the rows and sources outgrew their buffers
-    assert columns > 2 if kind == "transformer" else columns == 0  # and the cache its columns
+    # and the cache its columns
+    assert columns > 2 if kind.startswith("transformer") else columns == 0
     assert sum(len(r.tokens[0]) for r in eager) > 3 * len(sources)  # whole outputs
     for a, b in zip(eager, fixed):
         assert_same_translation(a, b)
@@ -147,7 +151,13 @@ def recordings(monkeypatch):
 @pytest.mark.kernels  # scores compared to float rounding
 @pytest.mark.parametrize(
     "kind,beam_size,batch_size",
-    [("transformer", 5, 16), ("transformer", 1, 64), ("rnn", 5, 16), ("rnn_mlp_coverage", 3, 7)],
+    [
+        ("transformer", 5, 16),
+        ("transformer", 1, 64),
+        ("transformer_average", 5, 16),
+        ("rnn", 5, 16),
+        ("rnn_mlp_coverage", 3, 7),
+    ],
 )
 def test_the_step_replayed_from_its_recording_writes_the_lines_and_scores_of_the_eager_search(
     models, small_buffers, recordings, kind, beam_size, batch_size

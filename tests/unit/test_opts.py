@@ -339,7 +339,6 @@ def unsupported_sharing_the_reason_of(name):
             },
             "image and audio",
         ),
-        ("aan_useffn", {"aan_useffn"}, "average attention network"),
         ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
         (
             "n_steps",
@@ -371,11 +370,7 @@ def test_no_reason_says_rnn_only():
         ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
         ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
         ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
-        (
-            "self_attn_type",
-            "average",
-            "the average attention network (Zhang et al. 2018) is not implemented",
-        ),
+        ("rnn_type", "SRU", "SRU cells are not supported"),
         ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
         ("model_type", "vec", "onmt_lite reads text only"),
     ],

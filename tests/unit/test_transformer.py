@@ -38,6 +38,8 @@ VARIANTS = {
         3,
     ],
     "rnn-encoder": ["-encoder_type", "brnn", "-copy_attn"],
+    "average": ["-self_attn_type", "average", "-layers", 2],
+    "average-ffn-copy": ["-self_attn_type", "average", "-aan_useffn", "-copy_attn"],
 }
 
 
@@ -100,7 +102,7 @@ def test_attention_to_source_padding_is_exactly_zero_and_rows_sum_to_one():
         )
 
 
-@pytest.mark.parametrize("variant", ["plain", "relative"])
+@pytest.mark.parametrize("variant", ["plain", "relative", "average"])
 def test_later_target_words_change_nothing_before_them(variant):
     """Future positions get exactly zero attention: outputs before position t are bit-identical
     whatever the words at t and after."""
@@ -115,7 +117,7 @@ def test_later_target_words_change_nothing_before_them(variant):
     assert not torch.equal(out[4:], out_changed[4:])
 
 
-@pytest.mark.parametrize("variant", ["plain", "relative", "copy"])
+@pytest.mark.parametrize("variant", ["plain", "relative", "copy", "average-ffn-copy"])
 def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(variant):
     model = transformer(*VARIANTS[variant])
     short = random_pairs(1, seed=8, min_len=2, max_len=3)[0]
@@ -137,10 +139,14 @@ def test_a_sentence_alone_and_padded_beside_a_longer_one_gives_the_same_outputs(
     )
 
 
-def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first_rows_leave():
+@pytest.mark.parametrize("variant", ["relative", "average"])
+def test_a_cache_joined_later_is_padded_on_the_left_and_compacted_when_the_first_rows_leave(
+    variant,
+):
     """Example A decodes two positions; B joins (its cache padded on the left); A leaves (the
-    columns only A used are dropped): B's outputs at each step equal B's decoded alone."""
-    model = transformer("-max_relative_positions", 2)
+    columns only A used are dropped): B's outputs at each step equal B's decoded alone (an
+    average too: the padding columns count for nothing)."""
+    model = transformer(*VARIANTS[variant])
     (pair_a, pair_b) = random_pairs(2, seed=10, min_len=3, max_len=6)
     batch_a = make_batch([pair_a])
     batch_b = make_batch([pair_b])
