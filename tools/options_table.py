@@ -126,8 +126,8 @@ CHANGED = {
     "`ggnn` are refused",
     "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
     "self_attn_type": "adds OpenNMT-py 3.x's `scaled-dot-flash` (attention dropout on the fused "
-    "kernel on a GPU); `average`, a Transformer decoder's, as in 1.x (onmt_lite_convert refuses "
-    "such a model)",
+    "kernel on a GPU); `average`, a Transformer decoder's, as in 1.x (OpenNMT-py 3.5.1's "
+    "onmt_translate needs `-self_attn_type average` for such a model; CTranslate2 has none)",
     "position_encoding": "the source's embeddings and a Transformer decoder's; an RNN decoder's "
     "get none (1.x added them in training but gave every translation step "
     "position 0)",

@@ -21,6 +21,8 @@ tensors are named here with a ``generator.`` prefix, as onmt_lite's.
     D.context_query; D.context_attn.out         .context_attn.linear_query; .final_linear
     decoder.memory_projection [2LH x H]         D_i.context_attn.linear_{keys,values}, i = 0..L-1
     E/D.feed_forward.{norm,inner,outer}         .feed_forward.{layer_norm,w_1,w_2}
+    D.self_attn.gate (-self_attn_type average)  .self_attn.gating_layer
+    D.self_attn.feed_forward.{norm,inner,outer} .self_attn.average_layer.{layer_norm,w_1,w_2}
     {encoder,decoder}.norm                      {encoder,decoder}.layer_norm
 
 E is ``encoder.layers.i`` here and ``encoder.transformer.i`` there; D ``decoder.layers.i`` and
@@ -65,6 +67,20 @@ RENAMES = (
     (r"^(encoder|decoder)\.layers\.(\d+)\.feed_forward\.inner\.", r"\1.L\2.feed_forward.w_1."),
     (r"^(encoder|decoder)\.layers\.(\d+)\.feed_forward\.outer\.", r"\1.L\2.feed_forward.w_2."),
     (r"^(encoder|decoder)\.norm\.", r"\1.layer_norm."),
+    # the average attention network (1.x's and 3.x's AverageAttention)
+    (r"^decoder\.layers\.(\d+)\.self_attn\.gate\.", r"decoder.L\1.self_attn.gating_layer."),
+    (
+        r"^decoder\.layers\.(\d+)\.self_attn\.feed_forward\.norm\.",
+        r"decoder.L\1.self_attn.average_layer.layer_norm.",
+    ),
+    (
+        r"^decoder\.layers\.(\d+)\.self_attn\.feed_forward\.inner\.",
+        r"decoder.L\1.self_attn.average_layer.w_1.",
+    ),
+    (
+        r"^decoder\.layers\.(\d+)\.self_attn\.feed_forward\.outer\.",
+        r"decoder.L\1.self_attn.average_layer.w_2.",
+    ),
     (r"^decoder\.rnn\.cells\.", "decoder.rnn.layers."),
     (r"^decoder\.copy_attention\.linear_memory\.", "decoder.copy_attn.linear_context."),
     (r"^decoder\.copy_attention\.", "decoder.copy_attn."),

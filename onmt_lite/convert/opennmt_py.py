@@ -20,13 +20,7 @@ import torch
 from torch import Tensor
 
 from onmt_lite.convert.names import link
-from onmt_lite.convert.peer_options import (
-    AVERAGE_ATTENTION,
-    averages,
-    lite_model_options,
-    peer_model_options,
-    refuse,
-)
+from onmt_lite.convert.peer_options import lite_model_options, peer_model_options, refuse
 from onmt_lite.convert.safe_pickle import Foreign, load_foreign
 from onmt_lite.data.vocab import SPECIALS, Vocab, vocabs_from_plain
 from onmt_lite.models.builder import build_model
@@ -195,8 +189,6 @@ def to_opennmt_py(checkpoint: dict, path: str) -> dict:
     if checkpoint["vocab"].get("src_feats"):
         raise refuse(path, "a model with source word features to OpenNMT-py")
     opt = model_options(checkpoint["opt"], path)
-    if averages(vars(opt)):
-        raise refuse(path, f"{AVERAGE_ATTENTION} to OpenNMT-py (its weights' names are not mapped)")
     vocabs = vocabs_from_plain(checkpoint["vocab"])
     model = model_from_checkpoint(opt, vocabs, checkpoint, path)
     sizes = (len(vocabs["src"]), len(vocabs["tgt"]))

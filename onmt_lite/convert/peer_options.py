@@ -42,6 +42,7 @@ SAME = (
     "share_embeddings",
     "share_decoder_embeddings",
     "self_attn_type",
+    "aan_useffn",
     "generator_function",
     "lambda_align",
     "alignment_layer",
@@ -69,15 +70,6 @@ def refuse(path: str, what: str) -> UserError:
     return UserError(f"{path}: cannot convert {what}")
 
 
-AVERAGE_ATTENTION = "the average attention network (-self_attn_type average)"
-
-
-def averages(opt: dict[str, Any]) -> bool:
-    """Whether the model of options ``opt`` has the average attention network: a Transformer
-    decoder with ``-self_attn_type average`` (which the converters do not map)."""
-    return opt.get("self_attn_type") == "average" and opt.get("decoder_type") == "transformer"
-
-
 def _check_peer(opt: dict[str, Any], path: str) -> None:
     if opt.get("model_type", "text") != "text":
         raise refuse(path, f"a -model_type {opt['model_type']} model (onmt_lite has text only)")
@@ -93,8 +85,6 @@ def _check_peer(opt: dict[str, Any], path: str) -> None:
     if opt.get("max_relative_positions", 0) < 0:
         kind = {-1: "rotary", -2: "ALiBi"}.get(opt["max_relative_positions"], "")
         raise refuse(path, f"-max_relative_positions {opt['max_relative_positions']} ({kind})")
-    if averages(opt):
-        raise refuse(path, f"{AVERAGE_ATTENTION} (its weights' names are not mapped)")
     heads = opt.get("heads", 8)
     if opt.get("num_kv", 0) not in (0, heads):
         raise refuse(path, f"-num_kv {opt['num_kv']} (grouped keys and values)")
@@ -160,7 +150,6 @@ PEER_FIXED = {
     "shared_layer_norm": False,
     "num_experts": 0,
     "sliding_window": 0,
-    "aan_useffn": False,
     "feat_merge": "concat",
     "feat_vec_size": -1,
     "n_src_feats": 0,

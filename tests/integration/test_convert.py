@@ -44,10 +44,11 @@ def convert(capsys, *args):
     return lines
 
 
-@pytest.mark.parametrize("name", ["rnn", "transformer"])
+@pytest.mark.parametrize("name", ["rnn", "transformer", "transformer_aan"])
 def test_opennmt_py_3x_checkpoints_translate_in_onmt_lite_as_in_opennmt_py(name, tmp_path, capsys):
     """rnn: brnn encoder, 2 layers, input feed, general attention; transformer: 2 layers with
-    relative positions (make_fixtures.sh): the outputs and scores OpenNMT-py 3.5.1 wrote."""
+    relative positions; transformer_aan: its decoder's the average attention network with its
+    feed-forward block (make_fixtures.sh): the outputs and scores OpenNMT-py 3.5.1 wrote."""
     lite = tmp_path / "lite.pt"
     convert(capsys, "-model", fixture(f"{name}.pt"), "-from", "opennmt-py", "-output", lite)
     assert torch.load(lite, weights_only=True)["vocab"]["src"][:4] == [

@@ -30,9 +30,9 @@ def random_sources(n, seed=0):
 
 
 def lite_models(tmp_path, capsys):
-    """``{name: onmt_lite checkpoint}`` of the three fixtures (OpenNMT-py's converted)."""
+    """``{name: onmt_lite checkpoint}`` of the fixtures (OpenNMT-py's converted)."""
     models = {"transformer-sinusoids": fixture("lite_transformer.pt")}
-    for name in ("rnn", "transformer"):
+    for name in ("rnn", "transformer", "transformer_aan"):
         path = tmp_path / f"{name}.pt"
         convert(capsys, "-model", fixture(f"{name}.pt"), "-from", "opennmt-py", "-output", path)
         models[f"opennmt-py-{name}"] = str(path)
@@ -126,8 +126,9 @@ def test_an_rnn_is_refused_for_ctranslate2_with_the_reason(tmp_path, capsys):
     assert not (tmp_path / "ct2").exists()
 
 
-def peer_translate(model, sources, beam, tmp_path):
-    """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite)."""
+def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-flash"):
+    """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite); it sets
+    the model's ``-self_attn_type`` to its own option's."""
     if not os.path.exists(PEER_PYTHON):
         pytest.skip(
             f"needs OpenNMT-py 3.5.1 at {PEER_PYTHON} (../shared/bench/install_opennmt_py.sh; or "
@@ -139,7 +140,7 @@ def peer_translate(model, sources, beam, tmp_path):
     command = [PEER_PYTHON, "-c", "from onmt.bin.translate import main; main()"]
     command += ["-model", str(model), "-src", str(src), "-output", str(out)]
     command += ["-beam_size", str(beam), "-length_penalty", "none", "-max_length", "100"]
-    command += ["-batch_size", "30"]
+    command += ["-batch_size", "30", "-self_attn_type", self_attn_type]
     # 3.5.1 pickles argparse.Namespace, which torch >= 2.6 refuses by default
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
@@ -147,13 +148,16 @@ def peer_translate(model, sources, beam, tmp_path):
     return read_lines(out)
 
 
-@pytest.mark.parametrize("name", ["transformer-sinusoids", "opennmt-py-rnn"])
+@pytest.mark.parametrize(
+    "name", ["transformer-sinusoids", "opennmt-py-rnn", "opennmt-py-transformer_aan"]
+)
 def test_opennmt_py_translates_what_onmt_lite_wrote_for_it_as_onmt_lite(name, tmp_path, capsys):
     lite = lite_models(tmp_path, capsys)[name]
     peer = tmp_path / "peer.pt"
     convert(capsys, "-model", lite, "-to", "opennmt-py", "-output", peer)
     sources = random_sources(200, seed=1)
+    attention = "average" if name.endswith("aan") else "scaled-dot-flash"
     for beam in (1, 5):
-        theirs = peer_translate(peer, sources, beam, tmp_path)
+        theirs = peer_translate(peer, sources, beam, tmp_path, attention)
         ours, _ = translate(lite, sources, beam)
         assert theirs == ours, beam

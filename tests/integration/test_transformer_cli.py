@@ -369,7 +369,8 @@ def test_the_average_attention_network_resumes_exactly_and_translates_whatever_t
 ):
     """1.x's -self_attn_type average -aan_useffn end to end: a resumed run gives the uninterrupted
     run's losses (dropout in the average's feed-forward block too), every line translates alike at
-    any batch size (rows joining a running search), and the converters refuse it by name."""
+    any batch size (rows joining a running search), and its conversion to OpenNMT-py and back
+    translates alike; CTranslate2's is refused by name."""
     m = models["plain"]
     args = [*SMALL_WITH_DROPOUT, "-self_attn_type", "average", "-aan_useffn"]
     _, full = train_in_process(m["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
@@ -384,11 +385,16 @@ def test_the_average_attention_network_resumes_exactly_and_translates_whatever_t
     one = translate(model, m["src"], tmp_path / "b1.txt", *search, "-batch_size", 1)
     seven = translate(model, m["src"], tmp_path / "b7.txt", *search, "-batch_size", 7)
     assert one == seven and len(one) == 2 * len(lines(m["src"]))
-    for target in ("opennmt-py", "ctranslate2"):
-        out = tmp_path / f"to_{target}"
-        result = run_in_process("convert", "-model", model, "-to", target, "-output", out)
-        assert result.returncode == 2 and "average" in result.stderr.splitlines()[-1]
-        assert not out.exists()
+    peer = tmp_path / "peer.pt"
+    back = tmp_path / "back.pt"
+    for args in (["-to", "opennmt-py", "-output", peer], ["-from", "opennmt-py", "-output", back]):
+        source = model if args[0] == "-to" else peer
+        assert run_in_process("convert", "-model", source, *args).returncode == 0
+    assert translate(str(back), m["src"], tmp_path / "back.txt", *search) == one
+    out = tmp_path / "ct2"
+    result = run_in_process("convert", "-model", model, "-to", "ctranslate2", "-output", out)
+    assert result.returncode == 2 and "no average attention" in result.stderr.splitlines()[-1]
+    assert not out.exists()
 
 
 def test_use_ckpting_trains_with_the_losses_of_a_run_without_it(models, tmp_path):

@@ -1,13 +1,13 @@
 """-self_attn_type average (1.x's average attention network): a decoder layer against 1.x's
-formulas written out, where it goes in the model, its dropout, the options it makes idle and the
-converters that refuse it. Decoding one position at a time equals the teacher-forced pass, also for
-rows joining later: ``test_transformer.py``'s variants."""
+formulas written out, where it goes in the model, its dropout, the options it makes idle and
+CTranslate2's refusal. Decoding one position at a time equals the teacher-forced pass, also for
+rows joining later: ``test_transformer.py``'s variants; OpenNMT-py 3.5.1's own average attention
+network translates as its conversion does: ``test_convert.py``."""
 
 import pytest
 import torch
 
 from onmt_lite.convert.ctranslate2 import check_convertible
-from onmt_lite.convert.peer_options import lite_model_options
 from onmt_lite.models.average_attention import AverageSelfAttention
 from onmt_lite.models.builder import set_dropout
 from onmt_lite.models.multihead import SelfAttention, additive_mask
@@ -129,10 +129,7 @@ def test_the_options_an_average_makes_idle_are_named(args, warnings):
     assert idle_options(opt) == warnings
 
 
-def test_the_converters_refuse_an_average_by_name():
+def test_a_conversion_to_ctranslate2_is_refused_by_name():
     opt = model_options(*TRANSFORMER, *AVERAGE)
     with pytest.raises(UserError, match="CTranslate2's Transformer has no average attention"):
         check_convertible(opt, {}, "m.pt")
-    peer = {"encoder_type": "transformer", "decoder_type": "transformer", **vars(opt)}
-    with pytest.raises(UserError, match=r"average attention network \(-self_attn_type average\)"):
-        lite_model_options(peer, "peer.pt")
