@@ -77,10 +77,10 @@ CHANGED = {
     "that many sentences is kept (1.x dropped it)",
     "max_sent_length": "the same as `-max_length` (1.2.0 refused the deprecated flag)",
     "translate:shard_size": "default 0, the whole file at once (1.x: 10,000 lines)",
-    "translate:ratio": "1.x's early stop, with each example's own source length (1.x read "
-    "another example's for all but a batch's first) and a stop at least as early where no live "
-    "beam can change the n-best list (the same outputs); onmt_lite's `-ratio` was until "
-    "2026-11-29 what is now `-max_length_ratio`",
+    "translate:ratio": "1.x's early stop, with each example's own source length and steps (1.x "
+    "read another example's length for all but a batch's first, and checked at any beam's end in "
+    "the batch) and a stop at least as early where no live beam can change the n-best list (the "
+    "same outputs); onmt_lite's `-ratio` was until 2026-11-29 what is now `-max_length_ratio`",
     "translate:batch_size": "default 30 on the CPU as in 1.x; with -gpu 256 sentences (8,192 "
     "tokens with -batch_type tokens)",
     "epochs": "stops after N passes over the data (1.2.0 refused the deprecated option)",

@@ -73,11 +73,12 @@ class Penalties:
             return scaled
         return scaled - self.coverage(state)
 
-    def done(self, state, final: torch.Tensor) -> torch.Tensor:
+    def done(self, state, final: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
         """The examples that cannot improve ``[B]``: ``n_best`` finished hypotheses and no live row
         able to beat the n-th of them (see ``check_penalties``), or no live row at all; with
         -ratio, also those that 1.x's heuristic stops (``ratio_stop``). ``final``: the step's
-        candidates' final scores ``[B x K]``, best candidate first."""
+        candidates' final scores ``[B x K]``, best candidate first; ``ended``: those that ended
+        ``[B x K]``."""
         o = self.opts
         if state.K == 1:  # one row (greedy, sampling): done once it ended or died, nothing to bound
             return state.scores.view(-1) == float("-inf")
@@ -94,15 +95,17 @@ class Penalties:
         # fewer than n_best finished: the n-th best is -inf, which only a bound of -inf reaches
         enough = bound <= state.nth_best()
         if o.ratio > 0:
-            enough |= self.ratio_stop(state, final)
+            enough |= self.ratio_stop(state, final, ended)
         return enough | (best_alive == float("-inf"))
 
-    def ratio_stop(self, state, final: torch.Tensor) -> torch.Tensor:
-        """1.x's -ratio ``[B]``: ``n_best`` finished hypotheses, and the step's best candidate's
-        final score spread over ratio x its source's length at most the best finished one's per
-        token (``BeamState.best_average``). A heuristic: a longer hypothesis might still have won.
-        (1.x read another example's source length for all but each batch's first: its lengths
-        were repeated per beam and indexed by example.)"""
+    def ratio_stop(self, state, final: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+        """1.x's -ratio ``[B]``, checked at a step where some of the example's candidates end:
+        ``n_best`` finished hypotheses, and the step's best candidate's final score spread over
+        ratio x its source's length at most the best finished one's per token
+        (``BeamState.best_average``). A heuristic: a longer hypothesis might still have won.
+        (OpenNMT-py checks it where a beam ends, 1.x any beam of the batch, 3.x the example's own,
+        as here; both read another example's source length for all but each batch's first: their
+        lengths were repeated per beam and indexed by example.)"""
         expected_length = state.src_lengths.to(final.dtype) * self.opts.ratio  # [B]
         hopeless = final[:, 0] / expected_length <= state.best_average
-        return hopeless & (state.nth_best() != float("-inf"))
+        return hopeless & ended.any(1) & (state.nth_best() != float("-inf"))

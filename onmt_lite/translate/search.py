@@ -243,7 +243,7 @@ class Search:
             ended = state.ended(tokens, self.eos)  # finish
             final = self.penalties.final_scores(state)
             ended_log_probs = state.finish(ended, final)
-            ended_rows, done = self._read(state, ended, self.penalties.done(state, final))
+            ended_rows, done = self._read(state, ended, self.penalties.done(state, final, ended))
             finished.settle()  # the last step's copies are on the host now
             for example in left:
                 yield example, finished.pop(example, o.n_best)

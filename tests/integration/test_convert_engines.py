@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from onmt_lite import Translator
 from tests.helpers import REPO, invoke
 from tests.integration.test_convert import convert, fixture, read_lines, translate
 
@@ -126,9 +127,10 @@ def test_an_rnn_is_refused_for_ctranslate2_with_the_reason(tmp_path, capsys):
     assert not (tmp_path / "ct2").exists()
 
 
-def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-flash"):
-    """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite); it sets
-    the model's ``-self_attn_type`` to its own option's."""
+def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-flash", *options):
+    """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite), with
+    ``options`` (a later value of an option replaces an earlier one); it sets the model's
+    ``-self_attn_type`` to its own option's. Its output lines."""
     if not os.path.exists(PEER_PYTHON):
         pytest.skip(
             f"needs OpenNMT-py 3.5.1 at {PEER_PYTHON} (../shared/bench/install_opennmt_py.sh; or "
@@ -140,7 +142,7 @@ def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-fl
     command = [PEER_PYTHON, "-c", "from onmt.bin.translate import main; main()"]
     command += ["-model", str(model), "-src", str(src), "-output", str(out)]
     command += ["-beam_size", str(beam), "-length_penalty", "none", "-max_length", "100"]
-    command += ["-batch_size", "30", "-self_attn_type", self_attn_type]
+    command += ["-batch_size", "30", "-self_attn_type", self_attn_type, *map(str, options)]
     # 3.5.1 pickles argparse.Namespace, which torch >= 2.6 refuses by default
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
@@ -161,3 +163,22 @@ def test_opennmt_py_translates_what_onmt_lite_wrote_for_it_as_onmt_lite(name, tm
         theirs = peer_translate(peer, sources, beam, tmp_path, attention)
         ours, _ = translate(lite, sources, beam)
         assert theirs == ours, beam
+
+
+@pytest.mark.parametrize("ratio", [0.3, 1.0])
+def test_opennmt_py_stops_a_beam_by_ratio_as_onmt_lite(ratio, tmp_path, capsys):
+    """-ratio, 1.x's and 3.x's early stop of a beam, on the converted Transformer fixture: 3.5.1,
+    given one line a batch (where it reads the line's own source length), writes onmt_lite's
+    n-best lists; the stop changes some of them (n-best 2: the second best of a search stopped
+    early is not always the exact one)."""
+    lite = lite_models(tmp_path, capsys)["opennmt-py-transformer"]
+    sources = random_sources(200, seed=3)
+    options = ["-n_best", 2, "-ratio", ratio, "-batch_size", 1]
+    theirs = peer_translate(
+        fixture("transformer.pt"), sources, 5, tmp_path, "scaled-dot-flash", *options
+    )
+    search = dict(beam_size=5, n_best=2, batch_size=30)
+    ours = Translator.load([lite], ratio=ratio, **search).translate(sources)
+    exact = Translator.load([lite], **search).translate(sources)
+    assert theirs == [hypothesis for result in ours for hypothesis in result.hypotheses]
+    assert any(a.hypotheses != b.hypotheses for a, b in zip(ours, exact))

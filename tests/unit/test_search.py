@@ -110,7 +110,7 @@ def test_a_wide_beam_with_a_ratio_returns_the_exact_n_best_list_within_each_exam
 class NoEarlyStop(Penalties):
     """An example is done only when none of its beams is alive."""
 
-    def done(self, state, final):
+    def done(self, state, final, ended):
         return state.log_probs().max(1).values == float("-inf")
 
 

@@ -16,13 +16,14 @@ MARGIN = 1e-4
 
 
 class Reference:
-    """1.x's beam search with -ratio for one example, in Python floats: each step keeps the K best
-    continuations of the live beams; one that takes </s>, or reaches the maximum length, is
-    finished. The example stops once ``n_best`` have finished and the step's best continuation's
-    final score over ``ratio`` x the source length is at most the best finished score per token
-    (its tokens + 2: 1.x divides by its sequence's length + 1, the sequence holding <s>), or when
-    no beam is live. ``nbest``: the ``n_best`` best finished ``(score, tokens)``; ``closest``: the
-    nearest a stop decision came to its threshold; ``steps``: the steps taken."""
+    """1.x's beam search with -ratio for one example (3.x's too), in Python floats: each step keeps
+    the K best continuations of the live beams; one that takes </s>, or reaches the maximum
+    length, is finished. At a step where some continuation finishes, the example stops once
+    ``n_best`` have finished and the step's best continuation's final score over ``ratio`` x the
+    source length is at most the best finished score per token (its tokens + 2: 1.x divides by its
+    sequence's length + 1, the sequence holding <s>); it stops too when no beam is live.
+    ``nbest``: the ``n_best`` best finished ``(score, tokens)``; ``closest``: the nearest a stop
+    decision came to its threshold; ``steps``: the steps taken."""
 
     def __init__(self, table, example, src_length, opts: SearchOptions):
         beams = [(0.0, [])]  # the live beams' (log-probability, tokens)
@@ -39,15 +40,17 @@ class Reference:
             top = sorted(candidates, key=lambda c: -c[0])[: opts.beam_size]
             penalty = length_penalty(opts.length_penalty, float(step + 1), opts.alpha)
             beams = []
+            ending = False
             for log_prob, tokens in top:
                 if tokens[-1] == EOS or step + 1 == opts.max_length:
                     words = tokens[:-1] if tokens[-1] == EOS else tokens
                     finished.append((log_prob / penalty, words))
+                    ending = True
                     best_average = max(best_average, log_prob / penalty / (step + 3))
                 else:
                     beams.append((log_prob, tokens))
             spread = top[0][0] / penalty / (src_length * opts.ratio)
-            if len(finished) >= opts.n_best:
+            if ending and len(finished) >= opts.n_best:
                 if spread != best_average:  # equal: the same score over the same length, exact
                     self.closest = min(self.closest, abs(spread - best_average))
                 if spread <= best_average:
