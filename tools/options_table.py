@@ -99,6 +99,10 @@ CHANGED = {
     "use -gpu_ranks)",
     "max_shard_size": "accepted as 0, its default, as 1.x accepted it (1.x refused any other "
     "value: deprecated, use -shard_size)",
+    "loss_scale": "accepted as 0, its default: dynamic scaling, which `-model_dtype fp16` does "
+    "(1.x's apex); a fixed scale is refused",
+    "apex_opt_level": "accepted as O1, its default: float32 weights, operations cast to float16, "
+    "which `-model_dtype fp16` does (1.x's apex); O0, O2 and O3 are refused",
     "queue_size": "accepted, no effect: each training process reads its own batches (1.x: one "
     "producer filled a queue for all)",
     "tgt_prefix": "BLEU and chrF against the prefixes are not logged; a prefix longer than "

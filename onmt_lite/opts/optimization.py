@@ -1,13 +1,14 @@
 """Options of onmt_lite_train's optimization: the optimizer and its settings, the learning-rate
 schedule, gradient clipping, per-parameter learning rates and freezing (part of ``train_opts``)."""
 
-from onmt_lite.opts.parser import add
+from onmt_lite.opts.parser import add, compatibility_group
 from onmt_lite.opts.values import (
     FLOAT32_MAX,
     MAX_STEPS,
     choice,
     float_in,
     int_in,
+    only_number,
 )
 
 
@@ -135,6 +136,37 @@ def optimization_opts(parser):
         type=choice("model_dtype", ["fp32", "bf16", "fp16"]),
         help="Precision of the forward pass: fp32, or mixed precision with float32 weights (bf16; "
         "fp16 with dynamic loss scaling)",
+    )
+    # 1.x's fp16 went through apex; what its defaults asked for is what -model_dtype fp16 does
+    fixed_weights = "-model_dtype fp16 keeps float32 weights and casts per operation (apex's O1)"
+    add(
+        compatibility_group(parser),
+        "apex_opt_level",
+        default="O1",
+        type=choice(
+            "apex_opt_level",
+            ["O1"],
+            {
+                "O0": "it is float32 training: use -model_dtype fp32",
+                "O2": f"float16 weights are not supported: {fixed_weights}",
+                "O3": f"float16 weights are not supported: {fixed_weights}",
+            },
+        ),
+        help="1.x's apex level with -model_dtype fp16: O1 only, its default, which "
+        "-model_dtype fp16 does (float32 weights, operations cast to float16)",
+    )
+    add(
+        compatibility_group(parser),
+        "loss_scale",
+        default=0.0,
+        type=only_number(
+            "loss_scale",
+            0.0,
+            "a fixed loss scale is not supported: -model_dtype fp16 scales the loss dynamically "
+            "(1.x's 0)",
+        ),
+        help="1.x's loss scale with -model_dtype fp16: 0 only, its default, dynamic scaling, "
+        "which -model_dtype fp16 does",
     )
     add(
         group,

@@ -36,10 +36,6 @@ UNSUPPORTED_OPTIONS = {
     "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); "
     "use -tensorboard",
     **dict.fromkeys(
-        ["loss_scale", "apex_opt_level"],
-        "-model_dtype fp16 scales the loss dynamically; a fixed scale and apex are not supported",
-    ),
-    **dict.fromkeys(
         ["bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"],
         "a GGNN option: the GGNN (graph) encoder is not implemented",
     ),

@@ -40,6 +40,24 @@ def only_value(option, allowed, reason):
     return parse
 
 
+def only_number(option, allowed, reason):
+    """A ``type=`` that accepts the number ``allowed`` however it is written (``0``, ``-0.0``) and
+    refuses any other with ``reason`` (a 1.x option whose default onmt_lite does, and whose other
+    values it does not)."""
+
+    def parse(value):
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if number == allowed:
+            return number
+        raise argparse.ArgumentTypeError(f"{value!r} is refused: {reason}")
+
+    parse.__name__ = option
+    return parse
+
+
 def shown(value) -> str:
     """An option's value as a command line writes it (a list's items separated by spaces)."""
     if isinstance(value, (list, tuple)):

@@ -291,7 +291,7 @@ def test_saved_corpus_lists_and_ids_come_back_from_the_config(tmp_path, corpora)
     "groups,expected",
     [
         ("preprocess", {"data_type", "max_shard_size"}),
-        ("train", {"model_type", "queue_size", "gpuid"}),
+        ("train", {"model_type", "queue_size", "gpuid", "apex_opt_level", "loss_scale"}),
         ("translate", {"data_type", "dynamic_dict", "share_vocab", "fp32"}),
     ],
 )
@@ -563,3 +563,31 @@ def test_1x_ratio_is_1x_early_stop_and_refused_below_0(capsys):
     assert exc.value.code == 2 and err.strip().startswith(
         "prog: error: argument -ratio/--ratio: -1.0 is outside [0, "
     )
+
+
+@pytest.mark.parametrize(
+    "args,refused",
+    [
+        (["-apex_opt_level", "O1", "-loss_scale", "0"], None),
+        (["-loss_scale", "-0.0"], None),
+        (["-loss_scale", "128"], "'128' is refused: a fixed loss scale is not supported"),
+        (["-apex_opt_level", "O2"], "O2 (float16 weights are not supported"),
+        (["-apex_opt_level", "O0"], "O0 (it is float32 training: use -model_dtype fp32)"),
+    ],
+)
+def test_1x_apex_options_run_at_their_defaults_which_fp16_does(args, refused, capsys):
+    """1.x's -model_dtype fp16 went through apex: its defaults, O1 and a dynamic loss scale (0),
+    are what -model_dtype fp16 does, so a 1.x command line with them runs; other values are
+    refused with the reason."""
+    from onmt_lite.opts import model_opts, train_opts
+
+    command = build_parser("prog", [config_opts, model_opts, train_opts])
+    line = ["-data", "d", "-model_dtype", "fp16", *args]
+    if refused is None:
+        opt = parse(command, line)
+        assert (opt.apex_opt_level, opt.loss_scale) == ("O1", 0.0)
+        return
+    with pytest.raises(SystemExit) as exc:
+        parse(command, line)
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and refused in err and len(err.splitlines()) == 1
