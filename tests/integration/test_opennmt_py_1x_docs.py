@@ -250,15 +250,18 @@ def test_source_word_features_from_preprocess_to_translate(tmp_path):
     assert len(read(tmp_path / "p.txt")) == 3
 
 
+def train_small_rnn(tmp_path, data, *args):
+    """``onmt_lite_train`` of ``SMALL_RNN`` on ``data`` with ``args``, saving to ``tmp_path/m``."""
+    return run_in_process(
+        "train", "-data", data, "-save_model", tmp_path / "m", *SMALL_RNN, *map(str, args)
+    )
+
+
 def test_averaging_and_schedules(tmp_path):
     data = small_toy_ende(tmp_path)
-    result = run_in_process(
-        "train",
-        "-data",
+    result = train_small_rnn(
+        tmp_path,
         data,
-        "-save_model",
-        tmp_path / "m",
-        *SMALL_RNN,
         "-train_steps",
         100,
         "-average_decay",
@@ -298,13 +301,9 @@ def test_apex_fusedadam_and_the_noamwd_schedule(tmp_path):
     -decay_method noamwd (noam times the step decay): each step's logged learning rate is 1.x's
     formula's."""
     data = small_toy_ende(tmp_path)
-    result = run_in_process(
-        "train",
-        "-data",
+    result = train_small_rnn(
+        tmp_path,
         data,
-        "-save_model",
-        tmp_path / "m",
-        *SMALL_RNN,
         "-optim",
         "fusedadam",
         "-adam_beta2",
