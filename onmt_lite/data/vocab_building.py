@@ -6,14 +6,17 @@ feature (from PREFIX.source_feature_i.dict files of -features_vocabs_prefix, els
 As in OpenNMT-py 1.x, a vocabulary shared from the data takes the source's size and minimum
 frequency, and the words of a file are taken as they are (no minimum frequency; 1.x counted them so
 that none fell below it). Unlike 1.x, a file longer than its -src_vocab_size is cut to that size
-(1.x kept it whole), and a warning says so. An option those rules leave idle is named in a warning.
+(1.x kept it whole), and a warning says so. As in 1.x, -src_vocab may name the PREFIX.vocab.pt of
+an earlier run instead: its vocabularies, every one, are taken as they are (``earlier_record``). An
+option those rules leave idle is named in a warning.
 """
 
 import argparse
 from collections import Counter
 from typing import Callable
 
-from onmt_lite.data.vocab import SPECIALS, Vocab
+from onmt_lite.data.shards import VOCAB_FORMAT, load_plain
+from onmt_lite.data.vocab import SPECIALS, Vocab, vocabs_from_plain
 from onmt_lite.opts import option_defaults, preprocess_opts
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
@@ -30,8 +33,12 @@ def build_vocabs(
     vocabulary comes from the data."""
     for note in idle_vocabulary_options(opt, n_feats):
         logger.warning(note)
-    src, tgt = _word_vocabs(opt, counts)
-    feats = _feature_vocabs(opt, counts, n_feats)
+    earlier = earlier_record(opt.src_vocab)
+    if earlier is not None:
+        src, tgt, feats = _earlier_vocabs(earlier, opt.src_vocab, n_feats)
+    else:
+        src, tgt = _word_vocabs(opt, counts)
+        feats = _feature_vocabs(opt, counts, n_feats)
     padded = [vocab.padded_to_multiple(opt.vocab_size_multiple) for vocab in [src, tgt] + feats]
     return padded[0], padded[0] if tgt is src else padded[1], padded[2:]
 
@@ -41,6 +48,13 @@ def idle_vocabulary_options(opt: argparse.Namespace, n_feats: int = 0) -> list[s
     others leave unread."""
     notes = []
     defaults = option_defaults([preprocess_opts])
+    if is_torch_file(opt.src_vocab):  # an earlier run's vocabularies: the others are not read
+        return [
+            f"-{name} {getattr(opt, name)} has no effect: -src_vocab {opt.src_vocab} is an "
+            "earlier run's vocabulary file, whose vocabularies are taken as they are (as 1.x)"
+            for name in EARLIER_RUN_IDLE
+            if getattr(opt, name) != defaults[name]
+        ]
     from_files = opt.src_vocab or opt.tgt_vocab
     if opt.share_vocab and not from_files:
         for name in ("tgt_vocab_size", "tgt_words_min_frequency"):
@@ -62,6 +76,56 @@ def idle_vocabulary_options(opt: argparse.Namespace, n_feats: int = 0) -> list[s
                 f"{path} are taken as they are"
             )
     return notes
+
+
+# what a vocabulary file of an earlier run leaves unread (-vocab_size_multiple still pads)
+EARLIER_RUN_IDLE = (
+    "tgt_vocab",
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "src_words_min_frequency",
+    "tgt_words_min_frequency",
+    "share_vocab",
+    "features_vocabs_prefix",
+)
+
+
+def is_torch_file(path: str) -> bool:
+    """Whether ``path`` is a file ``torch.save`` wrote (a zip archive, or a pickle of torch's older
+    format) rather than a word list."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError:  # missing: the word list reader names it
+        return False
+    return start == b"PK\x03\x04" or start[:1] == b"\x80"
+
+
+def earlier_record(path: str) -> dict | None:
+    """The record of the PREFIX.vocab.pt of an earlier preprocessing run that ``path``
+    (-src_vocab) names, or None for a word list. 1.x took its vocab.pt there and kept every
+    vocabulary of that run as it was; a 1.x vocab.pt (pickled torchtext fields) is refused."""
+    if not path or not is_torch_file(path):
+        return None
+    return load_plain(path, VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
+
+
+def _earlier_vocabs(record: dict, path: str, n_feats: int) -> tuple[Vocab, Vocab, list[Vocab]]:
+    """The vocabularies of an earlier run's ``record`` (read from ``path``), for data with
+    ``n_feats`` source word features; a shared one stays one object."""
+    vocabs = vocabs_from_plain(record)
+    if len(vocabs["src_feats"]) != n_feats:
+        raise UserError(
+            f"{path}: its run's data had {len(vocabs['src_feats'])} source word feature(s), "
+            f"this data {n_feats}"
+        )
+    src = vocabs["src"]
+    tgt = src if record["src"] == record["tgt"] else vocabs["tgt"]
+    logger.info(
+        f"-src_vocab {path}: an earlier run's vocabularies, as they are ({len(src)} source, "
+        f"{len(tgt)} target words with specials)"
+    )
+    return src, tgt, vocabs["src_feats"]
 
 
 def vocab_from_file(path: str, max_size: int, option: str) -> Vocab:

@@ -253,6 +253,14 @@ def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
     assert len(train) == 10
     assert sum(load(p)["indices"].numel() for p in train) == vocab["counts"]["train"]["examples"]
     assert all("src_ex_vocab" in load(p) for p in train + shard_paths(str(tmp_path / "c"), "valid"))
+    # 1.x's -src_vocab took an earlier run's vocab.pt: its vocabularies, on other data
+    other = ["-train_src", f"{data}/src-val.txt", "-train_tgt", f"{data}/tgt-val.txt"]
+    reused = ["-src_vocab", tmp_path / "q.vocab.pt", "-save_data", tmp_path / "r"]
+    result = run_in_process("preprocess", *other, *reused)
+    assert result.returncode == 0, result.stderr
+    again = load(tmp_path / "r.vocab.pt")
+    assert (again["src"], again["tgt"]) == (vocab["src"], vocab["tgt"])
+    assert again["counts"]["train"]["examples"] < vocab["counts"]["train"]["examples"]
 
 
 def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):

@@ -4,9 +4,13 @@
 from collections import Counter
 
 import pytest
+import torch
 
+from onmt_lite.data.shards import VOCAB_FORMAT
+from onmt_lite.data.vocab import Vocab
 from onmt_lite.data.vocab_building import build_vocabs, idle_vocabulary_options
 from onmt_lite.opts import build_parser, parse, preprocess_opts
+from onmt_lite.utils.errors import UserError
 
 SRC = Counter({"a": 5, "b": 3, "c": 1})
 TGT = Counter({"x": 4, "b": 2, "y": 1})
@@ -121,3 +125,54 @@ def test_the_sources_minimum_frequency_counts_the_features_of_a_file_vocabulary(
 def test_options_that_act_give_no_warning(args, logged):
     build_vocabs(options(*args), counts)
     assert warnings(logged) == []
+
+
+def no_counts():
+    raise AssertionError("the data was counted")
+
+
+def earlier_run(path, src, tgt, feats=()):
+    """A PREFIX.vocab.pt as an earlier preprocessing run wrote it (the fields this reads)."""
+    plain = {
+        "format": VOCAB_FORMAT,
+        "src": Vocab(src).to_plain(),
+        "tgt": Vocab(tgt).to_plain(),
+        "src_feats": [Vocab(words).to_plain() for words in feats],
+    }
+    torch.save(plain, path)
+    return path
+
+
+def test_an_earlier_runs_vocabulary_file_gives_every_vocabulary_as_it_is_as_1x(tmp_path, logged):
+    """1.x's -src_vocab took the vocab.pt of an earlier run: its vocabularies, source, target and
+    features, as they were; the sizes, minimum frequencies and -tgt_vocab are then idle, and
+    -vocab_size_multiple still pads."""
+    path = earlier_run(tmp_path / "old.vocab.pt", ["p", "q", "r"], ["u", "v"], [["N", "V"]])
+    args = ["-src_vocab", path, "-src_vocab_size", 1, "-tgt_vocab", tmp_path / "unread.txt"]
+    src, tgt, feats = build_vocabs(options(*args), no_counts, n_feats=1)
+    assert (words(src), words(tgt), [words(v) for v in feats]) == (
+        ["p", "q", "r"],
+        ["u", "v"],
+        [["N", "V"]],
+    )
+    idle = "is an earlier run's vocabulary file, whose vocabularies are taken as they are (as 1.x)"
+    assert warnings(logged) == [
+        f"-tgt_vocab {tmp_path / 'unread.txt'} has no effect: -src_vocab {path} {idle}",
+        f"-src_vocab_size 1 has no effect: -src_vocab {path} {idle}",
+    ]
+    padded, _, _ = build_vocabs(
+        options("-src_vocab", path, "-vocab_size_multiple", 8), no_counts, n_feats=1
+    )
+    assert len(padded) == 8 and words(padded)[:3] == ["p", "q", "r"]
+
+
+def test_an_earlier_shared_vocabulary_stays_one_and_other_torch_files_are_refused(tmp_path):
+    shared = earlier_run(tmp_path / "shared.vocab.pt", ["a", "b"], ["a", "b"])
+    src, tgt, _ = build_vocabs(options("-src_vocab", shared), no_counts)
+    assert src is tgt and words(src) == ["a", "b"]
+    with pytest.raises(UserError, match="its run's data had 0 source word feature"):
+        build_vocabs(options("-src_vocab", shared), no_counts, n_feats=1)
+    other = tmp_path / "weights.pt"
+    torch.save({"format": "something else"}, other)
+    with pytest.raises(UserError, match="not an onmt_lite vocabulary file"):
+        build_vocabs(options("-src_vocab", other), no_counts)
