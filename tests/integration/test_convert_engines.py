@@ -15,7 +15,13 @@ import pytest
 
 from onmt_lite import Translator
 from tests.helpers import REPO, invoke, translate_in_process
-from tests.integration.test_convert import convert, fixture, read_lines, translate
+from tests.integration.test_convert import (
+    PEER_SCORE_DIGITS,
+    convert,
+    fixture,
+    read_lines,
+    translate,
+)
 
 PEER_PYTHON = os.environ.get("OPENNMT_PY_PYTHON", "/tmp/peer-opennmt/bin/python")
 # CTranslate2's CPU kernels round otherwise than torch's: sums of log-probabilities differ by up
@@ -131,6 +137,11 @@ def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-fl
     """OpenNMT-py 3.5.1's onmt_translate on ``sources`` (no length penalty, as onmt_lite), with
     ``options`` (a later value of an option replaces an earlier one); it sets the model's
     ``-self_attn_type`` to its own option's. Its output lines."""
+    return run_peer(model, sources, beam, tmp_path, self_attn_type, *options)[0]
+
+
+def run_peer(model, sources, beam, tmp_path, self_attn_type, *options):
+    """``peer_translate``'s run: the output lines and the lines of its -log_file."""
     if not os.path.exists(PEER_PYTHON):
         pytest.skip(
             f"needs OpenNMT-py 3.5.1 at {PEER_PYTHON} (../shared/bench/install_opennmt_py.sh; or "
@@ -139,15 +150,37 @@ def peer_translate(model, sources, beam, tmp_path, self_attn_type="scaled-dot-fl
     src = tmp_path / "src.txt"
     src.write_text("\n".join(sources) + "\n", encoding="utf-8")
     out = tmp_path / f"peer_{beam}.txt"
+    log = tmp_path / f"peer_{beam}.log"
+    log.unlink(missing_ok=True)  # the peer appends to its log
     command = [PEER_PYTHON, "-c", "from onmt.bin.translate import main; main()"]
-    command += ["-model", str(model), "-src", str(src), "-output", str(out)]
+    command += ["-model", str(model), "-src", str(src), "-output", str(out), "-log_file", str(log)]
     command += ["-beam_size", str(beam), "-length_penalty", "none", "-max_length", "100"]
     command += ["-batch_size", "30", "-self_attn_type", self_attn_type, *map(str, options)]
     # 3.5.1 pickles argparse.Namespace, which torch >= 2.6 refuses by default
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    return read_lines(out)
+    return read_lines(out), read_lines(log)
+
+
+@pytest.mark.parametrize("name", ["rnn", "transformer", "transformer_aan"])
+def test_opennmt_py_scores_references_as_onmt_lite(name, tmp_path, capsys):
+    """Gold scores (the teacher-forced pass: for the average attention network its average over
+    every position at once, not step by step) of OpenNMT-py 3.5.1's fixtures and of their
+    conversions: the same to 3.5.1's logged precision, on 100 references of which a third are
+    not the model's task (the source itself)."""
+    lite = lite_models(tmp_path, capsys)[f"opennmt-py-{name}"]
+    sources = random_sources(100, seed=5)
+    targets = [s if i % 3 == 0 else " ".join(reversed(s.split())) for i, s in enumerate(sources)]
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(targets) + "\n", encoding="utf-8")
+    attention = "average" if name.endswith("aan") else "scaled-dot-flash"
+    options = ["-tgt", ref, "-verbose"]
+    _, log = run_peer(fixture(f"{name}.pt"), sources, 1, tmp_path, attention, *options)
+    theirs = [float(line.split()[2]) for line in log if line.startswith("GOLD SCORE: ")]
+    ours = [r.gold_score for r in Translator.load([lite], beam_size=1).translate(sources, targets)]
+    assert len(theirs) == len(ours) == 100 and min(theirs) < -10  # some references score badly
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) < PEER_SCORE_DIGITS
 
 
 @pytest.mark.parametrize(
