@@ -114,8 +114,8 @@ CHANGED = {
     "data_type": "only `text`; `img`, `audio` and `vec` are refused",
     "train_ids": "an id is letters, digits, `-` and `_` (it names the shard files "
     "`PREFIX.train_ID.N.pt`)",
-    "src_vocab": "a word list, or an earlier run's PREFIX.vocab.pt, whose vocabularies are all "
-    "taken as they are (as 1.x); a 1.x vocab.pt (pickled torchtext fields) is refused",
+    "src_vocab": "a word list, or an earlier run's PREFIX.vocab.pt (onmt_lite's or 1.x's), whose "
+    "vocabularies are all taken as they are (as 1.x)",
     "tgt_vocab": "a word list only (as 1.x); idle when -src_vocab names an earlier run's "
     "PREFIX.vocab.pt",
     "shuffle": "1 shuffles the training examples with -seed before they are written (no effect in "

@@ -14,14 +14,13 @@ options of ``peer_model_options``, the parameters by the same table, the word li
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from onmt_lite.convert.names import link
 from onmt_lite.convert.peer_options import lite_model_options, peer_model_options, refuse
-from onmt_lite.convert.safe_pickle import Foreign, load_foreign
+from onmt_lite.data.peer_vocab import peer_vocabularies
 from onmt_lite.data.vocab import SPECIALS, Vocab, vocabs_from_plain
 from onmt_lite.models.builder import build_model
 from onmt_lite.models.checkpoint import (
@@ -32,43 +31,11 @@ from onmt_lite.models.checkpoint import (
 from onmt_lite.models.embeddings import sinusoids
 from onmt_lite.opts import model_opts, option_defaults, train_opts
 from onmt_lite.utils.errors import UserError
+from onmt_lite.utils.safe_pickle import load_foreign
 
 PEER_PE_LENGTH = 5000  # OpenNMT-py's PositionalEncoding keeps this many positions in its buffer
 PE_SUFFIX = ".embeddings.make_embedding.pe.pe"
 TRAINING_STATE = ("optim", "rng", "data", "trainer")
-
-
-def peer_words(field: Any, side: str, path: str) -> list[str]:
-    """The word list of one side of a peer checkpoint's ``vocab``: 3.x's list, or the ``itos`` of
-    1.x's field (``TextMultiField`` -> its first ``Field`` -> ``Vocab``)."""
-    if isinstance(field, list) and all(isinstance(word, str) for word in field):
-        return field
-    node = field
-    for _ in range(4):
-        if not isinstance(node, Foreign):
-            break
-        if node.get("itos") is not None:
-            return list(node.get("itos"))
-        fields = node.get("fields")
-        if fields:
-            if len(fields) > 1:
-                raise refuse(path, f"a model with source word features ({len(fields) - 1})")
-            node = fields[0][1]
-            continue
-        node = node.get("vocab")
-    raise refuse(path, f"its {side} vocabulary (neither a word list nor a 1.x field with one)")
-
-
-def peer_vocabularies(vocab: Any, path: str) -> dict[str, list[str]]:
-    """``{"src": words, "tgt": words}`` of a peer checkpoint's ``vocab`` (3.x's dict of lists,
-    1.x's dict of fields or its older list of ``(name, field)`` pairs)."""
-    if isinstance(vocab, list):
-        vocab = dict(vocab)
-    if not isinstance(vocab, dict) or "src" not in vocab or "tgt" not in vocab:
-        raise refuse(path, "a checkpoint without src and tgt vocabularies")
-    if vocab.get("src_feats"):
-        raise refuse(path, "a model with source word features")
-    return {side: peer_words(vocab[side], side, path) for side in ("src", "tgt")}
 
 
 def row_sources(lite: Vocab, words: list[str]) -> list[int | None]:

@@ -7,19 +7,21 @@ As in OpenNMT-py 1.x, a vocabulary shared from the data takes the source's size 
 frequency, and the words of a file are taken as they are (no minimum frequency; 1.x counted them so
 that none fell below it). Unlike 1.x, a file longer than its -src_vocab_size is cut to that size
 (1.x kept it whole), and a warning says so. As in 1.x, -src_vocab may name the PREFIX.vocab.pt of
-an earlier run instead: its vocabularies, every one, are taken as they are (``earlier_record``). An
-option those rules leave idle is named in a warning.
+an earlier run instead, onmt_lite's or 1.x's: its vocabularies, every one, are taken as they are
+(``earlier_vocabularies``). An option those rules leave idle is named in a warning.
 """
 
 import argparse
 from collections import Counter
 from typing import Callable
 
-from onmt_lite.data.shards import VOCAB_FORMAT, load_plain
+from onmt_lite.data.peer_vocab import peer_vocabularies
+from onmt_lite.data.shards import VOCAB_FORMAT
 from onmt_lite.data.vocab import SPECIALS, Vocab, vocabs_from_plain
 from onmt_lite.opts import option_defaults, preprocess_opts
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.logging import logger
+from onmt_lite.utils.safe_pickle import load_foreign
 
 # the counts of the training data: (source words, target words, one Counter per feature)
 Counts = Callable[[], tuple[Counter, Counter, list[Counter]]]
@@ -33,9 +35,9 @@ def build_vocabs(
     vocabulary comes from the data."""
     for note in idle_vocabulary_options(opt, n_feats):
         logger.warning(note)
-    earlier = earlier_record(opt.src_vocab)
+    earlier = earlier_vocabularies(opt.src_vocab, n_feats)
     if earlier is not None:
-        src, tgt, feats = _earlier_vocabs(earlier, opt.src_vocab, n_feats)
+        src, tgt, feats = earlier
     else:
         src, tgt = _word_vocabs(opt, counts)
         feats = _feature_vocabs(opt, counts, n_feats)
@@ -101,18 +103,20 @@ def is_torch_file(path: str) -> bool:
     return start == b"PK\x03\x04" or start[:1] == b"\x80"
 
 
-def earlier_record(path: str) -> dict | None:
-    """The record of the PREFIX.vocab.pt of an earlier preprocessing run that ``path``
-    (-src_vocab) names, or None for a word list. 1.x took its vocab.pt there and kept every
-    vocabulary of that run as it was; a 1.x vocab.pt (pickled torchtext fields) is refused."""
+def earlier_vocabularies(path: str, n_feats: int) -> tuple[Vocab, Vocab, list[Vocab]] | None:
+    """The source, target and feature vocabularies of the PREFIX.vocab.pt of an earlier
+    preprocessing run that ``path`` (-src_vocab) names, for data with ``n_feats`` source word
+    features; None for a word list. 1.x took its vocab.pt there and kept every vocabulary of that
+    run as it was. onmt_lite's file, or 1.x's (torchtext fields, read as plain data: no torchtext
+    code runs); a shared vocabulary stays one object."""
     if not path or not is_torch_file(path):
         return None
-    return load_plain(path, VOCAB_FORMAT, "vocabulary file (from onmt_lite_preprocess)")
-
-
-def _earlier_vocabs(record: dict, path: str, n_feats: int) -> tuple[Vocab, Vocab, list[Vocab]]:
-    """The vocabularies of an earlier run's ``record`` (read from ``path``), for data with
-    ``n_feats`` source word features; a shared one stays one object."""
+    record = load_foreign(path)  # a restricted unpickler: onmt_lite's plain data or 1.x's fields
+    if not isinstance(record, dict) or record.get("format", VOCAB_FORMAT) != VOCAB_FORMAT:
+        raise UserError(f"{path}: neither an onmt_lite nor a 1.x vocabulary file")
+    if "format" not in record:  # 1.x's fields: word lists with their specials
+        words = peer_vocabularies(record, path)
+        record = {"src": Vocab(words["src"]).to_plain(), "tgt": Vocab(words["tgt"]).to_plain()}
     vocabs = vocabs_from_plain(record)
     if len(vocabs["src_feats"]) != n_feats:
         raise UserError(

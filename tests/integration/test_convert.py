@@ -179,6 +179,26 @@ def one_x_weights(model):
     return weights, generator
 
 
+def one_x_fields(made, src_words, tgt_words):
+    """1.x's vocabulary fields (what its vocab.pt holds, and its checkpoints' ``vocab``)."""
+    return {
+        "src": one_x_field(made, src_words, "src"),
+        "tgt": one_x_field(made, tgt_words, "tgt"),
+        "indices": _with_state(made["Field"], use_vocab=False, sequential=False),
+    }
+
+
+def save_as_1x(obj, path, modules):
+    """``torch.save`` of ``obj``, whose classes are named as 1.x's (``modules``, registered only
+    while it is written)."""
+    sys.modules.update(modules)
+    try:
+        torch.save(obj, path)
+    finally:
+        for name in modules:
+            sys.modules.pop(name, None)
+
+
 def write_one_x_checkpoint(model, path):
     modules, made = _one_x_classes()
     src_words = ["<unk>", "<blank>"] + SRC_VOCAB.itos[4:]
@@ -186,20 +206,21 @@ def write_one_x_checkpoint(model, path):
     checkpoint = {
         "model": weights,
         "generator": generator,
-        "vocab": {
-            "src": one_x_field(made, src_words, "src"),
-            "tgt": one_x_field(made, VOCABS["tgt"].itos, "tgt"),
-            "indices": _with_state(made["Field"], use_vocab=False, sequential=False),
-        },
+        "vocab": one_x_fields(made, src_words, VOCABS["tgt"].itos),
         "opt": argparse.Namespace(**ONE_X_OPTIONS),
         "optim": {"training_step": 7, "decay_step": 7},
     }
-    sys.modules.update(modules)
-    try:
-        torch.save(checkpoint, path)
-    finally:
-        for name in modules:
-            sys.modules.pop(name, None)
+    save_as_1x(checkpoint, path, modules)
+
+
+def write_one_x_vocab(path, src_words, tgt_words):
+    """The PREFIX.vocab.pt of a 1.x preprocessing run: its fields, torchtext vocabularies with
+    1.x's specials (the source's without <s> and </s>)."""
+    modules, made = _one_x_classes()
+    fields = one_x_fields(
+        made, ["<unk>", "<blank>", *src_words], ["<unk>", "<blank>", "<s>", "</s>", *tgt_words]
+    )
+    save_as_1x(fields, path, modules)
 
 
 def test_a_1x_checkpoint_with_torchtext_fields_becomes_the_same_model(tmp_path, capsys):

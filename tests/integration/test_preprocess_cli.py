@@ -2,11 +2,13 @@
 
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
 
 from onmt_lite.data.shards import shard_paths
+from tests.integration.test_convert import write_one_x_checkpoint, write_one_x_vocab
 from tests.helpers import (
     invoke_captured,
     preprocess_in_process,
@@ -14,6 +16,7 @@ from tests.helpers import (
     shared_data,
     write_lines,
 )
+from tests.model_helpers import make_model
 
 
 def load(path):
@@ -261,6 +264,27 @@ def test_toy_ende_with_the_opennmt_py_1x_command_line(tmp_path):
     again = load(tmp_path / "r.vocab.pt")
     assert (again["src"], again["tgt"]) == (vocab["src"], vocab["tgt"])
     assert again["counts"]["train"]["examples"] < vocab["counts"]["train"]["examples"]
+
+
+def test_a_1x_runs_vocab_pt_gives_its_vocabularies_without_running_torchtext(corpus):
+    """1.x's -src_vocab took the vocab.pt of an earlier run: a 1.x one (torchtext fields, read as
+    plain data: torchtext is never imported) gives its words in its order; a 1.x checkpoint is
+    not one."""
+    src, tgt, out = corpus
+    old = out / "old.vocab.pt"
+    write_one_x_vocab(old, ["the", "zebra", "cat"], ["die", "katze"])
+    args = ["-train_src", src, "-train_tgt", tgt, "-save_data", out / "d"]
+    result = run_in_process("preprocess", *args, "-src_vocab", old)
+    assert result.returncode == 0, result.stderr
+    vocab = load(out / "d.vocab.pt")
+    assert (vocab["src"][4:], vocab["tgt"][4:]) == (["the", "zebra", "cat"], ["die", "katze"])
+    assert "torchtext" not in sys.modules and "onmt" not in sys.modules
+    checkpoint = out / "one_x.pt"
+    model, _ = make_model()
+    write_one_x_checkpoint(model, checkpoint)
+    result = run_in_process("preprocess", *args, "-src_vocab", checkpoint, "-overwrite")
+    assert result.returncode == 2
+    assert f"{checkpoint}: cannot read a file without src and tgt vocabularies" in result.stderr
 
 
 def test_g2p_sr_whitespace_runs_give_no_empty_vocabulary_entry(tmp_path):

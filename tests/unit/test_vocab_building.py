@@ -174,5 +174,5 @@ def test_an_earlier_shared_vocabulary_stays_one_and_other_torch_files_are_refuse
         build_vocabs(options("-src_vocab", shared), no_counts, n_feats=1)
     other = tmp_path / "weights.pt"
     torch.save({"format": "something else"}, other)
-    with pytest.raises(UserError, match="not an onmt_lite vocabulary file"):
+    with pytest.raises(UserError, match="neither an onmt_lite nor a 1.x vocabulary file"):
         build_vocabs(options("-src_vocab", other), no_counts)

@@ -125,7 +125,7 @@ def _load(file: Any, **kwargs: Any) -> Any:
 
 # what torch.load takes as its pickle_module: an Unpickler and a load
 RESTRICTED_PICKLE = types.SimpleNamespace(
-    Unpickler=RestrictedUnpickler, load=_load, __name__="onmt_lite.convert.safe_pickle"
+    Unpickler=RestrictedUnpickler, load=_load, __name__="onmt_lite.utils.safe_pickle"
 )
 
 
