@@ -136,8 +136,8 @@ def _search_opts(parser):
         help="1.x's early stop of a beam search (0: off): at a step where some of its candidates "
         "end, an example stops once it has -n_best finished hypotheses and its best candidate's "
         "score over R times its source's length is at most the best finished hypothesis's score "
-        "per token (counted as 1.x: tokens + 2). A heuristic: a longer hypothesis might have won. "
-        "Not -max_length_ratio",
+        "per token (1.x's count: its tokens, </s> included, + 2). A heuristic: a longer "
+        "hypothesis might have won. Not -max_length_ratio",
     )
     add(
         group,

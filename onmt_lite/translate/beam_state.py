@@ -67,8 +67,8 @@ class BeamState:
             -inf: a row that ends is live, so its score is finite, or NaN). None with one row an
             example: there is no early stop to bound (``Penalties.done``).
         best_average ``[B]``: the best final score per token of each example's finished
-            hypotheses, counting 1.x's way (tokens + 2: ``<s>``, ``</s>`` and one more), -inf while
-            none, for -ratio's stop (``Penalties.done``); None without (``with_average``).
+            hypotheses, counting 1.x's way (its tokens, ``</s>`` included, + 2), -inf while none,
+            for -ratio's stop (``Penalties.done``); None without (``with_average``).
     Host lists (``[B]``): ids, cols, host_src_lengths, prefix_lengths, and idle: the examples done
     whose rows stay in the search until an example joining takes their place (slots); what their
     rows do is never read, and their columns may be dropped (a negative ``cols``).
@@ -301,7 +301,7 @@ class BeamState:
             merged = torch.cat([self.best_finished.to(final.dtype), candidates], 1)
             self.best_finished = merged.topk(self.best_finished.size(1), dim=1).values
         if self.best_average is not None:
-            # 1.x divides by its sequence's length + 1, which holds <s>: the tokens + 2
+            # 1.x divides by its sequence's length + 1, which holds <s>: the tokens (</s> too) + 2
             per_token = final / (self.lengths() + 2).unsqueeze(1)  # [B x K]
             averages = torch.where(ended, per_token, self.minus_infinity).amax(1)  # [B]
             self.best_average = torch.maximum(self.best_average.to(final.dtype), averages)
