@@ -114,17 +114,18 @@ def earlier_vocabularies(path: str, n_feats: int) -> tuple[Vocab, Vocab, list[Vo
     record = load_foreign(path)  # a restricted unpickler: onmt_lite's plain data or 1.x's fields
     if not isinstance(record, dict) or record.get("format", VOCAB_FORMAT) != VOCAB_FORMAT:
         raise UserError(f"{path}: neither an onmt_lite nor a 1.x vocabulary file")
-    if "format" not in record:  # 1.x's fields: word lists with their specials
+    if "format" in record:
+        vocabs = vocabs_from_plain(record)
+    else:  # 1.x's fields: word lists with their specials, which Vocab drops
         words = peer_vocabularies(record, path)
-        record = {"src": Vocab(words["src"]).to_plain(), "tgt": Vocab(words["tgt"]).to_plain()}
-    vocabs = vocabs_from_plain(record)
+        vocabs = {"src": Vocab(words["src"]), "tgt": Vocab(words["tgt"]), "src_feats": []}
     if len(vocabs["src_feats"]) != n_feats:
         raise UserError(
             f"{path}: its run's data had {len(vocabs['src_feats'])} source word feature(s), "
             f"this data {n_feats}"
         )
     src = vocabs["src"]
-    tgt = src if record["src"] == record["tgt"] else vocabs["tgt"]
+    tgt = src if src.itos == vocabs["tgt"].itos else vocabs["tgt"]
     logger.info(
         f"-src_vocab {path}: an earlier run's vocabularies, as they are ({len(src)} source, "
         f"{len(tgt)} target words with specials)"

@@ -28,9 +28,11 @@ class AverageSelfAttention(nn.Module):
     interface (``(x, mask, cache) -> (out, cache)``), so that the decoder's state, its reorder, its
     growth and fixed-shape steps are those of self-attention.
 
-    ``a_t``: the mean of the (normalised) inputs ``x_s`` at the columns the mask allows position t,
-    which are the row's positions up to t, its own included (as self-attention sees them: never
-    another row's padding); 1.x's ``(x_t + t a_{t-1}) / (t + 1)``. With ``feed_forward``
+    ``a_t``: the mean of the (normalised) inputs ``x_s`` at the columns the self-attention mask
+    allows position t, which are the row's positions up to t, its own included (as self-attention
+    sees them: never another row's padding); 1.x's ``(x_t + t a_{t-1}) / (t + 1)``. The layer is
+    given the mask's ``uniform_weights`` in the mask's place, made once for every layer by the
+    decoder. With ``feed_forward``
     (``-aan_useffn``) ``a_t`` is fed forward first. The output gates both:
     ``sigmoid(i) * x_t + sigmoid(f) * a_t``, with ``[i, f] = W [x_t ; a_t] + b``.
 
@@ -47,10 +49,11 @@ class AverageSelfAttention(nn.Module):
         self.gate = nn.Linear(2 * dim, 2 * dim)
 
     def forward(
-        self, x: Tensor, mask: Tensor, cache: tuple[Tensor, int | Tensor, bool] | None = None
+        self, x: Tensor, weights: Tensor, cache: tuple[Tensor, int | Tensor, bool] | None = None
     ):
-        """``x`` ``[B x T x H]``, ``mask`` ``[B x 1 x T|1 x K]``; ``cache`` as ``SelfAttention``'s.
-        Returns ``[B x T x H]`` and the cache with the new positions' inputs (see ``appended``)."""
+        """``x`` ``[B x T x H]``, ``weights`` ``[B x 1 x T|1 x K]`` (``uniform_weights`` of the
+        self-attention mask); ``cache`` as ``SelfAttention``'s. Returns ``[B x T x H]`` and the
+        cache with the new positions' inputs (see ``appended``)."""
         batch, length, dim = x.shape
         inputs = x.unsqueeze(1)  # [B x 1 x T x H]
         new = inputs.unsqueeze(0).expand(2, batch, 1, length, dim)  # [2 x B x 1 x T x H]
@@ -59,8 +62,7 @@ class AverageSelfAttention(nn.Module):
             buffer, used, in_place = cache
             kept, seen = appended(buffer, used, new, in_place)
             inputs = seen[1]  # [B x 1 x K x H]
-        weights = uniform_weights(mask, x.dtype)  # [B x 1 x T|1 x K]
-        average = torch.matmul(weights, inputs).squeeze(1)  # [B x T x H]
+        average = torch.matmul(weights.to(x.dtype), inputs).squeeze(1)  # [B x T x H]
         if self.feed_forward is not None:
             average = self.feed_forward(average)
         input_gate, forget_gate = self.gate(torch.cat([x, average], -1)).chunk(2, dim=-1)

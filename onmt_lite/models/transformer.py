@@ -21,7 +21,7 @@ from torch import Tensor
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
-from onmt_lite.models.average_attention import AverageSelfAttention
+from onmt_lite.models.average_attention import AverageSelfAttention, uniform_weights
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
 from onmt_lite.models.multihead import (
@@ -288,8 +288,7 @@ class TransformerDecoder(nn.Module):
             state, length, lengths, keys.size(3), x.dtype, need_alignment
         )
         align_layer = self._alignment_layer() if need_alignment else None
-        # 1.x's average never read the full-context mask: its full-context pass is the plain one
-        full_context = self.alignment.full_context and not self.average
+        full_context = self._full_context()
         # views of each layer's keys and values: unbind's backward is one stack, not a gradient
         # of the whole of ``keys`` for each of them and their sum
         layer_keys = keys.unbind(0)
@@ -339,11 +338,23 @@ class TransformerDecoder(nn.Module):
         if length == 1 and not (state.fixed or need_alignment or torch.is_grad_enabled()):
             memory_mask = self.step_masks.below(lengths, src_len, dtype)
             self_mask = self.step_masks.from_start(state.start, state.cached + 1, dtype)
-            return memory_mask, self_mask, None
+            return memory_mask, self._self_attention_input(self_mask), None
         real = length_mask(lengths, src_len)  # [B x S]
         memory_mask = additive_mask(real[:, None, None, :], dtype)
         started, self_mask = state.self_masks(length)
-        return memory_mask, additive_mask(self_mask, dtype), started
+        return memory_mask, self._self_attention_input(additive_mask(self_mask, dtype)), started
+
+    def _self_attention_input(self, mask: Tensor) -> Tensor:
+        """What every layer's self-attention takes of the additive ``mask``: the mask itself, or,
+        for the average attention network, the averaging weights (``uniform_weights``), made once
+        for all the layers."""
+        return uniform_weights(mask, mask.dtype) if self.average else mask
+
+    def _full_context(self) -> bool:
+        """Whether the alignment layer runs again with every target position in view
+        (-full_context_alignment): 1.x's average never read that mask, so for an average the
+        plain pass is the full-context one."""
+        return self.alignment.full_context and not self.average
 
     def _alignment_layer(self) -> int:
         """The index of the alignment head's layer; a ValueError if the decoder lacks the head."""

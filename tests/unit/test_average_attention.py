@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from onmt_lite.convert.ctranslate2 import check_convertible
-from onmt_lite.models.average_attention import AverageSelfAttention
+from onmt_lite.models.average_attention import AverageSelfAttention, uniform_weights
 from onmt_lite.models.builder import set_dropout
 from onmt_lite.models.multihead import SelfAttention, additive_mask
 from onmt_lite.models.transformer import FeedForward
@@ -50,7 +50,8 @@ def test_a_layers_average_attention_is_1x_running_average_and_gates(ffn):
     x = torch.randn(3, 7, dim, dtype=torch.float64)
     causal = torch.ones(7, 7, dtype=torch.bool).tril()[None, None]  # [1 x 1 x T x T]
     with torch.no_grad():
-        out, cache = module(x, additive_mask(causal, x.dtype).expand(3, 1, 7, 7))
+        weights = uniform_weights(additive_mask(causal, x.dtype).expand(3, 1, 7, 7), x.dtype)
+        out, cache = module(x, weights)
         expected = reference(module, x)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     assert cache.shape == (2, 3, 1, 7, dim) and torch.equal(cache[1, :, 0], x)
