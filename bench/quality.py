@@ -324,16 +324,18 @@ def logged_parameters(log):
 
 def check_models(lite_log, peer_log, model_args):
     """Check from the training logs that both toolkits built the model asked for: a Transformer's
-    peer log must show OpenNMT-py's Transformer modules (it logs the model), and the parameter
-    counts must agree to 0.1% (onmt_lite's vocabularies have 4 entries more: its specials come on
-    top of ``-src_vocab_size``, OpenNMT-py's count in it; 3,076 parameters for toy-ende's
-    Transformer).
+    (or a CNN's) peer log must show OpenNMT-py's Transformer (CNN) modules (it logs the model),
+    and the parameter counts must agree to 0.1% (onmt_lite's vocabularies have 4 entries more: its
+    specials come on top of ``-src_vocab_size``, OpenNMT-py's count in it; 3,076 parameters for
+    toy-ende's Transformer).
     Returns {toolkit: parameters}."""
     params = {"onmt_lite": logged_parameters(lite_log), "OpenNMT-py": logged_parameters(peer_log)}
-    if model_args.get("encoder_type") == "transformer":
+    kind = model_args.get("encoder_type")
+    if kind in ("transformer", "cnn"):
         with open(peer_log, encoding="utf-8", errors="replace") as f:
             text = f.read()
-        for module in ("TransformerEncoder(", "TransformerDecoder("):
+        prefix = "Transformer" if kind == "transformer" else "CNN"
+        for module in (f"{prefix}Encoder(", f"{prefix}Decoder("):
             if module not in text:
                 raise SystemExit(f"{peer_log}: OpenNMT-py did not build a {module[:-1]}")
     if (

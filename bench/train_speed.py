@@ -6,7 +6,8 @@
 
 The configuration of the performance issue: vocabulary 20000, brnn encoder, 2+2 layers, hidden and
 embeddings 256, general attention, Adam 0.001, batch 64, dropout 0.3; also with -copy_attn and with
--input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32. ``transformer``
+-input_feed 0, and onmt_lite with -model_dtype bf16 against the peer's float32; ``cnn`` (run only
+when named) the convolutional model at those sizes (kernel width 3). ``transformer``
 (issue 32; run only when named with -only) is the small Transformer of quality.py's ``TRANSFORMER``:
 2+2 layers, model size 256, 4 heads, feed-forward 1024, sinusoidal positions, dropout 0.1, Glorot
 initialisation, batches of 4,096 tokens normalised by tokens, Adam (beta2 0.998) with the noam
@@ -58,6 +59,17 @@ BASE = {
     "dropout": 0.3,
 }
 RNN_TRAINING = {"optim": "adam", "learning_rate": 0.001, "batch_size": 64}
+# 1.x's convolutional model at the RNNs' sizes and training (2+2 layers of 256, kernel width 3)
+CNN = {
+    "encoder_type": "cnn",
+    "decoder_type": "cnn",
+    "enc_layers": 2,
+    "dec_layers": 2,
+    "hidden_size": 256,
+    "word_vec_size": 256,
+    "cnn_kernel_width": 3,
+    "dropout": 0.3,
+}
 # name: (model settings of both toolkits, their training settings, onmt_lite's extra options);
 # "standard_bf16" sets onmt_lite's mixed precision against the peer's float32 (OpenNMT-py's fp16
 # does not run on a CPU).
@@ -70,13 +82,14 @@ CONFIGS = {
     # 1.x's FAQ recipe shards the loss (-max_generator_batches 2); OpenNMT-py 3.x has no sharding
     "transformer_sharded": (TRANSFORMER, TRANSFORMER_TRAINING, ["-max_generator_batches", "2"]),
     "transformer_bf16": (TRANSFORMER, TRANSFORMER_TRAINING, ["-model_dtype", "bf16"]),
+    "cnn": (CNN, RNN_TRAINING, []),
 }
 # run only when named with -only (not part of `make bench`'s RNN figures)
-OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16")
+OPT_IN = ("transformer", "transformer_sharded", "transformer_bf16", "cnn")
 # (steps, warm-up) without -steps/-warmup: a Transformer step of 4,096 tokens (about 2,700 target
 # tokens, against about 1,500 in the RNNs' 64 sentences) took 3-8 s in dry runs on this 2-core
 # machine shared with other work; 70 steps make a run of 4-10 minutes
-DEFAULT_STEPS = dict.fromkeys(OPT_IN, (60, 10))
+DEFAULT_STEPS = dict.fromkeys(OPT_IN[:3], (60, 10))
 # onmt_lite_preprocess's settings for every toy-ende run of the speed benchmarks
 PREPROCESS = [
     "-src_vocab_size",

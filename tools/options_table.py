@@ -127,10 +127,15 @@ CHANGED = {
     "added the alignment loss to it)",
     # model
     "model_type": "only `text`; `img`, `audio` and `vec` are refused",
-    "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size) or "
-    "`transformer` (an RNN decoder starts from the mean of its output); `cnn` and "
-    "`ggnn` are refused",
-    "decoder_type": "`rnn` or `transformer`; `cnn` is refused",
+    "encoder_type": "`rnn`, `brnn`, `mean` (needs -src_word_vec_size equal to -rnn_size), "
+    "`transformer` (an RNN decoder starts from the mean of its output) or `cnn` (with a CNN "
+    "decoder only: 1.x also paired it with a Transformer decoder; padding is zeros in every "
+    "convolution, where 1.x convolved the padding's embeddings); `ggnn` is refused",
+    "decoder_type": "`rnn`, `transformer` or `cnn` (with a CNN encoder only; its attention masks "
+    "the source's padding, which 1.x's did not; no copy attention, coverage or -bridge, as in "
+    "1.x); a CNN translates with its weights, where 1.x read Polyak averages of them that its "
+    "training and translation updated at every call",
+    "cnn_kernel_width": "odd (1.x's CNN encoder failed with an even width)",
     "self_attn_type": "adds OpenNMT-py 3.x's `scaled-dot-flash` (attention dropout on the fused "
     "kernel on a GPU); `average`, a Transformer decoder's, as in 1.x (OpenNMT-py 3.5.1's "
     "onmt_translate needs `-self_attn_type average` for such a model; CTranslate2 has none)",

@@ -24,6 +24,9 @@ tensors are named here with a ``generator.`` prefix, as onmt_lite's.
     D.self_attn.gate (-self_attn_type average)  .self_attn.gating_layer
     D.self_attn.feed_forward.{norm,inner,outer} .self_attn.average_layer.{layer_norm,w_1,w_2}
     {encoder,decoder}.norm                      {encoder,decoder}.layer_norm
+    encoder.layers.i.{v,g,bias} (CNN)           encoder.cnn.layers.i.conv.{weight,g,bias}
+    decoder.layers.i.{v,g,bias} (CNN)           decoder.conv_layers.i.conv.{weight,g,bias}
+    decoder.attentions.i.linear_in (CNN)        decoder.attn_layers.i.linear_in
 
 E is ``encoder.layers.i`` here and ``encoder.transformer.i`` there; D ``decoder.layers.i`` and
 ``decoder.transformer_layers.i``.
@@ -38,11 +41,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Link:
     """onmt_lite's ``lite`` is the peer tensors ``peers`` stacked along dim 0; ``vocab`` names the
-    vocabulary its rows follow (``src``, ``tgt``) or is None."""
+    vocabulary its rows follow (``src``, ``tgt``) or is None; ``kernel``: the peer's has a last
+    dimension of 1 more."""
 
     lite: str
     peers: tuple[str, ...]
     vocab: str | None = None
+    # the peer's tensor has a last dimension of 1: a Conv2d kernel of width (k, 1), onmt_lite's a
+    # Conv1d's of width k
+    kernel: bool = False
 
 
 # (onmt_lite pattern, OpenNMT-py replacement), tried in order; the first that matches is used
@@ -85,8 +92,13 @@ RENAMES = (
     (r"^decoder\.copy_attention\.linear_memory\.", "decoder.copy_attn.linear_context."),
     (r"^decoder\.copy_attention\.", "decoder.copy_attn."),
     (r"^decoder\.attn\.linear_memory\.", "decoder.attn.linear_context."),
+    (r"^decoder\.attentions\.(\d+)\.", r"decoder.attn_layers.\1."),
 )
 LAYER_PREFIX = {"encoder": "encoder.transformer.", "decoder": "decoder.transformer_layers."}
+# the convolutional model's gated convolutions (1.x's GatedConv and its WeightNormConv2d)
+CONVOLUTION = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(v|g|bias)$")
+CONVOLUTION_PREFIX = {"encoder": "encoder.cnn.layers.", "decoder": "decoder.conv_layers."}
+CONVOLUTION_NAMES = {"v": "weight", "g": "g", "bias": "bias"}
 QKV = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.self_attn\.qkv\.(weight|bias)$")
 MEMORY = re.compile(r"^decoder\.memory_projection\.(weight|bias)$")
 EMBEDDING = re.compile(r"^(encoder|decoder)\.embeddings\.lut\.weight$")
@@ -117,6 +129,11 @@ def link(lite: str, generator_prefix: str, decoder_layers: int) -> Link:
             base = f"decoder.transformer_layers.{layer}.context_attn.linear_"
             peers += [f"{base}keys.{part}", f"{base}values.{part}"]
         return Link(lite, tuple(peers))
+    match = CONVOLUTION.match(lite)
+    if match:
+        side, layer, name = match.groups()
+        peer = f"{CONVOLUTION_PREFIX[side]}{layer}.conv.{CONVOLUTION_NAMES[name]}"
+        return Link(lite, (peer,), kernel=name == "v")
     match = EMBEDDING.match(lite)
     if match:
         side = match.group(1)

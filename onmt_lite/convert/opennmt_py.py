@@ -100,6 +100,7 @@ def from_opennmt_py(path: str) -> dict:
         raise refuse(path, f"options onmt_lite builds no model of ({err})") from None
     state = _peer_state(raw, path)
     _check_position_encodings(state, path)
+    _drop_convolution_copies(state, path)
     sources = {side: row_sources(vocabs[side], words[side]) for side in ("src", "tgt")}
     lite_state = _lite_state(model, state, sources, raw["opt"], decoder_layers(opt), path)
     model.load_state_dict(lite_state)
@@ -128,6 +129,8 @@ def _lite_state(
             else:
                 raise refuse(path, f"a checkpoint that lacks {name} (onmt_lite's {key})")
         tensor = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if entry.kernel and tensor.dim() == target.dim() + 1 and tensor.size(-1) == 1:
+            tensor = tensor.squeeze(-1)  # [2H x H x k x 1] -> [2H x H x k]
         if entry.vocab is not None:
             fill = -1e4 if key.endswith("bias") else 0.0  # a word the peer cannot write
             tensor = reorder_rows(tensor, sources[entry.vocab], fill)
@@ -140,6 +143,23 @@ def _lite_state(
     if state:
         raise refuse(path, f"parameters onmt_lite's model has no place for: {sorted(state)[:4]}")
     return lite
+
+
+def _drop_convolution_copies(state: dict[str, Tensor], path: str) -> None:
+    """Remove what OpenNMT-py's weight-normalised convolutions (``WeightNormConv2d``) keep beside
+    their ``weight``, ``g`` and ``bias``: the same tensors again as ``V`` and ``b``, and the Polyak
+    averages ``V_avg``, ``g_avg``, ``b_avg`` (which its translation read and updated; onmt_lite
+    translates with the weights, so converting takes the weights)."""
+    for prefix in [key[: -len("g")] for key in state if key.endswith(".conv.g")]:
+        for copy, name in (("V", "weight"), ("b", "bias")):
+            if prefix + copy not in state:
+                continue
+            tensor = state.pop(prefix + copy)
+            kept = state.setdefault(prefix + name, tensor)
+            if not torch.equal(kept, tensor):
+                raise refuse(path, f"{prefix}{copy}, which differs from {prefix}{name}")
+        for name in ("V_avg", "g_avg", "b_avg"):
+            state.pop(prefix + name, None)
 
 
 def _bias_left_out(name: str, peer_opt) -> bool:
@@ -195,4 +215,10 @@ def _peer_tensors(model, dec_layers: int) -> dict[str, Tensor]:
         rows = tensor.size(0) // len(entry.peers)
         for name, part in zip(entry.peers, tensor.split(rows)):
             state[name] = part.detach().float().clone()
+            if entry.kernel:
+                state[name] = state[name].unsqueeze(-1)  # a Conv2d kernel of width (k, 1)
+    for prefix in [key[: -len("g")] for key in state if key.endswith(".conv.g")]:
+        # its Polyak averages, read in evaluation: the weights, which the update then keeps
+        for name, average in (("weight", "V_avg"), ("g", "g_avg"), ("bias", "b_avg")):
+            state[prefix + average] = state[prefix + name].clone()
     return state

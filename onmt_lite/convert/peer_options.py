@@ -48,9 +48,10 @@ SAME = (
     "alignment_layer",
     "alignment_heads",
     "full_context_alignment",
+    "cnn_kernel_width",
 )
-ENCODERS = ("rnn", "brnn", "mean", "transformer")
-DECODERS = ("rnn", "transformer")
+ENCODERS = ("rnn", "brnn", "mean", "transformer", "cnn")
+DECODERS = ("rnn", "transformer", "cnn")
 # 3.x options that change the model: what onmt_lite builds (a missing option: 1.x, the same)
 REFUSED_UNLESS = {
     "layer_norm": "standard",

@@ -11,6 +11,7 @@ import torch.nn as nn
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.models.copy_generator import CopyGenerator, NMTGenerator, SparsemaxGenerator
 from onmt_lite.models.embeddings import Embeddings, FeatureSpec
+from onmt_lite.models.cnn import CNNDecoder, CNNEncoder, check_cnn_options
 from onmt_lite.models.mean_encoder import MeanEncoder
 from onmt_lite.models.model import NMTModel
 from onmt_lite.models.rnn_decoder import InputFeedRNNDecoder, StdRNNDecoder
@@ -31,12 +32,16 @@ COPY_ONLY_OPTIONS = (
 # the options that need the decoder's attention, refused with -global_attention none (-copy_attn
 # alone does not: its attention is a layer of its own, of -copy_attn_type, as in 1.x)
 ATTENTION_OPTIONS = ("reuse_copy_attn", "coverage_attn", "lambda_coverage")
+OWN_ATTENTION = {
+    "transformer": "Transformer decoder attends with its own multi-head softmax attention",
+    "cnn": "CNN decoder attends with its own dot-product softmax attention in every layer",
+}
 
 
 def check_attention_variants(opt):
     """Refuse -global_attention none with what needs attention, the RNN-only variants with a
-    Transformer decoder, and -generator_function sparsemax with copy attention."""
-    if opt.decoder_type == "transformer":
+    Transformer or CNN decoder, and -generator_function sparsemax with copy attention."""
+    if opt.decoder_type != "rnn":
         rnn_only = {
             "global_attention": opt.global_attention == "none",
             "global_attention_function": opt.global_attention_function != "softmax",
@@ -45,7 +50,7 @@ def check_attention_variants(opt):
         for name in (name for name, asked in rnn_only.items() if asked):
             raise UserError(
                 f"-{name} {getattr(opt, name)} is for RNN decoders (-decoder_type rnn): a "
-                "Transformer decoder attends with its own multi-head softmax attention"
+                f"{OWN_ATTENTION[opt.decoder_type]}"
             )
     if opt.global_attention == "none":
         for name in (name for name in ATTENTION_OPTIONS if getattr(opt, name)):
@@ -66,6 +71,7 @@ def check_attention_variants(opt):
 def check_options(opt):
     """Refuse options that would have no effect in this combination, or no meaning."""
     check_attention_variants(opt)
+    check_cnn_options(opt)
     if opt.lambda_coverage and not opt.coverage_attn:
         raise UserError("-lambda_coverage needs -coverage_attn")
     if not opt.copy_attn:
@@ -205,8 +211,8 @@ def check_alignment(opt, dims):
 
 def build_embeddings(opt, dims, vocabs):
     """The source and target ``Embeddings`` (one object for both with -share_embeddings). Position
-    encodings go to the source and to a Transformer decoder: an RNN decoder reads one word a step
-    and knows no positions (1.x gave every step of its translation position 0, unlike its
+    encodings go to the source and to a Transformer or CNN decoder: an RNN decoder reads one word
+    a step and knows no positions (1.x gave every step of its translation position 0, unlike its
     training)."""
     src = Embeddings(
         len(vocabs["src"]),
@@ -215,12 +221,12 @@ def build_embeddings(opt, dims, vocabs):
         position_encoding=opt.position_encoding,
         features=feature_spec(opt, vocabs),
     )
-    tgt_positions = opt.position_encoding and opt.decoder_type == "transformer"
+    tgt_positions = opt.position_encoding and opt.decoder_type != "rnn"
     if opt.share_embeddings:
         if opt.position_encoding and not tgt_positions:
             raise UserError(
-                "-share_embeddings with -position_encoding needs a Transformer decoder: an RNN "
-                "decoder's embeddings take no position encodings"
+                "-share_embeddings with -position_encoding needs a Transformer or CNN decoder: "
+                "an RNN decoder's embeddings take no position encodings"
             )
         if vocabs["src"] != vocabs["tgt"]:
             raise UserError(
@@ -242,7 +248,7 @@ def build_embeddings(opt, dims, vocabs):
 
 def build_encoder(opt, dims, embeddings):
     """RNNEncoder for -encoder_type rnn and brnn, MeanEncoder for mean, TransformerEncoder for
-    transformer."""
+    transformer, CNNEncoder for cnn."""
     if opt.encoder_type == "transformer":
         n_states = 2 if opt.rnn_type == "LSTM" else 1
         return TransformerEncoder(
@@ -255,6 +261,10 @@ def build_encoder(opt, dims, embeddings):
             embeddings,
             opt.max_relative_positions,
             final_layers=(n_states, dims.dec_layers) if opt.decoder_type == "rnn" else None,
+        )
+    if opt.encoder_type == "cnn":
+        return CNNEncoder(
+            dims.enc_layers, dims.enc_rnn, opt.cnn_kernel_width, opt.dropout[0], embeddings
         )
     bridge_layers = dims.dec_layers if opt.bridge else None
     if opt.encoder_type == "mean":
@@ -285,6 +295,10 @@ def build_decoder(opt, dims, embeddings):
             alignment=alignment_head(opt),
             average=opt.self_attn_type == "average",
             average_ffn=opt.aan_useffn,
+        )
+    if opt.decoder_type == "cnn":
+        return CNNDecoder(
+            dims.dec_layers, dims.dec_rnn, opt.cnn_kernel_width, opt.dropout[0], embeddings
         )
     decoder_class = InputFeedRNNDecoder if opt.input_feed else StdRNNDecoder
     return decoder_class(

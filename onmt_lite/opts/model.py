@@ -109,9 +109,8 @@ def _model_encoder_and_decoder_opts(parser):
         default="rnn",
         type=choice(
             "encoder_type",
-            ["rnn", "brnn", "mean", "transformer"],
+            ["rnn", "brnn", "mean", "transformer", "cnn"],
             {
-                "cnn": "convolutional (CNN) encoders are not implemented",
                 "ggnn": "the GGNN (graph) encoder is not implemented",
                 **dict.fromkeys(
                     ["img", "audio"], "image and audio encoders are not supported: text only"
@@ -120,8 +119,9 @@ def _model_encoder_and_decoder_opts(parser):
         ),
         help="rnn (unidirectional), brnn (bidirectional: -rnn_size is split over the directions), "
         "mean (no recurrence: the memory bank is the source embeddings and the decoder "
-        "starts from their mean; needs -src_word_vec_size equal to -rnn_size) or transformer "
-        "(an RNN decoder then starts from the mean of its output)",
+        "starts from their mean; needs -src_word_vec_size equal to -rnn_size), transformer "
+        "(an RNN decoder then starts from the mean of its output) or cnn (gated convolutions, "
+        "with -decoder_type cnn)",
     )
     group.add_argument(
         "-brnn",
@@ -136,12 +136,17 @@ def _model_encoder_and_decoder_opts(parser):
         group,
         "decoder_type",
         default="rnn",
-        type=choice(
-            "decoder_type",
-            ["rnn", "transformer"],
-            {"cnn": "convolutional (CNN) decoders are not implemented"},
-        ),
-        help="rnn (with -global_attention, -input_feed, -rnn_type) or transformer",
+        type=choice("decoder_type", ["rnn", "transformer", "cnn"]),
+        help="rnn (with -global_attention, -input_feed, -rnn_type), transformer or cnn (causal "
+        "gated convolutions, each layer attending over the source; with -encoder_type cnn)",
+    )
+    add(
+        group,
+        "cnn_kernel_width",
+        type=int_in(1, MAX_LENGTH),
+        default=3,
+        help="The positions each convolution of -encoder_type/-decoder_type cnn reads (odd: "
+        "the encoder's are centred on their position)",
     )
     add(
         group,

@@ -32,7 +32,6 @@ UNSUPPORTED_OPTIONS = {
         ],
         "image and audio input are not supported (text only)",
     ),
-    "cnn_kernel_width": "a CNN option: onmt_lite has no convolutional encoder or decoder",
     "exp_host": "Crayon logging servers are not supported (1.x declared it and never read it); "
     "use -tensorboard",
     **dict.fromkeys(

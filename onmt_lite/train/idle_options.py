@@ -9,6 +9,7 @@ Options that contradict each other, or that no model could build, are refused el
 
 import argparse
 
+from onmt_lite.models.builder import OWN_ATTENTION
 from onmt_lite.opts import model_opts, option_defaults, train_opts
 from onmt_lite.opts.values import shown
 
@@ -36,8 +37,15 @@ def _model_rules(
         (("rnn_type",), not recurrent, "the model has no recurrent layers"),
         (
             ("input_feed", "global_attention"),
-            opt.decoder_type == "transformer",
-            "it is an RNN decoder's, and a Transformer decoder has its own multi-head attention",
+            opt.decoder_type != "rnn",
+            f"it is an RNN decoder's, and a {OWN_ATTENTION[opt.decoder_type]}"
+            if opt.decoder_type != "rnn"
+            else "",
+        ),
+        (
+            ("cnn_kernel_width",),
+            "cnn" not in (opt.encoder_type, opt.decoder_type),
+            "the model has no convolutional layers (-encoder_type/-decoder_type cnn)",
         ),
         (("heads", "transformer_ff"), not transformer, no_transformer),
         (

@@ -208,8 +208,8 @@ CASES = [
     (
         "unsupported option",
         "train",
-        lambda f: TRAIN(f, "-encoder_type", "cnn"),
-        r"does not support -encoder_type cnn",
+        lambda f: TRAIN(f, "-encoder_type", "ggnn"),
+        r"does not support -encoder_type ggnn",
     ),
     (
         "meaningless combination",

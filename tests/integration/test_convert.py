@@ -312,12 +312,24 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(
             "-layers",
             "3",
         ),
+        (
+            "-encoder_type",
+            "cnn",
+            "-decoder_type",
+            "cnn",
+            "-cnn_kernel_width",
+            "5",
+            "-position_encoding",
+            "-layers",
+            "3",
+        ),
     ],
     ids=[
         "brnn-copy-coverage",
         "gru-no-input-feed",
         "transformer-sinusoids",
         "transformer-relative",
+        "cnn",
     ],
 )
 def test_onmt_lite_to_opennmt_py_and_back_is_the_same_model(args, tmp_path, capsys):
@@ -335,8 +347,54 @@ def test_onmt_lite_to_opennmt_py_and_back_is_the_same_model(args, tmp_path, caps
         assert set(returned[part]) == set(checkpoint[part])
         for key, value in checkpoint[part].items():
             assert torch.equal(returned[part][key], value), key
-    for name in ("encoder_type", "decoder_type", "copy_attn", "max_relative_positions", "heads"):
+    for name in (
+        "encoder_type",
+        "decoder_type",
+        "copy_attn",
+        "max_relative_positions",
+        "heads",
+        "cnn_kernel_width",
+    ):
         assert returned["opt"][name] == checkpoint["opt"][name], name
+
+
+def test_a_convolution_is_written_as_opennmt_py_keeps_it_and_its_copies_are_read_back(
+    tmp_path, capsys
+):
+    """OpenNMT-py's weight-normalised Conv2d: its kernel ``[2H x H x k x 1]`` (with ``g`` and
+    ``bias``), and Polyak averages of the three that it translates with, written equal to them.
+    Read back, a 1.x checkpoint's copies ``V`` and ``b`` (the same tensors) are dropped, and the
+    averages are not the weights taken."""
+    model, opt = make_model("-encoder_type", "cnn", "-decoder_type", "cnn", seed=2)
+    original = tmp_path / "original.pt"
+    save_tensors(build_checkpoint(model, VOCABS, vars(opt), 3, None, None, None), str(original))
+    peer = tmp_path / "peer.pt"
+    convert(capsys, "-model", original, "-to", "opennmt-py", "-output", peer)
+    raw = torch.load(peer, weights_only=False)
+    conv = "decoder.conv_layers.1.conv."
+    ours = model.decoder.layers[1]
+    assert torch.equal(raw["model"][conv + "weight"], ours.v.detach().float().unsqueeze(-1))
+    for name, average in (("weight", "V_avg"), ("g", "g_avg"), ("bias", "b_avg")):
+        assert torch.equal(raw["model"][conv + average], raw["model"][conv + name])
+    assert raw["opt"].cnn_kernel_width == 3 and raw["opt"].encoder_type == "cnn"
+    # as 1.x saved it: the copies, and averages that are not the weights
+    raw["model"][conv + "V"] = raw["model"][conv + "weight"]
+    raw["model"][conv + "b"] = raw["model"][conv + "bias"]
+    raw["model"][conv + "g_avg"] = raw["model"][conv + "g"] / 2
+    torch.save(raw, tmp_path / "1x.pt")
+    back = tmp_path / "back.pt"
+    convert(capsys, "-model", tmp_path / "1x.pt", "-from", "opennmt-py", "-output", back)
+    returned = load_checkpoint(str(back))["model"]
+    assert torch.equal(returned["decoder.layers.1.g"], ours.g.detach())
+    assert torch.equal(returned["decoder.layers.1.v"], ours.v.detach())
+    raw["model"][conv + "b"] = raw["model"][conv + "bias"] + 1
+    torch.save(raw, tmp_path / "differ.pt")
+    code, lines = invoke(
+        "convert",
+        ["-model", tmp_path / "differ.pt", "-from", "opennmt-py", "-output", tmp_path / "x.pt"],
+        capsys,
+    )
+    assert code == 2 and f"{conv}b, which differs from {conv}bias" in lines[-1]
 
 
 def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):

@@ -38,7 +38,10 @@ def random_sources(n, seed=0):
 
 def lite_models(tmp_path, capsys):
     """``{name: onmt_lite checkpoint}`` of the fixtures (OpenNMT-py's converted)."""
-    models = {"transformer-sinusoids": fixture("lite_transformer.pt")}
+    models = {
+        "transformer-sinusoids": fixture("lite_transformer.pt"),
+        "cnn-sinusoids": fixture("lite_cnn.pt"),
+    }
     for name in ("rnn", "transformer", "transformer_aan"):
         path = tmp_path / f"{name}.pt"
         convert(capsys, "-model", fixture(f"{name}.pt"), "-from", "opennmt-py", "-output", path)
@@ -196,6 +199,31 @@ def test_opennmt_py_translates_what_onmt_lite_wrote_for_it_as_onmt_lite(name, tm
         theirs = peer_translate(peer, sources, beam, tmp_path, attention)
         ours, _ = translate(lite, sources, beam)
         assert theirs == ours, beam
+
+
+def test_opennmt_py_scores_and_translates_what_onmt_lite_wrote_of_a_cnn_as_onmt_lite(
+    tmp_path, capsys
+):
+    """The convolutional model (onmt_lite's fixture, converted): 3.5.1's gold scores are
+    onmt_lite's to its logged precision, and its outputs onmt_lite's, greedy and beam 5. One line
+    a batch: 3.5.1's CNN convolves the padding of a batch's shorter sources and attends to it."""
+    lite = lite_models(tmp_path, capsys)["cnn-sinusoids"]
+    peer = tmp_path / "peer.pt"
+    convert(capsys, "-model", lite, "-to", "opennmt-py", "-output", peer)
+    sources = random_sources(100, seed=6)
+    targets = [s if i % 3 == 0 else " ".join(reversed(s.split())) for i, s in enumerate(sources)]
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(targets) + "\n", encoding="utf-8")
+    options = ["-batch_size", 1]
+    _, log = run_peer(peer, sources, 1, tmp_path, "scaled-dot", "-tgt", ref, "-verbose", *options)
+    theirs = [float(line.split()[2]) for line in log if line.startswith("GOLD SCORE: ")]
+    ours = [r.gold_score for r in Translator.load([lite], beam_size=1).translate(sources, targets)]
+    assert len(theirs) == len(ours) == 100 and min(theirs) < -10  # some references score badly
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) < PEER_SCORE_DIGITS
+    for beam in (1, 5):
+        ours, _ = translate(lite, sources, beam)
+        assert peer_translate(peer, sources, beam, tmp_path, "scaled-dot", *options) == ours, beam
+    assert sum(line == " ".join(reversed(s.split())) for line, s in zip(ours, sources)) > 50
 
 
 @pytest.mark.parametrize("ratio", [0.3, 1.0])

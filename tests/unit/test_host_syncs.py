@@ -81,6 +81,7 @@ CONFIGURATIONS = {
     "RNN, 3 shards": (RNN, 4),
     "RNN, truncated to 3 positions": ([*RNN, "-truncated_decoder", 3], 0),
     "mean encoder": (["-encoder_type", "mean", "-word_vec_size", 8], 0),
+    "CNN": (["-encoder_type", "cnn", "-decoder_type", "cnn", "-dropout", 0.3], 0),
     "Transformer": (TRANSFORMER, 0),
     "Transformer, label smoothing": ([*TRANSFORMER, "-label_smoothing", 0.1], 0),
     "Transformer, copy, 3 shards": ([*TRANSFORMER, "-copy_attn"], 4),

@@ -12,6 +12,7 @@ from tests.model_helpers import TRANSFORMER, make_batch, make_model, model_optio
 
 RNN = ["-encoder_type", "brnn"]
 BOTH_TRANSFORMER = [str(a) for a in TRANSFORMER]
+CNN = ["-encoder_type", "cnn", "-decoder_type", "cnn"]
 
 # (the options around it, the idle options, the warnings)
 IDLE_IN_THE_MODEL = [
@@ -24,9 +25,27 @@ IDLE_IN_THE_MODEL = [
         BOTH_TRANSFORMER,
         ["-input_feed", "0", "-global_attention", "mlp"],
         [
-            f"-{name} has no effect: it is an RNN decoder's, and a Transformer decoder has its "
-            "own multi-head attention"
+            f"-{name} has no effect: it is an RNN decoder's, and a Transformer decoder attends "
+            "with its own multi-head softmax attention"
             for name in ("input_feed 0", "global_attention mlp")
+        ],
+    ),
+    (
+        CNN,
+        ["-input_feed", "0", "-rnn_type", "GRU", "-heads", "4"],
+        [
+            "-rnn_type GRU has no effect: the model has no recurrent layers",
+            "-input_feed 0 has no effect: it is an RNN decoder's, and a CNN decoder attends with "
+            "its own dot-product softmax attention in every layer",
+            "-heads 4 has no effect: the model has no Transformer layers",
+        ],
+    ),
+    (
+        RNN,
+        ["-cnn_kernel_width", "5"],
+        [
+            "-cnn_kernel_width 5 has no effect: the model has no convolutional layers "
+            "(-encoder_type/-decoder_type cnn)"
         ],
     ),
     (

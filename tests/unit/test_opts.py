@@ -339,7 +339,6 @@ def unsupported_sharing_the_reason_of(name):
             },
             "image and audio",
         ),
-        ("cnn_kernel_width", {"cnn_kernel_width"}, "CNN"),
         (
             "n_steps",
             {"bridge_extra_node", "bidir_edges", "state_dim", "n_edge_types", "n_node", "n_steps"},
@@ -349,7 +348,7 @@ def unsupported_sharing_the_reason_of(name):
 )
 def test_unsupported_options_share_a_reason_only_with_related_options(name, family, words):
     """Each reason is the option's own: context gates are an RNN decoder feature, not a Transformer
-    one; the CNN's kernel width is not image input."""
+    one; the GGNN's options are not image input."""
     from onmt_lite.opts import UNSUPPORTED_OPTIONS
 
     assert unsupported_sharing_the_reason_of(name) == family
@@ -368,10 +367,8 @@ def test_no_reason_says_rnn_only():
     "option,value,reason",
     [
         ("encoder_type", "ggnn", "the GGNN (graph) encoder is not implemented"),
-        ("encoder_type", "cnn", "convolutional (CNN) encoders are not implemented"),
         ("encoder_type", "audio", "image and audio encoders are not supported: text only"),
         ("rnn_type", "SRU", "SRU cells are not supported"),
-        ("decoder_type", "cnn", "convolutional (CNN) decoders are not implemented"),
         ("model_type", "vec", "onmt_lite reads text only"),
     ],
 )

@@ -20,6 +20,8 @@ BEAM = 2
         ["-copy_attn", "-copy_attn_type", "mlp", "-input_feed", 0],
         [*TRANSFORMER, "-copy_attn"],
         [*TRANSFORMER, "-max_relative_positions", 2],
+        # joined rows have decoded fewer positions: their own position encodings and windows
+        ["-encoder_type", "cnn", "-decoder_type", "cnn", "-position_encoding", "-param_init", 0.5],
     ],
 )
 def test_rows_that_join_and_leave_step_as_each_example_alone(args):
