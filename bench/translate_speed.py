@@ -31,7 +31,8 @@ the model's weight shapes), the fraction of that limit onmt_lite reaches, and th
 OpenNMT-py's sentences/s would need (decoding_floor.py counts an RNN's products, not a
 Transformer's).
 ``-only transformer_same_weights`` (not run without -only) decodes ONE model with both toolkits:
-onmt_lite's Transformer checkpoint (``-lite_model``, default the newest of ``-only transformer``'s)
+an onmt_lite checkpoint (``-lite_model``, default the newest Transformer of ``-only transformer``;
+any model onmt_lite_convert writes for OpenNMT-py, a CNN say: the row says which, ``layers``)
 and that checkpoint converted by onmt_lite_convert -to opennmt-py into an OpenNMT-py 3.5.1
 checkpoint of the same weights and vocabularies (``-peer_template``, an OpenNMT-py checkpoint the
 conversion once took its options from, is no longer read; it is recorded with the figures). Two
@@ -54,6 +55,8 @@ import re
 import statistics
 import subprocess
 import sys
+
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quality import (  # noqa: E402
@@ -455,7 +458,8 @@ def main():
             refs = [" ".join(line.split()) for line in f][: opt.lines]
     results = {"lines": opt.lines, "rows": []}
     if opt.only:
-        results = earlier_results(opt.only, src_path)
+        layers = model_kind(opt.lite_model) if opt.lite_model else TRANSFORMERS
+        results = earlier_results(opt.only, src_path, layers)
     for setting in (
         [s for s in MODELS if s == opt.only] if opt.only else [s for s in MODELS if s not in OPT_IN]
     ):
@@ -498,6 +502,7 @@ def main():
                 row.update(
                     {
                         "lite_model": models["onmt_lite"],
+                        "layers": model_kind(models["onmt_lite"]),
                         "peer_template": models["template"],
                         "src": src_path,
                         "threads": opt.threads or None,
@@ -541,9 +546,19 @@ def same_weights_models(opt):
     return {"onmt_lite": lite, "OpenNMT-py": converted, "template": template}
 
 
-def earlier_results(only, src=None):
+TRANSFORMERS = "transformer/transformer"  # the model of rows from before ``layers`` was kept
+
+
+def model_kind(checkpoint: str) -> str:
+    """``encoder/decoder`` of an onmt_lite checkpoint (``transformer/transformer``, ``cnn/cnn``)."""
+    opt = torch.load(checkpoint, map_location="cpu", weights_only=True)["opt"]
+    return f"{opt['encoder_type']}/{opt['decoder_type']}"
+
+
+def earlier_results(only, src=None, layers=TRANSFORMERS):
     """The figures of bench/results/translate_speed.json, but for those of ``only`` (on the lines of
-    ``src``, for the same-weights setting, whose rows on other lines are kept)."""
+    ``src`` with a model of ``layers``, for the same-weights setting, whose rows on other lines or
+    of other models are kept)."""
     results = read_results("translate_speed")
     if results is None:
         raise SystemExit(
@@ -551,7 +566,11 @@ def earlier_results(only, src=None):
             "does not exist: run without -only"
         )
     results["rows"] = [
-        r for r in results["rows"] if r["setting"] != only or r.get("src", src) != src
+        r
+        for r in results["rows"]
+        if r["setting"] != only
+        or r.get("src", src) != src
+        or r.get("layers", TRANSFORMERS) != layers
     ]
     return results
 
