@@ -1,7 +1,7 @@
 """gpu_check's training checks that need whole runs of ``onmt_lite_train`` on the device:
 
 (g) Exact resume: for each configuration (RNN with dropout between layers, copy, coverage,
-    truncated, Transformer, all with dropout), ``RESUME_STEPS`` steps straight and the same run
+    truncated, Transformer, CNN, all with dropout), ``RESUME_STEPS`` steps straight and the same run
     resumed with ``-train_from`` its checkpoint at half way log the same training losses after
     it. cuDNN's dropout state (outside every generator a checkpoint saves) broke this for RNNs.
 (h) ``-copy_attn -model_dtype fp16``: ``FP16_STEPS`` steps train (the perplexity falls) with at
@@ -48,6 +48,8 @@ TRANSFORMER = [
     "-learning_rate",
     "0.001",
 ]
+# the convolutional model: cuDNN's convolutions, which it runs deterministically with -seed
+CNN = ["-encoder_type", "cnn", "-decoder_type", "cnn", "-position_encoding"]
 FP16_STEPS = 200
 MAX_SKIPPED = 5
 LONG = (130, 200)  # words a sentence in (i)'s corpus: over 128 keys
@@ -63,6 +65,7 @@ def resume_configs(small_model, configs):
         if name != "standard":
             runs[f"{name}, dropout 0.3"] = [*rnn, *args]
     runs["Transformer, dropout 0.1"] = TRANSFORMER
+    runs["CNN, dropout 0.3"] = [*small_model, *DROPOUT, *CNN]
     return runs
 
 
