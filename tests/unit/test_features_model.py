@@ -80,3 +80,19 @@ def test_options_of_a_checkpoint_from_before_features_build_the_same_model():
     assert {k: v.shape for k, v in old.state_dict().items()} == {
         k: v.shape for k, v in new.state_dict().items()
     }
+
+
+def test_a_cnn_encoder_projects_the_concatenated_features_and_they_change_its_encoding():
+    torch.manual_seed(0)
+    cnn = ["-encoder_type", "cnn", "-decoder_type", "cnn", "-param_init", 0.5]
+    model = build_model(model_options(*cnn, "-feat_vec_exponent", 0.5), WITH_FEATS).eval()
+    assert model.encoder.linear.in_features == 6 + 2 + 4
+    src = torch.tensor([[4], [5], [6]])
+    lengths = torch.tensor([3])
+    feats_a = torch.tensor([[[4, 4]], [[5, 4]], [[4, 4]]])
+    feats_b = torch.tensor([[[4, 4]], [[5, 4]], [[6, 4]]])  # the last word's feature differs
+    with torch.no_grad():
+        bank_a, _, _ = model.encode(src, lengths, feats_a)
+        bank_b, _, _ = model.encode(src, lengths, feats_b)
+    assert not torch.allclose(bank_a[2], bank_b[2])
+    assert not torch.allclose(bank_a[1], bank_b[1])  # a width-3 convolution sees its neighbour
