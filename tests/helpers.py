@@ -241,6 +241,24 @@ def train_in_process(data, save_model, *args):
     return opt, lines
 
 
+def assert_resumes_exactly(data, directory, *args, steps=8) -> list[str]:
+    """Train ``steps`` steps straight, and again stopped half way and resumed with -train_from the
+    checkpoint there (checkpoints ``directory/full_step_N.pt`` and ``part_step_N.pt``): the same
+    loss logged at every step, every step's its own (a resume at another step would differ).
+    Returns the resumed run's log lines."""
+    half = steps // 2
+    _, full = train_in_process(data, os.path.join(directory, "full"), *args, "-train_steps", steps)
+    part = os.path.join(directory, "part")
+    _, first = train_in_process(data, part, *args, "-train_steps", half)
+    resume = ["-train_steps", steps, "-train_from", f"{part}_step_{half}.pt"]
+    _, second = train_in_process(data, part, *args, *resume)
+    full_losses = step_losses(full)
+    assert sorted(full_losses) == list(range(1, steps + 1))
+    assert len(set(full_losses.values())) == steps  # the steps really differ
+    assert {**step_losses(first), **step_losses(second)} == full_losses
+    return second
+
+
 def translate_in_process(*args) -> str:
     """Run ``onmt_lite_translate args`` in this process, as the command does (options, log, output
     files); returns what it logged (its standard error). For tests that read its outputs: a

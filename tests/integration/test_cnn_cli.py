@@ -6,11 +6,10 @@ back, and refuses it for CTranslate2 by name."""
 import pytest
 
 from tests.helpers import (
+    assert_resumes_exactly,
     exact_match,
     lines,
     run_in_process,
-    step_losses,
-    train_in_process,
     translate_in_process,
     trained_reversal_model,
 )
@@ -73,14 +72,7 @@ def test_every_line_translates_alike_whatever_its_batch(model, tmp_path):
 
 
 def test_a_resumed_run_gives_the_losses_of_an_uninterrupted_one(model, tmp_path):
-    args = [*CNN, "-dropout", 0.3, "-report_every", 1]
-    _, full = train_in_process(model["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
-    _, first = train_in_process(model["data"], str(tmp_path / "part"), *args, "-train_steps", 4)
-    resume = ["-train_steps", 8, "-train_from", tmp_path / "part_step_4.pt"]
-    _, second = train_in_process(model["data"], str(tmp_path / "part"), *args, *resume)
-    full_losses = step_losses(full)
-    assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
-    assert {**step_losses(first), **step_losses(second)} == full_losses
+    assert_resumes_exactly(model["data"], tmp_path, *CNN, "-dropout", 0.3, "-report_every", 1)
 
 
 def test_opennmt_py_and_back_translates_alike_and_ctranslate2_is_refused(model, tmp_path):

@@ -9,6 +9,7 @@ import torch
 
 from onmt_lite import Translator
 from tests.helpers import (
+    assert_resumes_exactly,
     exact_match,
     lines,
     preprocess_in_process,
@@ -345,23 +346,7 @@ SMALL_WITH_DROPOUT = [
 
 
 def test_a_resumed_transformer_run_gives_the_same_losses_as_an_uninterrupted_one(models, tmp_path):
-    m = models["plain"]
-    args = SMALL_WITH_DROPOUT
-    _, full = train_in_process(m["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
-    _, first = train_in_process(m["data"], str(tmp_path / "part"), *args, "-train_steps", 4)
-    _, second = train_in_process(
-        m["data"],
-        str(tmp_path / "part"),
-        *args,
-        "-train_steps",
-        8,
-        "-train_from",
-        tmp_path / "part_step_4.pt",
-    )
-    full_losses = step_losses(full)
-    resumed = {**step_losses(first), **step_losses(second)}
-    assert sorted(full_losses) == list(range(1, 9)) and resumed == full_losses
-    assert len(set(full_losses.values())) == 8
+    assert_resumes_exactly(models["plain"]["data"], tmp_path, *SMALL_WITH_DROPOUT)
 
 
 def test_the_average_attention_network_resumes_exactly_and_translates_whatever_the_batch(
@@ -373,13 +358,7 @@ def test_the_average_attention_network_resumes_exactly_and_translates_whatever_t
     translates alike; CTranslate2's is refused by name."""
     m = models["plain"]
     args = [*SMALL_WITH_DROPOUT, "-self_attn_type", "average", "-aan_useffn"]
-    _, full = train_in_process(m["data"], str(tmp_path / "full"), *args, "-train_steps", 8)
-    _, first = train_in_process(m["data"], str(tmp_path / "part"), *args, "-train_steps", 4)
-    resume = ["-train_steps", 8, "-train_from", tmp_path / "part_step_4.pt"]
-    _, second = train_in_process(m["data"], str(tmp_path / "part"), *args, *resume)
-    full_losses = step_losses(full)
-    assert sorted(full_losses) == list(range(1, 9)) and len(set(full_losses.values())) == 8
-    assert {**step_losses(first), **step_losses(second)} == full_losses
+    assert_resumes_exactly(m["data"], tmp_path, *args)
     model = str(tmp_path / "full_step_8.pt")
     search = ["-beam_size", 3, "-n_best", 2, "-max_length", 12]
     one = translate(model, m["src"], tmp_path / "b1.txt", *search, "-batch_size", 1)
