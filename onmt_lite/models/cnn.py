@@ -8,7 +8,7 @@ the whole prefix again).
 
 Shapes: B batch, S source positions, T new target positions, H hidden size (``-rnn_size``), E
 embedding size, L layers, k the kernel width (``-cnn_kernel_width``), W = k - 1. What crosses the
-model's interface is time-major; inside, the convolutions read ``[B x H x N]``.
+model's interface is time-major; inside, tensors are batch-first (``[B x N x H]``).
 """
 
 from __future__ import annotations
@@ -97,13 +97,13 @@ class CNNEncoder(nn.Module):
         """
         emb = self.embeddings(src, feats=src_feats)  # [S x B x E]
         lengths = to_device(lengths, emb.device)  # given on the host or the device
-        projected = self.linear(emb).permute(1, 2, 0)  # [B x H x S]
-        real = length_mask(lengths, src.size(0)).unsqueeze(1).to(projected.dtype)  # [B x 1 x S]
+        projected = self.linear(emb).transpose(0, 1)  # [B x S x H]
+        real = length_mask(lengths, src.size(0)).unsqueeze(2).to(projected.dtype)  # [B x S x 1]
         x = projected
         for layer in self.layers:
             x = (x + layer(x * real)) * SCALE
         values = (x + projected) * SCALE
-        memory_bank = torch.cat([x, values], 1).permute(2, 0, 1)  # [S x B x 2H]
+        memory_bank = torch.cat([x, values], 2).transpose(0, 1)  # [S x B x 2H]
         return None, memory_bank, lengths
 
 
@@ -131,7 +131,7 @@ class CNNState:
     """The CNN decoder's state between calls.
 
     Attributes:
-        windows: ``[L x B x H x W]``, each layer's last W inputs (zeros before the first position:
+        windows: ``[L x B x W x H]``, each layer's last W inputs (zeros before the first position:
             the causal convolution's padding).
         positions: ``[B]`` long, each row's next target position (for -position_encoding; rows
             that joined a running search later have fewer).
@@ -199,7 +199,7 @@ class CNNDecoder(nn.Module):
         """Zero windows for each row of ``memory_bank`` ``[S x B x 2H]`` (the encoder's final
         state is None)."""
         batch = memory_bank.size(1)
-        windows = memory_bank.new_zeros(len(self.layers), batch, self.hidden, self.window)
+        windows = memory_bank.new_zeros(len(self.layers), batch, self.window, self.hidden)
         positions = torch.zeros(batch, dtype=torch.long, device=memory_bank.device)
         return CNNState(windows, positions, 0)
 
@@ -235,9 +235,9 @@ class CNNDecoder(nn.Module):
         x = target_emb
         windows = []
         for i, (conv, attention) in enumerate(zip(self.layers, self.attentions)):
-            seen = torch.cat([state.windows[i], x.transpose(1, 2)], 2)  # [B x H x W+T]
-            windows.append(seen[:, :, length:])  # the last W
-            conv_out = conv(seen).transpose(1, 2)  # [B x T x H]
+            seen = torch.cat([state.windows[i], x], 1)  # [B x W+T x H]
+            windows.append(seen[:, length:])  # the last W
+            conv_out = conv(seen)  # [B x T x H]
             context, weights = attention(target_emb, conv_out, keys, values, padding)
             x = (x + (context + conv_out) * SCALE) * SCALE
         new_state = CNNState(torch.stack(windows), state.positions + length, state.decoded + length)

@@ -149,7 +149,7 @@ def test_what_the_convolutional_model_cannot_do_is_refused_by_name(args, message
 
 
 def test_a_state_reorders_and_joins_its_rows():
-    windows = torch.arange(2 * 3 * 4 * 2.0).view(2, 3, 4, 2)  # [L x B x H x W]
+    windows = torch.arange(2 * 3 * 4 * 2.0).view(2, 3, 4, 2)  # [L x B x W x H]
     state = CNNState(windows, torch.tensor([5, 6, 7]), 7)
     rows = torch.tensor([2, 0, 0])
     moved = state.map(lambda t, dim: t.index_select(dim, rows))
@@ -158,3 +158,25 @@ def test_a_state_reorders_and_joins_its_rows():
     joined = moved.concat(CNNState(torch.zeros(2, 1, 4, 2), torch.tensor([0]), 0))
     assert joined.windows.shape == (2, 4, 4, 2) and joined.positions.tolist() == [7, 5, 5, 0]
     assert joined.decoded == 7 and joined.compact(3) is joined
+
+
+def test_a_decoding_step_reads_the_weights_as_they_are_now():
+    """Without gradients a step keeps its kernel matrix between steps (``step_weight``): an
+    optimizer's update of a parameter or a load of other weights is seen at the next step."""
+    model, _ = make_model(*CNN, "-param_init", 0.3, seed=1)
+    other, _ = make_model(*CNN, "-param_init", 0.3, seed=2)
+    model.eval()
+    batch = make_batch(random_pairs(3, seed=6, min_len=3))
+    with torch.no_grad():
+        first, _ = stepwise(model, batch)
+        for change in (
+            lambda: model.decoder.layers[1].g.mul_(1.5),
+            lambda: model.decoder.layers[0].v.add_(0.1),
+            lambda: model.load_state_dict(other.state_dict()),
+        ):
+            change()
+            steps, _ = stepwise(model, batch)
+            whole, _ = model(batch.src, batch.tgt, batch.src_lengths)  # the kernel made anew
+            torch.testing.assert_close(steps, whole)
+            assert not torch.allclose(steps, first)
+            first = steps
