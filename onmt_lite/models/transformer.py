@@ -21,7 +21,7 @@ from torch import Tensor
 from onmt_lite.data.vocab import PAD_ID
 from onmt_lite.models.alignment_head import DEFAULT as DEFAULT_ALIGNMENT
 from onmt_lite.models.attention import length_mask
-from onmt_lite.models.average_attention import AverageSelfAttention, uniform_weights
+from onmt_lite.models.average_attention import AverageSelfAttention, average_counts
 from onmt_lite.models.dropout import Dropout, relu_dropout
 from onmt_lite.models.mean_encoder import mean_final_state
 from onmt_lite.models.multihead import (
@@ -346,9 +346,9 @@ class TransformerDecoder(nn.Module):
 
     def _self_attention_input(self, mask: Tensor) -> Tensor:
         """What every layer's self-attention takes of the additive ``mask``: the mask itself, or,
-        for the average attention network, the averaging weights (``uniform_weights``), made once
-        for all the layers."""
-        return uniform_weights(mask, mask.dtype) if self.average else mask
+        for the average attention network, the positions each new one averages
+        (``average_counts``), counted once for all the layers."""
+        return average_counts(mask) if self.average else mask
 
     def _full_context(self) -> bool:
         """Whether the alignment layer runs again with every target position in view

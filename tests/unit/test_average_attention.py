@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from onmt_lite.convert.ctranslate2 import check_convertible
-from onmt_lite.models.average_attention import AverageSelfAttention, uniform_weights
+from onmt_lite.models.average_attention import AverageSelfAttention, average_counts
 from onmt_lite.models.builder import set_dropout
 from onmt_lite.models.multihead import SelfAttention, additive_mask
 from onmt_lite.models.transformer import FeedForward
@@ -50,11 +50,13 @@ def test_a_layers_average_attention_is_1x_running_average_and_gates(ffn):
     x = torch.randn(3, 7, dim, dtype=torch.float64)
     causal = torch.ones(7, 7, dtype=torch.bool).tril()[None, None]  # [1 x 1 x T x T]
     with torch.no_grad():
-        weights = uniform_weights(additive_mask(causal, x.dtype).expand(3, 1, 7, 7), x.dtype)
-        out, cache = module(x, weights)
+        counts = average_counts(additive_mask(causal, x.dtype).expand(3, 1, 7, 7))
+        out, cache = module(x, counts)
         expected = reference(module, x)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
-    assert cache.shape == (2, 3, 1, 7, dim) and torch.equal(cache[1, :, 0], x)
+    averages = x.cumsum(1) / torch.arange(1, 8, dtype=x.dtype).view(1, 7, 1)
+    assert cache.shape == (2, 3, 1, 7, dim)
+    torch.testing.assert_close(cache[1, :, 0], averages, rtol=0, atol=1e-14)
 
 
 def test_the_decoder_layers_average_and_the_encoders_attend():
@@ -134,3 +136,20 @@ def test_a_conversion_to_ctranslate2_is_refused_by_name():
     opt = model_options(*TRANSFORMER, *AVERAGE)
     with pytest.raises(UserError, match="CTranslate2's Transformer has no average attention"):
         check_convertible(opt, {}, "m.pt")
+
+
+def test_a_step_reads_the_rows_last_average_and_no_other_column():
+    """1.x's constant-time step: the cached columns before a row's last are not read (NaN there
+    changes nothing), and the step's output is that of the whole sequence at its position."""
+    torch.manual_seed(1)
+    dim = 4
+    module = AverageSelfAttention(dim, FeedForward(dim, dim, 0.0)).double().eval()
+    x = torch.randn(2, 6, dim, dtype=torch.float64)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()[None, None].expand(2, 1, 6, 6)
+    with torch.no_grad():
+        whole, cache = module(x, average_counts(causal))
+        buffer = torch.cat([cache[:, :, :, :5], torch.zeros_like(cache[:, :, :, :3])], 3)
+        buffer[:, :, :, :4] = float("nan")  # all but column 4, the rows' last
+        step, kept = module(x[:, 5:], average_counts(causal[:, :, 5:]), (buffer, 5, True))
+    torch.testing.assert_close(step, whole[:, 5:], rtol=0, atol=1e-12)
+    torch.testing.assert_close(kept[1, :, 0, 5], cache[1, :, 0, 5], rtol=0, atol=1e-12)
