@@ -142,14 +142,6 @@ def _model_encoder_and_decoder_opts(parser):
     )
     add(
         group,
-        "cnn_kernel_width",
-        type=int_in(1, MAX_LENGTH),
-        default=3,
-        help="The positions each convolution of -encoder_type/-decoder_type cnn reads (odd: "
-        "the encoder's are centred on their position)",
-    )
-    add(
-        group,
         "layers",
         type=int_in(-1, MAX_LAYERS),
         default=-1,
@@ -198,6 +190,17 @@ def _model_encoder_and_decoder_opts(parser):
         "bridge",
         action="store_true",
         help="A learned layer between the encoder's final state and the decoder's first state",
+    )
+
+
+def _model_cnn_opts(parser):
+    add(
+        parser.add_argument_group("Model: convolutional (CNN)"),
+        "cnn_kernel_width",
+        type=int_in(1, MAX_LENGTH),
+        default=3,
+        help="The positions each convolution of -encoder_type/-decoder_type cnn reads (odd: "
+        "the encoder's are centred on their position)",
     )
 
 
@@ -395,9 +398,11 @@ def _model_alignment_opts(parser):
 
 @opennmt_py_1x_command("train")
 def model_opts(parser):
-    """Embeddings, encoder and decoder, attention and generator, guided alignment."""
+    """Embeddings, encoder and decoder (the CNN's and the Transformer's layers), attention and
+    generator, guided alignment."""
     _model_embeddings_opts(parser)
     _model_encoder_and_decoder_opts(parser)
+    _model_cnn_opts(parser)
     _model_transformer_opts(parser)
     _model_attention_and_generator_opts(parser)
     _model_alignment_opts(parser)
