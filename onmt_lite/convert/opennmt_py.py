@@ -145,12 +145,18 @@ def _lite_state(
     return lite
 
 
+def _convolutions(state: dict[str, Tensor]) -> list[str]:
+    """The prefixes (``decoder.conv_layers.0.conv.``) of OpenNMT-py's weight-normalised
+    convolutions in ``state``, known by their ``g``."""
+    return [key[: -len("g")] for key in state if key.endswith(".conv.g")]
+
+
 def _drop_convolution_copies(state: dict[str, Tensor], path: str) -> None:
     """Remove what OpenNMT-py's weight-normalised convolutions (``WeightNormConv2d``) keep beside
     their ``weight``, ``g`` and ``bias``: the same tensors again as ``V`` and ``b``, and the Polyak
     averages ``V_avg``, ``g_avg``, ``b_avg`` (which its translation read and updated; onmt_lite
     translates with the weights, so converting takes the weights)."""
-    for prefix in [key[: -len("g")] for key in state if key.endswith(".conv.g")]:
+    for prefix in _convolutions(state):
         for copy, name in (("V", "weight"), ("b", "bias")):
             if prefix + copy not in state:
                 continue
@@ -217,7 +223,7 @@ def _peer_tensors(model, dec_layers: int) -> dict[str, Tensor]:
             state[name] = part.detach().float().clone()
             if entry.kernel:
                 state[name] = state[name].unsqueeze(-1)  # a Conv2d kernel of width (k, 1)
-    for prefix in [key[: -len("g")] for key in state if key.endswith(".conv.g")]:
+    for prefix in _convolutions(state):
         # its Polyak averages, read in evaluation: the weights, which the update then keeps
         for name, average in (("weight", "V_avg"), ("g", "g_avg"), ("bias", "b_avg")):
             state[prefix + average] = state[prefix + name].clone()
