@@ -38,9 +38,7 @@ def _model_rules(
         (
             ("input_feed", "global_attention"),
             opt.decoder_type != "rnn",
-            f"it is an RNN decoder's, and a {OWN_ATTENTION[opt.decoder_type]}"
-            if opt.decoder_type != "rnn"
-            else "",
+            f"it is an RNN decoder's, and a {OWN_ATTENTION.get(opt.decoder_type)}",
         ),
         (
             ("cnn_kernel_width",),
