@@ -4,11 +4,13 @@ The optimizer state is saved by parameter name, so a checkpoint restores into a 
 were cut differently (fine-tuning with another -freeze or -lr_mult).
 """
 
+import collections
 import fnmatch
 import math
 
 import torch
 
+from onmt_lite.train.adafactor import Adafactor
 from onmt_lite.utils.errors import UserError
 
 
@@ -23,6 +25,8 @@ class NonFiniteError(ArithmeticError):
 
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+# optimizers whose moments are another's: all three are torch's Adam or AdamW
+MOMENTS_OF = {"adamw": "adam", "fusedadam": "adam"}
 
 
 def parse_lr_mult(specs):
@@ -109,6 +113,8 @@ class Schedule:
 
 
 def make_torch_optimizer(name, param_groups, lr, opt):
+    if name == "adafactor":  # 1.x's: its own betas, no weight decay
+        return Adafactor(param_groups, lr=lr)
     kwargs = {"weight_decay": opt.weight_decay}
     if name == "sgd":
         return torch.optim.SGD(param_groups, lr=lr, **kwargs)
@@ -158,6 +164,7 @@ class Optimizer:
             {"params": g["params"], "lr": self.base_lr * g["lr_mult"]} for g in self.groups
         ]
         self.optimizer = make_torch_optimizer(opt.optim, torch_groups, self.base_lr, opt)
+        self.kind = opt.optim
         self.names = {id(p): n for g in self.groups for n, p in zip(g["names"], g["params"])}
         self.params = [p for g in self.groups for p in g["params"]]
 
@@ -232,6 +239,7 @@ class Optimizer:
             for p, s in self.optimizer.state.items()
         }
         return {
+            "optim": self.kind,
             "decay_step": self.decay_step,
             "plateau_scale": self.schedule.plateau_scale,
             "state": state,
@@ -244,13 +252,20 @@ class Optimizer:
             self.schedule.plateau_scale = saved["plateau_scale"]
         if not moments:
             return
+        saved_kind = saved.get("optim", self.kind)  # older checkpoints do not say
+        if MOMENTS_OF.get(saved_kind, saved_kind) != MOMENTS_OF.get(self.kind, self.kind):
+            raise UserError(
+                f"the checkpoint's optimizer moments are -optim {saved_kind}'s, not "
+                f"{self.kind}'s: -reset_optim states or all starts new ones"
+            )
         by_name = {self.names[id(p)]: p for p in self.params}
         for name, state in saved["state"].items():
             param = by_name.get(name)
             if param is None:
                 continue  # frozen now, or not in this model
+            shapes = self.state_shapes(param)
             for key, value in state.items():
-                if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
+                if torch.is_tensor(value) and value.dim() > 0 and value.shape != shapes[key]:
                     raise UserError(
                         f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
                         f"the parameter {tuple(param.shape)}"
@@ -266,6 +281,12 @@ class Optimizer:
                 else v
                 for k, v in state.items()
             }
+
+    def state_shapes(self, param: torch.Tensor) -> dict:
+        """The shape of each tensor of ``param``'s optimizer state, by key (``torch.Size``)."""
+        if isinstance(self.optimizer, Adafactor):
+            return {k: torch.Size(v) for k, v in self.optimizer.state_shapes(param).items()}
+        return collections.defaultdict(lambda: param.shape)
 
     def log_groups(self, log):
         for group in self.groups:

@@ -123,6 +123,22 @@ def test_a_resumed_run_gives_the_same_losses_as_an_uninterrupted_one(data, tmp_p
     assert any("resuming from" in line and "at step 4" in line for line in second)
 
 
+def test_adafactor_trains_and_resumes_exactly_from_its_factored_moments(data, tmp_path):
+    """-optim adafactor with the schedule 1.x's users gave it (noam); its checkpoint holds a row
+    and a column of second moments per matrix and the step count each parameter's rates grow by."""
+    args = [*TINY_MODEL, "-optim", "adafactor", "-decay_method", "noam", "-warmup_steps", 4]
+    args += ["-learning_rate", 2, "-dropout", "0.2", "-report_every", 1, "-seed", 3]
+    assert_resumes_exactly(data["plain"], tmp_path, *args)
+    saved = torch.load(tmp_path / "full_step_8.pt", weights_only=True)["optim"]
+    weight = load_checkpoint(str(tmp_path / "full_step_8.pt"))["model"][
+        "decoder.attn.linear_in.weight"
+    ]
+    state = saved["state"]["decoder.attn.linear_in.weight"]
+    assert saved["optim"] == "adafactor" and state["step"] == 8
+    assert state["row_moments"].shape == (weight.shape[0], 1)
+    assert state["column_moments"].shape == (1, weight.shape[1])
+
+
 def test_batches_made_by_a_thread_train_and_resume_with_the_losses_of_the_loops_own(data, tmp_path):
     args = [*TINY_MODEL, "-report_every", 1, "-save_checkpoint_steps", 3, "-seed", 5]
     args += ["-pool_factor", 2, "-dropout", "0.2", "-accum_count", 2]

@@ -77,6 +77,16 @@ IDLE_IN_THE_OPTIMIZER = [
             for name in ("adam_beta1 0.8", "adam_beta2 0.98")
         ],
     ),
+    (  # 1.x built its Adafactor with betas 0.9 and 0.999 and without weight decay
+        ["-optim", "adafactor", "-learning_rate", "0.1", *STEP_DECAY],
+        ["-adam_beta1", "0.8", "-adam_beta2", "0.98", "-weight_decay", "0.01"],
+        [
+            "-adam_beta1 0.8 has no effect: -optim adafactor keeps 1.x's betas, 0.9 and 0.999",
+            "-adam_beta2 0.98 has no effect: -optim adafactor keeps 1.x's betas, 0.9 and 0.999",
+            "-weight_decay 0.01 has no effect: -optim adafactor has no weight decay (1.x's had "
+            "none)",
+        ],
+    ),
     (
         ["-optim", "adam", *STEP_DECAY],
         ["-adagrad_accumulator_init", "0.1"],
