@@ -177,7 +177,9 @@ CHANGED = {
     "gpu_backend": "default `auto`: `nccl` on CUDA devices, `gloo` on CPUs (1.x: always `nccl`)",
     "optim": "adds `adamw`; `fusedadam` (apex's in 1.x) is Adam with apex's epsilon, 1e-8, "
     "on every device; `adafactor` is 1.x's (its betas 0.9 and 0.999, no weight decay) and reads "
-    "nothing on the host; `sparseadam` is refused",
+    "nothing on the host; `sparseadam` gives the word and feature embeddings' tables (1.x: "
+    "every parameter named `embed`) sparse gradients and SparseAdam, and is refused with "
+    "-share_decoder_embeddings (1.x failed there), several processes and -cuda_graphs",
     "decay_method": "adds `plateau` (decay when validation stops improving)",
     "early_stopping_criteria": "also `BLEU` and `chrF` (with -valid_metrics); the first criterion "
     "also picks SAVE_MODEL_best.pt",

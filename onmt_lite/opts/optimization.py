@@ -21,14 +21,12 @@ def optimization_opts(parser):
         default="sgd",
         type=choice(
             "optim",
-            ["sgd", "adagrad", "adadelta", "adafactor", "adam", "adamw", "fusedadam"],
-            {
-                "sparseadam": "sparse embedding updates are not supported",
-            },
+            ["sgd", "adagrad", "adadelta", "adafactor", "adam", "adamw", "fusedadam", "sparseadam"],
         ),
         help="Optimizer (adam's epsilon is 1e-9, 1.x's; fusedadam is Adam with 1e-8, as 1.x's "
         "apex FusedAdam: every Adam here runs fused; adafactor is 1.x's, with its fixed betas "
-        "0.9 and 0.999 and no weight decay)",
+        "0.9 and 0.999 and no weight decay; sparseadam updates only the embedding rows of each "
+        "step's tokens, with epsilon 1e-8)",
     )
     add(
         group,

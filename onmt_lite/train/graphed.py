@@ -86,6 +86,8 @@ def graphing_problem(model: nn.Module, opt) -> str | None:
         return "activation checkpointing (-use_ckpting)"
     if opt.torch_compile:
         return "-torch_compile"
+    if opt.optim == "sparseadam":
+        return "sparse embedding gradients (-optim sparseadam)"
     return None
 
 

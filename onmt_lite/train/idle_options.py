@@ -75,15 +75,15 @@ def _training_rules(opt: argparse.Namespace) -> list[tuple[tuple[str, ...], bool
     return [
         (
             ("adam_beta1", "adam_beta2"),
-            opt.optim not in ("adam", "adamw", "fusedadam"),
+            opt.optim not in ("adam", "adamw", "fusedadam", "sparseadam"),
             "-optim adafactor keeps 1.x's betas, 0.9 and 0.999"
             if opt.optim == "adafactor"
-            else f"-optim {opt.optim} has no betas (adam, adamw and fusedadam have)",
+            else f"-optim {opt.optim} has no betas (adam, adamw, fusedadam and sparseadam have)",
         ),
         (
             ("weight_decay",),
-            opt.optim == "adafactor",
-            "-optim adafactor has no weight decay (1.x's had none)",
+            opt.optim in ("adafactor", "sparseadam"),
+            f"-optim {opt.optim} has no weight decay (1.x's had none)",
         ),
         (
             ("adagrad_accumulator_init",),

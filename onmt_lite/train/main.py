@@ -34,6 +34,7 @@ from onmt_lite.train.optim import Optimizer
 from onmt_lite.train.report import Reporter
 from onmt_lite.train.resumed_options import checkpoint_options, resolve_options
 from onmt_lite.train.saver import CheckpointSaver
+from onmt_lite.train.sparse_adam import check_options as check_sparse_adam
 from onmt_lite.train.trainer import Trainer, check_schedule
 from onmt_lite.train.training_run import TrainingRun
 from onmt_lite.train.valid_metrics import MetricScorer, check_criteria
@@ -98,6 +99,7 @@ def check_options(opt, warn: bool = True, validation: bool = True, features: boo
     the others (or data without ``validation`` or source word ``features``) make idle
     (``idle_options``; not those a resumed run takes from its checkpoint, whose run named them)."""
     check_criteria(opt)
+    check_sparse_adam(opt)
     check_schedule(opt.accum_count, opt.accum_steps, "-accum_count", "-accum_steps")
     check_schedule(opt.dropout, opt.dropout_steps, "-dropout", "-dropout_steps")
     check_schedule(opt.attention_dropout, opt.dropout_steps, "-attention_dropout", "-dropout_steps")

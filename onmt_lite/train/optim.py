@@ -11,6 +11,7 @@ import math
 import torch
 
 from onmt_lite.train.adafactor import Adafactor
+from onmt_lite.train.sparse_adam import lookup_tables, make_gradients_sparse, sparse_adam
 from onmt_lite.utils.errors import UserError
 
 
@@ -112,6 +113,14 @@ class Schedule:
             self.plateau_scale *= self.decay
 
 
+def make_torch_optimizers(name, param_groups, lr, opt, sparse):
+    """The torch optimizers of ``-optim name``: one, or with sparseadam one for the lookup tables
+    whose ids are in ``sparse`` and one for the rest."""
+    if name == "sparseadam":
+        return sparse_adam(param_groups, sparse, (opt.adam_beta1, opt.adam_beta2))
+    return [make_torch_optimizer(name, param_groups, lr, opt)]
+
+
 def make_torch_optimizer(name, param_groups, lr, opt):
     if name == "adafactor":  # 1.x's: its own betas, no weight decay
         return Adafactor(param_groups, lr=lr)
@@ -161,9 +170,19 @@ class Optimizer:
         )
         self.decay_step = 0
         torch_groups = [
-            {"params": g["params"], "lr": self.base_lr * g["lr_mult"]} for g in self.groups
+            {"params": g["params"], "lr": self.base_lr * g["lr_mult"], "lr_mult": g["lr_mult"]}
+            for g in self.groups
         ]
-        self.optimizer = make_torch_optimizer(opt.optim, torch_groups, self.base_lr, opt)
+        if opt.optim == "sparseadam":  # the lookup tables' gradients are SparseAdam's to update
+            make_gradients_sparse(model)
+        sparse = {id(table.weight) for table in lookup_tables(model) if table.sparse}
+        self.optimizers = make_torch_optimizers(opt.optim, torch_groups, self.base_lr, opt, sparse)
+        self.optimizer_of = {
+            id(p): optimizer
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+            for p in group["params"]
+        }
         self.kind = opt.optim
         self.names = {id(p): n for g in self.groups for n, p in zip(g["names"], g["params"])}
         self.params = [p for g in self.groups for p in g["params"]]
@@ -173,18 +192,24 @@ class Optimizer:
         return self.base_lr * self.schedule(self.decay_step + 1)
 
     def zero_grad(self):
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
     def gradient_norm(self) -> torch.Tensor:
-        """The norm of all the gradients, a 0-dim tensor (on the device: not read here)."""
+        """The norm of all the gradients, a 0-dim tensor (on the device: not read here). A sparse
+        gradient is summed over its tokens first (``coalesce``): the norm is of each row's sum."""
+        for p in self.params:
+            if p.grad is not None and p.grad.is_sparse:
+                p.grad = p.grad.coalesce()
         grads = [p.grad for p in self.params if p.grad is not None]
-        return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        values = [g.values() if g.is_sparse else g for g in grads]
+        return torch.nn.utils.get_total_norm(values) if values else torch.zeros(())
 
     @property
     def can_skip_on_device(self) -> bool:
         """Whether the torch optimizer skips an update by a flag on the device (``found_inf``, a
         fused Adam's or AdamW's): what ``step(skip=...)`` needs."""
-        return bool(self.optimizer.defaults.get("fused"))
+        return len(self.optimizers) == 1 and bool(self.optimizers[0].defaults.get("fused"))
 
     def step(self, grad_scale: float | torch.Tensor = 1.0, total_norm=None, norm=None, skip=None):
         """Check, unscale (by ``grad_scale``, the fp16 loss scale: a float, or a 0-dim tensor with
@@ -200,7 +225,7 @@ class Optimizer:
         if total_norm is None:
             total_norm = self.gradient_norm()
         if skip is not None:
-            self.optimizer.found_inf = skip
+            self.optimizers[0].found_inf = skip
         else:
             if norm is None:
                 norm = float(total_norm)
@@ -215,9 +240,10 @@ class Optimizer:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.max_grad_norm, total_norm)
         lr = self.learning_rate()
         self.decay_step += 1
-        for torch_group, group in zip(self.optimizer.param_groups, self.groups):
-            torch_group["lr"] = lr * group["lr_mult"]
-        self.optimizer.step()
+        for optimizer in self.optimizers:
+            for torch_group in optimizer.param_groups:
+                torch_group["lr"] = lr * torch_group["lr_mult"]
+            optimizer.step()
         return norm
 
     def skip_step(self) -> None:
@@ -236,7 +262,8 @@ class Optimizer:
             self.names[id(p)]: {
                 k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in s.items()
             }
-            for p, s in self.optimizer.state.items()
+            for optimizer in self.optimizers
+            for p, s in optimizer.state.items()
         }
         return {
             "optim": self.kind,
@@ -263,6 +290,7 @@ class Optimizer:
             param = by_name.get(name)
             if param is None:
                 continue  # frozen now, or not in this model
+            optimizer = self.optimizer_of[id(param)]
             shapes = self.state_shapes(param)
             for key, value in state.items():
                 if torch.is_tensor(value) and value.dim() > 0 and value.shape != shapes[key]:
@@ -272,10 +300,8 @@ class Optimizer:
                     )
             # moments go to the parameter's device; Adam's scalar step count too when it is fused,
             # else it stays a CPU tensor
-            scalar_device = (
-                param.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
-            )
-            self.optimizer.state[param] = {
+            scalar_device = param.device if optimizer.defaults.get("fused") else torch.device("cpu")
+            optimizer.state[param] = {
                 k: v.to(param.device if v.dim() > 0 else scalar_device, copy=True)
                 if torch.is_tensor(v)
                 else v
@@ -284,8 +310,9 @@ class Optimizer:
 
     def state_shapes(self, param: torch.Tensor) -> dict:
         """The shape of each tensor of ``param``'s optimizer state, by key (``torch.Size``)."""
-        if isinstance(self.optimizer, Adafactor):
-            return {k: torch.Size(v) for k, v in self.optimizer.state_shapes(param).items()}
+        optimizer = self.optimizer_of[id(param)]
+        if isinstance(optimizer, Adafactor):
+            return {k: torch.Size(v) for k, v in optimizer.state_shapes(param).items()}
         return collections.defaultdict(lambda: param.shape)
 
     def log_groups(self, log):

@@ -139,6 +139,25 @@ def test_adafactor_trains_and_resumes_exactly_from_its_factored_moments(data, tm
     assert state["column_moments"].shape == (1, weight.shape[1])
 
 
+def test_sparseadam_trains_and_resumes_exactly_and_its_refusals_are_one_line_errors(data, tmp_path):
+    """1.x's -optim sparseadam: the embeddings' rows of a step's tokens move by SparseAdam, the rest
+    by Adam; the moments of both come back from the checkpoint."""
+    args = [*TINY_MODEL, "-optim", "sparseadam", "-learning_rate", "0.01", "-dropout", "0.2"]
+    args += ["-report_every", 1, "-seed", 4, "-accum_count", 2]
+    assert_resumes_exactly(data["plain"], tmp_path, *args)
+    saved = torch.load(tmp_path / "full_step_8.pt", weights_only=True)["optim"]
+    assert saved["optim"] == "sparseadam"
+    assert set(saved["state"]["encoder.embeddings.lut.weight"]) == {"step", "exp_avg", "exp_avg_sq"}
+    result = run_in_process(
+        "train", "-data", data["plain"], *TINY_MODEL, "-optim", "sparseadam",
+        "-share_decoder_embeddings", cwd=tmp_path,
+    )  # fmt: skip
+    assert error_of(result) == (
+        "onmt_lite_train: error: -optim sparseadam: -share_decoder_embeddings gives the decoder's "
+        "embeddings the generator's dense gradient (1.x's SparseAdam failed on it); use -optim adam"
+    )
+
+
 def test_batches_made_by_a_thread_train_and_resume_with_the_losses_of_the_loops_own(data, tmp_path):
     args = [*TINY_MODEL, "-report_every", 1, "-save_checkpoint_steps", 3, "-seed", 5]
     args += ["-pool_factor", 2, "-dropout", "0.2", "-accum_count", 2]

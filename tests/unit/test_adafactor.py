@@ -100,9 +100,9 @@ def test_a_step_reads_nothing_on_the_host():
     optim = Optimizer(model, optim_options(optim="adafactor", learning_rate=0.1), 8)
     for param in model.parameters():
         param.grad = torch.randn_like(param)
-    optim.optimizer.step()  # the first step makes the state
+    optim.optimizers[0].step()  # the first step makes the state
     with HostSyncCounter() as counter:
-        optim.optimizer.step()
+        optim.optimizers[0].step()
     assert counter.syncs == 0, counter.sync_reasons
 
 
@@ -204,4 +204,4 @@ def test_the_adam_family_shares_its_moments():
     optim.step()
     adam = Optimizer(model, optim_options(optim="adamw"), 8)
     adam.load_state_dict(optim.state_dict())
-    assert len(adam.optimizer.state) == len(list(model.parameters()))
+    assert len(adam.optimizers[0].state) == len(list(model.parameters()))

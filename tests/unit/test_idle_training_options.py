@@ -73,7 +73,8 @@ IDLE_IN_THE_OPTIMIZER = [
         ["-optim", "sgd", *STEP_DECAY],
         ["-adam_beta1", "0.8", "-adam_beta2", "0.98"],
         [
-            f"-{name} has no effect: -optim sgd has no betas (adam, adamw and fusedadam have)"
+            f"-{name} has no effect: -optim sgd has no betas (adam, adamw, fusedadam and "
+            "sparseadam have)"
             for name in ("adam_beta1 0.8", "adam_beta2 0.98")
         ],
     ),
@@ -85,6 +86,14 @@ IDLE_IN_THE_OPTIMIZER = [
             "-adam_beta2 0.98 has no effect: -optim adafactor keeps 1.x's betas, 0.9 and 0.999",
             "-weight_decay 0.01 has no effect: -optim adafactor has no weight decay (1.x's had "
             "none)",
+        ],
+    ),
+    (  # 1.x's sparseadam: its two Adams take the betas, neither a weight decay
+        ["-optim", "sparseadam", "-adam_beta2", "0.98", "-learning_rate", "0.1", *STEP_DECAY],
+        ["-weight_decay", "0.01"],
+        [
+            "-weight_decay 0.01 has no effect: -optim sparseadam has no weight decay (1.x's had "
+            "none)"
         ],
     ),
     (
@@ -164,7 +173,7 @@ def test_what_a_resumed_run_takes_from_its_checkpoint_goes_unnamed(reset_optim, 
         "-reset_optim",
         reset_optim,
     )
-    betas = "has no effect: -optim sgd has no betas (adam, adamw and fusedadam have)"
+    betas = "has no effect: -optim sgd has no betas (adam, adamw, fusedadam and sparseadam have)"
     assert idle_options(opt, checkpoint_options(opt)) == [
         *(f"-{name} {betas}" for name in named),
         "-tensorboard_log_dir boards has no effect: without -tensorboard nothing is written",
@@ -223,6 +232,12 @@ def test_the_optimizers_steps_are_the_same_without_the_idle_option(around, idle,
             torch.manual_seed(step)
             for parameter in model.parameters():
                 parameter.grad = torch.randn_like(parameter)
+                if isinstance(optim.optimizer_of[id(parameter)], torch.optim.SparseAdam):
+                    rows = torch.tensor([[0, 2, 5]])  # sparseadam's lookup tables: a few rows
+                    values = parameter.grad[rows[0]]
+                    parameter.grad = torch.sparse_coo_tensor(
+                        rows, values, parameter.shape, check_invariants=True
+                    )
             rates.append(optim.learning_rate())
             optim.step()
         weights.append((rates, [p.detach().clone() for p in model.parameters()]))

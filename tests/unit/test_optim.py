@@ -48,7 +48,10 @@ def test_fusedadam_steps_as_adam_with_the_epsilon_of_1x_apex_fusedadam():
     reference = torch.optim.Adam(
         reference_model.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-8, foreach=False
     )
-    assert type(optim.optimizer) is torch.optim.Adam and optim.optimizer.defaults["eps"] == 1e-8
+    assert (
+        type(optim.optimizers[0]) is torch.optim.Adam
+        and optim.optimizers[0].defaults["eps"] == 1e-8
+    )
     inputs = torch.randn(4, 3)
     for _ in range(3):
         for m, o in ((model, optim), (reference_model, reference)):
@@ -58,7 +61,7 @@ def test_fusedadam_steps_as_adam_with_the_epsilon_of_1x_apex_fusedadam():
     for a, b in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     adam = Optimizer(torch.nn.Linear(3, 2), optim_options(optim="adam"), 8)
-    assert adam.optimizer.defaults["eps"] == 1e-9
+    assert adam.optimizers[0].defaults["eps"] == 1e-9
 
 
 def test_plateau_decays_after_each_validation_without_improvement():
@@ -89,11 +92,11 @@ def test_optimizer_state_restores_by_parameter_name_into_differently_grouped_mod
     )
     regrouped.load_state_dict(saved)
     by_name = dict(other.named_parameters())
-    state = regrouped.optimizer.state[by_name["decoder.attn.linear_in.weight"]]
+    state = regrouped.optimizers[0].state[by_name["decoder.attn.linear_in.weight"]]
     torch.testing.assert_close(
         state["exp_avg"], saved["state"]["decoder.attn.linear_in.weight"]["exp_avg"]
     )
-    assert by_name["encoder.rnn.weight_hh_l0"] not in regrouped.optimizer.state
+    assert by_name["encoder.rnn.weight_hh_l0"] not in regrouped.optimizers[0].state
     assert regrouped.decay_step == 1
 
 

@@ -78,7 +78,7 @@ def test_fp16_loss_scaling_is_exact_a_power_of_two_in_and_out(monkeypatch, shard
 
 def adam_steps(trainer):
     """The step count of each parameter's Adam moments (updates applied, skipped ones not)."""
-    return [int(state["step"]) for state in trainer.optim.optimizer.state.values()]
+    return [int(state["step"]) for state in trainer.optim.optimizers[0].state.values()]
 
 
 # sgd: each step read on the host before its update; adam (fused): the scale and the skip on the
@@ -165,7 +165,9 @@ def test_fp16_with_the_check_on_the_device_trains_as_with_each_step_read_on_the_
                 trainer.train_step([batch])
             trainer.check_steps()
         lines = [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()]
-        moments = [v.clone() for s in trainer.optim.optimizer.state.values() for v in s.values()]
+        moments = [
+            v.clone() for s in trainer.optim.optimizers[0].state.values() for v in s.values()
+        ]
         state = (trainer.precision.state_dict(), trainer.optim.decay_step, lines)
         results.append((params(model), moments, state))
     (params_a, moments_a, state_a), (params_b, moments_b, state_b) = results
