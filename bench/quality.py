@@ -6,6 +6,10 @@
     bench/quality.sh ende -model transformer   # (-minutes, default 10; both tasks)
     # the settings for 10,000 pairs:
     bench/quality.sh ende -model transformer -subwords 8000 -dropout 0.3
+    # another optimizer for both (1.x's Adafactor; its SparseAdam, without clipping for the peer's):
+    bench/quality.sh g2p -optim adafactor -learning_rate 0.01 -results quality_g2p_adafactor
+    bench/quality.sh g2p -optim sparseadam -learning_rate 0.001 -max_grad_norm 0 \
+        -results quality_g2p_sparseadam
 
 g2p: 2-layer brnn encoder, 2-layer decoder, hidden 256, embeddings 128, Adam 0.001, batch 64; exact
 match of beam-5 output on src.valid. ende: the training issue's configuration (brnn 2x256, general
@@ -555,6 +559,18 @@ def main():
         help="-model transformer: checkpoint every N steps (the newest one within the budget "
         "is scored)",
     )
+    parser.add_argument(
+        "-optim",
+        choices=["sgd", "adagrad", "adadelta", "adafactor", "adam", "sparseadam"],
+        help="both toolkits' optimizer instead of Adam (with -learning_rate, its rate)",
+    )
+    parser.add_argument("-learning_rate", type=float, help="with -optim: its learning rate")
+    parser.add_argument(
+        "-max_grad_norm",
+        type=float,
+        help="with -optim: both toolkits' clipping (default 5; OpenNMT-py 3.5.1's sparseadam "
+        "stops at step 1 with clipping on: torch has no norm of its sparse gradients)",
+    )
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py venv")
     parser.add_argument("-peer_bucket_size", type=int, help=PEER_BUCKET_HELP)
     parser.add_argument("-work", default="/tmp/onmt_lite_quality")
@@ -689,6 +705,17 @@ def main():
             "seed": 1,
         }
         budget = opt.minutes * 60
+    if opt.optim is not None:
+        train_args = {**train_args, "optim": opt.optim}
+        train_args.pop("adam_beta2", None)  # the Transformer's: Adam's only
+        if opt.learning_rate is not None:
+            train_args["learning_rate"] = opt.learning_rate
+        if opt.max_grad_norm is not None:
+            train_args["max_grad_norm"] = opt.max_grad_norm
+        optimizer = f"{opt.optim} {train_args['learning_rate']:g}"
+        if opt.max_grad_norm is not None:
+            optimizer += f" max_grad_norm {opt.max_grad_norm:g}"
+        settings = [(f"{label}, {optimizer}", args) for label, args in settings]
     if opt.peer_bucket_size:
         train_args["bucket_size"] = opt.peer_bucket_size
     for label, model_args in settings:

@@ -4,7 +4,6 @@ The optimizer state is saved by parameter name, so a checkpoint restores into a 
 were cut differently (fine-tuning with another -freeze or -lr_mult).
 """
 
-import collections
 import fnmatch
 import math
 
@@ -291,13 +290,7 @@ class Optimizer:
             if param is None:
                 continue  # frozen now, or not in this model
             optimizer = self.optimizer_of[id(param)]
-            shapes = self.state_shapes(param)
-            for key, value in state.items():
-                if torch.is_tensor(value) and value.dim() > 0 and value.shape != shapes[key]:
-                    raise UserError(
-                        f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
-                        f"the parameter {tuple(param.shape)}"
-                    )
+            self._check_saved_state(name, param, state)
             # moments go to the parameter's device; Adam's scalar step count too when it is fused,
             # else it stays a CPU tensor
             scalar_device = param.device if optimizer.defaults.get("fused") else torch.device("cpu")
@@ -308,12 +301,26 @@ class Optimizer:
                 for k, v in state.items()
             }
 
-    def state_shapes(self, param: torch.Tensor) -> dict:
-        """The shape of each tensor of ``param``'s optimizer state, by key (``torch.Size``)."""
+    def _check_saved_state(self, name: str, param: torch.Tensor, state: dict) -> None:
+        """A UserError unless the checkpoint's optimizer ``state`` of parameter ``name`` fits
+        ``param``: Adafactor's tensors are its own keys and shapes, the other optimizers' moments
+        have the parameter's shape."""
         optimizer = self.optimizer_of[id(param)]
-        if isinstance(optimizer, Adafactor):
-            return {k: torch.Size(v) for k, v in optimizer.state_shapes(param).items()}
-        return collections.defaultdict(lambda: param.shape)
+        own = optimizer.state_shapes(param) if isinstance(optimizer, Adafactor) else None
+        for key, value in state.items():
+            if not torch.is_tensor(value) or value.dim() == 0:
+                continue  # a step count
+            if own is not None and key not in own:
+                raise UserError(
+                    f"optimizer state {name}.{key} is not -optim {self.kind}'s (the checkpoint's "
+                    f"optimizer was another): -reset_optim states or all starts new ones"
+                )
+            expected = param.shape if own is None else torch.Size(own[key])
+            if value.shape != expected:
+                raise UserError(
+                    f"optimizer state {name}.{key} has shape {tuple(value.shape)}, "
+                    f"the parameter {tuple(param.shape)}"
+                )
 
     def log_groups(self, log):
         for group in self.groups:

@@ -13,6 +13,7 @@ from onmt_lite.train.optim import Optimizer
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.host_syncs import HostSyncCounter
 from tests.model_helpers import make_model
+from tests.unit.test_optim import stepped
 from tests.unit.test_trainer import optim_options
 
 PEER_PYTHON = os.environ.get("OPENNMT_PY_PYTHON", "/tmp/peer-opennmt/bin/python")
@@ -185,10 +186,7 @@ def test_resumed_from_its_state_dict_it_steps_as_without_a_stop(tmp_path):
 @pytest.mark.parametrize("saved,resumed", [("adam", "adafactor"), ("adafactor", "sgd")])
 def test_another_optimizers_moments_are_refused_by_name(saved, resumed):
     model, _ = make_model()
-    optim = Optimizer(model, optim_options(optim=saved), 8)
-    for param in model.parameters():
-        param.grad = torch.ones_like(param)
-    optim.step()
+    optim = stepped(model, saved)
     other = Optimizer(model, optim_options(optim=resumed), 8)
     with pytest.raises(UserError, match=f"-optim {saved}'s, not {resumed}'s: -reset_optim"):
         other.load_state_dict(optim.state_dict())
@@ -198,10 +196,24 @@ def test_another_optimizers_moments_are_refused_by_name(saved, resumed):
 
 def test_the_adam_family_shares_its_moments():
     model, _ = make_model()
-    optim = Optimizer(model, optim_options(optim="fusedadam"), 8)
-    for param in model.parameters():
-        param.grad = torch.ones_like(param)
-    optim.step()
+    optim = stepped(model, "fusedadam")
     adam = Optimizer(model, optim_options(optim="adamw"), 8)
     adam.load_state_dict(optim.state_dict())
     assert len(adam.optimizers[0].state) == len(list(model.parameters()))
+
+
+def test_moments_of_a_checkpoint_that_does_not_name_its_optimizer_are_checked_by_key():
+    """Checkpoints written before -optim adafactor existed hold no optimizer name: Adam's moments
+    are refused by their keys, and a factored moment of another shape by its shape."""
+    model, _ = make_model()
+    older = stepped(model, "adam").state_dict()
+    del older["optim"]
+    adafactor = Optimizer(model, optim_options(optim="adafactor"), 8)
+    with pytest.raises(UserError, match=r"\.exp_avg is not -optim adafactor's \(the checkpoint"):
+        adafactor.load_state_dict(older)
+    adafactor.step()
+    saved = adafactor.state_dict()
+    name = "decoder.attn.linear_in.weight"
+    saved["state"][name]["column_moments"] = torch.zeros(1, 3)
+    with pytest.raises(UserError, match=f"{name}.column_moments has shape \\(1, 3\\)"):
+        Optimizer(model, optim_options(optim="adafactor"), 8).load_state_dict(saved)

@@ -79,13 +79,18 @@ def test_lr_mult_specs_are_parsed_and_checked():
             parse_lr_mult([bad])
 
 
+def stepped(model, optim: str) -> Optimizer:
+    """An Optimizer of ``-optim optim`` after one step of ``model``'s gradients, all ones."""
+    optimizer = Optimizer(model, optim_options(optim=optim), 8)
+    for param in model.parameters():
+        param.grad = torch.ones_like(param)
+    optimizer.step()
+    return optimizer
+
+
 def test_optimizer_state_restores_by_parameter_name_into_differently_grouped_models():
     model, _ = make_model()
-    optim = Optimizer(model, optim_options(optim="adam"), 8)
-    for p in model.parameters():
-        p.grad = torch.ones_like(p)
-    optim.step()
-    saved = optim.state_dict()
+    saved = stepped(model, "adam").state_dict()
     other, _ = make_model()
     regrouped = Optimizer(
         other, optim_options(optim="adam", lr_mult=["generator.*=2"], freeze=["encoder.*"]), 8
