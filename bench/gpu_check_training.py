@@ -1,7 +1,8 @@
 """gpu_check's training checks that need whole runs of ``onmt_lite_train`` on the device:
 
 (g) Exact resume: for each configuration (RNN with dropout between layers, copy, coverage,
-    truncated, Transformer, CNN, all with dropout), ``RESUME_STEPS`` steps straight and the same run
+    truncated, Transformer, CNN, all with dropout; the Transformer with -optim adafactor, the RNN
+    with -optim sparseadam), ``RESUME_STEPS`` steps straight and the same run
     resumed with ``-train_from`` its checkpoint at half way log the same training losses after
     it. cuDNN's dropout state (outside every generator a checkpoint saves) broke this for RNNs.
 (h) ``-copy_attn -model_dtype fp16``: ``FP16_STEPS`` steps train (the perplexity falls) with at
@@ -66,6 +67,10 @@ def resume_configs(small_model, configs):
             runs[f"{name}, dropout 0.3"] = [*rnn, *args]
     runs["Transformer, dropout 0.1"] = TRANSFORMER
     runs["CNN, dropout 0.3"] = [*small_model, *DROPOUT, *CNN]
+    # 1.x's optimizers whose state is not Adam's: factored moments; sparse rows coalesced on the
+    # device (the options given last win)
+    runs["Transformer, Adafactor"] = [*TRANSFORMER, "-optim", "adafactor", "-learning_rate", "0.01"]
+    runs["RNN, sparseadam, dropout 0.3"] = [*rnn, "-optim", "sparseadam", "-learning_rate", "0.001"]
     return runs
 
 
