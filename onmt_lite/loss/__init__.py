@@ -31,8 +31,8 @@ its own (``loss/options.py``). ``docs/research.md`` walks through writing one (a
 """
 
 from onmt_lite.loss.build import build_loss_compute, load_loss_class
+from onmt_lite.loss.copy_compute import CopyGeneratorLossCompute
 from onmt_lite.loss.compute import (
-    CopyGeneratorLossCompute,
     LossComputeBase,
     NMTLossCompute,
     SparsemaxLossCompute,

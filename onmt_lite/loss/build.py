@@ -12,8 +12,8 @@ import os
 import torch.nn as nn
 
 from onmt_lite.data.vocab import Vocab
+from onmt_lite.loss.copy_compute import CopyGeneratorLossCompute
 from onmt_lite.loss.compute import (
-    CopyGeneratorLossCompute,
     LossComputeBase,
     NMTLossCompute,
     SparsemaxLossCompute,

@@ -1,5 +1,6 @@
-"""The loss computes: truncation windows, normalisation, and the NLL, sparsemax and copy losses
-(``shards`` in ``loss/sharding.py`` cuts their state into shards; ``loss/build.py`` picks one).
+"""The loss computes: truncation windows, normalisation, and the NLL and sparsemax losses (the
+copy loss's is ``loss/copy_compute.py``; ``shards`` in ``loss/sharding.py`` cuts their state into
+shards; ``loss/build.py`` picks one).
 
 See the package's doc (``onmt_lite.loss``) for the API that subclasses implement.
 """
@@ -16,21 +17,21 @@ from onmt_lite.data.alignment import reference_alignment
 from onmt_lite.data.batch import Batch
 from onmt_lite.data.vocab import PAD_ID, Vocab
 from onmt_lite.loss.sharding import shards
-from onmt_lite.loss.criteria import CopyGeneratorLoss, NMTCriterion, SparsemaxCriterion
+from onmt_lite.loss.criteria import NMTCriterion, SparsemaxCriterion
 from onmt_lite.loss.statistics import Statistics
-from onmt_lite.models.copy_generator import NMTGenerator, collapsed_argmax
+from onmt_lite.models.copy_generator import NMTGenerator
 from onmt_lite.utils.errors import UserError
 from onmt_lite.utils.stock import is_stock
 from onmt_lite.utils.tensors import to_device
 from onmt_lite.utils.topk import row_argmax
 
 
-def _smoothing(opt, train):
+def training_smoothing(opt, train):
     """Label smoothing applies to training only; validation reports the plain NLL."""
     return opt.label_smoothing if train else 0.0
 
 
-def _lambda_align(opt, train):
+def training_lambda_align(opt, train):
     """The alignment loss applies to training only (validation reports the NLL's statistics
     alone)."""
     return opt.lambda_align if train else 0.0
@@ -108,7 +109,7 @@ class LossComputeBase(nn.Module):
                 f"CopyGeneratorLossCompute (or a from_options that builds one)"
             )
         _refuse_sparsemax(cls, opt)
-        return cls(NMTCriterion(_smoothing(opt, train)), model.generator)
+        return cls(NMTCriterion(training_smoothing(opt, train)), model.generator)
 
     @property
     def padding_idx(self):
@@ -225,7 +226,7 @@ class LossComputeBase(nn.Module):
         return Statistics.on_device(nll_sum, non_pad.sum(), correct.sum())  # read at reports
 
 
-def _coverage_state(attns, lambda_coverage):
+def coverage_state(attns, lambda_coverage):
     if lambda_coverage == 0:
         return {}
     if "coverage" not in attns:
@@ -247,10 +248,10 @@ class NMTLossCompute(LossComputeBase):
     def from_options(cls, model, tgt_vocab, opt, train=True):
         _refuse_sparsemax(cls, opt)
         return cls(
-            NMTCriterion(_smoothing(opt, train)),
+            NMTCriterion(training_smoothing(opt, train)),
             model.generator,
             opt.lambda_coverage,
-            _lambda_align(opt, train),
+            training_lambda_align(opt, train),
         )
 
     def _make_shard_state(self, batch, output, range_, attns=None):
@@ -258,7 +259,7 @@ class NMTLossCompute(LossComputeBase):
             "output": output,
             "target": self._target(batch, range_),
             "target_host": self._host_target(batch, range_),
-            **_coverage_state(attns, self.lambda_coverage),
+            **coverage_state(attns, self.lambda_coverage),
             **self._alignment_state(batch, attns, range_),
         }
 
@@ -317,109 +318,13 @@ class SparsemaxLossCompute(NMTLossCompute):
                 "the support are -inf)"
             )
         return cls(
-            SparsemaxCriterion(), model.generator, opt.lambda_coverage, _lambda_align(opt, train)
+            SparsemaxCriterion(),
+            model.generator,
+            opt.lambda_coverage,
+            training_lambda_align(opt, train),
         )
 
     def _generator_loss(self, hidden, gold):
         scores = self.generator.scores(hidden)
         loss, reported = self.criterion(scores, gold)
         return loss.sum(), reported, row_argmax(scores.detach())
-
-
-class CopyGeneratorLossCompute(LossComputeBase):
-    """The copy loss (see ``CopyGeneratorLoss``) plus ``lambda_coverage`` times the coverage loss of
-    each target token. With ``normalize_by_length`` each sentence's loss is divided by its
-    length."""
-
-    def __init__(
-        self,
-        criterion,
-        generator,
-        vocab_size,
-        normalize_by_length=False,
-        lambda_coverage=0.0,
-        lambda_align=0.0,
-    ):
-        super().__init__(criterion, generator)
-        self.vocab_size = vocab_size
-        self.normalize_by_length = normalize_by_length
-        self.lambda_coverage = lambda_coverage
-        self.lambda_align = lambda_align
-
-    @classmethod
-    def from_options(cls, model, tgt_vocab, opt, train=True):
-        criterion = CopyGeneratorLoss(len(tgt_vocab), opt.copy_attn_force, _smoothing(opt, train))
-        return cls(
-            criterion,
-            model.generator,
-            len(tgt_vocab),
-            opt.copy_loss_by_seqlength,
-            opt.lambda_coverage,
-            _lambda_align(opt, train),
-        )
-
-    def _make_shard_state(self, batch, output, range_, attns=None):
-        if batch.alignment is None:
-            raise ValueError(
-                "copy attention needs batches with alignment (preprocess with -dynamic_dict)"
-            )
-        return {
-            "output": output,
-            "target": self._target(batch, range_),
-            "copy_attn": attns["copy"],
-            "target_host": self._host_target(batch, range_),
-            "align": batch.alignment[range_[0] + 1 : range_[1] + 1],
-            **_coverage_state(attns, self.lambda_coverage),
-            **self._alignment_state(batch, attns, range_),
-        }
-
-    def _compute_loss(
-        self,
-        batch,
-        output,
-        target,
-        copy_attn,
-        align,
-        target_host=None,
-        std_attn=None,
-        coverage_attn=None,
-        align_head=None,
-        align_ref=None,
-    ):
-        n_pos, n_batch = target.shape
-        # the generator runs on real target words only
-        rows = self._target_rows(target, target_host)
-        example = rows % n_batch  # rows are time-major: row t * B + b is example b
-        log_probs = self.generator(
-            output.reshape(n_pos * n_batch, -1),
-            copy_attn.reshape(n_pos * n_batch, -1),
-            batch.src_map,
-            rows,
-        )
-        gold = target.reshape(-1)[rows]
-        gold_align = align.reshape(-1)[rows]
-        loss, nll = self.criterion(log_probs, gold_align, gold)
-        if std_attn is not None:
-            loss = (
-                loss
-                + self.lambda_coverage
-                * coverage_loss(std_attn, coverage_attn, target != self.padding_idx).reshape(-1)[
-                    rows
-                ]
-            )
-        stats = self._copy_stats(
-            nll, log_probs.detach(), gold, gold_align, batch.src_ex_tgt_ids[example]
-        )
-        if self.normalize_by_length:
-            lengths = (batch.tgt[1:] != self.padding_idx).sum(0).to(loss.dtype)  # whole sentences
-            loss = loss / lengths[example]
-        return loss.sum() + self._alignment_loss(align_head, align_ref), stats
-
-    def _copy_stats(self, nll, log_probs, gold, gold_align, ex_ids):
-        """Accuracy on the collapsed distribution, a copied unknown word counting as its copy entry.
-        ``ex_ids`` ``[N x n]``: the target-vocabulary id of each source word of each row's
-        example."""
-        pred = collapsed_argmax(log_probs, ex_ids, self.vocab_size)
-        copied_unk = (gold == self.criterion.unk_idx) & (gold_align != self.criterion.unk_idx)
-        extended_gold = torch.where(copied_unk, gold_align + self.vocab_size, gold)
-        return self._stats(nll.sum(), pred, extended_gold)
