@@ -10,7 +10,7 @@ import math
 import torch
 
 from onmt_lite.train.adafactor import Adafactor
-from onmt_lite.train.sparse_adam import lookup_tables, make_gradients_sparse, sparse_adam
+from onmt_lite.train.sparse_adam import set_sparse_gradients, sparse_adam
 from onmt_lite.utils.errors import UserError
 
 
@@ -172,10 +172,13 @@ class Optimizer:
             {"params": g["params"], "lr": self.base_lr * g["lr_mult"], "lr_mult": g["lr_mult"]}
             for g in self.groups
         ]
-        if opt.optim == "sparseadam":  # the lookup tables' gradients are SparseAdam's to update
-            make_gradients_sparse(model)
-        sparse = {id(table.weight) for table in lookup_tables(model) if table.sparse}
-        self.optimizers = make_torch_optimizers(opt.optim, torch_groups, self.base_lr, opt, sparse)
+        # the lookup tables' gradients are sparse for SparseAdam, dense for every other optimizer
+        sparse = opt.optim == "sparseadam"
+        self.sparse_params = [t.weight for t in set_sparse_gradients(model, sparse) if sparse]
+        sparse_ids = {id(p) for p in self.sparse_params}
+        self.optimizers = make_torch_optimizers(
+            opt.optim, torch_groups, self.base_lr, opt, sparse_ids
+        )
         self.optimizer_of = {
             id(p): optimizer
             for optimizer in self.optimizers
@@ -197,8 +200,8 @@ class Optimizer:
     def gradient_norm(self) -> torch.Tensor:
         """The norm of all the gradients, a 0-dim tensor (on the device: not read here). A sparse
         gradient is summed over its tokens first (``coalesce``): the norm is of each row's sum."""
-        for p in self.params:
-            if p.grad is not None and p.grad.is_sparse:
+        for p in self.sparse_params:
+            if p.grad is not None:
                 p.grad = p.grad.coalesce()
         grads = [p.grad for p in self.params if p.grad is not None]
         values = [g.values() if g.is_sparse else g for g in grads]
@@ -290,7 +293,7 @@ class Optimizer:
             if param is None:
                 continue  # frozen now, or not in this model
             optimizer = self.optimizer_of[id(param)]
-            self._check_saved_state(name, param, state)
+            self._check_saved_state(name, param, state, optimizer)
             # moments go to the parameter's device; Adam's scalar step count too when it is fused,
             # else it stays a CPU tensor
             scalar_device = param.device if optimizer.defaults.get("fused") else torch.device("cpu")
@@ -301,11 +304,10 @@ class Optimizer:
                 for k, v in state.items()
             }
 
-    def _check_saved_state(self, name: str, param: torch.Tensor, state: dict) -> None:
+    def _check_saved_state(self, name: str, param: torch.Tensor, state: dict, optimizer) -> None:
         """A UserError unless the checkpoint's optimizer ``state`` of parameter ``name`` fits
-        ``param``: Adafactor's tensors are its own keys and shapes, the other optimizers' moments
-        have the parameter's shape."""
-        optimizer = self.optimizer_of[id(param)]
+        ``param`` and its torch ``optimizer``: Adafactor's tensors are its own keys and shapes, the
+        other optimizers' moments have the parameter's shape."""
         own = optimizer.state_shapes(param) if isinstance(optimizer, Adafactor) else None
         for key, value in state.items():
             if not torch.is_tensor(value) or value.dim() == 0:

@@ -33,10 +33,13 @@ def lookup_tables(model: nn.Module) -> list[nn.Embedding]:
     return list(tables.values())
 
 
-def make_gradients_sparse(model: nn.Module) -> None:
-    """Let the backward pass give ``model``'s lookup tables sparse gradients."""
-    for table in lookup_tables(model):
-        table.sparse = True
+def set_sparse_gradients(model: nn.Module, sparse: bool) -> list[nn.Embedding]:
+    """Let the backward pass give ``model``'s lookup tables sparse gradients (or dense ones);
+    returns the tables."""
+    tables = lookup_tables(model)
+    for table in tables:
+        table.sparse = sparse
+    return tables
 
 
 def check_options(opt) -> None:

@@ -135,3 +135,16 @@ def test_sparseadam_is_refused_where_a_gradient_would_not_be_sparse_or_summed():
     model, opt = make_model(*TRANSFORMER)
     opt.optim = "sparseadam"
     assert graphing_problem(model, opt) == "sparse embedding gradients (-optim sparseadam)"
+
+
+def test_another_optimizer_gives_the_tables_dense_gradients_again():
+    """The optimizer owns the form of the lookup tables' gradients: a model that trained with
+    sparseadam and goes on with Adam (fine-tuning in one process) gets dense ones."""
+    model, _ = make_model()
+    Optimizer(model, optim_options(optim="sparseadam"), 8)
+    assert all(table.sparse for table in lookup_tables(model))
+    adam = Optimizer(model, optim_options(optim="adam"), 8)
+    assert not any(table.sparse for table in lookup_tables(model))
+    loss_of(model, make_batch(random_pairs(2, seed=3))).backward()
+    adam.step()
+    assert not model.encoder.embeddings.lut.weight.grad.is_sparse
