@@ -12,7 +12,8 @@
 #     bash bench/device_session.sh graphs                       # call 1, timeout_s 520
 #     bash bench/device_session.sh profile                      # call 2, timeout_s 300
 # and in the session after, translate (its training, conversion and first row took 290 s: it
-# needs a call of its own), graphs_bf16 (if graphs paid in fp32), server, check, mixed, fp16.
+# needs a call of its own), graphs_bf16 (if graphs paid in fp32), server, check, mixed, fp16,
+# optimizers.
 # Here again, without a GPU, a dry run of the stages' commands on the CPU (minutes):
 #     DRY_RUN=1 bash bench/device_session.sh check train mixed graphs profile translate \
 #         profile_translate
@@ -40,6 +41,8 @@
 #   profile_translate  bench/gpu_profile.py -translate on translate's model                   180 s
 #   server     bench/server_load.py -gpu on translate's models, 1 and 16 clients, onmt_lite  300 s
 #              without and with -cuda_graphs (recorded in its first requests, kept after)
+#   optimizers bench/optimizer_cost.py -device cuda: Adam, Adafactor, SparseAdam on the FAQ     200 s
+#              Transformer's parameters against OpenNMT-py's Adafactor (two host reads a tensor)
 #   full       bench/gpu_check.py, every check                                                480 s
 # Each stage writes its log to $OUT/STAGE.log; at the end $OUT/results.tgz holds bench/results
 # and the stages' work logs (the tool brings back at most 8 files).
@@ -155,8 +158,10 @@ for name in "${STAGES[@]}"; do
             -sentences $REQUESTS \
             -models "$lite" "$models/peer_same.pt" -requests "$TOY/src-val.txt" \
             -peer "$PEER" -work "$WORK/server" ;;
+    optimizers) stage optimizers 200 $PY bench/optimizer_cost.py "${DRY[@]}" -device cuda \
+        -peer "$PEER" -work "$WORK/optimizers" ;;
     *) echo "unknown stage $name (check train mixed levers graphs graphs_bf16 profile translate" \
-        "profile_translate server full)"; exit 2 ;;
+        "profile_translate server optimizers full)"; exit 2 ;;
     esac
 done
 tar czf "$OUT/results.tgz" bench/results $(find "$WORK" -name "*.log" 2>/dev/null) 2>/dev/null

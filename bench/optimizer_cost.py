@@ -2,6 +2,7 @@
 onmt_lite's Adam, Adafactor and SparseAdam against OpenNMT-py 3.5.1's Adafactor (1.x's class).
 
     .venv/bin/python bench/optimizer_cost.py [-model faq|small] [-steps 5] [-peer /tmp/peer-opennmt]
+    .venv/bin/python bench/optimizer_cost.py -device cuda  # on a GPU (optimizer_cost_gpu.json)
     .venv/bin/python bench/optimizer_cost.py -dry_run      # the small model, onmt_lite alone
 
 The parameters are those of onmt_lite's Transformer: ``faq`` 1.x's FAQ recipe (6 + 6 layers of
@@ -87,15 +88,22 @@ def gradients(named_shapes: list, sparse_names: set, seed: int = SEED) -> dict:
     return grads
 
 
-def measure(step, steps: int, state_of) -> dict:
-    """Time ``step`` (after one warm-up call), count one call, and size ``state_of()``."""
+def measure(step, steps: int, state_of, device: str = "cpu") -> dict:
+    """Time ``step`` (after one warm-up call; on a GPU until the device is done), count one call,
+    and size ``state_of()``."""
     from onmt_lite.utils.host_syncs import HostSyncCounter
+
+    def finished():
+        if device != "cpu":
+            torch.cuda.synchronize(device)
 
     step()
     times = []
     for _ in range(steps):
+        finished()
         start = time.perf_counter()
         step()
+        finished()
         times.append(time.perf_counter() - start)
     with HostSyncCounter() as counter:
         step()
@@ -109,8 +117,8 @@ def measure(step, steps: int, state_of) -> dict:
     }
 
 
-def lite_figures(model_name: str, kind: str, steps: int) -> tuple[dict, list, set]:
-    """onmt_lite's optimizer ``kind`` on the model's parameters."""
+def lite_figures(model_name: str, kind: str, steps: int, device: str) -> tuple[dict, list, set]:
+    """onmt_lite's optimizer ``kind`` on the model's parameters, on ``device``."""
     from onmt_lite.data.vocab import Vocab
     from onmt_lite.models.builder import build_model
     from onmt_lite.opts import build_parser, model_opts, parse, train_opts
@@ -122,14 +130,14 @@ def lite_figures(model_name: str, kind: str, steps: int) -> tuple[dict, list, se
     opt.learning_rate = LEARNING_RATE
     words = Vocab([f"w{i}" for i in range(vocab_size - 4)])
     torch.manual_seed(SEED)
-    model = build_model(opt, {"src": words, "tgt": words})
+    model = build_model(opt, {"src": words, "tgt": words}).to(device)
     optim = Optimizer(model, opt, opt.rnn_size)
     named = list(model.named_parameters())
     sparse = {n for n, p in named if isinstance(optim.optimizer_of[id(p)], torch.optim.SparseAdam)}
     shapes = [(n, tuple(p.shape)) for n, p in named]
     grads = gradients(shapes, sparse)
     for name, param in named:
-        param.grad = grads[name]
+        param.grad = grads[name].to(device)
 
     def step():
         for optimizer in optim.optimizers:
@@ -138,19 +146,20 @@ def lite_figures(model_name: str, kind: str, steps: int) -> tuple[dict, list, se
     def state_of():
         return {id(p): s for o in optim.optimizers for p, s in o.state.items()}
 
-    figures = measure(step, steps, state_of)
+    figures = measure(step, steps, state_of, device)
     figures["parameters"] = sum(p.numel() for _, p in named)
     return figures, shapes, sparse
 
 
-def peer_figures(peer: str, shapes: list, steps: int, work: str, reuse: bool) -> dict:
+def peer_figures(peer: str, shapes: list, steps: int, work: str, reuse: bool, device: str) -> dict:
     """OpenNMT-py 3.5.1's AdaFactor on ``shapes``, in the peer's venv (this script, -as_peer);
     ``reuse``: with glibc set to reuse freed memory."""
     os.makedirs(work, exist_ok=True)
     request = os.path.join(work, "shapes.json")
     with open(request, "w") as f:
-        json.dump({"shapes": shapes, "steps": steps, "reuse": reuse}, f)
-    env = {**os.environ, "PYTHONPATH": REPO}
+        json.dump({"shapes": shapes, "steps": steps, "reuse": reuse, "device": device}, f)
+    paths = [REPO, *filter(None, [os.environ.get("PYTHONPATH")])]  # the peer's own, where set
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [peer_python(peer), os.path.abspath(__file__), "-as_peer", request]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -170,16 +179,17 @@ def as_peer(request: str) -> None:
     if wanted["reuse"]:
         reuse_freed_memory()
     shapes = [(name, tuple(shape)) for name, shape in wanted["shapes"]]
+    device = wanted["device"]
     grads = gradients(shapes, set())
-    params = [torch.nn.Parameter(torch.randn(shape) * 0.05) for _, shape in shapes]
+    params = [torch.nn.Parameter(torch.randn(shape, device=device) * 0.05) for _, shape in shapes]
     for (name, _), param in zip(shapes, params):
-        param.grad = grads[name]
+        param.grad = grads[name].to(device)
     optimizer = AdaFactor(
         params, non_constant_decay=True, enable_factorization=True, weight_decay=0
     )
     for group in optimizer.param_groups:  # its Optimizer sets the rate before each step
         group["lr"] = LEARNING_RATE
-    figures = measure(optimizer.step, wanted["steps"], lambda: optimizer.state)
+    figures = measure(optimizer.step, wanted["steps"], lambda: optimizer.state, device)
     print(json.dumps(figures))
 
 
@@ -189,6 +199,7 @@ def main():
     )
     parser.add_argument("-model", choices=sorted(MODELS), default="faq")
     parser.add_argument("-steps", type=int, default=5)
+    parser.add_argument("-device", default="cpu", help="cpu, or a CUDA device (cuda, cuda:1)")
     parser.add_argument("-peer", default="/tmp/peer-opennmt", help="OpenNMT-py 3.5.1's venv")
     parser.add_argument("-work", default="/tmp/onmt_lite_optimizer_cost")
     parser.add_argument("-dry_run", action="store_true", help="the small model, onmt_lite alone")
@@ -197,16 +208,22 @@ def main():
     if opt.as_peer:
         return as_peer(opt.as_peer)
     model = "small" if opt.dry_run else opt.model
-    reuse_freed_memory()  # as onmt_lite_train does on the CPU (OpenNMT-py's commands do not)
+    device = "cpu" if opt.dry_run else opt.device
+    on_cpu = device == "cpu"
+    if device != "cpu" and not torch.cuda.is_available():
+        raise SystemExit(f"-device {device}: this machine has no CUDA device")
+    reuse_freed_memory(device)  # as onmt_lite_train does on the CPU (OpenNMT-py's commands do not)
     rows = {}
     for kind in ("adam", "adafactor", "sparseadam"):
-        rows[f"onmt_lite {kind}"], shapes, _ = lite_figures(model, kind, opt.steps)
+        rows[f"onmt_lite {kind}"], shapes, _ = lite_figures(model, kind, opt.steps, device)
     if not opt.dry_run:
         ensure_peer(opt.peer)
-        for reuse, name in ((False, "OpenNMT-py adafactor"), (True, "the same, memory reused")):
-            rows[name] = peer_figures(opt.peer, shapes, opt.steps, opt.work, reuse)
+        peer_runs = [(False, "OpenNMT-py adafactor"), (True, "the same, memory reused")]
+        for reuse, name in peer_runs[: 2 if on_cpu else 1]:  # glibc's setting: the CPU's only
+            rows[name] = peer_figures(opt.peer, shapes, opt.steps, opt.work, reuse, device)
     adam = rows["onmt_lite adam"]
-    print(f"{model}: {adam['parameters']:,} parameters, {torch.get_num_threads()} threads")
+    where = f"{torch.get_num_threads()} threads" if on_cpu else torch.cuda.get_device_name(device)
+    print(f"{model}: {adam['parameters']:,} parameters, {where}")
     header = f"{'optimizer':24} {'state MiB':>10} {'x Adam':>7} {'step ms':>9} {'reads':>6}"
     print(f"{header} {'kernels':>8}")
     for name, row in rows.items():
@@ -218,12 +235,16 @@ def main():
         ours = rows["onmt_lite adafactor"]
         theirs = rows["OpenNMT-py adafactor"]
         ratio = theirs["step_ms"] / ours["step_ms"]
-        reused = rows["the same, memory reused"]["step_ms"] / ours["step_ms"]
-        print(f"Adafactor step time, OpenNMT-py / onmt_lite: {ratio:.2f}x ({reused:.2f}x reused)")
+        line = f"Adafactor step time, OpenNMT-py / onmt_lite: {ratio:.2f}x"
+        if "the same, memory reused" in rows:
+            reused = rows["the same, memory reused"]["step_ms"] / ours["step_ms"]
+            line += f" ({reused:.2f}x reused)"
+        print(line)
     if not opt.dry_run:
         from quality import write_results
 
-        write_results("optimizer_cost", {"model": model, "steps": opt.steps, "rows": rows})
+        name = "optimizer_cost" if on_cpu else "optimizer_cost_gpu"
+        write_results(name, {"model": model, "device": device, "steps": opt.steps, "rows": rows})
 
 
 if __name__ == "__main__":
