@@ -285,7 +285,7 @@ class Optimizer:
         if MOMENTS_OF.get(saved_kind, saved_kind) != MOMENTS_OF.get(self.kind, self.kind):
             raise UserError(
                 f"the checkpoint's optimizer moments are -optim {saved_kind}'s, not "
-                f"{self.kind}'s: -reset_optim states or all starts new ones"
+                f"{self.kind}'s: -reset_optim all starts -optim {self.kind} afresh"
             )
         by_name = {self.names[id(p)]: p for p in self.params}
         for name, state in saved["state"].items():
@@ -315,7 +315,7 @@ class Optimizer:
             if own is not None and key not in own:
                 raise UserError(
                     f"optimizer state {name}.{key} is not -optim {self.kind}'s (the checkpoint's "
-                    f"optimizer was another): -reset_optim states or all starts new ones"
+                    f"optimizer was another): -reset_optim all starts -optim {self.kind} afresh"
                 )
             expected = param.shape if own is None else torch.Size(own[key])
             if value.shape != expected:

@@ -188,7 +188,8 @@ def test_another_optimizers_moments_are_refused_by_name(saved, resumed):
     model, _ = make_model()
     optim = stepped(model, saved)
     other = Optimizer(model, optim_options(optim=resumed), 8)
-    with pytest.raises(UserError, match=f"-optim {saved}'s, not {resumed}'s: -reset_optim"):
+    expected = f"-optim {saved}'s, not {resumed}'s: -reset_optim all starts -optim {resumed} afresh"
+    with pytest.raises(UserError, match=expected):
         other.load_state_dict(optim.state_dict())
     other.load_state_dict(optim.state_dict(), moments=False)
     assert other.decay_step == 1
