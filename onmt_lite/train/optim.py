@@ -174,7 +174,8 @@ class Optimizer:
         ]
         # the lookup tables' gradients are sparse for SparseAdam, dense for every other optimizer
         sparse = opt.optim == "sparseadam"
-        self.sparse_params = [t.weight for t in set_sparse_gradients(model, sparse) if sparse]
+        tables = set_sparse_gradients(model, sparse)
+        self.sparse_params = [table.weight for table in tables] if sparse else []
         sparse_ids = {id(p) for p in self.sparse_params}
         self.optimizers = make_torch_optimizers(
             opt.optim, torch_groups, self.base_lr, opt, sparse_ids

@@ -57,7 +57,8 @@ def test_a_step_moves_the_rows_of_its_tokens_by_lazy_adam_and_the_rest_by_adam()
         optim="sparseadam", learning_rate=lr, adam_beta2=BETAS[1], max_grad_norm=5.0
     )
     optim = Optimizer(model, options, 8)
-    tables = {name: table for name, table in model.named_modules() if table in lookup_tables(model)}
+    lookups = lookup_tables(model)
+    tables = {name: table for name, table in model.named_modules() if table in lookups}
     assert sorted(tables) == ["decoder.embeddings.lut", "encoder.embeddings.lut"]
     assert all(table.sparse for table in tables.values())
     named = dict(reference_model.named_parameters())
